@@ -1,0 +1,162 @@
+"""The ASGI application: routers, the error envelope, middleware and background work."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from sqlalchemy import text
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from signoff import __version__
+from signoff.approvals.endpoints import router as approvals_router
+from signoff.common.http import DOCUMENTED_BODIES, json_response
+from signoff.common.validation import validation_failed_from
+from signoff.config import Settings, get_settings
+from signoff.context import AppContext
+from signoff.errors import AppError, MethodNotAllowed, NotFound, ServiceUnavailable
+from signoff.middleware import ApiGuard, BodySizeLimit
+from signoff.orgs.endpoints import router as orgs_router
+from signoff.worker.sweeper import run_expiry_sweep
+
+logger = logging.getLogger(__name__)
+
+API_DESCRIPTION = """\
+signoff asks a human before automations and AI agents act. Create an approval request,
+let people approve or reject it, and receive the decision as a signed callback.
+
+Authenticate with `Authorization: Bearer gk_...` (a connection's API key). Errors are
+`{"error": {"code", "message", "details"}}`. Every response carries `X-RateLimit-Limit`,
+`X-RateLimit-Remaining` and `X-RateLimit-Reset`.
+"""
+
+
+def _error_response(error: AppError) -> Response:
+    return json_response(error.to_body(), error.status_code, error.headers or None)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def on_app_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, AppError)
+        return _error_response(exc)
+
+    async def on_validation_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        fields = [
+            {
+                "field": ".".join(str(p) for p in e["loc"] if p not in ("body", "query", "path")),
+                "message": str(e["msg"]),
+            }
+            for e in exc.errors()
+        ]
+        from signoff.errors import ValidationFailed
+
+        return _error_response(ValidationFailed.for_fields(fields))
+
+    async def on_http_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        error: AppError
+        if exc.status_code == 404:
+            error = NotFound("No such resource.")
+        elif exc.status_code == 405:
+            error = MethodNotAllowed()
+        else:
+            error = AppError(str(exc.detail))
+            error.status_code = exc.status_code  # type: ignore[misc]
+        if exc.headers:
+            error.headers.update(exc.headers)
+        return _error_response(error)
+
+    async def on_unexpected(_: Request, exc: Exception) -> Response:
+        logger.error("unhandled error", exc_info=exc)
+        return _error_response(AppError())
+
+    app.add_exception_handler(AppError, on_app_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(Exception, on_unexpected)
+    _ = validation_failed_from  # re-exported for routers that validate by hand
+
+
+def _install_health(app: FastAPI, ctx: AppContext) -> None:
+    @app.get("/healthz", tags=["operations"], summary="The process is up")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["operations"], summary="The database (and Redis) answer")
+    async def readyz() -> Response:
+        try:
+            async with ctx.reading() as uow:
+                await uow.session.execute(text("SELECT 1"))
+        except Exception as exc:
+            logger.warning("readiness: database unreachable: %s", exc)
+            raise ServiceUnavailable("The database is not reachable.") from None
+        if ctx.settings.redis_url and not await ctx.limiter.check_ready():
+            raise ServiceUnavailable("Redis is not reachable.")
+        return json_response({"status": "ready"})
+
+
+def _custom_openapi(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(
+        title="signoff", version=__version__, description=API_DESCRIPTION, routes=app.routes
+    )
+    components = schema.setdefault("components", {})
+    schemas = components.setdefault("schemas", {})
+    for name, model in DOCUMENTED_BODIES.items():
+        model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(model_schema.pop("$defs", {}))
+        schemas[name] = model_schema
+    components["securitySchemes"] = {
+        "apiKey": {"type": "http", "scheme": "bearer", "description": "gk_ + 64 hex"}
+    }
+    schema["security"] = [{"apiKey": []}]
+    app.openapi_schema = schema
+    return schema
+
+
+def create_app(
+    settings: Settings | None = None, *, ctx: AppContext | None = None, background: bool = True
+) -> FastAPI:
+    """The app. ``background=False`` leaves out the sweep (API-only replicas, some tests)."""
+    settings = settings or get_settings()
+    ctx = ctx or AppContext.from_settings(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(run_expiry_sweep(ctx, stop))] if background else []
+        try:
+            yield
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await ctx.close()
+
+    app = FastAPI(
+        title="signoff",
+        version=__version__,
+        openapi_url="/api/v1/openapi.json",
+        docs_url="/api/v1/docs",
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.ctx = ctx
+    _install_error_handlers(app)
+    app.include_router(approvals_router)
+    app.include_router(orgs_router)
+    _install_health(app, ctx)
+    app.openapi = lambda: _custom_openapi(app)  # type: ignore[method-assign]
+    # Added inner first: the guard wraps the size limit, so a 413 carries rate headers too.
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(ApiGuard, ctx=ctx)
+    return app

@@ -1,0 +1,242 @@
+"""``/api/v1/approvals``: thin handlers that parse, authorize, call one service, answer."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+from starlette.requests import Request
+from starlette.responses import Response
+
+from signoff.approvals import service
+from signoff.approvals.presenters import (
+    comment_to_dict,
+    event_to_dict,
+    pagination,
+    request_to_dict,
+)
+from signoff.approvals.repository import ListFilters
+from signoff.approvals.schemas import (
+    AddComment,
+    ApprovalListOut,
+    ApprovalRequestOut,
+    AuditEventListOut,
+    CommentListOut,
+    CommentOut,
+    CreateApprovalRequest,
+    DecideApprovalRequest,
+    DecisionOut,
+    ListApprovalsQuery,
+)
+from signoff.auth.principal import Principal
+from signoff.common.http import (
+    context_of,
+    json_body_doc,
+    json_response,
+    path_id,
+    require_scope,
+)
+from signoff.common.time import utcnow
+from signoff.common.validation import parse_json_body, validate_model
+from signoff.errors import ValidationFailed
+
+router = APIRouter(prefix="/api/v1", tags=["approvals"])
+
+Reader = Annotated[Principal, Depends(require_scope("approvals:read"))]
+Writer = Annotated[Principal, Depends(require_scope("approvals:write"))]
+Commenter = Annotated[Principal, Depends(require_scope("comments:write"))]
+
+
+@router.post(
+    "/approvals",
+    status_code=201,
+    response_model=ApprovalRequestOut,
+    openapi_extra=json_body_doc(CreateApprovalRequest),
+    summary="Create an approval request",
+    description="201 with the new request; 200 with the existing one (and the header "
+    "`Idempotent-Replayed: true`) when `idempotency_key` was used before in this org.",
+)
+async def create_approval(request: Request, principal: Writer) -> Response:
+    ctx = context_of(request)
+    payload = await parse_json_body(request, CreateApprovalRequest, ctx.settings)
+    now = utcnow()
+    async with ctx.transaction() as uow:
+        result = await service.create_request(uow.approvals, principal, payload, ctx.box, now)
+    body = request_to_dict(result.request, now)
+    if result.created:
+        return json_response(body, 201)
+    return json_response(body, 200, {"Idempotent-Replayed": "true"})
+
+
+@router.get("/approvals", response_model=ApprovalListOut, summary="List approval requests")
+async def list_approvals(
+    request: Request,
+    principal: Reader,
+    page: str | None = Query(None, description="Page number, from 1."),
+    page_size: str | None = Query(None, description="1 to 100, default 20."),
+    limit: str | None = Query(None, description="Alias of page_size."),
+    status: str | None = Query(None, description="One status or a comma-separated list."),
+    priority: str | None = Query(None, description="low, medium, high or critical."),
+    action_type: str | None = Query(None),
+    source: str | None = Query(None),
+    search: str | None = Query(
+        None, description="Full-text search of title and description; best matches first."
+    ),
+    created_after: str | None = Query(None, description="RFC 3339."),
+    created_before: str | None = Query(None, description="RFC 3339."),
+    decided_after: str | None = Query(None, description="RFC 3339."),
+    decided_before: str | None = Query(None, description="RFC 3339."),
+) -> Response:
+    ctx = context_of(request)
+    raw = dict(request.query_params)
+    if len(statuses := request.query_params.getlist("status")) > 1:
+        raw["status"] = ",".join(statuses)
+    query = validate_model(ListApprovalsQuery, raw, ctx.settings)
+    filters = ListFilters(
+        statuses=query.status,
+        priority=query.priority,
+        action_type=query.action_type,
+        source=query.source,
+        search=query.search,
+        created_after=query.created_after,
+        created_before=query.created_before,
+        decided_after=query.decided_after,
+        decided_before=query.decided_before,
+    )
+    now = utcnow()
+    async with ctx.reading() as uow:
+        rows, total = await service.list_requests(
+            uow.approvals, principal, filters, page=query.page, page_size=query.page_size, now=now
+        )
+    paging = pagination(query.page, query.page_size, total)
+    return json_response(
+        {
+            "data": [request_to_dict(row, now) for row in rows],
+            "pagination": paging,
+            "total": total,
+            "page": query.page,
+            "page_size": query.page_size,
+        }
+    )
+
+
+@router.get(
+    "/approvals/{request_id}",
+    response_model=ApprovalRequestOut,
+    summary="Get one approval request",
+    description="With `?wait=N` (up to 60 s) the answer is held until the request leaves "
+    "pending or N seconds pass: one long poll instead of many short ones.",
+)
+async def get_approval(
+    request: Request,
+    request_id: str,
+    principal: Reader,
+    wait: str | None = Query(None, description="Seconds to wait for a decision, 0 to 60."),
+) -> Response:
+    ctx = context_of(request)
+    rid = path_id(request_id)
+    wait_seconds = _parse_wait(wait, ctx.settings.long_poll_max_seconds)
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        now = utcnow()
+        # A fresh, short read each round: a waiting client holds no connection or lock.
+        async with ctx.reading() as uow:
+            row = await service.get_request(uow.approvals, principal, rid)
+        body = request_to_dict(row, now)
+        remaining = deadline - time.monotonic()
+        if body["status"] != "pending" or remaining <= 0:
+            return json_response(body)
+        pause = min(remaining, ctx.settings.long_poll_recheck_seconds)
+        if row.expires_at is not None:
+            pause = min(pause, max(0.0, (row.expires_at - now).total_seconds()) + 0.001)
+        await ctx.waiters.wait(rid, pause)
+
+
+def _parse_wait(value: str | None, maximum: int) -> float:
+    if value in (None, ""):
+        return 0.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValidationFailed.for_field("wait", "must be a number of seconds") from None
+    if not 0 <= seconds <= maximum:
+        raise ValidationFailed.for_field("wait", f"must be between 0 and {maximum}")
+    return seconds
+
+
+@router.patch(
+    "/approvals/{request_id}",
+    response_model=DecisionOut,
+    openapi_extra=json_body_doc(DecideApprovalRequest),
+    summary="Approve or reject a request",
+    description="Count-based requests need `required_approvals` approvals by distinct users; "
+    "until then the answer is 200 with `status: pending`. One reject rejects.",
+)
+async def decide_approval(request: Request, request_id: str, principal: Writer) -> Response:
+    ctx = context_of(request)
+    rid = path_id(request_id)
+    payload = await parse_json_body(request, DecideApprovalRequest, ctx.settings)
+    now = utcnow()
+    async with ctx.transaction() as uow:
+        result = await service.decide(uow.approvals, principal, rid, payload, now)
+    if result.transition.is_final:
+        ctx.waiters.notify(rid)
+    body = request_to_dict(result.request, now)
+    body["callback_delivered"] = False
+    return json_response(body)
+
+
+@router.delete(
+    "/approvals/{request_id}", response_model=ApprovalRequestOut, summary="Cancel a request"
+)
+async def cancel_approval(request: Request, request_id: str, principal: Writer) -> Response:
+    ctx = context_of(request)
+    rid = path_id(request_id)
+    now = utcnow()
+    async with ctx.transaction() as uow:
+        result = await service.cancel(uow.approvals, principal, rid, now)
+    ctx.waiters.notify(rid)
+    return json_response(request_to_dict(result.request, now))
+
+
+@router.post(
+    "/approvals/{request_id}/comments",
+    status_code=201,
+    response_model=CommentOut,
+    openapi_extra=json_body_doc(AddComment),
+    summary="Add a comment",
+)
+async def add_comment(request: Request, request_id: str, principal: Commenter) -> Response:
+    ctx = context_of(request)
+    rid = path_id(request_id)
+    payload = await parse_json_body(request, AddComment, ctx.settings)
+    async with ctx.transaction() as uow:
+        comment = await service.add_comment(uow.approvals, principal, rid, payload.body, utcnow())
+    return json_response(comment_to_dict(comment), 201)
+
+
+@router.get(
+    "/approvals/{request_id}/comments",
+    response_model=CommentListOut,
+    summary="List comments, oldest first",
+)
+async def list_comments(request: Request, request_id: str, principal: Reader) -> Response:
+    ctx = context_of(request)
+    rid = path_id(request_id)
+    async with ctx.reading() as uow:
+        comments = await service.list_comments(uow.approvals, principal, rid)
+    return json_response({"data": [comment_to_dict(c) for c in comments]})
+
+
+@router.get(
+    "/approvals/{request_id}/events",
+    response_model=AuditEventListOut,
+    summary="The audit trail of a request, oldest first",
+)
+async def list_events(request: Request, request_id: str, principal: Reader) -> Response:
+    ctx = context_of(request)
+    rid = path_id(request_id)
+    async with ctx.reading() as uow:
+        events = await service.list_events(uow.approvals, principal, rid)
+    return json_response({"data": [event_to_dict(e) for e in events]})

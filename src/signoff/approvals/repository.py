@@ -1,0 +1,261 @@
+"""Every query on approval requests, votes, comments and audit events."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    and_,
+    column,
+    func,
+    literal_column,
+    or_,
+    select,
+    table,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from signoff.db import insert_ignoring_conflicts
+from signoff.models import ApprovalRequest, AuditEvent, Comment, Vote
+
+_SEARCH_TERM = re.compile(r"[^\W_]+", re.UNICODE)
+MAX_SEARCH_TERMS = 16
+# The SQLite FTS5 table of migration 0001 (``rank`` is its hidden bm25 column).
+_FTS = table("approval_requests_fts", column("request_id"), column("rank"))
+
+
+@dataclass(frozen=True)
+class ListFilters:
+    statuses: Sequence[str] | None = None
+    priority: str | None = None
+    action_type: str | None = None
+    source: str | None = None
+    search: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    decided_after: datetime | None = None
+    decided_before: datetime | None = None
+
+
+def search_terms(text_query: str) -> list[str]:
+    """Words of a search box, stripped of every operator of either engine's query syntax."""
+    return [t.lower() for t in _SEARCH_TERM.findall(text_query)][:MAX_SEARCH_TERMS]
+
+
+class ApprovalRepository:
+    def __init__(self, session: AsyncSession, dialect: str) -> None:
+        self.session = session
+        self.dialect = dialect
+
+    # ---- requests ----
+
+    async def insert_unless_key_taken(self, values: dict[str, Any]) -> ApprovalRequest | None:
+        """Insert a request; None if its idempotency key is already taken in the org.
+
+        ``ON CONFLICT DO NOTHING`` against the unique (org_id, idempotency_key) constraint:
+        of concurrent creates with one key exactly one inserts, on both databases.
+        """
+        statement = insert_ignoring_conflicts(
+            self.dialect,
+            ApprovalRequest.__table__,  # type: ignore[arg-type]
+            values,
+            ("org_id", "idempotency_key"),
+        ).returning(ApprovalRequest.id)
+        inserted = (await self.session.execute(statement)).scalar_one_or_none()
+        if inserted is None:
+            return None
+        return await self.get(values["org_id"], inserted)
+
+    async def find_by_idempotency_key(self, org_id: uuid.UUID, key: str) -> ApprovalRequest | None:
+        return await self.session.scalar(
+            select(ApprovalRequest).where(
+                ApprovalRequest.org_id == org_id, ApprovalRequest.idempotency_key == key
+            )
+        )
+
+    async def get(
+        self, org_id: uuid.UUID, request_id: uuid.UUID, *, for_update: bool = False
+    ) -> ApprovalRequest | None:
+        statement = select(ApprovalRequest).where(
+            ApprovalRequest.id == request_id, ApprovalRequest.org_id == org_id
+        )
+        if for_update:
+            statement = statement.with_for_update()
+        # populate_existing: a row re-read under a lock must show what the lock protects.
+        return await self.session.scalar(statement.execution_options(populate_existing=for_update))
+
+    async def update_if_pending(self, request_id: uuid.UUID, values: dict[str, Any]) -> bool:
+        """Compare-and-set: change a request only while it is still pending."""
+        result = await self.session.execute(
+            update(ApprovalRequest)
+            .where(ApprovalRequest.id == request_id, ApprovalRequest.status == "pending")
+            .values(**values)
+            .execution_options(synchronize_session=False)
+        )
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+    async def list_page(
+        self,
+        org_id: uuid.UUID,
+        filters: ListFilters,
+        *,
+        now: datetime,
+        offset: int,
+        limit: int,
+    ) -> tuple[Sequence[ApprovalRequest], int]:
+        conditions = [ApprovalRequest.org_id == org_id, *self._filter_conditions(filters, now)]
+        rows_query = select(ApprovalRequest)
+        count_query = select(func.count()).select_from(ApprovalRequest)
+        order: list[Any] = [ApprovalRequest.created_at.desc(), ApprovalRequest.id.desc()]
+        if filters.search is not None:
+            terms = search_terms(filters.search)
+            if not terms:
+                return [], 0
+            rows_query, rank = self._with_search(rows_query, terms)
+            count_query, _ = self._with_search(count_query, terms)
+            order = [rank, *order]
+        total = await self.session.scalar(count_query.where(*conditions))
+        rows = await self.session.scalars(
+            rows_query.where(*conditions).order_by(*order).offset(offset).limit(limit)
+        )
+        return rows.all(), int(total or 0)
+
+    def _with_search(self, query: Select[Any], terms: list[str]) -> tuple[Select[Any], Any]:
+        """Narrow ``query`` to full-text matches and give their ranking; both use an index.
+
+        Every term must match, as a prefix, case-insensitively; titles weigh more than
+        descriptions. PostgreSQL: the GIN-indexed ``search_vector``. SQLite: a join with
+        the FTS5 table, whose ``rank`` is bm25.
+        """
+        if self.dialect == "postgresql":
+            tsquery = func.to_tsquery("simple", " & ".join(f"{t}:*" for t in terms))
+            vector: ColumnElement[Any] = literal_column("approval_requests.search_vector")
+            return query.where(vector.op("@@")(tsquery)), func.ts_rank(vector, tsquery).desc()
+        fts_query = " ".join('"' + t.replace('"', '""') + '"*' for t in terms)
+        joined = query.join(_FTS, _FTS.c.request_id == ApprovalRequest.id).where(
+            literal_column("approval_requests_fts").op("MATCH")(fts_query)
+        )
+        return joined, _FTS.c.rank.asc()
+
+    @staticmethod
+    def _filter_conditions(filters: ListFilters, now: datetime) -> list[ColumnElement[bool]]:
+        conditions: list[ColumnElement[bool]] = []
+        if filters.statuses:
+            conditions.append(or_(*(_status_condition(s, now) for s in set(filters.statuses))))
+        if filters.priority:
+            conditions.append(ApprovalRequest.priority == filters.priority)
+        if filters.action_type:
+            conditions.append(ApprovalRequest.action_type == filters.action_type)
+        if filters.source:
+            conditions.append(ApprovalRequest.source == filters.source)
+        if filters.created_after:
+            conditions.append(ApprovalRequest.created_at >= filters.created_after)
+        if filters.created_before:
+            conditions.append(ApprovalRequest.created_at < filters.created_before)
+        if filters.decided_after:
+            conditions.append(ApprovalRequest.decided_at >= filters.decided_after)
+        if filters.decided_before:
+            conditions.append(ApprovalRequest.decided_at < filters.decided_before)
+        return conditions
+
+    async def due_for_expiry(self, now: datetime, limit: int) -> Sequence[ApprovalRequest]:
+        """Pending requests past their deadline, oldest deadline first, locked for us.
+
+        SKIP LOCKED lets several workers sweep at once on PostgreSQL without waiting on or
+        double-processing each other's rows.
+        """
+        statement = (
+            select(ApprovalRequest)
+            .where(
+                ApprovalRequest.status == "pending",
+                ApprovalRequest.expires_at.is_not(None),
+                ApprovalRequest.expires_at <= now,
+            )
+            .order_by(ApprovalRequest.expires_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        return (await self.session.scalars(statement)).all()
+
+    async def pending_ids(self, org_id: uuid.UUID) -> Sequence[uuid.UUID]:
+        result = await self.session.scalars(
+            select(ApprovalRequest.id).where(
+                ApprovalRequest.org_id == org_id, ApprovalRequest.status == "pending"
+            )
+        )
+        return result.all()
+
+    async def get_status(self, org_id: uuid.UUID, request_id: uuid.UUID) -> str | None:
+        return await self.session.scalar(
+            select(ApprovalRequest.status).where(
+                ApprovalRequest.id == request_id, ApprovalRequest.org_id == org_id
+            )
+        )
+
+    # ---- votes ----
+
+    async def count_based_voters(self, request_id: uuid.UUID) -> frozenset[uuid.UUID]:
+        result = await self.session.scalars(
+            select(Vote.user_id).where(Vote.request_id == request_id, Vote.step_id.is_(None))
+        )
+        return frozenset(result.all())
+
+    async def add_vote(self, vote: Vote) -> None:
+        self.session.add(vote)
+
+    # ---- comments and events ----
+
+    async def add_comment(self, comment: Comment) -> None:
+        self.session.add(comment)
+        await self.session.execute(
+            update(ApprovalRequest)
+            .where(ApprovalRequest.id == comment.request_id)
+            .values(comments_count=ApprovalRequest.comments_count + 1)
+            .execution_options(synchronize_session=False)
+        )
+
+    async def list_comments(self, request_id: uuid.UUID) -> Sequence[Comment]:
+        result = await self.session.scalars(
+            select(Comment)
+            .where(Comment.request_id == request_id)
+            .order_by(Comment.created_at, Comment.id)
+        )
+        return result.all()
+
+    async def add_event(self, event: AuditEvent) -> None:
+        self.session.add(event)
+
+    async def list_events(self, request_id: uuid.UUID) -> Sequence[AuditEvent]:
+        result = await self.session.scalars(
+            select(AuditEvent)
+            .where(AuditEvent.request_id == request_id)
+            .order_by(AuditEvent.created_at, AuditEvent.id)
+        )
+        return result.all()
+
+    async def flush(self) -> None:
+        await self.session.flush()
+
+
+def _is_past_expiry(now: datetime) -> ColumnElement[bool]:
+    return and_(ApprovalRequest.expires_at.is_not(None), ApprovalRequest.expires_at <= now)
+
+
+def _status_condition(status: str, now: datetime) -> ColumnElement[bool]:
+    """A status filter that agrees with what reads show before the sweep has run."""
+    if status == "pending":
+        return and_(ApprovalRequest.status == "pending", ~_is_past_expiry(now))
+    if status == "expired":
+        return or_(
+            ApprovalRequest.status == "expired",
+            and_(ApprovalRequest.status == "pending", _is_past_expiry(now)),
+        )
+    return ApprovalRequest.status == status

@@ -1,0 +1,413 @@
+"""Bodies and query parameters of the approvals API, and the shapes it answers with.
+
+Input models follow decisions.md section 13: unknown fields are ignored, and ``null`` or
+``""`` for an optional field means "not given". Limits come from the operator's settings
+(decisions.md section 6) through the validation context.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from signoff.common.time import parse_timestamp, utcnow
+from signoff.common.validation import settings_from
+
+Priority = Literal["low", "medium", "high", "critical"]
+ACTION_TYPE_PATTERN = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
+HEADER_NAME_PATTERN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+# Headers a caller may not set on callbacks: transport headers, and every header we sign
+# or number deliveries with (a receiver must be able to trust them).
+RESERVED_CALLBACK_HEADERS = frozenset(
+    {
+        "content-type",
+        "content-length",
+        "host",
+        "transfer-encoding",
+        "connection",
+        "x-service-signature",
+        "x-service-delivery-id",
+        "x-service-attempt",
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-signature",
+        "user-agent",
+    }
+)
+MAX_URL_LENGTH = 2048
+
+
+def _reject_bool(value: Any) -> Any:
+    # Pydantic's lax mode reads true as 1; a boolean where a count belongs is a mistake.
+    if isinstance(value, bool):
+        raise ValueError("must be an integer, not a boolean")
+    return value
+
+
+Count = Annotated[int, BeforeValidator(_reject_bool)]
+
+
+def _drop_absent(data: Any, optional: frozenset[str]) -> Any:
+    if isinstance(data, dict):
+        return {k: v for k, v in data.items() if not (k in optional and v in (None, ""))}
+    return data
+
+
+def _require_text(value: str, field: str, limit: int) -> str:
+    if not value.strip():
+        raise ValueError(f"{field} must not be empty")
+    if len(value) > limit:
+        raise ValueError(f"must be at most {limit} characters")
+    return value
+
+
+def validate_callback_url(value: str, *, https_only: bool) -> str:
+    if len(value) > MAX_URL_LENGTH:
+        raise ValueError(f"must be at most {MAX_URL_LENGTH} characters")
+    import httpx
+
+    try:
+        url = httpx.URL(value)
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise ValueError(f"is not a valid URL: {exc}") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError("must be an absolute http or https URL")
+    if https_only and url.scheme != "https":
+        raise ValueError("must use https in production")
+    if url.userinfo:
+        raise ValueError("must not carry credentials; use callback_headers instead")
+    return value
+
+
+class CreateApprovalRequest(BaseModel):
+    """Body of ``POST /api/v1/approvals``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    title: str = Field(description="Short description of what needs approval.")
+    description: str = Field(description="Detailed context for the approver.")
+    priority: Priority
+    callback_url: str | None = Field(None, description="Where the decision is POSTed.")
+    callback_headers: dict[str, str] | None = Field(
+        None, description="Extra headers added to every callback attempt; never echoed."
+    )
+    action_type: str | None = Field(None, description="Dotted label, e.g. `deploy.production`.")
+    source: str | None = Field(None, description="Name of the calling integration.")
+    metadata: dict[str, Any] | None = Field(None, description="Passed through to the callback.")
+    expires_at: datetime | None = Field(None, description="RFC 3339 with a time zone; future.")
+    required_approvals: Count = Field(1, description="Distinct approvals needed (1 to 20).")
+    is_sequential: bool = False
+    idempotency_key: str | None = Field(
+        None, description="Same key in the same org answers 200 with the first request."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _absent_means_default(cls, data: Any) -> Any:
+        return _drop_absent(data, _OPTIONAL_CREATE_FIELDS)
+
+    @field_validator("title")
+    @classmethod
+    def _title(cls, value: str, info: ValidationInfo) -> str:
+        return _require_text(value, "title", settings_from(info.context).max_title_length)
+
+    @field_validator("description")
+    @classmethod
+    def _description(cls, value: str, info: ValidationInfo) -> str:
+        limit = settings_from(info.context).max_description_length
+        return _require_text(value, "description", limit)
+
+    @field_validator("action_type")
+    @classmethod
+    def _action_type(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        if len(value) > settings_from(info.context).max_label_length:
+            raise ValueError("is too long")
+        if not ACTION_TYPE_PATTERN.fullmatch(value):
+            raise ValueError("must be a dotted label of a-z, 0-9, '_' and '-', e.g. deploy.prod")
+        return value
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and len(value) > settings_from(info.context).max_label_length:
+            raise ValueError("is too long")
+        return value
+
+    @field_validator("idempotency_key")
+    @classmethod
+    def _idempotency_key(cls, value: str | None, info: ValidationInfo) -> str | None:
+        limit = settings_from(info.context).max_idempotency_key_length
+        if value is not None and len(value) > limit:
+            raise ValueError(f"must be at most {limit} characters")
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
+        limit = settings_from(info.context).max_metadata_bytes
+        if value is not None and len(orjson.dumps(value)) > limit:
+            raise ValueError(f"must be at most {limit} bytes as JSON")
+        return value
+
+    @field_validator("callback_url")
+    @classmethod
+    def _callback_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        return validate_callback_url(value, https_only=settings_from(info.context).is_production)
+
+    @field_validator("callback_headers")
+    @classmethod
+    def _callback_headers(
+        cls, value: dict[str, str] | None, info: ValidationInfo
+    ) -> dict[str, str] | None:
+        if not value:
+            return None
+        settings = settings_from(info.context)
+        if len(value) > settings.max_callback_headers:
+            raise ValueError(f"at most {settings.max_callback_headers} headers")
+        for name, header_value in value.items():
+            if not HEADER_NAME_PATTERN.fullmatch(name):
+                raise ValueError(f"{name!r} is not a valid header name")
+            if name.lower() in RESERVED_CALLBACK_HEADERS:
+                raise ValueError(f"{name!r} is set by signoff and cannot be overridden")
+            if len(header_value) > settings.max_callback_header_value_length:
+                raise ValueError(f"the value of {name!r} is too long")
+            if any(ch in header_value for ch in "\r\n\0"):
+                raise ValueError(f"the value of {name!r} contains a line break")
+        return value
+
+    @field_validator("expires_at", mode="before")
+    @classmethod
+    def _expires_at_parse(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return parse_timestamp(value)
+            except ValueError as exc:
+                raise ValueError(
+                    f"must be an RFC 3339 timestamp with a time zone ({exc})"
+                ) from None
+        raise ValueError("must be an RFC 3339 timestamp string, e.g. 2030-01-01T12:00:00Z")
+
+    @field_validator("expires_at")
+    @classmethod
+    def _expires_at_future(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value <= utcnow():
+            raise ValueError("must lie in the future")
+        return value
+
+    @field_validator("required_approvals")
+    @classmethod
+    def _required_approvals(cls, value: int, info: ValidationInfo) -> int:
+        limit = settings_from(info.context).max_required_approvals
+        if not 1 <= value <= limit:
+            raise ValueError(f"must be between 1 and {limit}")
+        return value
+
+
+_OPTIONAL_CREATE_FIELDS = frozenset(
+    name for name, f in CreateApprovalRequest.model_fields.items() if not f.is_required()
+)
+
+
+class DecideApprovalRequest(BaseModel):
+    """Body of ``PATCH /api/v1/approvals/:id``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    decision: Literal["approve", "reject"]
+    comment: str | None = None
+    source: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _absent_means_default(cls, data: Any) -> Any:
+        return _drop_absent(data, frozenset({"comment", "source"}))
+
+    @field_validator("comment")
+    @classmethod
+    def _comment(cls, value: str | None, info: ValidationInfo) -> str | None:
+        limit = settings_from(info.context).max_comment_length
+        if value is not None and len(value) > limit:
+            raise ValueError(f"must be at most {limit} characters")
+        return value
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and len(value) > settings_from(info.context).max_label_length:
+            raise ValueError("is too long")
+        return value
+
+
+class ListApprovalsQuery(BaseModel):
+    """Query of ``GET /api/v1/approvals``; unknown parameters are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    page: Count = 1
+    page_size: Count = 20
+    status: list[str] | None = None
+    priority: Priority | None = None
+    action_type: str | None = None
+    source: str | None = None
+    search: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    decided_after: datetime | None = None
+    decided_before: datetime | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalize(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = {k: v for k, v in data.items() if v not in (None, "")}
+        # `limit` is an alias of `page_size` used by existing SDKs (decisions.md 13).
+        if "page_size" not in data and "limit" in data:
+            data["page_size"] = data["limit"]
+        if isinstance(data.get("status"), str):
+            data["status"] = [s.strip() for s in data["status"].split(",") if s.strip()]
+        return data
+
+    @field_validator("status")
+    @classmethod
+    def _status(cls, value: list[str] | None) -> list[str] | None:
+        from signoff.approvals.state import REQUEST_STATUSES
+
+        for status in value or ():
+            if status not in REQUEST_STATUSES:
+                raise ValueError(f"must be one of {', '.join(REQUEST_STATUSES)}")
+        return value or None
+
+    @field_validator("page")
+    @classmethod
+    def _page(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be 1 or more")
+        return value
+
+    @field_validator("page_size")
+    @classmethod
+    def _page_size(cls, value: int) -> int:
+        if not 1 <= value <= 100:
+            raise ValueError("must be between 1 and 100")
+        return value
+
+    @field_validator(
+        "created_after", "created_before", "decided_after", "decided_before", mode="before"
+    )
+    @classmethod
+    def _timestamp(cls, value: Any) -> Any:
+        try:
+            return parse_timestamp(str(value))
+        except ValueError as exc:
+            raise ValueError(f"must be an RFC 3339 timestamp with a time zone ({exc})") from None
+
+    @field_validator("search")
+    @classmethod
+    def _search(cls, value: str | None) -> str | None:
+        if value is not None and len(value) > 500:
+            raise ValueError("must be at most 500 characters")
+        return value
+
+
+class AddComment(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    body: str
+
+    @field_validator("body")
+    @classmethod
+    def _body(cls, value: str, info: ValidationInfo) -> str:
+        return _require_text(value, "body", settings_from(info.context).max_comment_length)
+
+
+# ---- Answers (documented in the OpenAPI document; rendered by presenters.py) ----
+
+
+class ApprovalRequestOut(BaseModel):
+    id: uuid.UUID
+    org_id: uuid.UUID
+    connection_id: uuid.UUID
+    title: str
+    description: str
+    status: Literal["pending", "approved", "rejected", "cancelled", "expired"]
+    priority: Priority
+    action_type: str | None
+    source: str | None
+    metadata: dict[str, Any]
+    callback_url: str | None
+    required_approvals: int
+    current_approvals: int
+    is_sequential: bool
+    idempotency_key: str | None
+    created_at: str
+    updated_at: str
+    expires_at: str | None
+    decided_at: str | None
+    decided_by: uuid.UUID | None
+    decided_by_name: str | None
+    decision_comment: str | None
+    cancelled_at: str | None
+    comments_count: int
+
+
+class DecisionOut(ApprovalRequestOut):
+    callback_delivered: bool
+
+
+class PaginationOut(BaseModel):
+    page: int
+    page_size: int
+    total: int
+    total_pages: int
+
+
+class ApprovalListOut(BaseModel):
+    data: list[ApprovalRequestOut]
+    pagination: PaginationOut
+    total: int
+    page: int
+    page_size: int
+
+
+class CommentOut(BaseModel):
+    id: uuid.UUID
+    approval_request_id: uuid.UUID
+    request_id: uuid.UUID
+    user_id: uuid.UUID
+    body: str
+    created_at: str
+
+
+class CommentListOut(BaseModel):
+    data: list[CommentOut]
+
+
+class AuditEventOut(BaseModel):
+    id: uuid.UUID
+    request_id: uuid.UUID
+    type: str
+    actor_id: uuid.UUID | None
+    data: dict[str, Any]
+    created_at: str
+
+
+class AuditEventListOut(BaseModel):
+    data: list[AuditEventOut]

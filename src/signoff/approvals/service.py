@@ -1,0 +1,341 @@
+"""Use cases of approval requests. Services never commit: the caller's unit of work does.
+
+Every status change goes through ``state.apply`` and then ``_record_transition``, the one
+place that writes a transition's consequences (row, vote, audit event, and the outbox rows
+that come with callbacks) in the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from signoff.approvals import state
+from signoff.approvals.repository import ApprovalRepository, ListFilters
+from signoff.approvals.schemas import CreateApprovalRequest, DecideApprovalRequest
+from signoff.auth.principal import Principal
+from signoff.common.ids import new_id
+from signoff.crypto import SecretBox
+from signoff.errors import NotFound, RequestNotPending
+from signoff.models import ApprovalRequest, AuditEvent, Comment, Vote
+
+
+@dataclass(frozen=True)
+class CreateResult:
+    request: ApprovalRequest
+    created: bool
+
+
+@dataclass(frozen=True)
+class TransitionResult:
+    request: ApprovalRequest
+    transition: state.Transition
+
+
+async def create_request(
+    repo: ApprovalRepository,
+    principal: Principal,
+    payload: CreateApprovalRequest,
+    box: SecretBox,
+    now: datetime,
+) -> CreateResult:
+    """Create a request, or return the org's earlier one with the same idempotency key."""
+    values: dict[str, Any] = {
+        "id": new_id(),
+        "org_id": principal.org_id,
+        "connection_id": principal.connection_id,
+        "title": payload.title,
+        "description": payload.description,
+        "status": "pending",
+        "priority": payload.priority,
+        "action_type": payload.action_type,
+        "source": payload.source,
+        "metadata": payload.metadata or {},
+        "callback_url": payload.callback_url,
+        "callback_headers_encrypted": (
+            box.encrypt(orjson.dumps(payload.callback_headers).decode())
+            if payload.callback_headers
+            else None
+        ),
+        "required_approvals": payload.required_approvals,
+        "current_approvals": 0,
+        "is_sequential": payload.is_sequential,
+        "idempotency_key": payload.idempotency_key,
+        "expires_at": payload.expires_at,
+        "created_at": now,
+        "updated_at": now,
+        "comments_count": 0,
+    }
+    created = await repo.insert_unless_key_taken(values)
+    if created is None:
+        assert payload.idempotency_key is not None  # only a key can conflict
+        existing = await repo.find_by_idempotency_key(principal.org_id, payload.idempotency_key)
+        if existing is None:  # pragma: no cover - the conflicting row cannot vanish
+            raise NotFound("The request holding this idempotency key no longer exists.")
+        return CreateResult(existing, created=False)
+    await repo.add_event(
+        _event(
+            created,
+            "request.created",
+            principal.user_id,
+            now,
+            {"title": created.title, "priority": created.priority, "source": created.source},
+        )
+    )
+    return CreateResult(created, created=True)
+
+
+async def get_request(
+    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+) -> ApprovalRequest:
+    row = await repo.get(principal.org_id, request_id)
+    if row is None:
+        raise NotFound("No approval request with this id.")
+    return row
+
+
+async def list_requests(
+    repo: ApprovalRepository,
+    principal: Principal,
+    filters: ListFilters,
+    *,
+    page: int,
+    page_size: int,
+    now: datetime,
+) -> tuple[Sequence[ApprovalRequest], int]:
+    return await repo.list_page(
+        principal.org_id, filters, now=now, offset=(page - 1) * page_size, limit=page_size
+    )
+
+
+async def decide(
+    repo: ApprovalRepository,
+    principal: Principal,
+    request_id: uuid.UUID,
+    payload: DecideApprovalRequest,
+    now: datetime,
+) -> TransitionResult:
+    row = await _get_locked(repo, principal, request_id)
+    view = await _view(repo, row)
+    transition = state.apply(view, state.Decide(principal.actor, payload.decision), now)
+    await _record_transition(
+        repo, row, transition, principal, now, payload.decision, payload.comment, payload.source
+    )
+    return TransitionResult(row, transition)
+
+
+async def cancel(
+    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID, now: datetime
+) -> TransitionResult:
+    return await _cancel(repo, principal.org_id, principal, request_id, now)
+
+
+async def cancel_all_pending(
+    repo: ApprovalRepository, org_id: uuid.UUID, principal: Principal | None, now: datetime
+) -> list[TransitionResult]:
+    """The hard stop of ``emergency-stop on --cancel-pending``: cancel every pending request.
+
+    ``principal`` is None when the operator's CLI does it: no user decided.
+    """
+    results = []
+    for request_id in await repo.pending_ids(org_id):
+        try:
+            results.append(await _cancel(repo, org_id, principal, request_id, now))
+        except RequestNotPending:
+            continue  # past its deadline already: the sweep expires it
+    return results
+
+
+async def _cancel(
+    repo: ApprovalRepository,
+    org_id: uuid.UUID,
+    principal: Principal | None,
+    request_id: uuid.UUID,
+    now: datetime,
+) -> TransitionResult:
+    row = await repo.get(org_id, request_id, for_update=True)
+    if row is None:
+        raise NotFound("No approval request with this id.")
+    actor = principal.actor if principal else None
+    transition = state.apply(await _view(repo, row), state.Cancel(actor), now)
+    await _record_transition(repo, row, transition, principal, now)
+    return TransitionResult(row, transition)
+
+
+async def expire_due(
+    repo: ApprovalRepository, now: datetime, batch_size: int
+) -> list[TransitionResult]:
+    """Mark pending requests past their deadline as expired (the sweep's one step)."""
+    results = []
+    for row in await repo.due_for_expiry(now, batch_size):
+        transition = state.apply(await _view(repo, row), state.Expire(), now)
+        await _record_transition(repo, row, transition, None, now)
+        results.append(TransitionResult(row, transition))
+    return results
+
+
+async def add_comment(
+    repo: ApprovalRepository,
+    principal: Principal,
+    request_id: uuid.UUID,
+    body: str,
+    now: datetime,
+) -> Comment:
+    row = await get_request(repo, principal, request_id)
+    comment = await _add_comment(repo, row, principal.user_id, body, now)
+    await repo.flush()
+    return comment
+
+
+async def list_comments(
+    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+) -> Sequence[Comment]:
+    await get_request(repo, principal, request_id)
+    return await repo.list_comments(request_id)
+
+
+async def list_events(
+    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+) -> Sequence[AuditEvent]:
+    await get_request(repo, principal, request_id)
+    return await repo.list_events(request_id)
+
+
+# ---- internals ----
+
+
+async def _get_locked(
+    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+) -> ApprovalRequest:
+    row = await repo.get(principal.org_id, request_id, for_update=True)
+    if row is None:
+        raise NotFound("No approval request with this id.")
+    return row
+
+
+async def _view(repo: ApprovalRepository, row: ApprovalRequest) -> state.RequestView:
+    voters = await repo.count_based_voters(row.id) if row.status == "pending" else frozenset()
+    return state.RequestView(
+        status=row.status,  # type: ignore[arg-type]
+        required_approvals=row.required_approvals,
+        current_approvals=row.current_approvals,
+        expires_at=row.expires_at,
+        is_sequential=row.is_sequential,
+        voters=voters,
+    )
+
+
+async def _record_transition(
+    repo: ApprovalRepository,
+    row: ApprovalRequest,
+    transition: state.Transition,
+    principal: Principal | None,
+    now: datetime,
+    decision: str | None = None,
+    comment: str | None = None,
+    source: str | None = None,
+) -> None:
+    """Write everything a transition implies, in the caller's transaction."""
+    actor_id = principal.user_id if principal else None
+    values: dict[str, Any] = {
+        "status": transition.status,
+        "current_approvals": transition.current_approvals,
+        "updated_at": now,
+    }
+    if transition.is_final:
+        values.update(_final_fields(transition, principal, now, row, comment))
+    if not await repo.update_if_pending(row.id, values):
+        # The row lock (PostgreSQL) or the write lock (SQLite) makes this unreachable;
+        # should it ever happen, refusing is right and nothing has been written.
+        raise RequestNotPending(row.status)
+    for key, value in values.items():
+        setattr(row, key, value)
+    if transition.records_vote and principal is not None and decision is not None:
+        await repo.add_vote(
+            Vote(
+                request_id=row.id,
+                user_id=principal.user_id,
+                decision=decision,
+                comment=comment,
+                created_at=now,
+            )
+        )
+    if comment and principal is not None:
+        await _add_comment(repo, row, principal.user_id, comment, now)
+    data: dict[str, Any] = {
+        "status": transition.status,
+        "current_approvals": transition.current_approvals,
+        "required_approvals": row.required_approvals,
+    }
+    if decision:
+        data["decision"] = decision
+    if comment:
+        data["comment"] = comment
+    if source:
+        data["source"] = source
+    if transition.is_override:
+        data["override"] = True
+    await repo.add_event(_event(row, transition.event, actor_id, now, data))
+    await repo.flush()
+
+
+def _final_fields(
+    transition: state.Transition,
+    principal: Principal | None,
+    now: datetime,
+    row: ApprovalRequest,
+    comment: str | None,
+) -> dict[str, Any]:
+    if transition.status == "expired":
+        # Expiry happened at the deadline, whenever the sweep notices it.
+        return {"decided_at": row.expires_at or now}
+    fields: dict[str, Any] = {
+        "decided_at": now,
+        "decided_by": principal.user_id if principal else None,
+        "decided_by_name": principal.user_name if principal else None,
+        "decision_comment": comment,
+    }
+    if transition.status == "cancelled":
+        fields["cancelled_at"] = now
+    return fields
+
+
+async def _add_comment(
+    repo: ApprovalRepository, row: ApprovalRequest, user_id: uuid.UUID, body: str, now: datetime
+) -> Comment:
+    comment = Comment(
+        id=new_id(),
+        org_id=row.org_id,
+        request_id=row.id,
+        user_id=user_id,
+        body=body,
+        created_at=now,
+    )
+    await repo.add_comment(comment)
+    row.comments_count += 1
+    await repo.add_event(
+        _event(row, "comment.created", user_id, now, {"comment_id": str(comment.id), "body": body})
+    )
+    return comment
+
+
+def _event(
+    row: ApprovalRequest,
+    event_type: str,
+    actor_id: uuid.UUID | None,
+    now: datetime,
+    data: dict[str, Any],
+) -> AuditEvent:
+    return AuditEvent(
+        org_id=row.org_id,
+        request_id=row.id,
+        type=event_type,
+        actor_id=actor_id,
+        data=data,
+        created_at=now,
+    )

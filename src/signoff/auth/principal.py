@@ -1,0 +1,38 @@
+"""Who is calling: the identity every ``/api/v1`` call acts as."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Literal
+
+from signoff.approvals.state import Actor
+
+ALL_SCOPES: tuple[str, ...] = ("approvals:read", "approvals:write", "comments:write")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """A call with an API key acts as the connection's owner with every scope
+    (decisions.md section 1); an OAuth token narrows the user and the scopes."""
+
+    org_id: uuid.UUID
+    org_name: str
+    org_emergency_stop: bool
+    connection_id: uuid.UUID
+    connection_name: str
+    rate_limit_per_hour: int
+    user_id: uuid.UUID
+    user_email: str
+    user_name: str
+    role: Literal["admin", "member"]
+    scopes: tuple[str, ...] = ALL_SCOPES
+    auth_method: Literal["api_key", "oauth"] = "api_key"
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+    @property
+    def actor(self) -> Actor:
+        return Actor(user_id=self.user_id, is_admin=self.is_admin)

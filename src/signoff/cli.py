@@ -1,0 +1,497 @@
+"""The ``signoff`` command (decisions.md section 12).
+
+Every command that touches the database migrates a SQLite database itself, so the embedded
+mode needs no setup; PostgreSQL is migrated only by ``signoff db upgrade``, and the other
+commands refuse to run against a schema that is behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Annotated, Any, Literal, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy.engine import make_url
+
+from signoff import __version__
+from signoff.approvals import service as approvals_service
+from signoff.common.time import format_timestamp, utcnow
+from signoff.config import Settings, get_settings
+from signoff.context import AppContext
+from signoff.crypto import generate_secret_key
+from signoff.errors import AppError
+from signoff.models import Connection, Organization, User
+from signoff.orgs import service as orgs_service
+from signoff.unit_of_work import UnitOfWork
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    help="signoff: ask a human before automations and AI agents act.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+org_app = typer.Typer(help="Organizations.", no_args_is_help=True)
+user_app = typer.Typer(help="Users of an organization.", no_args_is_help=True)
+connection_app = typer.Typer(
+    help="Connections: API keys and webhook secrets.", no_args_is_help=True
+)
+app.add_typer(db_app, name="db")
+app.add_typer(org_app, name="org")
+app.add_typer(user_app, name="user")
+app.add_typer(connection_app, name="connection")
+
+err = Console(stderr=True)
+out = Console()
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+OrgOption = Annotated[str, typer.Option("--org", help="Organization id (or unique name).")]
+
+
+class SchemaBehind(RuntimeError):
+    pass
+
+
+def redacted_url(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def prepare_database(settings: Settings) -> None:
+    """Migrate SQLite in place; require PostgreSQL to be at the head revision already."""
+    from signoff.migrations import is_at_head, upgrade_to_head
+
+    if settings.is_sqlite:
+        upgrade_to_head(settings.database_url)
+    elif not is_at_head(settings.database_url):
+        raise SchemaBehind(
+            f"The database {redacted_url(settings.database_url)} is not at the latest "
+            "schema. Run `signoff db upgrade` first."
+        )
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def run_in_transaction(action: Callable[[AppContext, UnitOfWork], Awaitable[T]]) -> T:
+    """Run one use case in one committed transaction, as the CLI's unit of work."""
+    settings = get_settings()
+    try:
+        prepare_database(settings)
+    except SchemaBehind as exc:
+        raise _fail(str(exc)) from None
+
+    async def main() -> T:
+        ctx = AppContext.from_settings(settings)
+        try:
+            async with ctx.transaction() as uow:
+                return await action(ctx, uow)
+        finally:
+            await ctx.close()
+
+    try:
+        return asyncio.run(main())
+    except AppError as exc:
+        raise _fail(exc.message) from None
+
+
+def emit(as_json: bool, data: dict[str, Any], human: str) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(data) + "\n")
+    else:
+        out.print(human, highlight=False)
+
+
+def _user_dict(user: User) -> dict[str, Any]:
+    return {
+        "id": str(user.id),
+        "org_id": str(user.org_id),
+        "email": user.email,
+        "name": user.name,
+        "role": user.role,
+        "has_password": user.password_hash is not None,
+        "created_at": format_timestamp(user.created_at),
+    }
+
+
+def _connection_dict(connection: Connection) -> dict[str, Any]:
+    return {
+        "id": str(connection.id),
+        "org_id": str(connection.org_id),
+        "owner_id": str(connection.owner_id),
+        "name": connection.name,
+        "rate_limit": connection.rate_limit_per_hour,
+        "api_key_prefix": connection.api_key_prefix,
+        "created_at": format_timestamp(connection.created_at),
+        "revoked_at": format_timestamp(connection.revoked_at),
+    }
+
+
+# ---- serve, worker, db ----
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    no_worker: Annotated[
+        bool, typer.Option("--no-worker", help="API only: leave background work to workers.")
+    ] = False,
+) -> None:
+    """Serve the API with its background work (expiry sweep)."""
+    import uvicorn
+
+    from signoff.app import create_app
+
+    settings = get_settings()
+    try:
+        prepare_database(settings)
+    except SchemaBehind as exc:
+        raise _fail(str(exc)) from None
+    application = create_app(settings, background=not no_worker)
+    err.print(
+        f"signoff {__version__} listening on http://{host}:{port} "
+        f"(database: {redacted_url(settings.database_url)}, env: {settings.env})",
+        highlight=False,
+    )
+    uvicorn.run(
+        application,
+        host=host,
+        port=port,
+        loop="uvloop",
+        http="httptools",
+        log_level=settings.log_level,
+        access_log=False,
+        proxy_headers=True,
+        timeout_graceful_shutdown=10,
+    )
+
+
+@app.command()
+def worker() -> None:
+    """Run only the background work (expiry sweep), for scale-out beside API replicas."""
+    from signoff.worker.sweeper import run_expiry_sweep
+
+    settings = get_settings()
+    try:
+        prepare_database(settings)
+    except SchemaBehind as exc:
+        raise _fail(str(exc)) from None
+
+    async def main() -> None:
+        ctx = AppContext.from_settings(settings)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        err.print(f"signoff {__version__} worker started", highlight=False)
+        try:
+            await run_expiry_sweep(ctx, stop)
+        finally:
+            await ctx.close()
+
+    asyncio.run(main())
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Apply every pending migration to SIGNOFF_DATABASE_URL."""
+    from signoff.migrations import upgrade_to_head
+
+    settings = get_settings()
+    upgrade_to_head(settings.database_url)
+    err.print(f"database {redacted_url(settings.database_url)} is up to date", highlight=False)
+
+
+@app.command("secret-key")
+def secret_key() -> None:
+    """Print a new random key for SIGNOFF_SECRET_KEY."""
+    sys.stdout.write(generate_secret_key() + "\n")
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    sys.stdout.write(__version__ + "\n")
+
+
+# ---- org ----
+
+
+@org_app.command("create")
+def org_create(name: str, as_json: JsonFlag = False) -> None:
+    """Create an organization."""
+
+    async def action(_: AppContext, uow: UnitOfWork) -> Organization:
+        return await orgs_service.create_org(uow.orgs, name, utcnow())
+
+    org = run_in_transaction(action)
+    emit(as_json, {"id": str(org.id), "name": org.name}, f"created organization {org.id}")
+
+
+@org_app.command("list")
+def org_list(as_json: JsonFlag = False) -> None:
+    """List organizations."""
+
+    async def action(_: AppContext, uow: UnitOfWork) -> list[dict[str, Any]]:
+        return [
+            {"id": str(o.id), "name": o.name, "emergency_stop": o.emergency_stop}
+            for o in await uow.orgs.list_orgs()
+        ]
+
+    orgs = run_in_transaction(action)
+    if as_json:
+        emit(True, {"data": orgs}, "")
+        return
+    table = Table("id", "name", "emergency stop")
+    for org in orgs:
+        table.add_row(org["id"], org["name"], "on" if org["emergency_stop"] else "off")
+    out.print(table)
+
+
+# ---- user ----
+
+
+@user_app.command("create")
+def user_create(
+    org: OrgOption,
+    email: Annotated[str, typer.Option(help="Unique within the organization.")],
+    name: Annotated[str, typer.Option(help="Display name.")],
+    role: Annotated[str, typer.Option(help="admin or member.")] = "member",
+    password: Annotated[
+        str | None, typer.Option(help="Dashboard password (argon2-hashed; 8+ characters).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Create a user."""
+    if role not in ("admin", "member"):
+        raise _fail("--role must be admin or member", 2)
+    checked_role: Literal["admin", "member"] = "admin" if role == "admin" else "member"
+
+    async def action(_: AppContext, uow: UnitOfWork) -> User:
+        org_row = await orgs_service.resolve_org(uow.orgs, org)
+        return await orgs_service.create_user(
+            uow.orgs,
+            org_row.id,
+            email=email,
+            name=name,
+            role=checked_role,
+            password=password,
+            now=utcnow(),
+        )
+
+    user = run_in_transaction(action)
+    emit(as_json, _user_dict(user), f"created user {user.id} ({user.email}, {user.role})")
+
+
+@user_app.command("list")
+def user_list(org: OrgOption, as_json: JsonFlag = False) -> None:
+    """List the users of an organization."""
+
+    async def action(_: AppContext, uow: UnitOfWork) -> list[dict[str, Any]]:
+        org_row = await orgs_service.resolve_org(uow.orgs, org)
+        return [_user_dict(u) for u in await orgs_service.list_users(uow.orgs, org_row.id)]
+
+    users = run_in_transaction(action)
+    if as_json:
+        emit(True, {"data": users}, "")
+        return
+    table = Table("id", "email", "name", "role")
+    for user in users:
+        table.add_row(user["id"], user["email"], user["name"], user["role"])
+    out.print(table)
+
+
+# ---- connection ----
+
+
+@connection_app.command("create")
+def connection_create(
+    org: OrgOption,
+    owner: Annotated[str, typer.Option(help="User id or e-mail the key acts as.")],
+    name: Annotated[str, typer.Option(help="A name for the integration.")],
+    rate_limit: Annotated[
+        int | None, typer.Option(help="Requests per hour (default SIGNOFF_RATE_LIMIT_DEFAULT).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Create a connection; prints its API key and webhook secret once."""
+
+    async def action(ctx: AppContext, uow: UnitOfWork) -> orgs_service.IssuedConnection:
+        org_row = await orgs_service.resolve_org(uow.orgs, org)
+        owner_row = await orgs_service.resolve_user(uow.orgs, org_row.id, owner)
+        return await orgs_service.create_connection(
+            uow.orgs,
+            ctx.box,
+            ctx.settings,
+            org_row.id,
+            owner=owner_row,
+            name=name,
+            rate_limit=rate_limit,
+            now=utcnow(),
+        )
+
+    issued = run_in_transaction(action)
+    data = {
+        **_connection_dict(issued.connection),
+        "api_key": issued.api_key,
+        "webhook_secret": issued.webhook_secret,
+    }
+    emit(
+        as_json,
+        data,
+        f"created connection {issued.connection.id}\n"
+        f"API key (shown once):        {issued.api_key}\n"
+        f"webhook secret (shown once): {issued.webhook_secret}",
+    )
+
+
+@connection_app.command("list")
+def connection_list(org: OrgOption, as_json: JsonFlag = False) -> None:
+    """List connections (never their secrets)."""
+
+    async def action(_: AppContext, uow: UnitOfWork) -> list[dict[str, Any]]:
+        org_row = await orgs_service.resolve_org(uow.orgs, org)
+        rows = await orgs_service.list_connections(uow.orgs, org_row.id)
+        return [_connection_dict(c) for c in rows]
+
+    connections = run_in_transaction(action)
+    if as_json:
+        emit(True, {"data": connections}, "")
+        return
+    table = Table("id", "name", "key", "rate limit", "revoked")
+    for c in connections:
+        table.add_row(
+            c["id"],
+            c["name"],
+            c["api_key_prefix"] + "…",
+            str(c["rate_limit"]),
+            c["revoked_at"] or "",
+        )
+    out.print(table)
+
+
+def _with_connection(
+    org: str, connection_id: str, change: Callable[[AppContext, Connection], Awaitable[T]]
+) -> tuple[Connection, T]:
+    async def action(ctx: AppContext, uow: UnitOfWork) -> tuple[Connection, T]:
+        org_row = await orgs_service.resolve_org(uow.orgs, org)
+        connection = await orgs_service.get_connection(uow.orgs, org_row.id, connection_id)
+        result = await change(ctx, connection)
+        await uow.session.flush()
+        return connection, result
+
+    return run_in_transaction(action)
+
+
+@connection_app.command("revoke")
+def connection_revoke(connection_id: str, org: OrgOption, as_json: JsonFlag = False) -> None:
+    """Revoke a connection: its API key answers 401 from now on."""
+
+    async def change(_: AppContext, connection: Connection) -> None:
+        await orgs_service.revoke_connection(connection, utcnow())
+
+    connection, _ = _with_connection(org, connection_id, change)
+    emit(as_json, _connection_dict(connection), f"revoked connection {connection.id}")
+
+
+@connection_app.command("rotate-secret")
+def connection_rotate_secret(
+    connection_id: str,
+    org: OrgOption,
+    grace_hours: Annotated[
+        float, typer.Option(help="How long the old secret keeps signing beside the new one.")
+    ] = 24.0,
+    as_json: JsonFlag = False,
+) -> None:
+    """Issue a new webhook secret (shown once); the old one signs too during the grace period."""
+
+    async def change(ctx: AppContext, connection: Connection) -> str:
+        grace = timedelta(hours=grace_hours)
+        return await orgs_service.rotate_webhook_secret(connection, ctx.box, grace, utcnow())
+
+    connection, secret = _with_connection(org, connection_id, change)
+    data = {
+        **_connection_dict(connection),
+        "webhook_secret": secret,
+        "previous_secret_expires_at": format_timestamp(
+            connection.previous_webhook_secret_expires_at
+        ),
+    }
+    emit(as_json, data, f"new webhook secret (shown once): {secret}")
+
+
+@connection_app.command("set-rate-limit")
+def connection_set_rate_limit(
+    connection_id: str,
+    rate_limit: Annotated[int, typer.Argument(help="Requests per hour.")],
+    org: OrgOption,
+    as_json: JsonFlag = False,
+) -> None:
+    """Change a connection's hourly rate limit (up to SIGNOFF_RATE_LIMIT_CEILING)."""
+
+    async def change(ctx: AppContext, connection: Connection) -> None:
+        orgs_service.set_rate_limit(connection, rate_limit, ctx.settings)
+
+    connection, _ = _with_connection(org, connection_id, change)
+    emit(
+        as_json,
+        _connection_dict(connection),
+        f"connection {connection.id} now allows {rate_limit} requests per hour",
+    )
+
+
+# ---- emergency stop ----
+
+
+@app.command("emergency-stop")
+def emergency_stop(
+    state: Annotated[str, typer.Argument(help="on or off")],
+    org: OrgOption,
+    cancel_pending: Annotated[
+        bool, typer.Option("--cancel-pending", help="With on: also cancel every pending request.")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Stop (or resume) every write of an organization."""
+    if state not in ("on", "off"):
+        raise _fail("state must be on or off", 2)
+    active = state == "on"
+
+    async def action(_: AppContext, uow: UnitOfWork) -> tuple[Organization, int]:
+        org_row = await orgs_service.resolve_org(uow.orgs, org)
+        await uow.orgs.set_emergency_stop(org_row.id, active)
+        cancelled = 0
+        if active and cancel_pending:
+            # The operator acts for no user: the cancellations carry no decided_by.
+            results = await approvals_service.cancel_all_pending(
+                uow.approvals, org_row.id, None, utcnow()
+            )
+            cancelled = len(results)
+        return org_row, cancelled
+
+    org_row, cancelled = run_in_transaction(action)
+    emit(
+        as_json,
+        {"org_id": str(org_row.id), "active": active, "cancelled": cancelled},
+        f"emergency stop {state} for {org_row.name}"
+        + (f"; cancelled {cancelled} pending requests" if cancelled else ""),
+    )
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""Small helpers every router uses: JSON answers, the caller, scopes, path ids."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import Response
+
+from signoff.auth.principal import Principal
+from signoff.common.ids import parse_id
+from signoff.context import AppContext
+from signoff.errors import InsufficientScope, NotFound, Unauthorized
+
+
+def json_response(
+    data: Any, status_code: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    return Response(orjson.dumps(data), status_code, headers, media_type="application/json")
+
+
+def context_of(request: Request) -> AppContext:
+    ctx: AppContext = request.app.state.ctx
+    return ctx
+
+
+def principal_of(request: Request) -> Principal:
+    principal = request.scope.get("state", {}).get("principal")
+    if not isinstance(principal, Principal):
+        raise Unauthorized()
+    return principal
+
+
+def require_scope(scope: str) -> Callable[[Request], Principal]:
+    """A dependency: the caller, if their credentials carry ``scope`` (decisions.md 11)."""
+
+    def dependency(request: Request) -> Principal:
+        principal = principal_of(request)
+        if scope not in principal.scopes:
+            raise InsufficientScope(scope)
+        return principal
+
+    dependency.__name__ = f"require_{scope.replace(':', '_')}"
+    return dependency
+
+
+def path_id(value: str, what: str = "approval request") -> uuid.UUID:
+    """A path id; anything that is not a UUID names nothing, so it is a 404."""
+    parsed = parse_id(value)
+    if parsed is None:
+        raise NotFound(f"No {what} with this id.")
+    return parsed
+
+
+def json_body_doc(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` documenting a JSON body we parse ourselves (see validation.py)."""
+    DOCUMENTED_BODIES[model.__name__] = model
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}
+            },
+        }
+    }
+
+
+DOCUMENTED_BODIES: dict[str, type[BaseModel]] = {}

@@ -1,0 +1,82 @@
+"""Operator settings, read from ``SIGNOFF_*`` environment variables.
+
+Every setting has a default that serves the embedded single-process mode (one SQLite
+file in the working directory, in-memory rate-limit counters). ``docs/configuration.md``
+lists them all; keep the two in step.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def normalize_database_url(url: str) -> str:
+    """Accept the URLs operators write and map them to the async drivers we use."""
+    if url.startswith(("postgres://", "postgresql://")):
+        return "postgresql+asyncpg://" + url.split("://", 1)[1]
+    if url.startswith("sqlite://") and not url.startswith("sqlite+aiosqlite://"):
+        return "sqlite+aiosqlite://" + url.split("://", 1)[1]
+    return url
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SIGNOFF_", extra="ignore")
+
+    env: Literal["development", "production"] = "development"
+    database_url: str = "sqlite+aiosqlite:///./signoff.db"
+    redis_url: str | None = None
+    # Key for secrets that must be readable again (webhook secrets, callback headers).
+    # Unset in development: a key file is created beside the database (see crypto.py).
+    secret_key: str | None = None
+    secret_key_file: str = "./signoff.key"
+    log_level: str = "info"
+
+    # Rate limits (decisions.md section 7).
+    rate_limit_default: int = Field(100, ge=1)
+    rate_limit_ceiling: int = Field(10_000, ge=1)
+    rate_limit_unauthenticated: int = Field(100, ge=1)
+    rate_limit_scope: Literal["all", "writes"] = "all"
+    rate_limit_reads_per_minute: int = Field(600, ge=1)
+
+    # Operator-wide emergency stop (decisions.md section 8).
+    emergency_stop: bool = False
+
+    # Input limits (decisions.md section 6).
+    max_body_bytes: int = Field(1024 * 1024, ge=1024)
+    max_title_length: int = 200
+    max_description_length: int = 10_000
+    max_comment_length: int = 10_000
+    max_label_length: int = 100
+    max_idempotency_key_length: int = 255
+    max_metadata_bytes: int = 64 * 1024
+    max_callback_headers: int = 20
+    max_callback_header_value_length: int = 1024
+    max_required_approvals: int = 20
+    max_steps: int = 20
+
+    # Background work.
+    expiry_sweep_interval_seconds: float = Field(1.0, gt=0)
+    long_poll_max_seconds: int = Field(60, ge=0, le=300)
+    long_poll_recheck_seconds: float = Field(1.0, gt=0)
+
+    @field_validator("database_url")
+    @classmethod
+    def _normalize_database_url(cls, value: str) -> str:
+        return normalize_database_url(value)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    @property
+    def is_production(self) -> bool:
+        return self.env == "production"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,90 @@
+"""Everything one process shares: settings, database, secret box, limiter, waiters."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from signoff.auth.principal import Principal
+from signoff.auth.secrets import hash_api_key, looks_like_api_key
+from signoff.common.time import utcnow
+from signoff.config import Settings
+from signoff.crypto import SecretBox
+from signoff.db import Database
+from signoff.ratelimit.limiter import RateLimiter
+from signoff.unit_of_work import UnitOfWork
+
+
+class RequestWaiters:
+    """Wakes long-polling readers of a request the moment this process changes it.
+
+    Changes made by other processes are noticed by the readers' periodic re-check.
+    """
+
+    def __init__(self) -> None:
+        self._events: dict[uuid.UUID, asyncio.Event] = {}
+        self._waiting: dict[uuid.UUID, int] = {}
+
+    async def wait(self, request_id: uuid.UUID, timeout: float) -> None:
+        event = self._events.setdefault(request_id, asyncio.Event())
+        self._waiting[request_id] = self._waiting.get(request_id, 0) + 1
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self._waiting[request_id] -= 1
+            if self._waiting[request_id] == 0:
+                del self._waiting[request_id]
+                if self._events.get(request_id) is event:
+                    del self._events[request_id]
+
+    def notify(self, request_id: uuid.UUID) -> None:
+        event = self._events.pop(request_id, None)
+        if event is not None:
+            event.set()
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+
+@dataclass
+class AppContext:
+    settings: Settings
+    db: Database
+    box: SecretBox
+    limiter: RateLimiter
+    waiters: RequestWaiters = field(default_factory=RequestWaiters)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AppContext:
+        return cls(
+            settings=settings,
+            db=Database(settings.database_url),
+            box=SecretBox.from_settings(settings),
+            limiter=RateLimiter(settings.redis_url),
+        )
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[UnitOfWork]:
+        """A write transaction, committed when the block ends without an exception."""
+        async with self.db.write_session() as session:
+            yield UnitOfWork(session, self.db.dialect)
+            await session.commit()
+
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[UnitOfWork]:
+        async with self.db.read_session() as session:
+            yield UnitOfWork(session, self.db.dialect)
+
+    async def authenticate(self, token: str) -> Principal | None:
+        if not looks_like_api_key(token):
+            return None
+        async with self.reading() as uow:
+            return await uow.orgs.find_principal_by_key_hash(hash_api_key(token), utcnow())
+
+    async def close(self) -> None:
+        await self.db.dispose()

@@ -1,0 +1,123 @@
+"""Engines, sessions and the few places where SQLite and PostgreSQL differ.
+
+Transactions
+------------
+Reads run in ordinary transactions. Writes on SQLite start with ``BEGIN IMMEDIATE`` so the
+write lock is taken up front (a deferred transaction that reads, then writes, can fail with
+SQLITE_BUSY instead of waiting). Inside one process, SQLite writers also queue on an
+``asyncio.Lock``: SQLite's own busy handler sleeps in growing steps of up to 100 ms,
+which would wreck tail latency under load, while a lock hands the writer slot over at once.
+Other processes (a CLI, a ``signoff worker``) still wait on SQLite's busy timeout.
+
+On PostgreSQL the same service code takes row locks with ``SELECT ... FOR UPDATE``
+(SQLAlchemy drops that clause on SQLite, where the whole transaction is already exclusive).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy import Table, event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+from sqlalchemy.sql.dml import Insert
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+def _configure_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take over BEGIN from the driver so we can choose IMMEDIATE for writers.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+class Database:
+    """Owns the engines of one process and hands out transactional sessions."""
+
+    def __init__(self, url: str, *, echo: bool = False) -> None:
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        if self.is_sqlite:
+            self.read_engine = create_async_engine(url, echo=echo, pool_size=8, max_overflow=8)
+            # One connection suffices for writers: they are serialized anyway.
+            self.write_engine = create_async_engine(url, echo=echo, pool_size=1, max_overflow=0)
+            _configure_sqlite(self.read_engine, immediate=False)
+            _configure_sqlite(self.write_engine, immediate=True)
+        else:
+            engine = create_async_engine(
+                url, echo=echo, pool_size=20, max_overflow=10, pool_pre_ping=True
+            )
+            self.read_engine = self.write_engine = engine
+        self._read_sessions = async_sessionmaker(self.read_engine, expire_on_commit=False)
+        self._write_sessions = async_sessionmaker(self.write_engine, expire_on_commit=False)
+        self._sqlite_write_lock = asyncio.Lock() if self.is_sqlite else None
+
+    @property
+    def dialect(self) -> str:
+        return "sqlite" if self.is_sqlite else "postgresql"
+
+    @asynccontextmanager
+    async def read_session(self) -> AsyncIterator[AsyncSession]:
+        """A session for reads; it never commits anything."""
+        async with self._read_sessions() as session:
+            yield session
+
+    @asynccontextmanager
+    async def write_session(self) -> AsyncIterator[AsyncSession]:
+        """A session whose transaction the *caller* commits; it rolls back if not committed.
+
+        Services never commit: the endpoint's unit of work, the CLI command or the worker
+        loop does, once the whole use case has succeeded.
+        """
+        if self._sqlite_write_lock is None:
+            async with self._write_sessions() as session:
+                yield session
+            return
+        async with self._sqlite_write_lock, self._write_sessions() as session:
+            yield session
+
+    async def dispose(self) -> None:
+        await self.read_engine.dispose()
+        if self.write_engine is not self.read_engine:
+            await self.write_engine.dispose()
+
+
+def insert_ignoring_conflicts(
+    dialect: str, table: Table, values: dict[str, Any], conflict_columns: Sequence[str]
+) -> Insert:
+    """``INSERT ... ON CONFLICT (cols) DO NOTHING``: the race-free half of get-or-create.
+
+    The loser of a race inserts nothing (PostgreSQL waits for the winner to commit first),
+    then reads the winner's row.
+    """
+    if dialect == "postgresql":
+        return (
+            postgresql.insert(table)
+            .values(**values)
+            .on_conflict_do_nothing(index_elements=list(conflict_columns))
+        )
+    return (
+        sqlite.insert(table)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=list(conflict_columns))
+    )

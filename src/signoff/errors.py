@@ -1,0 +1,137 @@
+"""The error hierarchy: every refusal the service makes is one of these.
+
+One handler (``app.py``) renders them as ``{"error": {code, message, details}}`` with the
+status they carry, so endpoints and services only ever *raise*.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class AppError(Exception):
+    status_code: ClassVar[int] = 500
+    code: ClassVar[str] = "INTERNAL_ERROR"
+    default_message: ClassVar[str] = "Internal server error."
+
+    def __init__(
+        self,
+        message: str | None = None,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.message = message or self.default_message
+        self.details = details or {}
+        self.headers = headers or {}
+        super().__init__(self.message)
+
+    def to_body(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, "details": self.details}}
+
+
+class ValidationFailed(AppError):
+    status_code = 400
+    code = "VALIDATION_ERROR"
+    default_message = "The request is not valid."
+
+    @classmethod
+    def for_field(cls, field: str, message: str) -> ValidationFailed:
+        return cls(f"{field}: {message}", {"fields": [{"field": field, "message": message}]})
+
+    @classmethod
+    def for_fields(cls, fields: list[dict[str, str]]) -> ValidationFailed:
+        summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5])
+        return cls(summary or cls.default_message, {"fields": fields})
+
+
+class Unauthorized(AppError):
+    status_code = 401
+    code = "UNAUTHORIZED"
+    default_message = "Missing or invalid authentication."
+
+
+class Forbidden(AppError):
+    status_code = 403
+    code = "FORBIDDEN"
+    default_message = "You are not allowed to do this."
+
+
+class InsufficientScope(AppError):
+    status_code = 403
+    code = "INSUFFICIENT_SCOPE"
+
+    def __init__(self, required_scope: str) -> None:
+        super().__init__(
+            f"This call needs the scope {required_scope}.", {"required_scope": required_scope}
+        )
+
+
+class NotFound(AppError):
+    status_code = 404
+    code = "NOT_FOUND"
+    default_message = "Not found."
+
+
+class MethodNotAllowed(AppError):
+    status_code = 405
+    code = "METHOD_NOT_ALLOWED"
+    default_message = "Method not allowed."
+
+
+class Conflict(AppError):
+    status_code = 409
+    code = "CONFLICT"
+    default_message = "The request conflicts with the current state."
+
+
+class RequestNotPending(Conflict):
+    code = "REQUEST_NOT_PENDING"
+
+    def __init__(self, status: str) -> None:
+        super().__init__(f"The request is {status}, not pending.", {"status": status})
+
+
+class StepNotPending(Conflict):
+    code = "STEP_NOT_PENDING"
+
+    def __init__(self, status: str) -> None:
+        super().__init__(f"The step is {status}, not pending.", {"status": status})
+
+
+class AlreadyVoted(Conflict):
+    code = "ALREADY_VOTED"
+    default_message = "You have already voted on this request."
+
+
+class StepOutOfOrder(Conflict):
+    code = "STEP_OUT_OF_ORDER"
+    default_message = "Earlier steps of this sequential chain must be approved first."
+
+
+class StepsLocked(Conflict):
+    code = "STEPS_LOCKED"
+    default_message = "The steps can no longer be replaced."
+
+
+class PayloadTooLarge(AppError):
+    status_code = 413
+    code = "PAYLOAD_TOO_LARGE"
+    default_message = "The request body is too large."
+
+
+class RateLimited(AppError):
+    status_code = 429
+    code = "RATE_LIMITED"
+    default_message = "Rate limit exceeded."
+
+
+class EmergencyStopActive(AppError):
+    status_code = 503
+    code = "EMERGENCY_STOP"
+    default_message = "Emergency stop is active: writes are refused until it is turned off."
+
+
+class ServiceUnavailable(AppError):
+    status_code = 503
+    code = "SERVICE_UNAVAILABLE"
+    default_message = "The service is not ready."

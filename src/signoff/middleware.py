@@ -1,0 +1,160 @@
+"""ASGI middleware for ``/api/v1``: authentication, rate limits, emergency stop, body size.
+
+Pure ASGI (no BaseHTTPMiddleware) to keep the hot path cheap. The guard runs before
+routing, so every ``/api/v1`` answer, errors and unknown paths included, carries the
+``X-RateLimit-*`` headers (decisions.md section 7).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from signoff.context import AppContext
+from signoff.errors import AppError, EmergencyStopActive, PayloadTooLarge, RateLimited, Unauthorized
+from signoff.ratelimit.limiter import RateLimitDecision
+
+logger = logging.getLogger(__name__)
+
+API_PREFIX = "/api/v1"
+# Open to anyone: the interface's own description and, later, OAuth token exchange.
+PUBLIC_API_PATHS = frozenset(
+    {"/api/v1/openapi.json", "/api/v1/docs", "/api/v1/docs/oauth2-redirect"}
+)
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# The one write an admin must still make while the stop is on: turning it off.
+EMERGENCY_STOP_PATH = "/api/v1/emergency-stop"
+
+
+async def send_error(
+    send: Send, error: AppError, extra_headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    body = orjson.dumps(error.to_body())
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        *[(k.lower().encode(), v.encode()) for k, v in error.headers.items()],
+        *(extra_headers or []),
+    ]
+    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _bearer_token(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    return None
+
+
+class ApiGuard:
+    def __init__(self, app: ASGIApp, ctx: AppContext) -> None:
+        self.app = app
+        self.ctx = ctx
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if (
+            scope["type"] != "http"
+            or not (path == API_PREFIX or path.startswith(API_PREFIX + "/"))
+            or path in PUBLIC_API_PATHS
+        ):
+            await self.app(scope, receive, send)
+            return
+        settings = self.ctx.settings
+        token = _bearer_token(scope)
+        principal = await self.ctx.authenticate(token) if token else None
+        method = scope["method"]
+        if principal is None:
+            # Unauthenticated calls count per client address: this also slows key guessing.
+            client = scope.get("client") or ("unknown", 0)
+            decision = await self.ctx.limiter.hit(
+                f"ip:{client[0]}", settings.rate_limit_unauthenticated
+            )
+            error: AppError = Unauthorized() if decision.allowed else RateLimited()
+            await send_error(send, error, decision.headers())
+            return
+        decision = await self._count(
+            principal.connection_id.hex, principal.rate_limit_per_hour, method
+        )
+        if not decision.allowed:
+            await send_error(send, RateLimited(), decision.headers())
+            return
+        if (
+            method in WRITE_METHODS
+            and (settings.emergency_stop or principal.org_emergency_stop)
+            and path != EMERGENCY_STOP_PATH
+        ):
+            await send_error(send, EmergencyStopActive(), decision.headers())
+            return
+        scope.setdefault("state", {})["principal"] = principal
+        await self._call_with_headers(scope, receive, send, decision)
+
+    async def _count(
+        self, connection_key: str, hourly_limit: int, method: str
+    ) -> RateLimitDecision:
+        settings = self.ctx.settings
+        if settings.rate_limit_scope == "writes" and method not in WRITE_METHODS:
+            # Polling integrations: reads are held by a per-minute guard instead.
+            return await self.ctx.limiter.hit(
+                f"reads:{connection_key}", settings.rate_limit_reads_per_minute, "minute"
+            )
+        limit = min(hourly_limit, settings.rate_limit_ceiling)
+        return await self.ctx.limiter.hit(f"conn:{connection_key}", limit)
+
+    async def _call_with_headers(
+        self, scope: Scope, receive: Receive, send: Send, decision: RateLimitDecision
+    ) -> None:
+        started = False
+
+        async def send_with_headers(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                message["headers"] = [*message.get("headers", []), *decision.headers()]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception:
+            # The envelope, never a stack trace; the trace goes to the log.
+            logger.exception("unhandled error in %s %s", scope["method"], scope["path"])
+            if not started:
+                await send_error(send, AppError(), decision.headers())
+
+
+class BodySizeLimit:
+    """413 PAYLOAD_TOO_LARGE for bodies over the limit, declared or streamed."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                await send_error(send, self._error())
+                return
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise self._error()
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+    def _error(self) -> PayloadTooLarge:
+        return PayloadTooLarge(
+            f"The request body exceeds {self.max_bytes} bytes.", {"max_bytes": self.max_bytes}
+        )

@@ -1,0 +1,17 @@
+"""Every table, imported in one place so Alembic and the app see the same metadata."""
+
+from signoff.models.activity import AuditEvent, Comment
+from signoff.models.approvals import ApprovalRequest, Vote
+from signoff.models.base import Base
+from signoff.models.orgs import Connection, Organization, User
+
+__all__ = [
+    "ApprovalRequest",
+    "AuditEvent",
+    "Base",
+    "Comment",
+    "Connection",
+    "Organization",
+    "User",
+    "Vote",
+]

@@ -1,0 +1,102 @@
+"""Approval requests and the votes cast on them."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from signoff.common.ids import new_id
+from signoff.common.time import utcnow
+from signoff.models.base import Base, JSONType
+
+
+class ApprovalRequest(Base):
+    __tablename__ = "approval_requests"
+    __table_args__ = (
+        UniqueConstraint("org_id", "idempotency_key"),
+        # List pages: newest first within an org, optionally narrowed by one filter.
+        Index("ix_approval_requests_org_created", "org_id", "created_at", "id"),
+        Index("ix_approval_requests_org_status_created", "org_id", "status", "created_at"),
+        Index("ix_approval_requests_org_priority_created", "org_id", "priority", "created_at"),
+        Index(
+            "ix_approval_requests_org_action_type_created", "org_id", "action_type", "created_at"
+        ),
+        Index("ix_approval_requests_org_source_created", "org_id", "source", "created_at"),
+        Index("ix_approval_requests_org_decided", "org_id", "decided_at"),
+        # The expiry sweep looks only at pending rows with a deadline.
+        Index(
+            "ix_approval_requests_pending_expiry",
+            "expires_at",
+            sqlite_where=text("status = 'pending' AND expires_at IS NOT NULL"),
+            postgresql_where=text("status = 'pending' AND expires_at IS NOT NULL"),
+        ),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
+    org_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("organizations.id", ondelete="CASCADE"))
+    connection_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("connections.id"))
+    title: Mapped[str] = mapped_column(Text)
+    description: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    priority: Mapped[str] = mapped_column(String(16))
+    action_type: Mapped[str | None] = mapped_column(String(100), default=None)
+    source: Mapped[str | None] = mapped_column(String(100), default=None)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType, default=dict)
+    callback_url: Mapped[str | None] = mapped_column(Text, default=None)
+    # Encrypted JSON object: headers often carry receivers' credentials.
+    callback_headers_encrypted: Mapped[str | None] = mapped_column(Text, default=None)
+    required_approvals: Mapped[int] = mapped_column(Integer, default=1)
+    current_approvals: Mapped[int] = mapped_column(Integer, default=0)
+    is_sequential: Mapped[bool] = mapped_column(Boolean, default=False)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255), default=None)
+    expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    decided_at: Mapped[datetime | None] = mapped_column(default=None)
+    decided_by: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("users.id"), default=None)
+    decided_by_name: Mapped[str | None] = mapped_column(String(200), default=None)
+    decision_comment: Mapped[str | None] = mapped_column(Text, default=None)
+    cancelled_at: Mapped[datetime | None] = mapped_column(default=None)
+    comments_count: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Vote(Base):
+    """One user's approve or reject on a request (count-based) or on one step of it."""
+
+    __tablename__ = "votes"
+    __table_args__ = (
+        # A user counts once per count-based request: the database enforces it, so two
+        # concurrent approvals by one user cannot both land.
+        Index(
+            "uq_votes_request_user_count_based",
+            "request_id",
+            "user_id",
+            unique=True,
+            sqlite_where=text("step_id IS NULL"),
+            postgresql_where=text("step_id IS NULL"),
+        ),
+        Index("ix_votes_request_created", "request_id", "created_at"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
+    request_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("approval_requests.id", ondelete="CASCADE")
+    )
+    step_id: Mapped[uuid.UUID | None] = mapped_column(default=None)
+    user_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("users.id"))
+    decision: Mapped[str] = mapped_column(String(16))
+    comment: Mapped[str | None] = mapped_column(Text, default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -1,0 +1,58 @@
+"""Organizations, their users and their connections (decisions.md section 1)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from signoff.common.ids import new_id
+from signoff.common.time import utcnow
+from signoff.models.base import Base
+
+
+class Organization(Base):
+    __tablename__ = "organizations"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(200))
+    emergency_stop: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class User(Base):
+    __tablename__ = "users"
+    __table_args__ = (UniqueConstraint("org_id", "email"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
+    org_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("organizations.id", ondelete="CASCADE"))
+    email: Mapped[str] = mapped_column(String(320))
+    name: Mapped[str] = mapped_column(String(200))
+    role: Mapped[str] = mapped_column(String(20), default="member")
+    # argon2id hash; null for users who may not sign in to the dashboard.
+    password_hash: Mapped[str | None] = mapped_column(String(200), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Connection(Base):
+    """An integration's identity: one API key, one webhook secret, one rate limit."""
+
+    __tablename__ = "connections"
+    __table_args__ = (Index(None, "org_id", "created_at"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
+    org_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("organizations.id", ondelete="CASCADE"))
+    owner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("users.id"))
+    name: Mapped[str] = mapped_column(String(200))
+    rate_limit_per_hour: Mapped[int] = mapped_column(Integer)
+    # SHA-256 hex of the whole key; the key itself is never stored.
+    api_key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    api_key_prefix: Mapped[str] = mapped_column(String(16))
+    # Encrypted at rest (crypto.py): signing needs the secret itself, so it cannot be hashed.
+    webhook_secret_encrypted: Mapped[str] = mapped_column(Text)
+    previous_webhook_secret_encrypted: Mapped[str | None] = mapped_column(Text, default=None)
+    previous_webhook_secret_expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)

@@ -1,0 +1,128 @@
+"""``/api/v1/me`` and the per-org emergency stop."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, ConfigDict
+from starlette.requests import Request
+from starlette.responses import Response
+
+from signoff.approvals import service as approvals_service
+from signoff.auth.principal import Principal
+from signoff.common.http import (
+    context_of,
+    json_body_doc,
+    json_response,
+    principal_of,
+    require_scope,
+)
+from signoff.common.time import utcnow
+from signoff.common.validation import parse_json_body
+from signoff.errors import Forbidden
+
+router = APIRouter(prefix="/api/v1", tags=["account"])
+
+
+class MeOut(BaseModel):
+    org: dict[str, object]
+    connection: dict[str, object]
+    user: dict[str, object]
+    scopes: list[str]
+    auth_method: str
+    rate_limit: dict[str, object]
+
+
+class EmergencyStopIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    active: bool
+    cancel_pending: bool = False
+
+
+class EmergencyStopOut(BaseModel):
+    org_id: str
+    active: bool
+    operator_stop: bool
+    cancelled: int
+
+
+@router.get("/me", response_model=MeOut, summary="Who am I")
+async def me(request: Request) -> Response:
+    principal = principal_of(request)
+    ctx = context_of(request)
+    limit = min(principal.rate_limit_per_hour, ctx.settings.rate_limit_ceiling)
+    return json_response(
+        {
+            "org": {
+                "id": str(principal.org_id),
+                "name": principal.org_name,
+                "emergency_stop": principal.org_emergency_stop or ctx.settings.emergency_stop,
+            },
+            "connection": {"id": str(principal.connection_id), "name": principal.connection_name},
+            "user": {
+                "id": str(principal.user_id),
+                "email": principal.user_email,
+                "name": principal.user_name,
+                "role": principal.role,
+            },
+            "scopes": list(principal.scopes),
+            "auth_method": principal.auth_method,
+            "rate_limit": {
+                "limit": limit,
+                "window_seconds": 3600,
+                "scope": ctx.settings.rate_limit_scope,
+            },
+        }
+    )
+
+
+@router.get("/emergency-stop", response_model=EmergencyStopOut, summary="Emergency stop state")
+async def get_emergency_stop(
+    request: Request, principal: Annotated[Principal, Depends(require_scope("approvals:read"))]
+) -> Response:
+    ctx = context_of(request)
+    return json_response(
+        {
+            "org_id": str(principal.org_id),
+            "active": principal.org_emergency_stop,
+            "operator_stop": ctx.settings.emergency_stop,
+            "cancelled": 0,
+        }
+    )
+
+
+@router.put(
+    "/emergency-stop",
+    response_model=EmergencyStopOut,
+    openapi_extra=json_body_doc(EmergencyStopIn),
+    summary="Turn the org's emergency stop on or off (admins)",
+    description="While on, every write of the org answers 503 EMERGENCY_STOP. "
+    "`cancel_pending: true` also cancels every pending request, with its callback.",
+)
+async def put_emergency_stop(
+    request: Request, principal: Annotated[Principal, Depends(require_scope("approvals:write"))]
+) -> Response:
+    if not principal.is_admin:
+        raise Forbidden("Only admins may toggle the emergency stop.")
+    ctx = context_of(request)
+    payload = await parse_json_body(request, EmergencyStopIn, ctx.settings)
+    now = utcnow()
+    async with ctx.transaction() as uow:
+        await uow.orgs.set_emergency_stop(principal.org_id, payload.active)
+        cancelled = []
+        if payload.active and payload.cancel_pending:
+            cancelled = await approvals_service.cancel_all_pending(
+                uow.approvals, principal.org_id, principal, now
+            )
+    for result in cancelled:
+        ctx.waiters.notify(result.request.id)
+    return json_response(
+        {
+            "org_id": str(principal.org_id),
+            "active": payload.active,
+            "operator_stop": ctx.settings.emergency_stop,
+            "cancelled": len(cancelled),
+        }
+    )

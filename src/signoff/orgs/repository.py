@@ -1,0 +1,106 @@
+"""Every query on organizations, users and connections."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Literal, cast
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from signoff.auth.principal import Principal
+from signoff.models import Connection, Organization, User
+
+
+class OrgRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def add(self, row: Organization | User | Connection) -> None:
+        self.session.add(row)
+        await self.session.flush()
+
+    async def get_org(self, org_id: uuid.UUID) -> Organization | None:
+        return await self.session.get(Organization, org_id)
+
+    async def find_orgs_by_name(self, name: str) -> Sequence[Organization]:
+        result = await self.session.scalars(select(Organization).where(Organization.name == name))
+        return result.all()
+
+    async def list_orgs(self) -> Sequence[Organization]:
+        result = await self.session.scalars(select(Organization).order_by(Organization.created_at))
+        return result.all()
+
+    async def set_emergency_stop(self, org_id: uuid.UUID, active: bool) -> None:
+        await self.session.execute(
+            update(Organization).where(Organization.id == org_id).values(emergency_stop=active)
+        )
+
+    async def get_user(self, org_id: uuid.UUID, user_id: uuid.UUID) -> User | None:
+        user = await self.session.get(User, user_id)
+        return user if user is not None and user.org_id == org_id else None
+
+    async def find_user_by_email(self, org_id: uuid.UUID, email: str) -> User | None:
+        return cast(
+            User | None,
+            await self.session.scalar(
+                select(User).where(User.org_id == org_id, User.email == email)
+            ),
+        )
+
+    async def list_users(self, org_id: uuid.UUID) -> Sequence[User]:
+        result = await self.session.scalars(
+            select(User).where(User.org_id == org_id).order_by(User.created_at)
+        )
+        return result.all()
+
+    async def get_connection(
+        self, org_id: uuid.UUID, connection_id: uuid.UUID
+    ) -> Connection | None:
+        connection = await self.session.get(Connection, connection_id)
+        return connection if connection is not None and connection.org_id == org_id else None
+
+    async def list_connections(self, org_id: uuid.UUID) -> Sequence[Connection]:
+        result = await self.session.scalars(
+            select(Connection).where(Connection.org_id == org_id).order_by(Connection.created_at)
+        )
+        return result.all()
+
+    async def find_principal_by_key_hash(self, key_hash: str, now: datetime) -> Principal | None:
+        """The identity behind an API key, in one indexed query; None if unknown or revoked."""
+        row = (
+            await self.session.execute(
+                select(
+                    Connection.id,
+                    Connection.name,
+                    Connection.rate_limit_per_hour,
+                    Connection.api_key_hash,
+                    Organization.id,
+                    Organization.name,
+                    Organization.emergency_stop,
+                    User.id,
+                    User.email,
+                    User.name,
+                    User.role,
+                )
+                .join(Organization, Organization.id == Connection.org_id)
+                .join(User, User.id == Connection.owner_id)
+                .where(Connection.api_key_hash == key_hash, Connection.revoked_at.is_(None))
+            )
+        ).first()
+        if row is None:
+            return None
+        return Principal(
+            connection_id=row[0],
+            connection_name=row[1],
+            rate_limit_per_hour=row[2],
+            org_id=row[4],
+            org_name=row[5],
+            org_emergency_stop=row[6],
+            user_id=row[7],
+            user_email=row[8],
+            user_name=row[9],
+            role=cast(Literal["admin", "member"], row[10]),
+        )

@@ -1,0 +1,182 @@
+"""Use cases of organizations, users and connections. Never commits."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from sqlalchemy.exc import IntegrityError
+
+from signoff.auth.secrets import (
+    api_key_display_prefix,
+    generate_api_key,
+    generate_webhook_secret,
+    hash_api_key,
+    hash_password,
+)
+from signoff.common.ids import new_id, parse_id
+from signoff.config import Settings
+from signoff.crypto import SecretBox
+from signoff.errors import Conflict, NotFound, ValidationFailed
+from signoff.models import Connection, Organization, User
+from signoff.orgs.repository import OrgRepository
+
+Role = Literal["admin", "member"]
+EMAIL_PATTERN = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+MIN_PASSWORD_LENGTH = 8
+
+
+@dataclass(frozen=True)
+class IssuedConnection:
+    """A new connection with its credentials: the only time they are ever readable."""
+
+    connection: Connection
+    api_key: str
+    webhook_secret: str
+
+
+def _require_name(value: str, field: str) -> str:
+    value = value.strip()
+    if not value or len(value) > 200:
+        raise ValidationFailed.for_field(field, "must be 1 to 200 characters")
+    return value
+
+
+async def create_org(repo: OrgRepository, name: str, now: datetime) -> Organization:
+    org = Organization(id=new_id(), name=_require_name(name, "name"), created_at=now)
+    await repo.add(org)
+    return org
+
+
+async def resolve_org(repo: OrgRepository, reference: str) -> Organization:
+    """An org by id, or by name when that name is unique."""
+    org_id = parse_id(reference)
+    if org_id is not None and (org := await repo.get_org(org_id)) is not None:
+        return org
+    matches = await repo.find_orgs_by_name(reference)
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise Conflict(f"Several organizations are named {reference!r}; use the id.")
+    raise NotFound(f"No organization {reference!r}.")
+
+
+async def resolve_user(repo: OrgRepository, org_id: uuid.UUID, reference: str) -> User:
+    """A user of the org by id or by e-mail."""
+    user_id = parse_id(reference)
+    user = await repo.get_user(org_id, user_id) if user_id else None
+    user = user or await repo.find_user_by_email(org_id, reference.strip().lower())
+    if user is None:
+        raise NotFound(f"No user {reference!r} in this organization.")
+    return user
+
+
+async def create_user(
+    repo: OrgRepository,
+    org_id: uuid.UUID,
+    *,
+    email: str,
+    name: str,
+    role: Role,
+    password: str | None,
+    now: datetime,
+) -> User:
+    email = email.strip().lower()
+    if not EMAIL_PATTERN.fullmatch(email) or len(email) > 320:
+        raise ValidationFailed.for_field("email", "must be an e-mail address")
+    if password is not None and len(password) < MIN_PASSWORD_LENGTH:
+        raise ValidationFailed.for_field(
+            "password", f"must be at least {MIN_PASSWORD_LENGTH} characters"
+        )
+    user = User(
+        id=new_id(),
+        org_id=org_id,
+        email=email,
+        name=_require_name(name, "name"),
+        role=role,
+        password_hash=hash_password(password) if password else None,
+        created_at=now,
+    )
+    try:
+        async with repo.session.begin_nested():
+            await repo.add(user)
+    except IntegrityError:
+        raise Conflict(f"A user with the e-mail {email} already exists.") from None
+    return user
+
+
+def _check_rate_limit(rate_limit: int, settings: Settings) -> int:
+    if not 1 <= rate_limit <= settings.rate_limit_ceiling:
+        raise ValidationFailed.for_field(
+            "rate_limit", f"must be between 1 and the ceiling of {settings.rate_limit_ceiling}"
+        )
+    return rate_limit
+
+
+async def create_connection(
+    repo: OrgRepository,
+    box: SecretBox,
+    settings: Settings,
+    org_id: uuid.UUID,
+    *,
+    owner: User,
+    name: str,
+    rate_limit: int | None,
+    now: datetime,
+) -> IssuedConnection:
+    api_key = generate_api_key()
+    webhook_secret = generate_webhook_secret()
+    connection = Connection(
+        id=new_id(),
+        org_id=org_id,
+        owner_id=owner.id,
+        name=_require_name(name, "name"),
+        rate_limit_per_hour=_check_rate_limit(rate_limit or settings.rate_limit_default, settings),
+        api_key_hash=hash_api_key(api_key),
+        api_key_prefix=api_key_display_prefix(api_key),
+        webhook_secret_encrypted=box.encrypt(webhook_secret),
+        created_at=now,
+    )
+    await repo.add(connection)
+    return IssuedConnection(connection, api_key, webhook_secret)
+
+
+async def get_connection(repo: OrgRepository, org_id: uuid.UUID, connection_id: str) -> Connection:
+    parsed = parse_id(connection_id)
+    connection = await repo.get_connection(org_id, parsed) if parsed else None
+    if connection is None:
+        raise NotFound(f"No connection {connection_id!r} in this organization.")
+    return connection
+
+
+async def revoke_connection(connection: Connection, now: datetime) -> None:
+    """Its API key answers 401 from the next call on; the row stays for the audit trail."""
+    if connection.revoked_at is None:
+        connection.revoked_at = now
+
+
+async def rotate_webhook_secret(
+    connection: Connection, box: SecretBox, grace: timedelta, now: datetime
+) -> str:
+    """Issue a new secret; the old one keeps signing beside it until the grace period ends."""
+    new_secret = generate_webhook_secret()
+    connection.previous_webhook_secret_encrypted = connection.webhook_secret_encrypted
+    connection.previous_webhook_secret_expires_at = now + grace
+    connection.webhook_secret_encrypted = box.encrypt(new_secret)
+    return new_secret
+
+
+def set_rate_limit(connection: Connection, rate_limit: int, settings: Settings) -> None:
+    connection.rate_limit_per_hour = _check_rate_limit(rate_limit, settings)
+
+
+async def list_users(repo: OrgRepository, org_id: uuid.UUID) -> Sequence[User]:
+    return await repo.list_users(org_id)
+
+
+async def list_connections(repo: OrgRepository, org_id: uuid.UUID) -> Sequence[Connection]:
+    return await repo.list_connections(org_id)

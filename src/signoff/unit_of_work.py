@@ -1,0 +1,16 @@
+"""A transaction and the repositories bound to it."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from signoff.approvals.repository import ApprovalRepository
+from signoff.orgs.repository import OrgRepository
+
+
+class UnitOfWork:
+    def __init__(self, session: AsyncSession, dialect: str) -> None:
+        self.session = session
+        self.dialect = dialect
+        self.approvals = ApprovalRepository(session, dialect)
+        self.orgs = OrgRepository(session)

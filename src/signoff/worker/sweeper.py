@@ -1,0 +1,40 @@
+"""The expiry sweep: writes down what reads already show, pending requests past deadline.
+
+Runs inside ``signoff serve`` and ``signoff worker``; any number may run at once (rows are
+claimed with SKIP LOCKED on PostgreSQL, and SQLite has one writer at a time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from signoff.approvals import service
+from signoff.common.time import utcnow
+from signoff.context import AppContext
+
+logger = logging.getLogger(__name__)
+BATCH_SIZE = 100
+
+
+async def sweep_expired_once(ctx: AppContext) -> int:
+    """Expire one batch of due requests; returns how many were expired."""
+    async with ctx.transaction() as uow:
+        results = await service.expire_due(uow.approvals, utcnow(), BATCH_SIZE)
+    for result in results:
+        ctx.waiters.notify(result.request.id)
+    return len(results)
+
+
+async def run_expiry_sweep(ctx: AppContext, stop: asyncio.Event) -> None:
+    interval = ctx.settings.expiry_sweep_interval_seconds
+    while not stop.is_set():
+        try:
+            while await sweep_expired_once(ctx) == BATCH_SIZE:
+                pass  # a backlog: keep going before sleeping
+        except Exception:
+            logger.exception("expiry sweep failed; retrying after the interval")
+        try:
+            await asyncio.wait_for(stop.wait(), interval)
+        except TimeoutError:
+            pass

@@ -24,25 +24,25 @@ def alembic_config(url: str) -> Config:
 
 def upgrade_to_head(url: str) -> None:
     """Apply every pending migration. Blocking: call it outside the event loop."""
-    command.upgrade(alembic_config(url), "head")
+    command.upgrade(alembic_config(url), "heads")
 
 
-def head_revision() -> str | None:
-    return ScriptDirectory.from_config(alembic_config("")).get_current_head()
+def head_revisions() -> frozenset[str]:
+    return frozenset(ScriptDirectory.from_config(alembic_config("")).get_heads())
 
 
-def _current_revision(connection: Connection) -> str | None:
-    return MigrationContext.configure(connection).get_current_revision()
+def _current_revisions(connection: Connection) -> frozenset[str]:
+    return frozenset(MigrationContext.configure(connection).get_current_heads())
 
 
-async def current_revision(url: str) -> str | None:
+async def current_revisions(url: str) -> frozenset[str]:
     engine = create_async_engine(url)
     try:
         async with engine.connect() as connection:
-            return await connection.run_sync(_current_revision)
+            return await connection.run_sync(_current_revisions)
     finally:
         await engine.dispose()
 
 
 def is_at_head(url: str) -> bool:
-    return asyncio.run(current_revision(url)) == head_revision()
+    return asyncio.run(current_revisions(url)) == head_revisions()

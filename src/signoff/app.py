@@ -25,6 +25,7 @@ from signoff.context import AppContext
 from signoff.errors import AppError, MethodNotAllowed, NotFound, ServiceUnavailable
 from signoff.middleware import ApiGuard, BodySizeLimit
 from signoff.orgs.endpoints import router as orgs_router
+from signoff.steps.endpoints import router as steps_router
 from signoff.worker.sweeper import run_expiry_sweep
 
 logger = logging.getLogger(__name__)
@@ -154,6 +155,7 @@ def create_app(
     _install_error_handlers(app)
     app.include_router(approvals_router)
     app.include_router(orgs_router)
+    app.include_router(steps_router)
     _install_health(app, ctx)
     app.openapi = lambda: _custom_openapi(app)  # type: ignore[method-assign]
     # Added inner first: the guard wraps the size limit, so a 413 carries rate headers too.

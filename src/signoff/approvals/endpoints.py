@@ -15,11 +15,14 @@ from signoff.approvals.presenters import (
     event_to_dict,
     pagination,
     request_to_dict,
+    step_to_dict,
+    vote_to_dict,
 )
 from signoff.approvals.repository import ListFilters
 from signoff.approvals.schemas import (
     AddComment,
     ApprovalListOut,
+    ApprovalRequestDetailOut,
     ApprovalRequestOut,
     AuditEventListOut,
     CommentListOut,
@@ -87,6 +90,12 @@ async def list_approvals(
     created_before: str | None = Query(None, description="RFC 3339."),
     decided_after: str | None = Query(None, description="RFC 3339."),
     decided_before: str | None = Query(None, description="RFC 3339."),
+    assigned_to: str | None = Query(
+        None,
+        description="`me` (or a user id): pending requests waiting for that user's vote now: "
+        "a step of theirs that is votable (in turn, for sequential chains), or a "
+        "count-based request they have not voted on.",
+    ),
 ) -> Response:
     ctx = context_of(request)
     raw = dict(request.query_params)
@@ -103,6 +112,7 @@ async def list_approvals(
         created_before=query.created_before,
         decided_after=query.decided_after,
         decided_before=query.decided_before,
+        assigned_to=principal.user_id if query.assigned_to == "me" else query.assigned_to_id,
     )
     now = utcnow()
     async with ctx.reading() as uow:
@@ -123,7 +133,7 @@ async def list_approvals(
 
 @router.get(
     "/approvals/{request_id}",
-    response_model=ApprovalRequestOut,
+    response_model=ApprovalRequestDetailOut,
     summary="Get one approval request",
     description="With `?wait=N` (up to 60 s) the answer is held until the request leaves "
     "pending or N seconds pass: one long poll instead of many short ones.",
@@ -143,10 +153,13 @@ async def get_approval(
         # A fresh, short read each round: a waiting client holds no connection or lock.
         async with ctx.reading() as uow:
             row = await service.get_request(uow.approvals, principal, rid)
-        body = request_to_dict(row, now)
-        remaining = deadline - time.monotonic()
-        if body["status"] != "pending" or remaining <= 0:
-            return json_response(body)
+            body = request_to_dict(row, now)
+            remaining = deadline - time.monotonic()
+            if body["status"] != "pending" or remaining <= 0:
+                steps, votes = await service.steps_and_votes(uow.approvals, row)
+                body["steps"] = [step_to_dict(step) for step in steps]
+                body["votes"] = [vote_to_dict(vote) for vote in votes]
+                return json_response(body)
         pause = min(remaining, ctx.settings.long_poll_recheck_seconds)
         if row.expires_at is not None:
             pause = min(pause, max(0.0, (row.expires_at - now).total_seconds()) + 0.001)

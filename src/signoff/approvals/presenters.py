@@ -11,7 +11,7 @@ from typing import Any
 
 from signoff.approvals.state import is_past_expiry
 from signoff.common.time import format_timestamp
-from signoff.models import ApprovalRequest, AuditEvent, Comment
+from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, Vote
 
 
 def request_to_dict(row: ApprovalRequest, now: datetime) -> dict[str, Any]:
@@ -81,4 +81,28 @@ def pagination(page: int, page_size: int, total: int) -> dict[str, int]:
         "page_size": page_size,
         "total": total,
         "total_pages": (total + page_size - 1) // page_size,
+    }
+
+
+def step_to_dict(row: ApprovalStep) -> dict[str, Any]:
+    return {
+        "id": str(row.id),
+        "approval_request_id": str(row.request_id),
+        "step_order": row.step_order,
+        "approver_id": str(row.approver_id),
+        "status": row.status,
+        "decided_at": format_timestamp(row.decided_at),
+        "decided_by": str(row.decided_by) if row.decided_by else None,
+        "comment": row.comment,
+    }
+
+
+def vote_to_dict(row: Vote) -> dict[str, Any]:
+    return {
+        "id": str(row.id),
+        "user_id": str(row.user_id),
+        "step_id": str(row.step_id) if row.step_id else None,
+        "decision": row.decision,
+        "comment": row.comment,
+        "created_at": format_timestamp(row.created_at),
     }

@@ -14,6 +14,8 @@ from sqlalchemy import (
     Select,
     and_,
     column,
+    delete,
+    exists,
     func,
     literal_column,
     or_,
@@ -22,9 +24,10 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from signoff.db import insert_ignoring_conflicts
-from signoff.models import ApprovalRequest, AuditEvent, Comment, Vote
+from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, User, Vote
 
 _SEARCH_TERM = re.compile(r"[^\W_]+", re.UNICODE)
 MAX_SEARCH_TERMS = 16
@@ -43,6 +46,7 @@ class ListFilters:
     created_before: datetime | None = None
     decided_after: datetime | None = None
     decided_before: datetime | None = None
+    assigned_to: uuid.UUID | None = None
 
 
 def search_terms(text_query: str) -> list[str]:
@@ -164,6 +168,8 @@ class ApprovalRepository:
             conditions.append(ApprovalRequest.decided_at >= filters.decided_after)
         if filters.decided_before:
             conditions.append(ApprovalRequest.decided_at < filters.decided_before)
+        if filters.assigned_to:
+            conditions.append(_awaiting_vote_of(filters.assigned_to, now))
         return conditions
 
     async def due_for_expiry(self, now: datetime, limit: int) -> Sequence[ApprovalRequest]:
@@ -210,6 +216,70 @@ class ApprovalRepository:
 
     async def add_vote(self, vote: Vote) -> None:
         self.session.add(vote)
+
+    async def has_votes(self, request_id: uuid.UUID) -> bool:
+        found = await self.session.scalar(
+            select(Vote.id).where(Vote.request_id == request_id).limit(1)
+        )
+        return found is not None
+
+    async def list_votes(self, request_id: uuid.UUID) -> Sequence[Vote]:
+        result = await self.session.scalars(
+            select(Vote).where(Vote.request_id == request_id).order_by(Vote.created_at, Vote.id)
+        )
+        return result.all()
+
+    # ---- steps ----
+
+    async def list_steps(self, request_id: uuid.UUID) -> Sequence[ApprovalStep]:
+        result = await self.session.scalars(
+            select(ApprovalStep)
+            .where(ApprovalStep.request_id == request_id)
+            .order_by(ApprovalStep.step_order)
+            .execution_options(populate_existing=True)
+        )
+        return result.all()
+
+    async def get_step(self, request_id: uuid.UUID, step_id: uuid.UUID) -> ApprovalStep | None:
+        return await self.session.scalar(
+            select(ApprovalStep)
+            .where(ApprovalStep.id == step_id, ApprovalStep.request_id == request_id)
+            .execution_options(populate_existing=True)
+        )
+
+    async def replace_steps(self, request_id: uuid.UUID, steps: Sequence[ApprovalStep]) -> None:
+        await self.session.execute(
+            delete(ApprovalStep)
+            .where(ApprovalStep.request_id == request_id)
+            .execution_options(synchronize_session=False)
+        )
+        # The old rows must be gone before new ones reuse their step_order values.
+        await self.session.flush()
+        self.session.add_all(steps)
+
+    async def update_step(
+        self,
+        step_id: uuid.UUID,
+        *,
+        status: str,
+        decided_at: datetime,
+        decided_by: uuid.UUID | None,
+        comment: str | None,
+    ) -> None:
+        await self.session.execute(
+            update(ApprovalStep)
+            .where(ApprovalStep.id == step_id, ApprovalStep.status == "pending")
+            .values(status=status, decided_at=decided_at, decided_by=decided_by, comment=comment)
+            .execution_options(synchronize_session=False)
+        )
+
+    async def org_user_ids(
+        self, org_id: uuid.UUID, user_ids: set[uuid.UUID]
+    ) -> frozenset[uuid.UUID]:
+        result = await self.session.scalars(
+            select(User.id).where(User.org_id == org_id, User.id.in_(user_ids))
+        )
+        return frozenset(result.all())
 
     # ---- comments and events ----
 
@@ -259,3 +329,30 @@ def _status_condition(status: str, now: datetime) -> ColumnElement[bool]:
             and_(ApprovalRequest.status == "pending", _is_past_expiry(now)),
         )
     return ApprovalRequest.status == status
+
+
+def _awaiting_vote_of(user_id: uuid.UUID, now: datetime) -> ColumnElement[bool]:
+    """Pending requests a user can vote on right now: the approver's inbox.
+
+    Either a pending step of theirs that is votable now (for a sequential chain: every
+    lower step approved), or a count-based request they have not voted on yet.
+    """
+    step, earlier = aliased(ApprovalStep), aliased(ApprovalStep)
+    earlier_not_approved = exists().where(
+        earlier.request_id == step.request_id,
+        earlier.step_order < step.step_order,
+        earlier.status != "approved",
+    )
+    votable_step = exists().where(
+        step.request_id == ApprovalRequest.id,
+        step.approver_id == user_id,
+        step.status == "pending",
+        or_(ApprovalRequest.is_sequential.is_(False), ~earlier_not_approved),
+    )
+    not_yet_voted = and_(
+        ApprovalRequest.has_steps.is_(False),
+        ~exists().where(
+            Vote.request_id == ApprovalRequest.id, Vote.user_id == user_id, Vote.step_id.is_(None)
+        ),
+    )
+    return and_(_status_condition("pending", now), or_(votable_step, not_yet_voted))

@@ -271,6 +271,22 @@ class ListApprovalsQuery(BaseModel):
     created_before: datetime | None = None
     decided_after: datetime | None = None
     decided_before: datetime | None = None
+    assigned_to: str | None = None
+
+    @property
+    def assigned_to_id(self) -> uuid.UUID | None:
+        return uuid.UUID(self.assigned_to) if self.assigned_to not in (None, "me") else None
+
+    @field_validator("assigned_to")
+    @classmethod
+    def _assigned_to(cls, value: str | None) -> str | None:
+        if value is None or value == "me":
+            return value
+        try:
+            uuid.UUID(value)
+        except ValueError:
+            raise ValueError("must be 'me' or a user id") from None
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -341,6 +357,26 @@ class AddComment(BaseModel):
 # ---- Answers (documented in the OpenAPI document; rendered by presenters.py) ----
 
 
+class StepSummaryOut(BaseModel):
+    id: uuid.UUID
+    approval_request_id: uuid.UUID
+    step_order: int
+    approver_id: uuid.UUID
+    status: Literal["pending", "approved", "rejected", "skipped"]
+    decided_at: str | None
+    decided_by: uuid.UUID | None
+    comment: str | None
+
+
+class VoteOut(BaseModel):
+    id: uuid.UUID
+    user_id: uuid.UUID
+    step_id: uuid.UUID | None
+    decision: Literal["approve", "reject"]
+    comment: str | None
+    created_at: str
+
+
 class ApprovalRequestOut(BaseModel):
     id: uuid.UUID
     org_id: uuid.UUID
@@ -366,6 +402,13 @@ class ApprovalRequestOut(BaseModel):
     decision_comment: str | None
     cancelled_at: str | None
     comments_count: int
+
+
+class ApprovalRequestDetailOut(ApprovalRequestOut):
+    """The single read: the request with its chain and the votes cast so far."""
+
+    steps: list[StepSummaryOut]
+    votes: list[VoteOut]
 
 
 class DecisionOut(ApprovalRequestOut):

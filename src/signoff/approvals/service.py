@@ -21,8 +21,8 @@ from signoff.approvals.schemas import CreateApprovalRequest, DecideApprovalReque
 from signoff.auth.principal import Principal
 from signoff.common.ids import new_id
 from signoff.crypto import SecretBox
-from signoff.errors import NotFound, RequestNotPending
-from signoff.models import ApprovalRequest, AuditEvent, Comment, Vote
+from signoff.errors import NotFound, RequestNotPending, StepsLocked, ValidationFailed
+from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, Vote
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,14 @@ async def decide(
     view = await _view(repo, row)
     transition = state.apply(view, state.Decide(principal.actor, payload.decision), now)
     await _record_transition(
-        repo, row, transition, principal, now, payload.decision, payload.comment, payload.source
+        repo,
+        row,
+        transition,
+        principal,
+        now,
+        decision=payload.decision,
+        comment=payload.comment,
+        source=payload.source,
     )
     return TransitionResult(row, transition)
 
@@ -206,6 +213,141 @@ async def list_events(
     return await repo.list_events(request_id)
 
 
+# ---- approval chains (decisions.md section 2) ----
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    approver_id: uuid.UUID
+    step_order: int
+
+
+@dataclass(frozen=True)
+class StepVoteResult:
+    request: ApprovalRequest
+    step: ApprovalStep
+    transition: state.Transition
+
+
+async def set_steps(
+    repo: ApprovalRepository,
+    principal: Principal,
+    request_id: uuid.UUID,
+    specs: Sequence[StepSpec],
+    now: datetime,
+) -> Sequence[ApprovalStep]:
+    """Replace the request's chain: allowed while it is pending and nobody has voted."""
+    row = await _get_locked(repo, principal, request_id)
+    status = state.effective_status(await _view(repo, row), now)
+    if status != "pending":
+        raise RequestNotPending(status)
+    if await repo.has_votes(row.id):
+        raise StepsLocked("Votes have been cast on this request; its chain can no longer change.")
+    await _check_approvers(repo, principal.org_id, specs)
+    steps = [
+        ApprovalStep(
+            id=new_id(),
+            request_id=row.id,
+            step_order=spec.step_order,
+            approver_id=spec.approver_id,
+            status="pending",
+            created_at=now,
+        )
+        for spec in sorted(specs, key=lambda spec: spec.step_order)
+    ]
+    await repo.replace_steps(row.id, steps)
+    # With steps, the request needs every step approved (decisions.md section 2).
+    changes = {
+        "required_approvals": len(steps),
+        "current_approvals": 0,
+        "has_steps": True,
+        "updated_at": now,
+    }
+    await repo.update_if_pending(row.id, changes)
+    for key, value in changes.items():
+        setattr(row, key, value)
+    await repo.add_event(
+        _event(
+            row,
+            "steps.configured",
+            principal.user_id,
+            now,
+            {
+                "steps": [
+                    {"step_order": s.step_order, "approver_id": str(s.approver_id)} for s in steps
+                ]
+            },
+        )
+    )
+    await repo.flush()
+    return steps
+
+
+async def _check_approvers(
+    repo: ApprovalRepository, org_id: uuid.UUID, specs: Sequence[StepSpec]
+) -> None:
+    approvers = {spec.approver_id for spec in specs}
+    if len(approvers) != len(specs):
+        raise ValidationFailed.for_field(
+            "steps", "each approver may hold one step only (nobody counts twice)"
+        )
+    known = await repo.org_user_ids(org_id, approvers)
+    unknown = [
+        {"field": f"steps.{index}.approver_id", "message": "is not a user of this organization"}
+        for index, spec in enumerate(specs)
+        if spec.approver_id not in known
+    ]
+    if unknown:
+        raise ValidationFailed.for_fields(unknown)
+
+
+async def list_steps(
+    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+) -> Sequence[ApprovalStep]:
+    await get_request(repo, principal, request_id)
+    return await repo.list_steps(request_id)
+
+
+async def vote_step(
+    repo: ApprovalRepository,
+    principal: Principal,
+    request_id: uuid.UUID,
+    step_id: uuid.UUID,
+    payload: DecideApprovalRequest,
+    now: datetime,
+) -> StepVoteResult:
+    row = await _get_locked(repo, principal, request_id)
+    action = state.VoteStep(principal.actor, step_id, payload.decision)
+    transition = state.apply(await _view(repo, row), action, now)
+    await _record_transition(
+        repo,
+        row,
+        transition,
+        principal,
+        now,
+        decision=payload.decision,
+        comment=payload.comment,
+        source=payload.source,
+        step_id=step_id,
+    )
+    step = await repo.get_step(row.id, step_id)
+    assert step is not None  # the state machine found it in the locked chain
+    return StepVoteResult(row, step, transition)
+
+
+async def steps_and_votes(
+    repo: ApprovalRepository, row: ApprovalRequest
+) -> tuple[Sequence[ApprovalStep], Sequence[Vote]]:
+    """What the single read shows beside the request: its chain and the votes cast.
+
+    Each is queried only when the row says there can be any, to keep reads cheap.
+    """
+    steps = await repo.list_steps(row.id) if row.has_steps else ()
+    may_have_votes = row.has_steps or row.current_approvals > 0 or row.decided_by is not None
+    votes = await repo.list_votes(row.id) if may_have_votes else ()
+    return steps, votes
+
+
 # ---- internals ----
 
 
@@ -219,14 +361,20 @@ async def _get_locked(
 
 
 async def _view(repo: ApprovalRepository, row: ApprovalRequest) -> state.RequestView:
-    voters = await repo.count_based_voters(row.id) if row.status == "pending" else frozenset()
+    """The state machine's snapshot of a (locked) request: its votes and its chain."""
+    steps = await repo.list_steps(row.id) if row.has_steps else ()
+    count_based_pending = row.status == "pending" and not steps
     return state.RequestView(
         status=row.status,  # type: ignore[arg-type]
         required_approvals=row.required_approvals,
         current_approvals=row.current_approvals,
         expires_at=row.expires_at,
         is_sequential=row.is_sequential,
-        voters=voters,
+        voters=await repo.count_based_voters(row.id) if count_based_pending else frozenset(),
+        steps=tuple(
+            state.StepView(s.id, s.step_order, s.approver_id, s.status)  # type: ignore[arg-type]
+            for s in steps
+        ),
     )
 
 
@@ -236,9 +384,11 @@ async def _record_transition(
     transition: state.Transition,
     principal: Principal | None,
     now: datetime,
+    *,
     decision: str | None = None,
     comment: str | None = None,
     source: str | None = None,
+    step_id: uuid.UUID | None = None,
 ) -> None:
     """Write everything a transition implies, in the caller's transaction."""
     actor_id = principal.user_id if principal else None
@@ -255,15 +405,25 @@ async def _record_transition(
         raise RequestNotPending(row.status)
     for key, value in values.items():
         setattr(row, key, value)
-    if transition.records_vote and principal is not None and decision is not None:
+    if principal is not None and decision is not None and (transition.records_vote or step_id):
         await repo.add_vote(
             Vote(
                 request_id=row.id,
+                step_id=step_id,
                 user_id=principal.user_id,
                 decision=decision,
                 comment=comment,
                 created_at=now,
             )
+        )
+    for changed_step_id, step_status in transition.step_changes:
+        voted = changed_step_id == step_id
+        await repo.update_step(
+            changed_step_id,
+            status=step_status,
+            decided_at=now,
+            decided_by=actor_id if voted else None,
+            comment=comment if voted else None,
         )
     if comment and principal is not None:
         await _add_comment(repo, row, principal.user_id, comment, now)
@@ -280,7 +440,18 @@ async def _record_transition(
         data["source"] = source
     if transition.is_override:
         data["override"] = True
-    await repo.add_event(_event(row, transition.event, actor_id, now, data))
+        data["skipped_steps"] = [str(sid) for sid, _ in transition.step_changes]
+    if step_id is not None:
+        step_data = {
+            **data,
+            "step_id": str(step_id),
+            "step_status": dict(transition.step_changes)[step_id],
+        }
+        await repo.add_event(
+            _event(row, f"step.{step_data['step_status']}", actor_id, now, step_data)
+        )
+    if transition.event != "step.approved":
+        await repo.add_event(_event(row, transition.event, actor_id, now, data))
     await repo.flush()
 
 

@@ -1,12 +1,13 @@
 """Every table, imported in one place so Alembic and the app see the same metadata."""
 
 from signoff.models.activity import AuditEvent, Comment
-from signoff.models.approvals import ApprovalRequest, Vote
+from signoff.models.approvals import ApprovalRequest, ApprovalStep, Vote
 from signoff.models.base import Base
 from signoff.models.orgs import Connection, Organization, User
 
 __all__ = [
     "ApprovalRequest",
+    "ApprovalStep",
     "AuditEvent",
     "Base",
     "Comment",

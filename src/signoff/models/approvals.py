@@ -14,6 +14,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
@@ -71,6 +72,8 @@ class ApprovalRequest(Base):
     decision_comment: Mapped[str | None] = mapped_column(Text, default=None)
     cancelled_at: Mapped[datetime | None] = mapped_column(default=None)
     comments_count: Mapped[int] = mapped_column(Integer, default=0)
+    # Set while a chain is configured: reads and the inbox skip the steps table otherwise.
+    has_steps: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class Vote(Base):
@@ -88,6 +91,14 @@ class Vote(Base):
             sqlite_where=text("step_id IS NULL"),
             postgresql_where=text("step_id IS NULL"),
         ),
+        # A step is voted once.
+        Index(
+            "uq_votes_step",
+            "step_id",
+            unique=True,
+            sqlite_where=text("step_id IS NOT NULL"),
+            postgresql_where=text("step_id IS NOT NULL"),
+        ),
         Index("ix_votes_request_created", "request_id", "created_at"),
     )
 
@@ -98,5 +109,28 @@ class Vote(Base):
     step_id: Mapped[uuid.UUID | None] = mapped_column(default=None)
     user_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("users.id"))
     decision: Mapped[str] = mapped_column(String(16))
+    comment: Mapped[str | None] = mapped_column(Text, default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApprovalStep(Base):
+    """One link of an approval chain: a named approver, voted once."""
+
+    __tablename__ = "approval_steps"
+    __table_args__ = (
+        UniqueConstraint("request_id", "step_order"),
+        # The approver's inbox: their pending steps.
+        Index("ix_approval_steps_approver_status", "approver_id", "status"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
+    request_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("approval_requests.id", ondelete="CASCADE")
+    )
+    step_order: Mapped[int] = mapped_column(Integer)
+    approver_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("users.id"))
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    decided_at: Mapped[datetime | None] = mapped_column(default=None)
+    decided_by: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("users.id"), default=None)
     comment: Mapped[str | None] = mapped_column(Text, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

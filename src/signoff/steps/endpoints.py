@@ -1,0 +1,96 @@
+"""``/api/v1/approvals/:id/steps``: configure a chain, read it, vote on a step."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from starlette.requests import Request
+from starlette.responses import Response
+
+from signoff.approvals import service
+from signoff.approvals.presenters import step_to_dict
+from signoff.approvals.schemas import DecideApprovalRequest
+from signoff.auth.principal import Principal
+from signoff.common.http import context_of, json_body_doc, json_response, path_id, require_scope
+from signoff.common.time import utcnow
+from signoff.common.validation import parse_json_body
+from signoff.steps.schemas import ConfiguredStepListOut, SetSteps, StepListOut, StepVoteOut
+
+router = APIRouter(prefix="/api/v1", tags=["steps"])
+
+Reader = Annotated[Principal, Depends(require_scope("approvals:read"))]
+Writer = Annotated[Principal, Depends(require_scope("approvals:write"))]
+
+
+@router.post(
+    "/approvals/{request_id}/steps",
+    status_code=201,
+    response_model=ConfiguredStepListOut,
+    openapi_extra=json_body_doc(SetSteps),
+    summary="Set (replace) the approval chain",
+    description="Allowed while the request is pending and nobody has voted (else 409 "
+    "STEPS_LOCKED). `required_approvals` becomes the number of steps.",
+)
+async def set_steps(request: Request, request_id: str, principal: Writer) -> Response:
+    ctx = context_of(request)
+    rid = path_id(request_id)
+    payload = await parse_json_body(request, SetSteps, ctx.settings)
+    specs = [service.StepSpec(uuid.UUID(s.approver_id), s.step_order) for s in payload.steps]
+    async with ctx.transaction() as uow:
+        steps = await service.set_steps(uow.approvals, principal, rid, specs, utcnow())
+    return json_response(
+        {
+            "data": [
+                {
+                    "id": str(s.id),
+                    "step_order": s.step_order,
+                    "approver_id": str(s.approver_id),
+                    "status": s.status,
+                }
+                for s in steps
+            ]
+        },
+        201,
+    )
+
+
+@router.get(
+    "/approvals/{request_id}/steps", response_model=StepListOut, summary="The chain, in order"
+)
+async def list_steps(request: Request, request_id: str, principal: Reader) -> Response:
+    ctx = context_of(request)
+    rid = path_id(request_id)
+    async with ctx.reading() as uow:
+        steps = await service.list_steps(uow.approvals, principal, rid)
+    return json_response({"data": [step_to_dict(s) for s in steps]})
+
+
+@router.patch(
+    "/approvals/{request_id}/steps/{step_id}",
+    response_model=StepVoteOut,
+    openapi_extra=json_body_doc(DecideApprovalRequest),
+    summary="Vote on one step",
+    description="The step's approver or an admin; the step and request pending (409 "
+    "STEP_NOT_PENDING / REQUEST_NOT_PENDING); sequential chains in order (409 "
+    "STEP_OUT_OF_ORDER).",
+)
+async def vote_step(request: Request, request_id: str, step_id: str, principal: Writer) -> Response:
+    ctx = context_of(request)
+    rid = path_id(request_id)
+    sid = path_id(step_id, "step")
+    payload = await parse_json_body(request, DecideApprovalRequest, ctx.settings)
+    async with ctx.transaction() as uow:
+        result = await service.vote_step(uow.approvals, principal, rid, sid, payload, utcnow())
+    if result.transition.is_final:
+        ctx.waiters.notify(rid)
+    return json_response(
+        {
+            **step_to_dict(result.step),
+            "request_status": result.request.status,
+            "current_approvals": result.request.current_approvals,
+            "required_approvals": result.request.required_approvals,
+            "callback_delivered": False,
+        }
+    )

@@ -1,0 +1,86 @@
+"""Bodies and answers of ``/api/v1/approvals/:id/steps`` (interface.md 4.7)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from signoff.approvals.schemas import Count
+from signoff.common.validation import settings_from
+
+
+class StepIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    approver_id: str = Field(description="A user of the organization.")
+    step_order: Count = Field(description="Position in the chain; distinct positive integers.")
+
+    @field_validator("approver_id")
+    @classmethod
+    def _approver_id(cls, value: str) -> str:
+        try:
+            uuid.UUID(value)
+        except ValueError:
+            raise ValueError("is not a user of this organization") from None
+        return value
+
+    @field_validator("step_order")
+    @classmethod
+    def _step_order(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be a positive integer")
+        return value
+
+
+class SetSteps(BaseModel):
+    """Body of ``POST /api/v1/approvals/:id/steps``: replaces the whole chain."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    steps: list[StepIn]
+
+    @field_validator("steps")
+    @classmethod
+    def _steps(cls, value: list[StepIn], info: ValidationInfo) -> list[StepIn]:
+        limit = settings_from(info.context).max_steps
+        if not 1 <= len(value) <= limit:
+            raise ValueError(f"must hold 1 to {limit} steps")
+        orders = [step.step_order for step in value]
+        if len(set(orders)) != len(orders):
+            raise ValueError("step_order values must be distinct")
+        return value
+
+
+class StepOut(BaseModel):
+    id: uuid.UUID
+    approval_request_id: uuid.UUID
+    step_order: int
+    approver_id: uuid.UUID
+    status: Literal["pending", "approved", "rejected", "skipped"]
+    decided_at: str | None
+    decided_by: uuid.UUID | None
+    comment: str | None
+
+
+class ConfiguredStepOut(BaseModel):
+    id: uuid.UUID
+    step_order: int
+    approver_id: uuid.UUID
+    status: Literal["pending"]
+
+
+class StepListOut(BaseModel):
+    data: list[StepOut]
+
+
+class ConfiguredStepListOut(BaseModel):
+    data: list[ConfiguredStepOut]
+
+
+class StepVoteOut(StepOut):
+    request_status: str
+    current_approvals: int
+    required_approvals: int
+    callback_delivered: bool

@@ -193,7 +193,9 @@ async def add_comment(
     body: str,
     now: datetime,
 ) -> Comment:
-    row = await get_request(repo, principal, request_id)
+    # Every writer of a request locks its row first, so two writers can never hold
+    # weaker locks and wait for each other's upgrade (a deadlock on PostgreSQL).
+    row = await _get_locked(repo, principal, request_id)
     comment = await _add_comment(repo, row, principal.user_id, body, now)
     await repo.flush()
     return comment

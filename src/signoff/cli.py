@@ -27,6 +27,7 @@ from signoff.config import Settings, get_settings
 from signoff.context import AppContext
 from signoff.crypto import generate_secret_key
 from signoff.errors import AppError
+from signoff.logs import configure_logging
 from signoff.models import Connection, Organization, User
 from signoff.orgs import service as orgs_service
 from signoff.unit_of_work import UnitOfWork
@@ -158,11 +159,13 @@ def serve(
         prepare_database(settings)
     except SchemaBehind as exc:
         raise _fail(str(exc)) from None
+    configure_logging(settings)
     application = create_app(settings, background=not no_worker)
     err.print(
         f"signoff {__version__} listening on http://{host}:{port} "
         f"(database: {redacted_url(settings.database_url)}, env: {settings.env})",
         highlight=False,
+        soft_wrap=True,
     )
     uvicorn.run(
         application,
@@ -171,6 +174,7 @@ def serve(
         loop="uvloop",
         http="httptools",
         log_level=settings.log_level,
+        log_config=None,  # keep the structured logging configured above
         access_log=False,
         proxy_headers=True,
         timeout_graceful_shutdown=10,
@@ -187,6 +191,7 @@ def worker() -> None:
         prepare_database(settings)
     except SchemaBehind as exc:
         raise _fail(str(exc)) from None
+    configure_logging(settings)
 
     async def main() -> None:
         ctx = AppContext.from_settings(settings)

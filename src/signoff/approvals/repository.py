@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import operator
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -31,8 +32,11 @@ from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, U
 
 _SEARCH_TERM = re.compile(r"[^\W_]+", re.UNICODE)
 MAX_SEARCH_TERMS = 16
-# The SQLite FTS5 table of migration 0001 (``rank`` is its hidden bm25 column).
-_FTS = table("approval_requests_fts", column("request_id"), column("rank"))
+# The SQLite FTS5 table of migration 0001.
+_FTS = table("approval_requests_fts", column("request_id"))
+# bm25 weights of its columns (title, description): a title match outranks a description
+# match, as the A and B weights of the PostgreSQL vector make it there.
+_FTS_COLUMN_WEIGHTS = (10.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -137,7 +141,8 @@ class ApprovalRepository:
 
         Every term must match, as a prefix, case-insensitively; titles weigh more than
         descriptions. PostgreSQL: the GIN-indexed ``search_vector``. SQLite: a join with
-        the FTS5 table, whose ``rank`` is bm25.
+        the FTS5 table, ranked by bm25 with title and description weights (its default
+        ``rank`` weighs every column alike).
         """
         if self.dialect == "postgresql":
             tsquery = func.to_tsquery("simple", " & ".join(f"{t}:*" for t in terms))
@@ -147,7 +152,8 @@ class ApprovalRepository:
         joined = query.join(_FTS, _FTS.c.request_id == ApprovalRequest.id).where(
             literal_column("approval_requests_fts").op("MATCH")(fts_query)
         )
-        return joined, _FTS.c.rank.asc()
+        bm25 = func.bm25(literal_column("approval_requests_fts"), *_FTS_COLUMN_WEIGHTS)
+        return joined, bm25.asc()  # bm25 is negative: better matches sort first
 
     @staticmethod
     def _filter_conditions(filters: ListFilters, now: datetime) -> list[ColumnElement[bool]]:
@@ -165,9 +171,9 @@ class ApprovalRepository:
         if filters.created_before:
             conditions.append(ApprovalRequest.created_at < filters.created_before)
         if filters.decided_after:
-            conditions.append(ApprovalRequest.decided_at >= filters.decided_after)
+            conditions.append(_decided_at_condition(operator.ge, filters.decided_after, now))
         if filters.decided_before:
-            conditions.append(ApprovalRequest.decided_at < filters.decided_before)
+            conditions.append(_decided_at_condition(operator.lt, filters.decided_before, now))
         if filters.assigned_to:
             conditions.append(_awaiting_vote_of(filters.assigned_to, now))
         return conditions
@@ -317,6 +323,21 @@ class ApprovalRepository:
 
 def _is_past_expiry(now: datetime) -> ColumnElement[bool]:
     return and_(ApprovalRequest.expires_at.is_not(None), ApprovalRequest.expires_at <= now)
+
+
+def _decided_at_condition(
+    compare: Callable[[Any, datetime], ColumnElement[bool]], bound: datetime, now: datetime
+) -> ColumnElement[bool]:
+    """A decided_at filter that agrees with reads before the sweep has run: a pending
+    request past its deadline reads as decided at its ``expires_at``."""
+    return or_(
+        compare(ApprovalRequest.decided_at, bound),
+        and_(
+            ApprovalRequest.status == "pending",
+            _is_past_expiry(now),
+            compare(ApprovalRequest.expires_at, bound),
+        ),
+    )
 
 
 def _status_condition(status: str, now: datetime) -> ColumnElement[bool]:

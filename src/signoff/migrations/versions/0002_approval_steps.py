@@ -21,9 +21,11 @@ depends_on = None
 
 
 def upgrade() -> None:
+    # A literal default lets SQLite add the column in place. An expression default
+    # (sa.false()) makes batch mode copy the table, which drops its full-text triggers.
     with op.batch_alter_table("approval_requests", schema=None) as batch_op:
         batch_op.add_column(
-            sa.Column("has_steps", sa.Boolean(), server_default=sa.false(), nullable=False)
+            sa.Column("has_steps", sa.Boolean(), server_default="0", nullable=False)
         )
     op.create_table(
         "approval_steps",
@@ -75,3 +77,22 @@ def downgrade() -> None:
     op.drop_table("approval_steps")
     with op.batch_alter_table("approval_requests", schema=None) as batch_op:
         batch_op.drop_column("has_steps")
+    _restore_sqlite_search_triggers()
+
+
+def _restore_sqlite_search_triggers() -> None:
+    """SQLite batch mode drops a table's triggers when it copies the table: put back the
+    ones of 0001 that keep the full-text index in step (its rows are keyed by request id,
+    so they survive the copy)."""
+    if op.get_bind().dialect.name != "sqlite":
+        return
+    op.execute(
+        "CREATE TRIGGER IF NOT EXISTS approval_requests_fts_insert AFTER INSERT ON "
+        "approval_requests BEGIN INSERT INTO approval_requests_fts (title, description, "
+        "request_id) VALUES (NEW.title, NEW.description, NEW.id); END"
+    )
+    op.execute(
+        "CREATE TRIGGER IF NOT EXISTS approval_requests_fts_delete AFTER DELETE ON "
+        "approval_requests BEGIN DELETE FROM approval_requests_fts "
+        "WHERE request_id = OLD.id; END"
+    )

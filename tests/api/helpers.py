@@ -1,0 +1,59 @@
+"""Direct database access for API tests: arranging the clock, and reading what was stored.
+
+Tests read rows back through the app's own session factory (never a mock) to check what
+the API answers against what the database holds.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+
+from signoff.common.time import utcnow
+from signoff.context import AppContext
+from signoff.models import ApprovalRequest, AuditEvent
+
+# Settings for modules that need a pending request past its deadline to stay unswept.
+NO_SWEEP = {"expiry_sweep_interval_seconds": 3600.0}
+
+
+async def backdate_expiry(
+    ctx: AppContext, request_id: str, *, ago: timedelta = timedelta(seconds=5)
+) -> datetime:
+    """Move a request's deadline into the past (creation refuses a past ``expires_at``).
+
+    Returns the new deadline, as stored (milliseconds, UTC).
+    """
+    expires_at = utcnow() - ago
+    async with ctx.transaction() as uow:
+        await uow.session.execute(
+            update(ApprovalRequest)
+            .where(ApprovalRequest.id == uuid.UUID(request_id))
+            .values(expires_at=expires_at)
+        )
+    return expires_at
+
+
+async def stored_request(ctx: AppContext, request_id: str) -> ApprovalRequest:
+    async with ctx.reading() as uow:
+        row = await uow.session.scalar(
+            select(ApprovalRequest).where(ApprovalRequest.id == uuid.UUID(request_id))
+        )
+    assert row is not None
+    return row
+
+
+async def stored_events(ctx: AppContext, request_id: str) -> list[dict[str, Any]]:
+    async with ctx.reading() as uow:
+        rows = await uow.session.scalars(
+            select(AuditEvent)
+            .where(AuditEvent.request_id == uuid.UUID(request_id))
+            .order_by(AuditEvent.created_at, AuditEvent.id)
+        )
+        return [
+            {"type": e.type, "actor_id": e.actor_id, "data": e.data, "created_at": e.created_at}
+            for e in rows
+        ]

@@ -1,0 +1,408 @@
+"""GET /api/v1/approvals: pagination, order, every filter, and full-text search."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import httpx
+import pytest
+
+from signoff.context import AppContext
+from tests.api.helpers import NO_SWEEP, backdate_expiry
+from tests.conftest import Member, Org, assert_error, create_approval
+
+
+@pytest.fixture
+def settings_overrides() -> dict[str, Any]:
+    return NO_SWEEP
+
+
+async def _list(client: httpx.AsyncClient, who: Member, **params: Any) -> dict[str, Any]:
+    response = await client.get("/api/v1/approvals", params=params, headers=who.headers)
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def _ids(body: dict[str, Any]) -> list[str]:
+    return [item["id"] for item in body["data"]]
+
+
+def _in_an_hour() -> str:
+    return (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+
+
+# ---- pagination and order ----
+
+
+async def test_pagination_and_newest_first(client: httpx.AsyncClient, org: Org) -> None:
+    created = [(await create_approval(client, org.member, title=f"R{i}"))["id"] for i in range(5)]
+    newest_first = created[::-1]
+
+    first = await _list(client, org.member, page_size=2)
+    assert first["pagination"] == {"page": 1, "page_size": 2, "total": 5, "total_pages": 3}
+    assert (first["total"], first["page"], first["page_size"]) == (5, 1, 2)
+    assert _ids(first) == newest_first[:2]
+
+    second = await _list(client, org.member, page=2, page_size=2)
+    assert _ids(second) == newest_first[2:4]
+    last = await _list(client, org.member, page=3, page_size=2)
+    assert _ids(last) == newest_first[4:]
+    assert last["pagination"]["total_pages"] == 3
+    beyond = await _list(client, org.member, page=4, page_size=2)
+    assert beyond["data"] == [] and beyond["pagination"]["total"] == 5
+
+
+async def test_defaults_and_item_shape(client: httpx.AsyncClient, org: Org) -> None:
+    for _ in range(21):
+        await create_approval(client, org.member, metadata={"k": "v"})
+    body = await _list(client, org.member)
+    assert body["pagination"] == {"page": 1, "page_size": 20, "total": 21, "total_pages": 2}
+    assert len(body["data"]) == 20
+    item = body["data"][0]
+    # decisions.md 13: items carry every field of the single read but callback_headers.
+    single = await client.get(f"/api/v1/approvals/{item['id']}", headers=org.member.headers)
+    expected = {k: v for k, v in single.json().items() if k not in ("steps", "votes")}
+    assert {k: item.get(k) for k in expected} == expected
+    assert "callback_headers" not in item
+    assert item["metadata"] == {"k": "v"}
+
+
+async def test_empty_org_lists_nothing(client: httpx.AsyncClient, org: Org) -> None:
+    body = await _list(client, org.member)
+    assert body["data"] == []
+    assert body["pagination"] == {"page": 1, "page_size": 20, "total": 0, "total_pages": 0}
+
+
+async def test_limit_is_an_alias_of_page_size(client: httpx.AsyncClient, org: Org) -> None:
+    for _ in range(3):
+        await create_approval(client, org.member)
+    body = await _list(client, org.member, limit=2)
+    assert len(body["data"]) == 2
+    assert body["page_size"] == 2 and body["pagination"]["total_pages"] == 2
+    # page_size wins when both are given.
+    assert len((await _list(client, org.member, limit=1, page_size=3))["data"]) == 3
+    assert (await _list(client, org.member, page_size=100))["page_size"] == 100
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"page_size": 0}, "page_size"),
+        ({"page_size": 101}, "page_size"),
+        ({"page_size": -5}, "page_size"),
+        ({"page_size": "ten"}, "page_size"),
+        ({"limit": 0}, "page_size"),
+        ({"limit": 101}, "page_size"),
+        ({"page": 0}, "page"),
+        ({"page": "x"}, "page"),
+        ({"status": "done"}, "status"),
+        ({"status": "pending,nope"}, "status"),
+        ({"priority": "urgent"}, "priority"),
+        ({"created_after": "yesterday"}, "created_after"),
+        ({"created_before": "2030-01-01T00:00:00"}, "created_before"),
+        ({"decided_after": "2030-13-01T00:00:00Z"}, "decided_after"),
+    ],
+)
+async def test_invalid_parameters_are_400(
+    client: httpx.AsyncClient, org: Org, params: dict[str, Any], field: str
+) -> None:
+    response = await client.get("/api/v1/approvals", params=params, headers=org.member.headers)
+    details = assert_error(response, 400, "VALIDATION_ERROR")
+    assert field in [f["field"] for f in details["fields"]], details
+
+
+async def test_unknown_query_parameters_are_ignored(client: httpx.AsyncClient, org: Org) -> None:
+    await create_approval(client, org.member)
+    body = await _list(client, org.member, sort="asc", per_page=1, expand="steps", foo="")
+    assert body["pagination"]["total"] == 1
+
+
+async def test_other_orgs_requests_never_appear(
+    client: httpx.AsyncClient, org: Org, other_org: Org
+) -> None:
+    ours = await create_approval(client, org.member, title="Deploy ours")
+    await create_approval(client, other_org.member, title="Deploy theirs")
+    assert _ids(await _list(client, org.admin)) == [ours["id"]]
+    assert _ids(await _list(client, org.admin, search="deploy")) == [ours["id"]]
+    assert (await _list(client, other_org.member, status="pending"))["total"] == 1
+
+
+# ---- filters ----
+
+
+async def _one_of_each_status(
+    client: httpx.AsyncClient, org: Org, ctx: AppContext
+) -> dict[str, str]:
+    ids = {
+        status: (await create_approval(client, org.member, title=status))["id"]
+        for status in ("pending", "approved", "rejected", "cancelled", "expired")
+    }
+    base = "/api/v1/approvals/"
+    headers = org.admin.headers
+    await client.patch(base + ids["approved"], headers=headers, json={"decision": "approve"})
+    await client.patch(base + ids["rejected"], headers=headers, json={"decision": "reject"})
+    await client.delete(base + ids["cancelled"], headers=headers)
+    # Past its deadline, not yet swept (the sweep is off in this module).
+    await backdate_expiry(ctx, ids["expired"])
+    return ids
+
+
+async def test_status_filter(client: httpx.AsyncClient, org: Org, ctx: AppContext) -> None:
+    ids = await _one_of_each_status(client, org, ctx)
+    for status, request_id in ids.items():
+        body = await _list(client, org.member, status=status)
+        assert _ids(body) == [request_id], status
+        assert body["data"][0]["status"] == status
+        assert body["total"] == 1
+
+
+async def test_status_accepts_a_comma_list_and_repeats(
+    client: httpx.AsyncClient, org: Org, ctx: AppContext
+) -> None:
+    ids = await _one_of_each_status(client, org, ctx)
+    body = await _list(client, org.member, status="approved, rejected")
+    assert set(_ids(body)) == {ids["approved"], ids["rejected"]}
+    assert body["total"] == 2
+    repeated = await client.get(
+        "/api/v1/approvals?status=cancelled&status=expired", headers=org.member.headers
+    )
+    assert set(_ids(repeated.json())) == {ids["cancelled"], ids["expired"]}
+    everything = await _list(client, org.member, status="pending,expired,approved")
+    assert everything["total"] == 3
+
+
+async def test_expired_but_unswept_counts_as_expired_not_pending(
+    client: httpx.AsyncClient, org: Org, ctx: AppContext
+) -> None:
+    live = await create_approval(client, org.member, expires_at=_in_an_hour())
+    stale = await create_approval(client, org.member, expires_at=_in_an_hour())
+    deadline = await backdate_expiry(ctx, stale["id"])
+    assert _ids(await _list(client, org.member, status="pending")) == [live["id"]]
+    expired = await _list(client, org.member, status="expired")
+    assert _ids(expired) == [stale["id"]]
+    item = expired["data"][0]
+    assert item["status"] == "expired"
+    assert item["decided_at"] == item["expires_at"]
+    assert item["decided_at"] == deadline.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    # Unfiltered, it reads expired too.
+    statuses = {i["id"]: i["status"] for i in (await _list(client, org.member))["data"]}
+    assert statuses == {live["id"]: "pending", stale["id"]: "expired"}
+
+
+async def test_priority_action_type_and_source_filters(client: httpx.AsyncClient, org: Org) -> None:
+    low = await create_approval(client, org.member, priority="low", source="zapier")
+    deploy = await create_approval(
+        client, org.member, priority="critical", action_type="deploy.prod", source="github"
+    )
+    other = await create_approval(client, org.member, priority="critical", action_type="refund")
+    assert _ids(await _list(client, org.member, priority="low")) == [low["id"]]
+    assert _ids(await _list(client, org.member, priority="critical")) == [other["id"], deploy["id"]]
+    assert _ids(await _list(client, org.member, priority="high")) == []
+    assert _ids(await _list(client, org.member, action_type="deploy.prod")) == [deploy["id"]]
+    # An exact label, not a prefix.
+    assert _ids(await _list(client, org.member, action_type="deploy")) == []
+    assert _ids(await _list(client, org.member, source="zapier")) == [low["id"]]
+    combined = await _list(client, org.member, priority="critical", source="github")
+    assert _ids(combined) == [deploy["id"]]
+
+
+async def test_created_after_and_before(client: httpx.AsyncClient, org: Org) -> None:
+    first, second, third = [await create_approval(client, org.member) for _ in range(3)]
+    middle = second["created_at"]
+    # A half-open window: after is inclusive, before exclusive, so windows never overlap.
+    assert _ids(await _list(client, org.member, created_after=middle)) == [
+        third["id"],
+        second["id"],
+    ]
+    assert _ids(await _list(client, org.member, created_before=middle)) == [first["id"]]
+    window = await _list(
+        client, org.member, created_after=first["created_at"], created_before=third["created_at"]
+    )
+    assert _ids(window) == [second["id"], first["id"]]
+    # Other offsets than Z mean the same instant.
+    as_plus_two = (
+        datetime.fromisoformat(middle).astimezone(timezone(timedelta(hours=2))).isoformat()
+    )
+    assert _ids(await _list(client, org.member, created_after=as_plus_two)) == [
+        third["id"],
+        second["id"],
+    ]
+
+
+async def test_decided_after_and_before(
+    client: httpx.AsyncClient, org: Org, ctx: AppContext
+) -> None:
+    pending = await create_approval(client, org.member)
+    early = await create_approval(client, org.member)
+    late = await create_approval(client, org.member)
+    base = "/api/v1/approvals/"
+    first = await client.patch(
+        base + early["id"], headers=org.admin.headers, json={"decision": "approve"}
+    )
+    second = await client.delete(base + late["id"], headers=org.admin.headers)
+    boundary = second.json()["decided_at"]
+    assert first.json()["decided_at"] < boundary
+    assert _ids(await _list(client, org.member, decided_after=boundary)) == [late["id"]]
+    assert _ids(await _list(client, org.member, decided_before=boundary)) == [early["id"]]
+    everything_decided = await _list(client, org.member, decided_after="2000-01-01T00:00:00Z")
+    assert pending["id"] not in _ids(everything_decided)
+    assert everything_decided["total"] == 2
+
+
+async def test_decided_filters_see_expiry_before_the_sweep(
+    client: httpx.AsyncClient, org: Org, ctx: AppContext
+) -> None:
+    """An unswept expired request reads decided at its deadline, so filters agree."""
+    stale = await create_approval(client, org.member, expires_at=_in_an_hour())
+    deadline = await backdate_expiry(ctx, stale["id"], ago=timedelta(minutes=10))
+    before = (deadline - timedelta(minutes=1)).isoformat()
+    after = (deadline + timedelta(minutes=1)).isoformat()
+    assert _ids(await _list(client, org.member, decided_after=before)) == [stale["id"]]
+    assert _ids(await _list(client, org.member, decided_before=after)) == [stale["id"]]
+    assert _ids(await _list(client, org.member, decided_after=after)) == []
+    assert _ids(await _list(client, org.member, decided_before=before)) == []
+
+
+# ---- full-text search ----
+
+
+async def test_search_prefix_and_every_word(client: httpx.AsyncClient, org: Org) -> None:
+    deploy = await create_approval(
+        client, org.member, title="Deploy billing service", description="Roll out to eu-west."
+    )
+    refund = await create_approval(
+        client, org.member, title="Refund customer", description="Billing error on invoice 4411."
+    )
+    await create_approval(client, org.member, title="Rotate keys", description="Quarterly chore.")
+    assert set(_ids(await _list(client, org.member, search="billing"))) == {
+        deploy["id"],
+        refund["id"],
+    }
+    # Prefixes match, case does not matter.
+    assert _ids(await _list(client, org.member, search="DEPL")) == [deploy["id"]]
+    assert _ids(await _list(client, org.member, search="invoi")) == [refund["id"]]
+    # Every word must match (in title or description).
+    assert _ids(await _list(client, org.member, search="billing refund")) == [refund["id"]]
+    assert _ids(await _list(client, org.member, search="billing invoice 4411")) == [refund["id"]]
+    assert _ids(await _list(client, org.member, search="billing quarterly")) == []
+    assert _ids(await _list(client, org.member, search="nothing-like-this")) == []
+
+
+async def test_search_ranks_title_matches_over_description_matches(
+    client: httpx.AsyncClient, org: Org
+) -> None:
+    in_title = await create_approval(
+        client, org.member, title="Firewall change", description="Opens port 443 on the edge."
+    )
+    # Created later (newest first would list it first), and its description is as short.
+    in_description = await create_approval(
+        client, org.member, title="Open port 443", description="Firewall change on the edge."
+    )
+    body = await _list(client, org.member, search="firewall")
+    assert _ids(body) == [in_title["id"], in_description["id"]]
+    # The same holds when more unrelated requests exist.
+    for i in range(3):
+        await create_approval(client, org.member, title=f"Noise {i}", description="Unrelated.")
+    assert _ids(await _list(client, org.member, search="firewall")) == [
+        in_title["id"],
+        in_description["id"],
+    ]
+
+
+async def test_search_total_counts_every_match(client: httpx.AsyncClient, org: Org) -> None:
+    for i in range(7):
+        await create_approval(client, org.member, title=f"Payout batch {i}")
+    await create_approval(client, org.member, title="Something else")
+    body = await _list(client, org.member, search="payout", page_size=3, page=3)
+    assert body["pagination"] == {"page": 3, "page_size": 3, "total": 7, "total_pages": 3}
+    assert len(body["data"]) == 1
+    pages = [
+        await _list(client, org.member, search="payout", page_size=3, page=p) for p in (1, 2, 3)
+    ]
+    seen = [i for page in pages for i in _ids(page)]
+    assert len(seen) == len(set(seen)) == 7
+
+
+async def test_search_combines_with_filters(client: httpx.AsyncClient, org: Org) -> None:
+    high = await create_approval(client, org.member, title="Payout to vendor", priority="high")
+    await create_approval(client, org.member, title="Payout to partner", priority="low")
+    body = await _list(client, org.member, search="payout", priority="high")
+    assert _ids(body) == [high["id"]] and body["total"] == 1
+    await client.delete(f"/api/v1/approvals/{high['id']}", headers=org.member.headers)
+    assert (await _list(client, org.member, search="payout", status="pending"))["total"] == 1
+
+
+OPERATOR_QUERIES = [
+    '"',
+    "*",
+    ":",
+    "&",
+    ")",
+    "deploy | !prod",
+    "NOT deploy",
+    "deploy OR prod",
+    "title:deploy",
+    "deploy NEAR prod",
+    "^deploy",
+    "'",
+    "\\",
+    "deploy\x00",
+    "déploiement",
+    "部署",
+    "a" * 500,
+]
+# The operators are dropped; the words around them still search.
+OPERATOR_QUERIES_THAT_MATCH = [
+    '"deploy',
+    "deploy*",
+    "deploy:*",
+    "deploy & prod",
+    "(deploy",
+    "-deploy",
+]
+
+
+async def test_search_operator_characters_do_not_error(client: httpx.AsyncClient, org: Org) -> None:
+    deploy = await create_approval(client, org.member, title="Deploy prod", description="Now.")
+    for query in OPERATOR_QUERIES + OPERATOR_QUERIES_THAT_MATCH:
+        response = await client.get(
+            "/api/v1/approvals", params={"search": query}, headers=org.member.headers
+        )
+        assert response.status_code == 200, (query, response.text)
+        found = _ids(response.json())
+        assert found in ([], [deploy["id"]]), query
+        if query in OPERATOR_QUERIES_THAT_MATCH:
+            assert found == [deploy["id"]], query
+
+
+async def test_search_finds_dotted_and_hyphenated_words(
+    client: httpx.AsyncClient, org: Org
+) -> None:
+    """Words inside host names, versions, labels and e-mails are searchable on both engines."""
+    request = await create_approval(
+        client,
+        org.member,
+        title="Renew api.example.com certificate",
+        description="For deploy.production of billing-service v2.1, ask ops@example.org.",
+    )
+    for query in (
+        "api.example.com",
+        "example",
+        "certificate",
+        "deploy.production",
+        "production",
+        "billing-service",
+        "service",
+        "v2.1",
+        "ops@example.org",
+        "ops",
+    ):
+        assert _ids(await _list(client, org.member, search=query)) == [request["id"]], query
+
+
+async def test_search_of_only_operators_finds_nothing(client: httpx.AsyncClient, org: Org) -> None:
+    await create_approval(client, org.member)
+    body = await _list(client, org.member, search='"*:&()')
+    assert body["data"] == [] and body["total"] == 0

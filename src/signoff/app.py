@@ -24,6 +24,9 @@ from signoff.config import Settings, get_settings
 from signoff.context import AppContext
 from signoff.errors import AppError, MethodNotAllowed, NotFound, ServiceUnavailable
 from signoff.middleware import ApiGuard, BodySizeLimit
+from signoff.oauth.endpoints import api_router as oauth_api_router
+from signoff.oauth.endpoints import router as oauth_router
+from signoff.oauth.pages import SCOPE_DESCRIPTIONS
 from signoff.orgs.endpoints import router as orgs_router
 from signoff.steps.endpoints import router as steps_router
 from signoff.worker.sweeper import run_expiry_sweep
@@ -105,6 +108,23 @@ def _install_health(app: FastAPI, ctx: AppContext) -> None:
         return json_response({"status": "ready"})
 
 
+def _oauth2_security_scheme() -> dict[str, Any]:
+    """OAuth 2.0 with PKCE (docs/oauth.md); the scope each operation needs is in its docs."""
+    return {
+        "type": "oauth2",
+        "description": "Authorization code with PKCE (S256). Discovery: "
+        "/.well-known/oauth-authorization-server.",
+        "flows": {
+            "authorizationCode": {
+                "authorizationUrl": "/oauth/authorize",
+                "tokenUrl": "/oauth/token",
+                "refreshUrl": "/oauth/token",
+                "scopes": dict(SCOPE_DESCRIPTIONS),
+            }
+        },
+    }
+
+
 def _custom_openapi(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema:
         return app.openapi_schema
@@ -118,9 +138,10 @@ def _custom_openapi(app: FastAPI) -> dict[str, Any]:
         schemas.update(model_schema.pop("$defs", {}))
         schemas[name] = model_schema
     components["securitySchemes"] = {
-        "apiKey": {"type": "http", "scheme": "bearer", "description": "gk_ + 64 hex"}
+        "apiKey": {"type": "http", "scheme": "bearer", "description": "gk_ + 64 hex"},
+        "oauth2": _oauth2_security_scheme(),
     }
-    schema["security"] = [{"apiKey": []}]
+    schema["security"] = [{"apiKey": []}, {"oauth2": []}]
     app.openapi_schema = schema
     return schema
 
@@ -155,6 +176,8 @@ def create_app(
     _install_error_handlers(app)
     app.include_router(approvals_router)
     app.include_router(orgs_router)
+    app.include_router(oauth_router)
+    app.include_router(oauth_api_router)
     app.include_router(steps_router)
     _install_health(app, ctx)
     app.openapi = lambda: _custom_openapi(app)  # type: ignore[method-assign]

@@ -63,6 +63,20 @@ class Settings(BaseSettings):
     long_poll_max_seconds: int = Field(60, ge=0, le=300)
     long_poll_recheck_seconds: float = Field(1.0, gt=0)
 
+    # OAuth 2.0 (docs/oauth.md). The issuer (`iss`) and every advertised endpoint are
+    # built from public_url, never from the request's Host header, which a caller controls.
+    public_url: str = "http://127.0.0.1:8000"
+    oauth_access_token_ttl_seconds: int = Field(3600, ge=60)
+    oauth_refresh_token_ttl_seconds: int = Field(30 * 24 * 3600, ge=60)
+    oauth_code_ttl_seconds: int = Field(600, ge=10, le=600)
+    session_ttl_seconds: int = Field(12 * 3600, ge=60)
+    login_attempts_per_hour: int = Field(30, ge=1)
+
+    @field_validator("public_url")
+    @classmethod
+    def _strip_public_url(cls, value: str) -> str:
+        return value.rstrip("/")
+
     @field_validator("database_url")
     @classmethod
     def _normalize_database_url(cls, value: str) -> str:

@@ -14,6 +14,7 @@ from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.db import Database
+from signoff.oauth.credentials import hash_token, looks_like_access_token
 from signoff.ratelimit.limiter import RateLimiter
 from signoff.unit_of_work import UnitOfWork
 
@@ -81,10 +82,17 @@ class AppContext:
             yield UnitOfWork(session, self.db.dialect)
 
     async def authenticate(self, token: str) -> Principal | None:
-        if not looks_like_api_key(token):
-            return None
-        async with self.reading() as uow:
-            return await uow.orgs.find_principal_by_key_hash(hash_api_key(token), utcnow())
+        if looks_like_api_key(token):
+            async with self.reading() as uow:
+                return await uow.orgs.find_principal_by_key_hash(hash_api_key(token), utcnow())
+        if looks_like_access_token(token):
+            # An OAuth access token: the consenting user, the token's scopes, and the
+            # rate limit of the connection that owns the client (decisions.md section 1).
+            async with self.reading() as uow:
+                return await uow.oauth.find_principal_by_access_token_hash(
+                    hash_token(token), utcnow()
+                )
+        return None
 
     async def close(self) -> None:
         await self.db.dispose()

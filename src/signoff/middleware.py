@@ -19,9 +19,15 @@ from signoff.ratelimit.limiter import RateLimitDecision
 logger = logging.getLogger(__name__)
 
 API_PREFIX = "/api/v1"
-# Open to anyone: the interface's own description and, later, OAuth token exchange.
+# Open to anyone: the interface's own description and the OAuth token exchange alias
+# (decisions.md section 13), whose callers authenticate as clients, not with a bearer.
 PUBLIC_API_PATHS = frozenset(
-    {"/api/v1/openapi.json", "/api/v1/docs", "/api/v1/docs/oauth2-redirect"}
+    {
+        "/api/v1/openapi.json",
+        "/api/v1/docs",
+        "/api/v1/docs/oauth2-redirect",
+        "/api/v1/oauth/token",
+    }
 )
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # The one write an admin must still make while the stop is on: turning it off.

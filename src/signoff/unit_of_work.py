@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.approvals.repository import ApprovalRepository
+from signoff.oauth.repository import OAuthRepository
 from signoff.orgs.repository import OrgRepository
 
 
@@ -14,3 +15,4 @@ class UnitOfWork:
         self.dialect = dialect
         self.approvals = ApprovalRepository(session, dialect)
         self.orgs = OrgRepository(session)
+        self.oauth = OAuthRepository(session)

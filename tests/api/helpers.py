@@ -6,6 +6,7 @@ the API answers against what the database holds.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
@@ -57,3 +58,48 @@ async def stored_events(ctx: AppContext, request_id: str) -> list[dict[str, Any]
             {"type": e.type, "actor_id": e.actor_id, "data": e.data, "created_at": e.created_at}
             for e in rows
         ]
+
+
+class CallbackReceiver:
+    """A real HTTP receiver on loopback that records what it is sent and answers ``status``.
+
+    Minimal HTTP/1.1 on purpose: it reads one request per connection and closes it.
+    """
+
+    def __init__(self, status: int = 200) -> None:
+        self.status = status
+        self.bodies: list[bytes] = []
+        self.headers: list[dict[str, str]] = []
+        self._server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        port = self._server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/hook"
+
+    async def __aenter__(self) -> CallbackReceiver:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")[1:]
+            headers = {
+                name.strip().lower(): value.strip()
+                for name, _, value in (line.partition(":") for line in lines if line)
+            }
+            body = await reader.readexactly(int(headers.get("content-length", "0")))
+            self.headers.append(headers)
+            self.bodies.append(body)
+            status_line = f"HTTP/1.1 {self.status} X\r\n"
+            writer.write(status_line.encode() + b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+            await writer.drain()
+        finally:
+            writer.close()

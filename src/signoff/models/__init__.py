@@ -3,6 +3,12 @@
 from signoff.models.activity import AuditEvent, Comment
 from signoff.models.approvals import ApprovalRequest, ApprovalStep, Vote
 from signoff.models.base import Base
+from signoff.models.oauth import (
+    DashboardSession,
+    OAuthAuthorizationCode,
+    OAuthClient,
+    OAuthToken,
+)
 from signoff.models.orgs import Connection, Organization, User
 
 __all__ = [
@@ -12,6 +18,10 @@ __all__ = [
     "Base",
     "Comment",
     "Connection",
+    "DashboardSession",
+    "OAuthAuthorizationCode",
+    "OAuthClient",
+    "OAuthToken",
     "Organization",
     "User",
     "Vote",

@@ -1,0 +1,255 @@
+"""Every query on OAuth clients, codes, tokens and sign-in sessions."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, cast
+
+from sqlalchemy import CursorResult, delete, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from signoff.auth.principal import Principal
+from signoff.models import (
+    Connection,
+    DashboardSession,
+    OAuthAuthorizationCode,
+    OAuthClient,
+    OAuthToken,
+    Organization,
+    User,
+)
+
+
+@dataclass(frozen=True)
+class TokenDetails:
+    """A token with what introspection reports about it."""
+
+    token: OAuthToken
+    client: OAuthClient
+    user_email: str
+    org_id: uuid.UUID
+    connection_revoked: bool
+
+
+class OAuthRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def add(
+        self, row: OAuthClient | OAuthAuthorizationCode | OAuthToken | DashboardSession
+    ) -> None:
+        self.session.add(row)
+        await self.session.flush()
+
+    # ---- clients ----
+
+    async def find_active_client(self, client_id: str) -> OAuthClient | None:
+        """A client that is not deleted and whose connection is not revoked."""
+        return cast(
+            OAuthClient | None,
+            await self.session.scalar(
+                select(OAuthClient)
+                .join(Connection, Connection.id == OAuthClient.connection_id)
+                .where(
+                    OAuthClient.client_id == client_id,
+                    OAuthClient.deleted_at.is_(None),
+                    Connection.revoked_at.is_(None),
+                )
+            ),
+        )
+
+    async def get_client(self, org_id: uuid.UUID, client_id: str) -> OAuthClient | None:
+        """A client of the org by its public client_id, deleted or not."""
+        return cast(
+            OAuthClient | None,
+            await self.session.scalar(
+                select(OAuthClient).where(
+                    OAuthClient.client_id == client_id, OAuthClient.org_id == org_id
+                )
+            ),
+        )
+
+    async def find_client_anywhere(self, client_id: str) -> OAuthClient | None:
+        """For the operator's CLI, which is not scoped to one org."""
+        return cast(
+            OAuthClient | None,
+            await self.session.scalar(
+                select(OAuthClient).where(OAuthClient.client_id == client_id)
+            ),
+        )
+
+    async def list_clients(
+        self, org_id: uuid.UUID, connection_id: uuid.UUID | None = None
+    ) -> Sequence[OAuthClient]:
+        query = select(OAuthClient).where(
+            OAuthClient.org_id == org_id, OAuthClient.deleted_at.is_(None)
+        )
+        if connection_id is not None:
+            query = query.where(OAuthClient.connection_id == connection_id)
+        result = await self.session.scalars(query.order_by(OAuthClient.created_at))
+        return result.all()
+
+    async def revoke_client_tokens(self, client_pk: uuid.UUID, now: datetime) -> None:
+        await self.session.execute(
+            update(OAuthToken)
+            .where(OAuthToken.client_pk == client_pk, OAuthToken.revoked_at.is_(None))
+            .values(revoked_at=now)
+        )
+
+    # ---- authorization codes ----
+
+    async def find_code(self, code_hash: str) -> OAuthAuthorizationCode | None:
+        return cast(
+            OAuthAuthorizationCode | None,
+            await self.session.scalar(
+                select(OAuthAuthorizationCode).where(OAuthAuthorizationCode.code_hash == code_hash)
+            ),
+        )
+
+    async def claim_code(self, code_id: uuid.UUID, now: datetime) -> bool:
+        """Mark the code used; False if another exchange got there first."""
+        result = await self.session.execute(
+            update(OAuthAuthorizationCode)
+            .where(OAuthAuthorizationCode.id == code_id, OAuthAuthorizationCode.used_at.is_(None))
+            .values(used_at=now)
+        )
+        return cast(CursorResult[tuple[()]], result).rowcount == 1
+
+    # ---- tokens ----
+
+    async def find_token(self, token_hash: str) -> OAuthToken | None:
+        return cast(
+            OAuthToken | None,
+            await self.session.scalar(
+                select(OAuthToken).where(OAuthToken.token_hash == token_hash)
+            ),
+        )
+
+    async def claim_refresh_token(self, token_id: uuid.UUID, now: datetime) -> bool:
+        """Mark a refresh token exchanged; False if it already was (a replay) or is revoked."""
+        result = await self.session.execute(
+            update(OAuthToken)
+            .where(
+                OAuthToken.id == token_id,
+                OAuthToken.rotated_at.is_(None),
+                OAuthToken.revoked_at.is_(None),
+            )
+            .values(rotated_at=now)
+        )
+        return cast(CursorResult[tuple[()]], result).rowcount == 1
+
+    async def revoke_token(self, token_id: uuid.UUID, now: datetime) -> None:
+        await self.session.execute(
+            update(OAuthToken)
+            .where(OAuthToken.id == token_id, OAuthToken.revoked_at.is_(None))
+            .values(revoked_at=now)
+        )
+
+    async def revoke_family(self, family_id: uuid.UUID, now: datetime) -> None:
+        await self.session.execute(
+            update(OAuthToken)
+            .where(OAuthToken.family_id == family_id, OAuthToken.revoked_at.is_(None))
+            .values(revoked_at=now)
+        )
+
+    async def describe_token(self, token_hash: str) -> TokenDetails | None:
+        row = (
+            await self.session.execute(
+                select(OAuthToken, OAuthClient, User.email, Connection.revoked_at)
+                .join(OAuthClient, OAuthClient.id == OAuthToken.client_pk)
+                .join(Connection, Connection.id == OAuthClient.connection_id)
+                .join(User, User.id == OAuthToken.user_id)
+                .where(OAuthToken.token_hash == token_hash)
+            )
+        ).first()
+        if row is None:
+            return None
+        token, client, email, connection_revoked_at = row
+        return TokenDetails(token, client, email, client.org_id, connection_revoked_at is not None)
+
+    async def find_principal_by_access_token_hash(
+        self, token_hash: str, now: datetime
+    ) -> Principal | None:
+        """The identity behind an access token, in one indexed query; None unless the token
+        is live, its client not deleted and the client's connection not revoked."""
+        row = (
+            await self.session.execute(
+                select(
+                    Connection.id,
+                    Connection.name,
+                    Connection.rate_limit_per_hour,
+                    Organization.id,
+                    Organization.name,
+                    Organization.emergency_stop,
+                    User.id,
+                    User.email,
+                    User.name,
+                    User.role,
+                    OAuthToken.scope,
+                )
+                .join(OAuthClient, OAuthClient.id == OAuthToken.client_pk)
+                .join(Connection, Connection.id == OAuthClient.connection_id)
+                .join(Organization, Organization.id == Connection.org_id)
+                .join(User, User.id == OAuthToken.user_id)
+                .where(
+                    OAuthToken.token_hash == token_hash,
+                    OAuthToken.kind == "access",
+                    OAuthToken.revoked_at.is_(None),
+                    OAuthToken.expires_at > now,
+                    OAuthClient.deleted_at.is_(None),
+                    Connection.revoked_at.is_(None),
+                    # Belt and braces: a token never acts outside its connection's org.
+                    User.org_id == Connection.org_id,
+                )
+            )
+        ).first()
+        if row is None:
+            return None
+        return Principal(
+            connection_id=row[0],
+            connection_name=row[1],
+            rate_limit_per_hour=row[2],
+            org_id=row[3],
+            org_name=row[4],
+            org_emergency_stop=row[5],
+            user_id=row[6],
+            user_email=row[7],
+            user_name=row[8],
+            role=cast(Literal["admin", "member"], row[9]),
+            scopes=tuple(row[10].split()),
+            auth_method="oauth",
+        )
+
+    # ---- sign-in sessions ----
+
+    async def find_session(self, token_hash: str, now: datetime) -> DashboardSession | None:
+        return cast(
+            DashboardSession | None,
+            await self.session.scalar(
+                select(DashboardSession).where(
+                    DashboardSession.token_hash == token_hash, DashboardSession.expires_at > now
+                )
+            ),
+        )
+
+    async def delete_session(self, session_id: uuid.UUID) -> None:
+        await self.session.execute(
+            delete(DashboardSession).where(DashboardSession.id == session_id)
+        )
+
+    async def delete_expired_sessions(self, now: datetime) -> None:
+        await self.session.execute(
+            delete(DashboardSession).where(DashboardSession.expires_at <= now)
+        )
+
+    async def get_user(self, user_id: uuid.UUID) -> User | None:
+        return await self.session.get(User, user_id)
+
+    async def get_org(self, org_id: uuid.UUID) -> Organization | None:
+        return await self.session.get(Organization, org_id)
+
+    async def get_connection(self, connection_id: uuid.UUID) -> Connection | None:
+        return await self.session.get(Connection, connection_id)

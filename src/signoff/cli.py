@@ -29,6 +29,7 @@ from signoff.crypto import generate_secret_key
 from signoff.errors import AppError
 from signoff.logs import configure_logging
 from signoff.models import Connection, Organization, User
+from signoff.oauth.cli import oauth_client_app
 from signoff.orgs import service as orgs_service
 from signoff.unit_of_work import UnitOfWork
 
@@ -50,6 +51,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(org_app, name="org")
 app.add_typer(user_app, name="user")
 app.add_typer(connection_app, name="connection")
+app.add_typer(oauth_client_app, name="oauth-client")
 
 err = Console(stderr=True)
 out = Console()

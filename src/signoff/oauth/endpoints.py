@@ -581,7 +581,7 @@ async def list_oauth_clients(
     if connection_id and connection is None:
         return json_response({"data": []})
     async with ctx.reading() as uow:
-        clients = await uow.oauth.list_clients(principal.org_id, connection)
+        clients = await service.list_clients(uow.oauth, principal.org_id, connection)
     return json_response({"data": [client_to_dict(c) for c in clients]})
 
 

@@ -144,6 +144,12 @@ async def get_client(repo: OAuthRepository, org_id: uuid.UUID, client_id: str) -
     return client
 
 
+async def list_clients(
+    repo: OAuthRepository, org_id: uuid.UUID, connection_id: uuid.UUID | None
+) -> Sequence[OAuthClient]:
+    return await repo.list_clients(org_id, connection_id)
+
+
 async def delete_client(repo: OAuthRepository, client: OAuthClient, now: datetime) -> None:
     """Its tokens answer 401 from the next call on; the row stays for the record."""
     if client.deleted_at is None:

@@ -63,23 +63,24 @@ class ApiGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if (
-            scope["type"] != "http"
-            or not (path == API_PREFIX or path.startswith(API_PREFIX + "/"))
-            or path in PUBLIC_API_PATHS
-        ):
+        if scope["type"] != "http" or not (path == API_PREFIX or path.startswith(API_PREFIX + "/")):
             await self.app(scope, receive, send)
             return
         settings = self.ctx.settings
+        client = scope.get("client") or ("unknown", 0)
+        address_key = f"ip:{client[0]}"
+        if path in PUBLIC_API_PATHS:
+            # Open and not counted, but like every /api/v1 answer they show the caller's
+            # allowance: the one of its address.
+            decision = await self.ctx.limiter.peek(address_key, settings.rate_limit_unauthenticated)
+            await self._call_with_headers(scope, receive, send, decision)
+            return
         token = _bearer_token(scope)
         principal = await self.ctx.authenticate(token) if token else None
         method = scope["method"]
         if principal is None:
             # Unauthenticated calls count per client address: this also slows key guessing.
-            client = scope.get("client") or ("unknown", 0)
-            decision = await self.ctx.limiter.hit(
-                f"ip:{client[0]}", settings.rate_limit_unauthenticated
-            )
+            decision = await self.ctx.limiter.hit(address_key, settings.rate_limit_unauthenticated)
             error: AppError = Unauthorized() if decision.allowed else RateLimited()
             await send_error(send, error, decision.headers())
             return

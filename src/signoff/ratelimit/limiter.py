@@ -28,11 +28,9 @@ class RateLimitDecision:
     allowed: bool
     limit: int
     remaining: int
-    reset_at: int  # Unix seconds when the window ends
-
-    @property
-    def retry_after(self) -> int:
-        return max(1, self.reset_at - int(time.time()))
+    reset_at: int  # Unix seconds when the window ends (rounded up)
+    # Seconds until then, rounded up from the exact end: never more than the window.
+    retry_after: int = 1
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         headers = [
@@ -49,9 +47,18 @@ def _item(limit: int, window: Window) -> RateLimitItem:
     return RateLimitItemPerHour(limit) if window == "hour" else RateLimitItemPerMinute(limit)
 
 
+def _window_seconds(window: Window) -> int:
+    return 3600 if window == "hour" else 60
+
+
 def _window_end(window: Window) -> int:
-    seconds = 3600 if window == "hour" else 60
+    seconds = _window_seconds(window)
     return (math.floor(time.time() / seconds) + 1) * seconds
+
+
+def _decision(allowed: bool, limit: int, remaining: int, reset_time: float) -> RateLimitDecision:
+    retry_after = max(1, math.ceil(reset_time - time.time()))
+    return RateLimitDecision(allowed, limit, max(0, remaining), math.ceil(reset_time), retry_after)
 
 
 class RateLimiter:
@@ -72,9 +79,20 @@ class RateLimiter:
         except Exception:
             logger.exception("rate-limit storage failed; letting the call through")
             return RateLimitDecision(True, limit, limit, _window_end(window))
-        return RateLimitDecision(
-            allowed, limit, max(0, stats.remaining), math.ceil(stats.reset_time)
-        )
+        return _decision(allowed, limit, stats.remaining, stats.reset_time)
+
+    async def peek(self, key: str, limit: int, window: Window = "hour") -> RateLimitDecision:
+        """Where ``key`` stands, without counting a call (for paths open to anyone)."""
+        item = _item(limit, window)
+        try:
+            stats = await self._strategy.get_window_stats(item, key)
+        except Exception:
+            logger.exception("rate-limit storage failed; showing a full allowance")
+            return RateLimitDecision(True, limit, limit, _window_end(window))
+        reset_time = float(stats.reset_time)
+        if stats.remaining >= limit:  # no window open: one would start now
+            reset_time = time.time() + _window_seconds(window)
+        return _decision(True, limit, stats.remaining, reset_time)
 
     async def reset(self) -> None:
         await self.storage.reset()

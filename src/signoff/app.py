@@ -29,6 +29,8 @@ from signoff.oauth.endpoints import router as oauth_router
 from signoff.oauth.pages import SCOPE_DESCRIPTIONS
 from signoff.orgs.endpoints import router as orgs_router
 from signoff.steps.endpoints import router as steps_router
+from signoff.webhooks.endpoints import router as webhooks_router
+from signoff.worker.deliveries import run_delivery_worker
 from signoff.worker.sweeper import run_expiry_sweep
 
 logger = logging.getLogger(__name__)
@@ -149,14 +151,22 @@ def _custom_openapi(app: FastAPI) -> dict[str, Any]:
 def create_app(
     settings: Settings | None = None, *, ctx: AppContext | None = None, background: bool = True
 ) -> FastAPI:
-    """The app. ``background=False`` leaves out the sweep (API-only replicas, some tests)."""
+    """The app. ``background=False`` leaves out the sweep and the delivery worker (API-only
+    replicas, some tests); attempt 1 of this process's own decisions is still made here."""
     settings = settings or get_settings()
     ctx = ctx or AppContext.from_settings(settings)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         stop = asyncio.Event()
-        tasks = [asyncio.create_task(run_expiry_sweep(ctx, stop))] if background else []
+        tasks = (
+            [
+                asyncio.create_task(run_expiry_sweep(ctx, stop)),
+                asyncio.create_task(run_delivery_worker(ctx, stop)),
+            ]
+            if background
+            else []
+        )
         try:
             yield
         finally:
@@ -179,6 +189,7 @@ def create_app(
     app.include_router(oauth_router)
     app.include_router(oauth_api_router)
     app.include_router(steps_router)
+    app.include_router(webhooks_router)
     _install_health(app, ctx)
     app.openapi = lambda: _custom_openapi(app)  # type: ignore[method-assign]
     # Added inner first: the guard wraps the size limit, so a 413 carries rate headers too.

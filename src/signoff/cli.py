@@ -52,6 +52,10 @@ app.add_typer(org_app, name="org")
 app.add_typer(user_app, name="user")
 app.add_typer(connection_app, name="connection")
 app.add_typer(oauth_client_app, name="oauth-client")
+delivery_app = typer.Typer(
+    help="Callback deliveries: logs and manual retries.", no_args_is_help=True
+)
+app.add_typer(delivery_app, name="delivery")
 
 err = Console(stderr=True)
 out = Console()
@@ -98,7 +102,43 @@ def run_in_transaction(action: Callable[[AppContext, UnitOfWork], Awaitable[T]])
         ctx = AppContext.from_settings(settings)
         try:
             async with ctx.transaction() as uow:
-                return await action(ctx, uow)
+                result = await action(ctx, uow)
+            await _deliver_callbacks(ctx, uow)
+            return result
+        finally:
+            await ctx.close()
+
+    try:
+        return asyncio.run(main())
+    except AppError as exc:
+        raise _fail(exc.message) from None
+
+
+async def _deliver_callbacks(ctx: AppContext, uow: UnitOfWork) -> None:
+    """Attempt 1 of the callbacks of transitions just committed, as the API makes it;
+    the workers retry what fails (decisions.md section 9)."""
+    outcomes = await ctx.webhooks.deliver_outbox(uow.outbox)
+    if outcomes:
+        sent = sum(1 for o in outcomes if o is not None and o.result.success)
+        err.print(
+            f"callbacks: {sent} of {len(outcomes)} delivered on the first attempt"
+            + ("; the delivery workers retry the rest" if sent < len(outcomes) else ""),
+            highlight=False,
+        )
+
+
+def run_with_context(action: Callable[[AppContext], Awaitable[T]]) -> T:
+    """Run a use case that manages its own transactions (a delivery retry, say)."""
+    settings = get_settings()
+    try:
+        prepare_database(settings)
+    except SchemaBehind as exc:
+        raise _fail(str(exc)) from None
+
+    async def main() -> T:
+        ctx = AppContext.from_settings(settings)
+        try:
+            return await action(ctx)
         finally:
             await ctx.close()
 
@@ -185,7 +225,8 @@ def serve(
 
 @app.command()
 def worker() -> None:
-    """Run only the background work (expiry sweep), for scale-out beside API replicas."""
+    """Run only the background work (delivery worker, expiry sweep), for scale-out."""
+    from signoff.worker.deliveries import run_delivery_worker
     from signoff.worker.sweeper import run_expiry_sweep
 
     settings = get_settings()
@@ -203,7 +244,7 @@ def worker() -> None:
             loop.add_signal_handler(sig, stop.set)
         err.print(f"signoff {__version__} worker started", highlight=False)
         try:
-            await run_expiry_sweep(ctx, stop)
+            await asyncio.gather(run_expiry_sweep(ctx, stop), run_delivery_worker(ctx, stop))
         finally:
             await ctx.close()
 
@@ -494,6 +535,83 @@ def emergency_stop(
         f"emergency stop {state} for {org_row.name}"
         + (f"; cancelled {cancelled} pending requests" if cancelled else ""),
     )
+
+
+# ---- deliveries ----
+
+
+@delivery_app.command("list")
+def delivery_list(
+    org: OrgOption,
+    request: Annotated[
+        str | None, typer.Option("--request", help="Only this approval request's attempts.")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="How many attempts, newest first (1 to 100).")] = 20,
+    as_json: JsonFlag = False,
+) -> None:
+    """The delivery log: callback attempts, newest first."""
+    from signoff.common.ids import parse_id
+    from signoff.webhooks.schemas import MAX_LOG_LIMIT, attempt_to_dict
+
+    if not 1 <= limit <= MAX_LOG_LIMIT:
+        raise _fail(f"--limit must be between 1 and {MAX_LOG_LIMIT}", 2)
+    request_id = parse_id(request) if request else None
+    if request and request_id is None:
+        raise _fail(f"--request {request!r} is not a request id", 2)
+
+    async def action(_: AppContext, uow: UnitOfWork) -> list[dict[str, Any]]:
+        org_row = await orgs_service.resolve_org(uow.orgs, org)
+        rows = await uow.webhooks.list_attempts(org_row.id, request_id, limit)
+        return [attempt_to_dict(row) for row in rows]
+
+    attempts = run_in_transaction(action)
+    if as_json:
+        emit(True, {"data": attempts}, "")
+        return
+    table = Table("time", "delivery", "request", "attempt", "status", "ok", "ms", "error")
+    for a in attempts:
+        table.add_row(
+            a["created_at"],
+            a["delivery_id"],
+            a["request_id"],
+            str(a["attempt"]),
+            str(a["status_code"] or "-"),
+            "yes" if a["success"] else "no",
+            str(a["duration_ms"]),
+            a["error"] or "",
+        )
+    out.print(table)
+
+
+@delivery_app.command("retry")
+def delivery_retry(delivery_id: str, org: OrgOption, as_json: JsonFlag = False) -> None:
+    """Attempt a delivery that succeeded or failed once more, now."""
+    from signoff.common.ids import parse_id
+    from signoff.errors import NotFound
+    from signoff.webhooks.schemas import attempt_to_dict
+
+    parsed = parse_id(delivery_id)
+    if parsed is None:
+        raise _fail(f"{delivery_id!r} is not a delivery id", 2)
+
+    async def action(ctx: AppContext) -> dict[str, Any]:
+        async with ctx.reading() as uow:
+            org_row = await orgs_service.resolve_org(uow.orgs, org)
+        if parsed is None:  # pragma: no cover - checked above
+            raise NotFound()
+        recorded = await ctx.webhooks.retry(org_row.id, parsed)
+        return {**attempt_to_dict(recorded.entry), "delivery_status": recorded.status}
+
+    entry = run_with_context(action)
+    emit(
+        as_json,
+        entry,
+        f"attempt {entry['attempt']} of delivery {entry['delivery_id']}: "
+        + ("delivered" if entry["success"] else f"failed ({entry['error']})")
+        + f", status {entry['status_code']}, {entry['duration_ms']} ms",
+    )
+    if not entry["success"]:
+        raise typer.Exit(1)
 
 
 def main() -> None:

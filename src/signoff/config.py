@@ -7,11 +7,13 @@ lists them all; keep the two in step.
 
 from __future__ import annotations
 
+import ipaddress
+import json
 from functools import lru_cache
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 def normalize_database_url(url: str) -> str:
@@ -63,6 +65,26 @@ class Settings(BaseSettings):
     long_poll_max_seconds: int = Field(60, ge=0, le=300)
     long_poll_recheck_seconds: float = Field(1.0, gt=0)
 
+    # Decision callbacks (interface.md section 6, decisions.md section 9, docs/callbacks.md).
+    # Each attempt has one deadline (connect, send, answer and capped read together).
+    delivery_timeout_seconds: float = Field(10.0, gt=0)
+    # Delays before retry 1, 2, 3 (JSON list or comma-separated); attempts = 1 + count.
+    delivery_retry_delays_seconds: Annotated[list[float], NoDecode] = Field(
+        default_factory=lambda: [1.0, 2.0, 4.0]
+    )
+    # How long a claimed delivery stays with its claimant; past it, any worker takes over.
+    # Must exceed the attempt deadline, or slow attempts would be taken over mid-flight.
+    delivery_lease_seconds: float = Field(30.0, gt=0)
+    # Attempts one worker runs at once, and at most per receiver (host:port).
+    delivery_concurrency: int = Field(200, ge=1)
+    delivery_per_target_concurrency: int = Field(16, ge=1)
+    # Longest sleep of an idle worker without a wake-up (SQLite across processes).
+    delivery_poll_interval_seconds: float = Field(1.0, gt=0)
+    # At most this much of a receiver's answer is read; the first 1 KiB is logged.
+    delivery_response_read_bytes: int = Field(64 * 1024, ge=1024)
+    # Private networks production callbacks may reach (CIDRs; JSON list or comma-separated).
+    callback_allowed_cidrs: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
     # OAuth 2.0 (docs/oauth.md). The issuer (`iss`) and every advertised endpoint are
     # built from public_url, never from the request's Host header, which a caller controls.
     public_url: str = "http://127.0.0.1:8000"
@@ -76,6 +98,38 @@ class Settings(BaseSettings):
     @classmethod
     def _strip_public_url(cls, value: str) -> str:
         return value.rstrip("/")
+
+    @field_validator("delivery_retry_delays_seconds", "callback_allowed_cidrs", mode="before")
+    @classmethod
+    def _split_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("delivery_retry_delays_seconds")
+    @classmethod
+    def _check_delays(cls, value: list[float]) -> list[float]:
+        if any(delay < 0 for delay in value):
+            raise ValueError("retry delays must not be negative")
+        return value
+
+    @field_validator("callback_allowed_cidrs")
+    @classmethod
+    def _check_cidrs(cls, value: list[str]) -> list[str]:
+        for cidr in value:
+            ipaddress.ip_network(cidr, strict=False)  # raises ValueError when malformed
+        return value
+
+    @model_validator(mode="after")
+    def _lease_outlasts_attempt(self) -> Settings:
+        if self.delivery_lease_seconds <= self.delivery_timeout_seconds:
+            raise ValueError(
+                "SIGNOFF_DELIVERY_LEASE_SECONDS must exceed SIGNOFF_DELIVERY_TIMEOUT_SECONDS"
+            )
+        return self
 
     @field_validator("database_url")
     @classmethod

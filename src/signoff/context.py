@@ -17,6 +17,8 @@ from signoff.db import Database
 from signoff.oauth.credentials import hash_token, looks_like_access_token
 from signoff.ratelimit.limiter import RateLimiter
 from signoff.unit_of_work import UnitOfWork
+from signoff.webhooks.dispatcher import WebhookDispatcher
+from signoff.webhooks.service import start_outbox
 
 
 class RequestWaiters:
@@ -59,6 +61,11 @@ class AppContext:
     box: SecretBox
     limiter: RateLimiter
     waiters: RequestWaiters = field(default_factory=RequestWaiters)
+    # Callback attempts, claims and records (webhooks/dispatcher.py).
+    webhooks: WebhookDispatcher = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.webhooks = WebhookDispatcher(self.settings, self.db, self.box)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AppContext:
@@ -73,6 +80,8 @@ class AppContext:
     async def transaction(self) -> AsyncIterator[UnitOfWork]:
         """A write transaction, committed when the block ends without an exception."""
         async with self.db.write_session() as session:
+            # Callbacks written by this transaction are held by it for this long.
+            start_outbox(session, self.settings.delivery_lease_seconds)
             yield UnitOfWork(session, self.db.dialect)
             await session.commit()
 
@@ -95,4 +104,5 @@ class AppContext:
         return None
 
     async def close(self) -> None:
+        await self.webhooks.close()
         await self.db.dispose()

@@ -7,6 +7,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from signoff.approvals.repository import ApprovalRepository
 from signoff.oauth.repository import OAuthRepository
 from signoff.orgs.repository import OrgRepository
+from signoff.webhooks.repository import WebhookRepository
+from signoff.webhooks.service import Outbox, outbox_of
 
 
 class UnitOfWork:
@@ -15,4 +17,10 @@ class UnitOfWork:
         self.dialect = dialect
         self.approvals = ApprovalRepository(session, dialect)
         self.orgs = OrgRepository(session)
+        self.webhooks = WebhookRepository(session, dialect)
         self.oauth = OAuthRepository(session)
+
+    @property
+    def outbox(self) -> Outbox:
+        """Callbacks this transaction wrote; after the commit, deliver or hand them off."""
+        return outbox_of(self.session)

@@ -43,6 +43,7 @@ from signoff.common.http import (
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body, validate_model
 from signoff.errors import ValidationFailed
+from signoff.webhooks.service import check_callback_url, delivered
 
 router = APIRouter(prefix="/api/v1", tags=["approvals"])
 
@@ -63,6 +64,8 @@ Commenter = Annotated[Principal, Depends(require_scope("comments:write"))]
 async def create_approval(request: Request, principal: Writer) -> Response:
     ctx = context_of(request)
     payload = await parse_json_body(request, CreateApprovalRequest, ctx.settings)
+    if payload.callback_url:
+        await check_callback_url(ctx.webhooks.policy, payload.callback_url)
     now = utcnow()
     async with ctx.transaction() as uow:
         result = await service.create_request(uow.approvals, principal, payload, ctx.box, now)
@@ -196,12 +199,17 @@ async def decide_approval(request: Request, request_id: str, principal: Writer) 
     if result.transition.is_final:
         ctx.waiters.notify(rid)
     body = request_to_dict(result.request, now)
-    body["callback_delivered"] = False
+    # Attempt 1 runs now that the decision is committed; the answer reports its outcome.
+    body["callback_delivered"] = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
     return json_response(body)
 
 
 @router.delete(
-    "/approvals/{request_id}", response_model=ApprovalRequestOut, summary="Cancel a request"
+    "/approvals/{request_id}",
+    response_model=DecisionOut,
+    summary="Cancel a request",
+    description="`callback_delivered` is the outcome of the first attempt of the "
+    "cancellation callback (false without a `callback_url`).",
 )
 async def cancel_approval(request: Request, request_id: str, principal: Writer) -> Response:
     ctx = context_of(request)
@@ -210,7 +218,9 @@ async def cancel_approval(request: Request, request_id: str, principal: Writer) 
     async with ctx.transaction() as uow:
         result = await service.cancel(uow.approvals, principal, rid, now)
     ctx.waiters.notify(rid)
-    return json_response(request_to_dict(result.request, now))
+    body = request_to_dict(result.request, now)
+    body["callback_delivered"] = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
+    return json_response(body)
 
 
 @router.post(

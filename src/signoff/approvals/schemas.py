@@ -39,6 +39,7 @@ RESERVED_CALLBACK_HEADERS = frozenset(
         "transfer-encoding",
         "connection",
         "x-service-signature",
+        "x-service-signature-previous",
         "x-service-delivery-id",
         "x-service-attempt",
         "webhook-id",

@@ -23,6 +23,8 @@ from signoff.common.ids import new_id
 from signoff.crypto import SecretBox
 from signoff.errors import NotFound, RequestNotPending, StepsLocked, ValidationFailed
 from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, Vote
+from signoff.webhooks import service as webhooks
+from signoff.webhooks.repository import WebhookRepository
 
 
 @dataclass(frozen=True)
@@ -454,7 +456,24 @@ async def _record_transition(
         )
     if transition.event != "step.approved":
         await repo.add_event(_event(row, transition.event, actor_id, now, data))
+    await _enqueue_callback(repo, row, transition, principal, comment, now)
     await repo.flush()
+
+
+async def _enqueue_callback(
+    repo: ApprovalRepository,
+    row: ApprovalRequest,
+    transition: state.Transition,
+    principal: Principal | None,
+    comment: str | None,
+    now: datetime,
+) -> None:
+    """The outbox row commits with the decision: an acknowledged decision always has its
+    callback (decisions.md section 9). The caller makes attempt 1 after the commit."""
+    if transition.is_final and row.callback_url:
+        await webhooks.enqueue_decision_callback(
+            WebhookRepository(repo.session, repo.dialect), row, principal, comment, now
+        )
 
 
 def _final_fields(

@@ -10,6 +10,7 @@ from signoff.models.oauth import (
     OAuthToken,
 )
 from signoff.models.orgs import Connection, Organization, User
+from signoff.models.webhooks import WebhookAttempt, WebhookDelivery
 
 __all__ = [
     "ApprovalRequest",
@@ -25,4 +26,6 @@ __all__ = [
     "Organization",
     "User",
     "Vote",
+    "WebhookAttempt",
+    "WebhookDelivery",
 ]

@@ -118,6 +118,8 @@ async def put_emergency_stop(
             )
     for result in cancelled:
         ctx.waiters.notify(result.request.id)
+    # One cancellation callback per request, committed with it; the workers send them.
+    await ctx.webhooks.hand_off(uow.outbox)
     return json_response(
         {
             "org_id": str(principal.org_id),

@@ -17,6 +17,7 @@ from signoff.common.http import context_of, json_body_doc, json_response, path_i
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body
 from signoff.steps.schemas import ConfiguredStepListOut, SetSteps, StepListOut, StepVoteOut
+from signoff.webhooks.service import delivered
 
 router = APIRouter(prefix="/api/v1", tags=["steps"])
 
@@ -85,12 +86,14 @@ async def vote_step(request: Request, request_id: str, step_id: str, principal: 
         result = await service.vote_step(uow.approvals, principal, rid, sid, payload, utcnow())
     if result.transition.is_final:
         ctx.waiters.notify(rid)
+    # The vote that decides the request makes attempt 1 of its callback, as PATCH does.
+    callback_delivered = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
     return json_response(
         {
             **step_to_dict(result.step),
             "request_status": result.request.status,
             "current_approvals": result.request.current_approvals,
             "required_approvals": result.request.required_approvals,
-            "callback_delivered": False,
+            "callback_delivered": callback_delivered,
         }
     )

@@ -1,0 +1,1 @@
+"""Decision callbacks: outbox, signing, delivery, retries and their logs."""

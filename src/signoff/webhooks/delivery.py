@@ -1,0 +1,186 @@
+"""One HTTP attempt of a callback: POST, no redirects, capped read, one deadline.
+
+The client dials through ``GuardedBackend``, which resolves the host itself, checks every
+address against the SSRF policy and connects to the checked address (TLS still verifies
+the certificate against the host *name*, which httpcore passes as SNI). The connection
+pool has no overall size limit: one slow receiver must never make another wait for a
+pooled connection; how many attempts run at once is the worker's business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import httpcore
+import httpx
+
+from signoff.webhooks.urlpolicy import (
+    AddressNotAllowed,
+    AddressPolicy,
+    ResolutionFailed,
+    resolve_permitted,
+)
+
+logger = logging.getLogger(__name__)
+
+STORED_BODY_BYTES = 1024  # decisions.md section 9: the first 1 KiB of the answer is kept
+
+# The error classes an attempt's log entry may carry (``error``); None on success.
+ERROR_TIMEOUT = "timeout"
+ERROR_REFUSED = "connection refused"
+ERROR_CONNECTION = "connection error"
+ERROR_DNS = "dns error"
+ERROR_TLS = "tls error"
+ERROR_ADDRESS = "address not allowed"
+ERROR_HTTPS_REQUIRED = "https required"
+ERROR_REDIRECT = "redirect not followed"
+ERROR_STATUS = "non-2xx status"
+ERROR_INVALID_URL = "invalid url"
+ERROR_UNEXPECTED = "unexpected error"
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    success: bool
+    status_code: int  # 0 when no HTTP answer came back
+    duration_ms: int
+    response_body: str | None
+    error: str | None
+
+
+class GuardedBackend(httpcore.AsyncNetworkBackend):
+    """Resolve, check, then dial exactly the checked address (see module docstring)."""
+
+    def __init__(self, policy: AddressPolicy) -> None:
+        self.policy = policy
+        self._inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        addresses = await resolve_permitted(self.policy, host, port)
+        failure: Exception | None = None
+        for address in addresses:
+            try:
+                return await self._inner.connect_tcp(
+                    str(address), port, timeout, local_address, socket_options
+                )
+            except (httpcore.ConnectError, OSError) as exc:
+                failure = exc
+        assert failure is not None
+        raise failure
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:  # pragma: no cover - callbacks never use sockets
+        raise AddressNotAllowed("unix sockets are not callback targets")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def build_client(policy: AddressPolicy, *, keepalive: int = 100) -> httpx.AsyncClient:
+    """The process's one callback client: guarded dialling, no proxies from the environment."""
+    transport = httpx.AsyncHTTPTransport(trust_env=False)
+    # httpx takes no network backend, so the pool is replaced with one that has ours.
+    transport._pool = httpcore.AsyncConnectionPool(
+        ssl_context=httpx.create_ssl_context(trust_env=False),
+        max_connections=None,
+        max_keepalive_connections=keepalive,
+        keepalive_expiry=30.0,
+        network_backend=GuardedBackend(policy),
+    )
+    return httpx.AsyncClient(transport=transport, follow_redirects=False, trust_env=False)
+
+
+def _chain(exc: BaseException) -> Iterable[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def classify_error(exc: BaseException) -> str:
+    chain = list(_chain(exc))
+    if any(isinstance(e, AddressNotAllowed) for e in chain):
+        return ERROR_ADDRESS
+    if any(isinstance(e, ResolutionFailed) for e in chain):
+        return ERROR_DNS
+    if any(isinstance(e, TimeoutError | httpx.TimeoutException) for e in chain):
+        return ERROR_TIMEOUT
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return ERROR_REFUSED
+    if any(isinstance(e, ssl.SSLError) for e in chain):
+        return ERROR_TLS
+    text = " ".join(str(e) for e in chain).lower()
+    if "refused" in text:
+        return ERROR_REFUSED
+    if "ssl" in text or "certificate" in text:
+        return ERROR_TLS
+    if any(isinstance(e, httpx.UnsupportedProtocol | httpx.InvalidURL) for e in chain):
+        return ERROR_INVALID_URL
+    if any(isinstance(e, httpx.TransportError | OSError) for e in chain):
+        return ERROR_CONNECTION
+    return ERROR_UNEXPECTED
+
+
+async def send_attempt(
+    client: httpx.AsyncClient,
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    *,
+    policy: AddressPolicy,
+    timeout: float,
+    read_cap: int,
+) -> AttemptResult:
+    """POST ``body`` to ``url`` once; never raises for anything the receiver does."""
+    started = time.perf_counter()
+
+    def elapsed_ms() -> int:
+        return round((time.perf_counter() - started) * 1000)
+
+    if policy.https_only and not url.lower().startswith("https://"):
+        return AttemptResult(False, 0, 0, None, ERROR_HTTPS_REQUIRED)
+    status_code = 0
+    received = bytearray()
+    try:
+        async with asyncio.timeout(timeout):
+            async with client.stream(
+                "POST", url, content=body, headers=headers, timeout=httpx.Timeout(timeout)
+            ) as response:
+                status_code = response.status_code
+                async for chunk in response.aiter_raw():
+                    received.extend(chunk)
+                    if len(received) >= read_cap:
+                        break  # enough: the connection is dropped instead of drained
+    except Exception as exc:
+        failure = classify_error(exc)
+        if failure == ERROR_UNEXPECTED:
+            logger.warning("callback to %s failed unexpectedly", url, exc_info=exc)
+        stored = _stored_body(received) if status_code else None
+        return AttemptResult(False, status_code, elapsed_ms(), stored, failure)
+    success = 200 <= status_code < 300
+    error: str | None = None
+    if not success:
+        error = ERROR_REDIRECT if 300 <= status_code < 400 else ERROR_STATUS
+    return AttemptResult(success, status_code, elapsed_ms(), _stored_body(received), error)
+
+
+def _stored_body(received: bytes | bytearray) -> str:
+    return bytes(received[:STORED_BODY_BYTES]).decode("utf-8", errors="replace")

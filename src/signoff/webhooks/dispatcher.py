@@ -1,0 +1,212 @@
+"""The process's callback machinery: it owns the transactions around each HTTP attempt.
+
+An attempt is three steps, and only the middle one talks to the receiver:
+1. a claim (a transaction that leases the delivery to us, or the state change itself,
+   whose transaction wrote the delivery already claimed);
+2. the POST, outside any transaction;
+3. the record (a transaction that logs the attempt and moves the delivery on), which only
+   the holder of the claim can make.
+
+Every process that writes state changes has one (``AppContext.webhooks``): API replicas
+make attempt 1 of their own decisions; workers (``worker/deliveries.py``) claim the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import httpx
+import orjson
+
+from signoff.auth.principal import Principal
+from signoff.common.ids import new_id
+from signoff.common.time import utcnow
+from signoff.config import Settings
+from signoff.crypto import SecretBox
+from signoff.db import Database
+from signoff.errors import Conflict, NotFound
+from signoff.webhooks import service
+from signoff.webhooks.delivery import AttemptResult, build_client, send_attempt
+from signoff.webhooks.repository import WebhookRepository
+from signoff.webhooks.service import ClaimedDelivery, Outbox, RecordedAttempt, RetrySchedule
+from signoff.webhooks.signing import signed_headers
+from signoff.webhooks.urlpolicy import AddressPolicy
+
+logger = logging.getLogger(__name__)
+
+
+class WebhookDispatcher:
+    def __init__(self, settings: Settings, db: Database, box: SecretBox) -> None:
+        self.settings = settings
+        self.db = db
+        self.box = box
+        self.policy = AddressPolicy.from_settings(settings)
+        self.schedule = RetrySchedule(tuple(settings.delivery_retry_delays_seconds))
+        # Set when this process makes a delivery due (a retry scheduled, a hand-off), so
+        # a worker loop in this process re-reads the next due time at once.
+        self.wakeup = asyncio.Event()
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = build_client(self.policy)
+        return self._client
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[WebhookRepository]:
+        async with self.db.write_session() as session:
+            yield WebhookRepository(session, self.db.dialect)
+            await session.commit()
+
+    # ---- attempts ----
+
+    async def attempt(
+        self, claimed: ClaimedDelivery, *, manual: bool = False
+    ) -> RecordedAttempt | None:
+        """Make one attempt of a delivery we hold and record it."""
+        try:
+            headers = signed_headers(
+                service.signing_keys(self.box, claimed.secrets, utcnow()),
+                delivery_id=str(claimed.id),
+                attempt=claimed.attempt_number,
+                timestamp=int(time.time()),
+                body=claimed.body,
+                extra=service.callback_headers(self.box, claimed.headers_encrypted),
+            )
+        except ValueError:
+            # A secret that no longer decrypts (SIGNOFF_SECRET_KEY changed): nothing can
+            # be signed; the attempt fails and says why instead of looping forever.
+            logger.exception("cannot sign delivery %s", claimed.id)
+            result = AttemptResult(False, 0, 0, None, "signing failed")
+        else:
+            result = await send_attempt(
+                self.client,
+                claimed.url,
+                claimed.body,
+                headers,
+                policy=self.policy,
+                timeout=self.settings.delivery_timeout_seconds,
+                read_cap=self.settings.delivery_response_read_bytes,
+            )
+        return await self._record(claimed, result, manual=manual)
+
+    async def _record(
+        self, claimed: ClaimedDelivery, result: AttemptResult, *, manual: bool
+    ) -> RecordedAttempt | None:
+        async with self._transaction() as repo:
+            recorded = await service.record_attempt(
+                repo, claimed, result, utcnow(), self.schedule, manual=manual
+            )
+        if recorded is None:
+            logger.warning(
+                "delivery %s: lease lost during attempt %s; another worker owns it now",
+                claimed.id,
+                claimed.attempt_number,
+            )
+        elif recorded.status == "pending":
+            self.wakeup.set()
+        return recorded
+
+    async def deliver_outbox(self, outbox: Outbox) -> list[RecordedAttempt | None]:
+        """Attempt 1 of every delivery a committed transaction wrote, concurrently."""
+        claimed = list(outbox.claimed)
+        outbox.claimed.clear()
+        if not claimed:
+            return []
+        if len(claimed) == 1:
+            return [await self.attempt(claimed[0])]
+        # A large batch (an emergency stop) is not all attempted from here at once: what
+        # exceeds one worker's concurrency goes to the workers straight away.
+        now_count = self.settings.delivery_concurrency
+        if len(claimed) > now_count:
+            await self.hand_off(Outbox(token=outbox.token, claimed=claimed[now_count:]))
+            claimed = claimed[:now_count]
+        return list(await asyncio.gather(*(self.attempt(c) for c in claimed)))
+
+    async def hand_off(self, outbox: Outbox) -> None:
+        """Give a committed transaction's deliveries to the workers, due at once."""
+        claimed = list(outbox.claimed)
+        outbox.claimed.clear()
+        if not claimed:
+            return
+        async with self._transaction() as repo:
+            await repo.release([c.id for c in claimed], outbox.token, utcnow())
+            await repo.notify_workers()
+        self.wakeup.set()
+
+    # ---- what workers and operators ask for ----
+
+    async def claim_due(
+        self, limit: int, exclude_targets: Sequence[str] = ()
+    ) -> list[ClaimedDelivery]:
+        async with self._transaction() as repo:
+            return await service.claim_due(
+                repo, utcnow(), self.settings.delivery_lease_seconds, limit, exclude_targets
+            )
+
+    async def next_due_at_seconds(self) -> float | None:
+        """Seconds until the next pending delivery is due (0 if overdue); None if none."""
+        async with self.db.read_session() as session:
+            due = await WebhookRepository(session, self.db.dialect).next_due_at()
+        if due is None:
+            return None
+        return max(0.0, (due - utcnow()).total_seconds())
+
+    async def retry(self, org_id: uuid.UUID, delivery_id: uuid.UUID) -> RecordedAttempt:
+        """A manual attempt of a finished delivery (decisions.md section 9)."""
+        now = utcnow()
+        async with self._transaction() as repo:
+            claimed = await service.claim_for_manual_retry(
+                repo, org_id, delivery_id, now, self.settings.delivery_lease_seconds
+            )
+            if claimed is None:
+                delivery = await repo.get_delivery(org_id, delivery_id)
+        if claimed is None:
+            if delivery is None:
+                raise NotFound("No delivery with this id.")
+            raise Conflict(
+                "This delivery is still being attempted; retry it once it has succeeded or failed.",
+                {"status": delivery.status},
+            )
+        recorded = await self.attempt(claimed, manual=True)
+        if recorded is None:  # pragma: no cover - our own fresh lease cannot lapse this fast
+            raise Conflict("The delivery was taken over while it was being retried.")
+        return recorded
+
+    async def send_test(self, principal: Principal, url: str) -> AttemptResult:
+        """``POST /api/v1/test-webhook``: a signed sample payload, sent once, not stored."""
+        async with self.db.read_session() as session:
+            secrets = await WebhookRepository(session, self.db.dialect).connection_secrets(
+                principal.connection_id
+            )
+        if secrets is None:  # pragma: no cover - the caller's connection exists
+            raise NotFound("No connection.")
+        now = utcnow()
+        body = orjson.dumps(service.sample_payload(principal, now))
+        headers = signed_headers(
+            service.signing_keys(self.box, secrets, now),
+            delivery_id=str(new_id()),
+            attempt=1,
+            timestamp=int(time.time()),
+            body=body,
+        )
+        return await send_attempt(
+            self.client,
+            url,
+            body,
+            headers,
+            policy=self.policy,
+            timeout=self.settings.delivery_timeout_seconds,
+            read_cap=self.settings.delivery_response_read_bytes,
+        )
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

@@ -1,0 +1,89 @@
+"""``/api/v1/webhooks`` (delivery logs, manual retry) and ``/api/v1/test-webhook``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+from starlette.requests import Request
+from starlette.responses import Response
+
+from signoff.auth.principal import Principal
+from signoff.common.http import context_of, json_body_doc, json_response, path_id, require_scope
+from signoff.common.validation import parse_json_body, validate_model
+from signoff.errors import Forbidden
+from signoff.webhooks import service
+from signoff.webhooks.schemas import (
+    DeliveryAttemptListOut,
+    ListDeliveriesQuery,
+    RetryOut,
+    TestWebhook,
+    TestWebhookOut,
+    attempt_to_dict,
+)
+
+router = APIRouter(prefix="/api/v1", tags=["webhooks"])
+
+# decisions.md section 11: delivery logs and test-webhook need approvals:write.
+Writer = Annotated[Principal, Depends(require_scope("approvals:write"))]
+
+
+@router.get(
+    "/webhooks",
+    response_model=DeliveryAttemptListOut,
+    summary="Delivery log: every callback attempt, newest first",
+    description="Attempts of the caller's organization, optionally of one request. "
+    "`status_code` is 0 when the receiver gave no HTTP answer; `error` says why.",
+)
+async def list_deliveries(
+    request: Request,
+    principal: Writer,
+    request_id: str | None = Query(None, description="Only this approval request's attempts."),
+    limit: str | None = Query(None, description="1 to 100, default 20."),
+) -> Response:
+    ctx = context_of(request)
+    query = validate_model(ListDeliveriesQuery, dict(request.query_params), ctx.settings)
+    async with ctx.reading() as uow:
+        rows = await service.list_attempts(uow.webhooks, principal, query.request_id, query.limit)
+    return json_response({"data": [attempt_to_dict(row) for row in rows]})
+
+
+@router.post(
+    "/webhooks/{delivery_id}/retry",
+    response_model=RetryOut,
+    summary="Retry a delivery now (admins)",
+    description="One more attempt of a delivery that succeeded or failed, numbered after "
+    "the last; answers its log entry and the delivery's status after it. A delivery still "
+    "on its automatic schedule is 409.",
+)
+async def retry_delivery(request: Request, delivery_id: str, principal: Writer) -> Response:
+    if not principal.is_admin:
+        raise Forbidden("Only admins may retry deliveries.")
+    ctx = context_of(request)
+    did = path_id(delivery_id, "delivery")
+    recorded = await ctx.webhooks.retry(principal.org_id, did)
+    return json_response({**attempt_to_dict(recorded.entry), "delivery_status": recorded.status})
+
+
+@router.post(
+    "/test-webhook",
+    response_model=TestWebhookOut,
+    openapi_extra=json_body_doc(TestWebhook),
+    summary="Send a signed sample callback to a URL",
+    description='A sample `approval.decided` payload with `"test": true`, signed with the '
+    "caller's connection secret, sent once (not retried, not logged).",
+)
+async def test_webhook(request: Request, principal: Writer) -> Response:
+    ctx = context_of(request)
+    payload = await parse_json_body(request, TestWebhook, ctx.settings)
+    await service.check_callback_url(ctx.webhooks.policy, payload.url, "url")
+    result = await ctx.webhooks.send_test(principal, payload.url)
+    return json_response(
+        {
+            "success": result.success,
+            "status_code": result.status_code,
+            "duration_ms": result.duration_ms,
+            "error": result.error,
+            "response_body": result.response_body,
+        }
+    )

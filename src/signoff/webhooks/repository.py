@@ -1,0 +1,207 @@
+"""Every query on deliveries and their attempts.
+
+Claims are one statement on both databases: ``UPDATE ... WHERE id IN (SELECT ... due ...
+LIMIT n) RETURNING``. On PostgreSQL the inner select carries ``FOR UPDATE SKIP LOCKED``,
+so concurrent workers take disjoint rows without waiting on each other; on SQLite the
+writer holds the database (``BEGIN IMMEDIATE``), so the statement is a claim by itself.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, text, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from signoff.models import AuditEvent, Connection
+from signoff.models.webhooks import WebhookAttempt, WebhookDelivery
+
+NOTIFY_CHANNEL = "signoff_deliveries"
+
+
+@dataclass(frozen=True)
+class ConnectionSecrets:
+    current_encrypted: str
+    previous_encrypted: str | None
+    previous_expires_at: datetime | None
+
+
+class WebhookRepository:
+    def __init__(self, session: AsyncSession, dialect: str) -> None:
+        self.session = session
+        self.dialect = dialect
+
+    # ---- the outbox ----
+
+    async def add_delivery(self, delivery: WebhookDelivery) -> None:
+        self.session.add(delivery)
+
+    async def connection_secrets(self, connection_id: uuid.UUID) -> ConnectionSecrets | None:
+        row = (
+            await self.session.execute(
+                select(
+                    Connection.webhook_secret_encrypted,
+                    Connection.previous_webhook_secret_encrypted,
+                    Connection.previous_webhook_secret_expires_at,
+                ).where(Connection.id == connection_id)
+            )
+        ).first()
+        return None if row is None else ConnectionSecrets(row[0], row[1], row[2])
+
+    async def claim_due(
+        self,
+        token: uuid.UUID,
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+        exclude_targets: Collection[str] = (),
+    ) -> Sequence[uuid.UUID]:
+        """Take up to ``limit`` due deliveries for ``token`` until ``lease_until``."""
+        due = (
+            select(WebhookDelivery.id)
+            .where(WebhookDelivery.status == "pending", WebhookDelivery.due_at <= now)
+            .order_by(WebhookDelivery.due_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        if exclude_targets:
+            due = due.where(WebhookDelivery.target.not_in(list(exclude_targets)))
+        result = await self.session.execute(
+            update(WebhookDelivery)
+            .where(WebhookDelivery.id.in_(due.scalar_subquery()))
+            .values(claim_token=token, due_at=lease_until, updated_at=now)
+            .returning(WebhookDelivery.id)
+            .execution_options(synchronize_session=False)
+        )
+        return list(result.scalars().all())
+
+    async def claim_for_manual_retry(
+        self,
+        org_id: uuid.UUID,
+        delivery_id: uuid.UUID,
+        token: uuid.UUID,
+        now: datetime,
+        lease_until: datetime,
+    ) -> bool:
+        """Take a finished (succeeded or failed) delivery for one more attempt.
+
+        A delivery still on its automatic schedule is not taken, nor one that another
+        manual retry holds (unless that holder's lease has run out).
+        """
+        result = await self.session.execute(
+            update(WebhookDelivery)
+            .where(
+                WebhookDelivery.id == delivery_id,
+                WebhookDelivery.org_id == org_id,
+                WebhookDelivery.status.in_(("succeeded", "failed")),
+                (WebhookDelivery.claim_token.is_(None)) | (WebhookDelivery.due_at <= now),
+            )
+            .values(claim_token=token, due_at=lease_until, updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+    async def get_claimed(
+        self, ids: Collection[uuid.UUID], token: uuid.UUID
+    ) -> Sequence[tuple[WebhookDelivery, ConnectionSecrets]]:
+        """Claimed deliveries with what signing them needs, in one query."""
+        if not ids:
+            return []
+        rows = await self.session.execute(
+            select(
+                WebhookDelivery,
+                Connection.webhook_secret_encrypted,
+                Connection.previous_webhook_secret_encrypted,
+                Connection.previous_webhook_secret_expires_at,
+            )
+            .join(Connection, Connection.id == WebhookDelivery.connection_id)
+            .where(WebhookDelivery.id.in_(list(ids)), WebhookDelivery.claim_token == token)
+        )
+        return [(row[0], ConnectionSecrets(row[1], row[2], row[3])) for row in rows]
+
+    async def get_delivery(
+        self, org_id: uuid.UUID, delivery_id: uuid.UUID
+    ) -> WebhookDelivery | None:
+        return await self.session.scalar(
+            select(WebhookDelivery).where(
+                WebhookDelivery.id == delivery_id, WebhookDelivery.org_id == org_id
+            )
+        )
+
+    async def finish_attempt(
+        self,
+        delivery_id: uuid.UUID,
+        token: uuid.UUID,
+        values: dict[str, Any],
+    ) -> int | None:
+        """Record an attempt's effect on the delivery, only for the holder of its claim.
+
+        Returns the attempt's number (the new ``attempts``), or None if the claim was lost
+        (its lease ran out and another worker took the delivery over).
+        """
+        result = await self.session.execute(
+            update(WebhookDelivery)
+            .where(WebhookDelivery.id == delivery_id, WebhookDelivery.claim_token == token)
+            .values(attempts=WebhookDelivery.attempts + 1, claim_token=None, **values)
+            .returning(WebhookDelivery.attempts)
+            .execution_options(synchronize_session=False)
+        )
+        return result.scalar_one_or_none()
+
+    async def release(self, ids: Collection[uuid.UUID], token: uuid.UUID, now: datetime) -> int:
+        """Give claimed deliveries back, due at once, for any worker to take."""
+        if not ids:
+            return 0
+        result = await self.session.execute(
+            update(WebhookDelivery)
+            .where(WebhookDelivery.id.in_(list(ids)), WebhookDelivery.claim_token == token)
+            .values(claim_token=None, due_at=now, updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        return int(result.rowcount)  # type: ignore[attr-defined]
+
+    async def next_due_at(self) -> datetime | None:
+        """When the next pending delivery falls due (or the next lease runs out)."""
+        value: datetime | None = await self.session.scalar(
+            select(func.min(WebhookDelivery.due_at)).where(WebhookDelivery.status == "pending")
+        )
+        return value
+
+    async def notify_workers(self) -> None:
+        """PostgreSQL: wake every listening worker when this transaction commits."""
+        if self.dialect == "postgresql":
+            await self.session.execute(text(f"NOTIFY {NOTIFY_CHANNEL}"))
+
+    # ---- attempts ----
+
+    async def add_attempt(self, attempt: WebhookAttempt) -> None:
+        self.session.add(attempt)
+
+    async def add_event(self, event: AuditEvent) -> None:
+        self.session.add(event)
+
+    async def list_attempts(
+        self, org_id: uuid.UUID, request_id: uuid.UUID | None, limit: int
+    ) -> Sequence[WebhookAttempt]:
+        statement = select(WebhookAttempt).where(WebhookAttempt.org_id == org_id)
+        if request_id is not None:
+            statement = statement.where(WebhookAttempt.request_id == request_id)
+        statement = statement.order_by(
+            WebhookAttempt.created_at.desc(), WebhookAttempt.id.desc()
+        ).limit(limit)
+        return (await self.session.scalars(statement)).all()
+
+    async def list_deliveries(self, request_id: uuid.UUID) -> Sequence[WebhookDelivery]:
+        result = await self.session.scalars(
+            select(WebhookDelivery)
+            .where(WebhookDelivery.request_id == request_id)
+            .order_by(WebhookDelivery.created_at, WebhookDelivery.id)
+        )
+        return result.all()
+
+    async def flush(self) -> None:
+        await self.session.flush()

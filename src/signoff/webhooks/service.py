@@ -1,0 +1,365 @@
+"""Use cases of decision callbacks. Services never commit: the caller's transaction does.
+
+The outbox
+----------
+``enqueue_decision_callback`` is called by ``approvals.service._record_transition`` for
+every final transition of a request with a ``callback_url``: the delivery row (its id,
+exact body bytes, URL and encrypted headers) is written in the transaction of the state
+change, *claimed* by that transaction with a lease. After the commit the caller either
+makes attempt 1 itself at once (decide and cancel: its outcome is ``callback_delivered``)
+or hands the deliveries over to the workers (batches: the expiry sweep, the emergency
+stop). If the process dies in between, the lease runs out and any worker takes over.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+import orjson
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from signoff.auth.principal import Principal
+from signoff.common.ids import new_id
+from signoff.common.time import format_timestamp
+from signoff.crypto import SecretBox
+from signoff.errors import ValidationFailed
+from signoff.models import ApprovalRequest, AuditEvent
+from signoff.models.webhooks import WebhookAttempt, WebhookDelivery
+from signoff.webhooks.delivery import AttemptResult
+from signoff.webhooks.repository import ConnectionSecrets, WebhookRepository
+from signoff.webhooks.signing import SigningKeys
+from signoff.webhooks.urlpolicy import AddressPolicy, check_url_at_create
+
+EVENT_DECIDED = "approval.decided"
+OUTBOX_KEY = "signoff.outbox"
+DEFAULT_LEASE_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class ClaimedDelivery:
+    """A delivery someone holds, with everything one attempt needs."""
+
+    id: uuid.UUID
+    token: uuid.UUID
+    org_id: uuid.UUID
+    request_id: uuid.UUID
+    url: str
+    target: str
+    body: bytes
+    headers_encrypted: str | None
+    attempts: int  # made before this one
+    secrets: ConnectionSecrets
+
+    @property
+    def attempt_number(self) -> int:
+        return self.attempts + 1
+
+
+@dataclass
+class Outbox:
+    """Deliveries written by one transaction, held by it until its caller acts."""
+
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    token: uuid.UUID = field(default_factory=uuid.uuid4)
+    claimed: list[ClaimedDelivery] = field(default_factory=list)
+
+
+def start_outbox(session: AsyncSession, lease_seconds: float) -> Outbox:
+    outbox = Outbox(lease_seconds=lease_seconds)
+    session.info[OUTBOX_KEY] = outbox
+    return outbox
+
+
+def outbox_of(session: AsyncSession) -> Outbox:
+    outbox = session.info.get(OUTBOX_KEY)
+    if not isinstance(outbox, Outbox):
+        outbox = Outbox()
+        session.info[OUTBOX_KEY] = outbox
+    return outbox
+
+
+@dataclass(frozen=True)
+class RetrySchedule:
+    """Delays before retry 1, 2, 3 ... (seconds); attempts = 1 + len(delays)."""
+
+    delays: tuple[float, ...] = (1.0, 2.0, 4.0)
+
+    @property
+    def max_attempts(self) -> int:
+        return 1 + len(self.delays)
+
+    def delay_after(self, attempt: int) -> float | None:
+        """Seconds from the failure of ``attempt`` to the next one, None if it was the last."""
+        return self.delays[attempt - 1] if attempt <= len(self.delays) else None
+
+
+@dataclass(frozen=True)
+class RecordedAttempt:
+    attempt: int
+    status: str  # the delivery's status after it
+    result: AttemptResult
+    entry: WebhookAttempt  # its delivery log entry
+
+
+def delivered(outcomes: Sequence[RecordedAttempt | None]) -> bool:
+    """``callback_delivered``: there was a callback and its attempt succeeded."""
+    return bool(outcomes) and all(o is not None and o.result.success for o in outcomes)
+
+
+# ---- payloads ----
+
+
+def decision_payload(
+    row: ApprovalRequest, principal: Principal | None, comment: str | None
+) -> dict[str, Any]:
+    """interface.md 6.3, plus ``id``, ``decided_by_name`` and ``decision_comment`` (decisions.md
+    section 13). Expiry and operator cancellations have no deciding user: ``decided_by`` null.
+    """
+    decided_by = None
+    if principal is not None and row.status != "expired":
+        decided_by = {
+            "id": str(principal.user_id),
+            "email": principal.user_email,
+            "name": principal.user_name,
+        }
+    return {
+        "event": EVENT_DECIDED,
+        "id": str(row.id),
+        "request_id": str(row.id),
+        "status": row.status,
+        "title": row.title,
+        "priority": row.priority,
+        "action_type": row.action_type,
+        "decided_at": format_timestamp(row.decided_at),
+        "decided_by": decided_by,
+        "decided_by_name": decided_by["name"] if decided_by else None,
+        "comment": comment,
+        "decision_comment": comment,
+        "metadata": row.metadata_ or {},
+    }
+
+
+def sample_payload(principal: Principal, now: datetime) -> dict[str, Any]:
+    """What ``POST /api/v1/test-webhook`` sends: a decision that never happened."""
+    request_id = str(new_id())
+    decided_by = {
+        "id": str(principal.user_id),
+        "email": principal.user_email,
+        "name": principal.user_name,
+    }
+    return {
+        "event": EVENT_DECIDED,
+        "test": True,
+        "id": request_id,
+        "request_id": request_id,
+        "status": "approved",
+        "title": "Test callback from signoff",
+        "priority": "low",
+        "action_type": "signoff.test",
+        "decided_at": format_timestamp(now),
+        "decided_by": decided_by,
+        "decided_by_name": principal.user_name,
+        "comment": "This is a test delivery.",
+        "decision_comment": "This is a test delivery.",
+        "metadata": {},
+    }
+
+
+def target_of(url: str) -> str:
+    parsed = httpx.URL(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    return f"{parsed.host}:{port}"[:300]
+
+
+def signing_keys(box: SecretBox, secrets: ConnectionSecrets, now: datetime) -> SigningKeys:
+    previous = None
+    if (
+        secrets.previous_encrypted is not None
+        and secrets.previous_expires_at is not None
+        and secrets.previous_expires_at > now
+    ):
+        previous = box.decrypt(secrets.previous_encrypted)
+    return SigningKeys(box.decrypt(secrets.current_encrypted), previous)
+
+
+def callback_headers(box: SecretBox, encrypted: str | None) -> dict[str, str]:
+    if not encrypted:
+        return {}
+    headers: dict[str, str] = orjson.loads(box.decrypt(encrypted))
+    return headers
+
+
+async def check_callback_url(policy: AddressPolicy, url: str, field: str = "callback_url") -> None:
+    """Refuse (400) a URL callbacks may not reach: https only and SSRF in production."""
+    reason = await check_url_at_create(url, policy)
+    if reason is not None:
+        raise ValidationFailed.for_field(field, reason)
+
+
+# ---- writing the outbox (inside the state change's transaction) ----
+
+
+async def enqueue_decision_callback(
+    repo: WebhookRepository,
+    row: ApprovalRequest,
+    principal: Principal | None,
+    comment: str | None,
+    now: datetime,
+) -> ClaimedDelivery | None:
+    """Store the callback of a final transition, claimed by the current transaction."""
+    if not row.callback_url:
+        return None
+    secrets = await repo.connection_secrets(row.connection_id)
+    if secrets is None:  # pragma: no cover - the foreign key keeps the connection
+        return None
+    outbox = outbox_of(repo.session)
+    body = orjson.dumps(decision_payload(row, principal, comment))
+    delivery = WebhookDelivery(
+        id=new_id(),
+        org_id=row.org_id,
+        request_id=row.id,
+        connection_id=row.connection_id,
+        event=EVENT_DECIDED,
+        url=row.callback_url,
+        target=target_of(row.callback_url),
+        body=body,
+        headers_encrypted=row.callback_headers_encrypted,
+        status="pending",
+        attempts=0,
+        due_at=now + timedelta(seconds=outbox.lease_seconds),
+        claim_token=outbox.token,
+        created_at=now,
+        updated_at=now,
+    )
+    await repo.add_delivery(delivery)
+    claimed = _claimed(delivery, outbox.token, secrets)
+    outbox.claimed.append(claimed)
+    return claimed
+
+
+def _claimed(
+    delivery: WebhookDelivery, token: uuid.UUID, secrets: ConnectionSecrets
+) -> ClaimedDelivery:
+    return ClaimedDelivery(
+        id=delivery.id,
+        token=token,
+        org_id=delivery.org_id,
+        request_id=delivery.request_id,
+        url=delivery.url,
+        target=delivery.target,
+        body=delivery.body,
+        headers_encrypted=delivery.headers_encrypted,
+        attempts=delivery.attempts,
+        secrets=secrets,
+    )
+
+
+# ---- claiming and recording (the dispatcher's transactions) ----
+
+
+async def claim_due(
+    repo: WebhookRepository,
+    now: datetime,
+    lease_seconds: float,
+    limit: int,
+    exclude_targets: Sequence[str] = (),
+) -> list[ClaimedDelivery]:
+    token = uuid.uuid4()
+    lease_until = now + timedelta(seconds=lease_seconds)
+    ids = await repo.claim_due(token, now, lease_until, limit, exclude_targets)
+    return [_claimed(d, token, s) for d, s in await repo.get_claimed(ids, token)]
+
+
+async def claim_for_manual_retry(
+    repo: WebhookRepository,
+    org_id: uuid.UUID,
+    delivery_id: uuid.UUID,
+    now: datetime,
+    lease_seconds: float,
+) -> ClaimedDelivery | None:
+    """The delivery, held for one manual attempt; None if it is on its automatic schedule
+    or another attempt holds it. Raises nothing: the caller tells the cases apart."""
+    token = uuid.uuid4()
+    lease_until = now + timedelta(seconds=lease_seconds)
+    if not await repo.claim_for_manual_retry(org_id, delivery_id, token, now, lease_until):
+        return None
+    claimed = await repo.get_claimed([delivery_id], token)
+    return _claimed(claimed[0][0], token, claimed[0][1]) if claimed else None
+
+
+async def record_attempt(
+    repo: WebhookRepository,
+    claimed: ClaimedDelivery,
+    result: AttemptResult,
+    now: datetime,
+    schedule: RetrySchedule,
+    *,
+    manual: bool = False,
+) -> RecordedAttempt | None:
+    """Log one attempt and move the delivery on: succeeded, retry later, or failed.
+
+    A manual attempt never re-enters the automatic schedule. Returns None if the claim
+    was lost meanwhile (another worker owns the delivery now and will log its own try).
+    """
+    number = claimed.attempt_number
+    delay = None if manual or result.success else schedule.delay_after(number)
+    values: dict[str, Any] = {"last_attempt_at": now, "updated_at": now}
+    if result.success:
+        status = "succeeded"
+        values.update(status=status, delivered_at=now, due_at=now)
+    elif delay is not None:
+        status = "pending"
+        values.update(status=status, due_at=now + timedelta(seconds=delay))
+    else:
+        status = "failed"
+        values.update(status=status, due_at=now)
+    recorded_number = await repo.finish_attempt(claimed.id, claimed.token, values)
+    if recorded_number is None:
+        return None
+    entry = WebhookAttempt(
+        id=new_id(),
+        delivery_id=claimed.id,
+        org_id=claimed.org_id,
+        request_id=claimed.request_id,
+        url=claimed.url,
+        attempt=recorded_number,
+        status_code=result.status_code,
+        success=result.success,
+        duration_ms=result.duration_ms,
+        response_body=result.response_body,
+        error=result.error,
+        created_at=now,
+    )
+    await repo.add_attempt(entry)
+    if status == "pending":
+        await repo.notify_workers()
+    else:
+        await repo.add_event(
+            AuditEvent(
+                id=new_id(),
+                org_id=claimed.org_id,
+                request_id=claimed.request_id,
+                type="callback.delivered" if result.success else "callback.failed",
+                actor_id=None,
+                data={
+                    "delivery_id": str(claimed.id),
+                    "attempt": recorded_number,
+                    "status_code": result.status_code,
+                    "error": result.error,
+                    "url": claimed.url,
+                },
+                created_at=now,
+            )
+        )
+    return RecordedAttempt(recorded_number, status, result, entry)
+
+
+async def list_attempts(
+    repo: WebhookRepository, principal: Principal, request_id: uuid.UUID | None, limit: int
+) -> Sequence[WebhookAttempt]:
+    return await repo.list_attempts(principal.org_id, request_id, limit)

@@ -1,0 +1,205 @@
+"""The delivery worker: claim due deliveries, attempt each in its own task, repeat.
+
+Runs inside ``signoff serve`` (unless ``--no-worker``) and alone as ``signoff worker``; any
+number may run against one database. A claim leases rows to one worker
+(``webhooks/repository.py``); a worker that dies leaves leases that run out, and any other
+worker takes those deliveries over.
+
+Waking up, without busy polling:
+- in this process, ``dispatcher.wakeup`` is set whenever a delivery becomes due sooner
+  than the loop may think (a retry scheduled, a hand-off);
+- on PostgreSQL, every such transaction also sends ``NOTIFY signoff_deliveries``, which a
+  dedicated LISTEN connection turns into the same wake-up, across processes;
+- otherwise the loop sleeps exactly until the next due time (a retry, or a lease running
+  out), capped by ``SIGNOFF_DELIVERY_POLL_INTERVAL_SECONDS`` so that deliveries made due
+  by *other* processes on SQLite are noticed too (one indexed query per interval).
+
+A slow receiver never holds up the others: each attempt is its own task, the connection
+pool has no global limit, and one receiver (host:port) gets at most
+``SIGNOFF_DELIVERY_PER_TARGET_CONCURRENCY`` attempts of this worker at once; its other due
+deliveries are left (or handed back) for later instead of taking every slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+from signoff.context import AppContext
+from signoff.webhooks.dispatcher import WebhookDispatcher
+from signoff.webhooks.repository import NOTIFY_CHANNEL
+from signoff.webhooks.service import ClaimedDelivery, Outbox
+
+logger = logging.getLogger(__name__)
+
+# With LISTEN/NOTIFY up, polling is only a safety net against a lost notification.
+LISTENING_POLL_SECONDS = 30.0
+RECONNECT_SECONDS = 5.0
+ERROR_BACKOFF_SECONDS = 1.0
+
+
+class PostgresListener:
+    """One asyncpg connection that LISTENs and calls ``on_notify`` for each NOTIFY."""
+
+    def __init__(self, database_url: str, on_notify: Callable[[], None]) -> None:
+        self.dsn = (
+            make_url(database_url)
+            .set(drivername="postgresql")
+            .render_as_string(hide_password=False)
+        )
+        self.on_notify = on_notify
+        self._connection: Any = None
+
+    @property
+    def alive(self) -> bool:
+        return self._connection is not None and not self._connection.is_closed()
+
+    async def connect(self) -> bool:
+        import asyncpg  # type: ignore[import-untyped]
+
+        try:
+            self._connection = await asyncpg.connect(self.dsn)
+            await self._connection.add_listener(NOTIFY_CHANNEL, self._notified)
+        except Exception as exc:
+            logger.warning("LISTEN %s unavailable (%s); polling instead", NOTIFY_CHANNEL, exc)
+            await self.close()
+            return False
+        # A notification may have been missed while we were not listening.
+        self.on_notify()
+        return True
+
+    def _notified(self, *_: object) -> None:
+        self.on_notify()
+
+    async def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await connection.close(timeout=2)
+
+
+class DeliveryWorker:
+    def __init__(self, ctx: AppContext) -> None:
+        self.ctx = ctx
+        self.dispatcher: WebhookDispatcher = ctx.webhooks
+        settings = ctx.settings
+        self.concurrency = settings.delivery_concurrency
+        self.per_target = settings.delivery_per_target_concurrency
+        self.poll_seconds = settings.delivery_poll_interval_seconds
+        self.in_flight: set[asyncio.Task[None]] = set()
+        self.per_target_in_flight: Counter[str] = Counter()
+        self._waiting_for_slot = False
+        self.listener: PostgresListener | None = None
+        if not ctx.db.is_sqlite:
+            self.listener = PostgresListener(settings.database_url, self.dispatcher.wakeup.set)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        next_reconnect = 0.0
+        try:
+            while not stop.is_set():
+                if self.listener and not self.listener.alive and loop.time() >= next_reconnect:
+                    await self.listener.connect()
+                    next_reconnect = loop.time() + RECONNECT_SECONDS
+                self.dispatcher.wakeup.clear()
+                try:
+                    sleep = await self._step()
+                except Exception:
+                    logger.exception("delivery worker step failed; retrying shortly")
+                    sleep = ERROR_BACKOFF_SECONDS
+                if sleep > 0:
+                    await _wait_either(stop, self.dispatcher.wakeup, sleep)
+        finally:
+            await self._drain()
+            if self.listener:
+                await self.listener.close()
+
+    async def _step(self) -> float:
+        """Claim and start what is due; answer how long to sleep before the next step."""
+        free = self.concurrency - len(self.in_flight)
+        saturated = [t for t, n in self.per_target_in_flight.items() if n >= self.per_target]
+        self._waiting_for_slot = free <= 0 or bool(saturated)
+        if free > 0:
+            claimed = await self.dispatcher.claim_due(free, saturated)
+            await self._start(claimed)
+            if len(claimed) == free:
+                return 0.0  # a backlog: claim again at once
+        if free <= 0:
+            return self._poll_cap()  # a finishing attempt wakes us
+        seconds = await self.dispatcher.next_due_at_seconds()
+        if seconds is None:
+            return self._poll_cap()
+        if seconds <= 0:
+            # Due, yet not claimed: held back for a busy receiver, or taken by another
+            # worker a moment ago. A finishing attempt or a notification wakes us.
+            return min(self._poll_cap(), 0.05 if not self._waiting_for_slot else 1.0)
+        return min(seconds, self._poll_cap())
+
+    def _poll_cap(self) -> float:
+        if self.listener is not None and self.listener.alive:
+            return max(self.poll_seconds, LISTENING_POLL_SECONDS)
+        return self.poll_seconds
+
+    async def _start(self, claimed: list[ClaimedDelivery]) -> None:
+        held_back: list[ClaimedDelivery] = []
+        for delivery in claimed:
+            if self.per_target_in_flight[delivery.target] >= self.per_target:
+                held_back.append(delivery)
+                continue
+            self.per_target_in_flight[delivery.target] += 1
+            task = asyncio.create_task(self._attempt(delivery))
+            self.in_flight.add(task)
+            task.add_done_callback(self._finished)
+        if held_back:
+            # Claimed in one batch beyond what one receiver may take: give them back at
+            # once rather than let them sit on a lease (another worker may take them).
+            self._waiting_for_slot = True
+            outbox = Outbox(token=held_back[0].token, claimed=held_back)
+            await self.dispatcher.hand_off(outbox)
+
+    async def _attempt(self, delivery: ClaimedDelivery) -> None:
+        try:
+            await self.dispatcher.attempt(delivery)
+        except Exception:
+            # The lease runs out and the delivery is attempted again: nothing is lost.
+            logger.exception("delivery %s: attempt could not be recorded", delivery.id)
+        finally:
+            self.per_target_in_flight[delivery.target] -= 1
+            if self.per_target_in_flight[delivery.target] <= 0:
+                del self.per_target_in_flight[delivery.target]
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.in_flight.discard(task)
+        if self._waiting_for_slot:
+            self.dispatcher.wakeup.set()
+
+    async def _drain(self) -> None:
+        """On shutdown, let attempts in flight finish (each has its own deadline)."""
+        if not self.in_flight:
+            return
+        grace = self.ctx.settings.delivery_timeout_seconds + 2.0
+        _, pending = await asyncio.wait(set(self.in_flight), timeout=grace)
+        for task in pending:
+            task.cancel()  # their leases run out; another worker finishes them
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def _wait_either(stop: asyncio.Event, wakeup: asyncio.Event, timeout: float) -> None:
+    waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(wakeup.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
+
+
+async def run_delivery_worker(ctx: AppContext, stop: asyncio.Event) -> None:
+    await DeliveryWorker(ctx).run(stop)

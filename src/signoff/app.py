@@ -15,6 +15,7 @@ from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match
 
 from signoff import __version__
 from signoff.approvals.endpoints import router as approvals_router
@@ -39,7 +40,9 @@ API_DESCRIPTION = """\
 signoff asks a human before automations and AI agents act. Create an approval request,
 let people approve or reject it, and receive the decision as a signed callback.
 
-Authenticate with `Authorization: Bearer gk_...` (a connection's API key). Errors are
+Authenticate with `Authorization: Bearer gk_...` (a connection's API key), or with an OAuth
+2.0 access token `oat_...` obtained with PKCE at `/oauth/authorize` and `/oauth/token`: it
+acts as the person who consented, with the scopes they granted. Errors are
 `{"error": {"code", "message", "details"}}`. Every response carries `X-RateLimit-Limit`,
 `X-RateLimit-Remaining` and `X-RateLimit-Reset`.
 """
@@ -47,6 +50,22 @@ Authenticate with `Authorization: Bearer gk_...` (a connection's API key). Error
 
 def _error_response(error: AppError) -> Response:
     return json_response(error.to_body(), error.status_code, error.headers or None)
+
+
+_PROBED_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _allowed_methods(request: Request) -> set[str]:
+    """The methods some route serves on this path (asked of the router, so routes of
+    included routers count too)."""
+    routes = request.app.router.routes
+    return {
+        method
+        for method in _PROBED_METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes
+        )
+    }
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -67,7 +86,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
         return _error_response(ValidationFailed.for_fields(fields))
 
-    async def on_http_error(_: Request, exc: Exception) -> Response:
+    async def on_http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         error: AppError
         if exc.status_code == 404:
@@ -79,6 +98,10 @@ def _install_error_handlers(app: FastAPI) -> None:
             error.status_code = exc.status_code  # type: ignore[misc]
         if exc.headers:
             error.headers.update(exc.headers)
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route on the path only; a path
+            # served by several routes (GET and POST /approvals) allows all of theirs.
+            error.headers["Allow"] = ", ".join(sorted(_allowed_methods(request)))
         return _error_response(error)
 
     async def on_unexpected(_: Request, exc: Exception) -> Response:

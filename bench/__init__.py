@@ -1,0 +1,1 @@
+"""``make bench``: throughput and latency of signoff against plain-FastAPI baselines."""

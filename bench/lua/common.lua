@@ -1,0 +1,43 @@
+-- Shared by every scenario (bench/run.py prepends it to the scenario's script).
+-- Numbers the threads, reads id files, and prints one machine-readable summary line.
+
+local next_thread = 0
+
+function setup(thread)
+  thread:set("thread_index", next_thread)
+  next_thread = next_thread + 1
+end
+
+function read_lines(path)
+  local lines = {}
+  for line in io.lines(path) do
+    if line ~= "" then
+      lines[#lines + 1] = line
+    end
+  end
+  return lines
+end
+
+-- wrk.format replaces wrk.headers (the --header options) with the table it is given:
+-- scripts that add a header start from a copy of them.
+function headers_with(extra)
+  local headers = {}
+  for name, value in pairs(wrk.headers) do
+    headers[name] = value
+  end
+  for name, value in pairs(extra) do
+    headers[name] = value
+  end
+  return headers
+end
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'BENCH_RESULT {"requests": %d, "duration_us": %d, "status_errors": %d, ' ..
+    '"connect_errors": %d, "read_errors": %d, "write_errors": %d, "timeouts": %d, ' ..
+    '"p50_us": %.1f, "p90_us": %.1f, "p99_us": %.1f, "max_us": %.1f, "mean_us": %.1f}\n',
+    summary.requests, summary.duration, e.status, e.connect, e.read, e.write, e.timeout,
+    latency:percentile(50), latency:percentile(90), latency:percentile(99),
+    latency.max, latency.mean))
+end

@@ -1,0 +1,705 @@
+"""``make bench``: signoff on SQLite and PostgreSQL against two plain-FastAPI baselines.
+
+For each database: a fresh database, an org, a user and a connection made with the real
+CLI (``--json``), the connection's hourly limit raised to the operator's ceiling (rate
+limiting stays on), ``signoff serve`` started as users start it, 10,000 requests seeded
+through the API, then wrk at a fixed concurrency for a fixed time on each scenario:
+
+- create: ``POST /api/v1/approvals`` (five-field body, unique titles);
+- get:    ``GET /api/v1/approvals/:id`` of random seeded requests;
+- list:   ``GET /api/v1/approvals?page=N`` with N random in 1..50 (20 per page);
+- decide: ``PATCH /api/v1/approvals/:id`` approving, every request hit exactly once.
+
+The baselines (``bench/baseline.py``: a Pydantic echo for writes, a constant object for
+reads) run on the same uvicorn settings before and after; each ratio divides by the
+*higher* of the two baseline figures, so machine noise can only make our ratios look
+worse. Figures are printed, and written to ``bench/results/latest.json``; nothing here
+asserts a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+LUA_DIR = BENCH_DIR / "lua"
+RESULTS_DIR = BENCH_DIR / "results"
+SIGNOFF = Path(sys.executable).parent / "signoff"
+HOST = "127.0.0.1"
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+# The operator's ceiling for this run; the bench connection's limit is raised up to it.
+RATE_LIMIT_CEILING = 100_000_000
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+SCENARIOS = ("create", "get", "list", "decide")
+# Which baseline each scenario is compared with.
+BASELINE_OF = {"create": "echo", "decide": "echo", "get": "constant", "list": "constant"}
+# Targets of the issue, checked on SQLite (and shown for PostgreSQL).
+TARGET_RATIOS = {"create": 0.30, "get": 0.40}
+TARGET_P99_MS = 50.0
+TARGET_RSS_MB = 150.0
+
+WORDS = (  # noqa: SIM905 - one readable paragraph of vocabulary
+    "deploy billing service region canary rollback database migration schema index "
+    "refund invoice customer payout vendor contract renewal access grant admin role "
+    "production staging cluster node upgrade kernel patch secret rotation certificate "
+    "domain firewall rule budget purchase laptop license seat report quarterly audit "
+    "export delete account merge branch release hotfix feature flag traffic shift"
+).split()
+PRIORITIES = ("low", "medium", "high", "critical")
+ACTION_TYPES = ("deploy.production", "refund.issue", "access.grant", "db.migrate", None)
+SOURCES = ("github-actions", "zapier", "n8n", "agent", None)
+
+
+class BenchError(RuntimeError):
+    """The bench itself could not run (not a slow result: those are only reported)."""
+
+
+@dataclass
+class Options:
+    duration: int
+    connections: int
+    threads: int
+    seed: int
+    list_pages: int
+    databases: list[str]
+    postgres_url: str
+    output: Path
+
+
+@dataclass
+class Figure:
+    """One wrk run."""
+
+    target: str  # sqlite, postgresql or baseline
+    scenario: str
+    requests: int
+    seconds: float
+    rps: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    max_ms: float
+    errors: int  # non-2xx/3xx answers plus socket errors
+    cpu_ms_per_request: float  # the server's CPU time per answer: steadier than req/s
+    peak_rss_mb: float
+    load_before: float
+    load_after: float
+    baseline: str | None = None
+    ratio: float | None = None
+
+
+@dataclass
+class Report:
+    started_at: str
+    machine: dict[str, Any]
+    options: dict[str, Any]
+    figures: list[Figure] = field(default_factory=list)
+    seeding: dict[str, dict[str, float]] = field(default_factory=dict)
+    targets: list[dict[str, Any]] = field(default_factory=list)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def load_average() -> float:
+    return os.getloadavg()[0]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def bench_env(database_url: str, secret_key: str) -> dict[str, str]:
+    """The environment of every signoff process: ours only, nothing inherited from SIGNOFF_*."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")}
+    env.update(
+        SIGNOFF_DATABASE_URL=database_url,
+        SIGNOFF_SECRET_KEY=secret_key,
+        SIGNOFF_RATE_LIMIT_CEILING=str(RATE_LIMIT_CEILING),
+    )
+    return env
+
+
+# ---- processes ----
+
+
+class Server:
+    """A server subprocess, its log file, and its peak resident memory."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.name = name
+        self.port = free_port()
+        self.url = f"http://{HOST}:{self.port}"
+        self.log_path = cwd / f"{name}.log"
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            [*argv, "--host", HOST, "--port", str(self.port)],
+            env=env,
+            cwd=cwd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise BenchError(f"{self.name} exited at start:\n{self.log_tail()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise BenchError(f"{self.name} did not answer /healthz in {timeout:.0f} s")
+
+    def peak_rss_mb(self) -> float:
+        """VmHWM: the most resident memory the process has had so far."""
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def cpu_seconds(self) -> float:
+        """User plus system CPU time of the process (all its threads) so far."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rpartition(")")[2].split()
+        # proc(5): after the command name come field 3 (state) on; utime, stime are 14, 15.
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+    def log_tail(self, lines: int = 30) -> str:
+        self._log.flush()
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+
+@contextmanager
+def running(server: Server) -> Iterator[Server]:
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+def signoff_cli(env: dict[str, str], cwd: Path, *args: str) -> dict[str, Any]:
+    """Run the real ``signoff`` command; with ``--json`` its last line is one object."""
+    result = subprocess.run(
+        [str(SIGNOFF), *args], env=env, cwd=cwd, capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise BenchError(f"signoff {' '.join(args)} failed:\n{result.stderr or result.stdout}")
+    if "--json" not in args:
+        return {}
+    data: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return data
+
+
+# ---- wrk ----
+
+
+def wrk_version() -> str:
+    result = subprocess.run(["wrk", "-v"], capture_output=True, text=True, check=False)
+    lines = (result.stdout or result.stderr).splitlines()
+    return lines[0] if lines else ""
+
+
+def run_wrk(
+    opts: Options,
+    workdir: Path,
+    url: str,
+    script: str | None,
+    args: list[str] | None = None,
+    headers: list[str] | None = None,
+) -> dict[str, Any]:
+    """One fixed-time wrk run; returns the summary its ``done()`` prints (times in µs)."""
+    source = (LUA_DIR / "common.lua").read_text()
+    if script:
+        source += "\n" + (LUA_DIR / f"{script}.lua").read_text()
+    script_path = workdir / f"{script or 'plain'}.lua"
+    script_path.write_text(source)
+    command = [
+        "wrk",
+        "--threads",
+        str(opts.threads),
+        "--connections",
+        str(opts.connections),
+        "--duration",
+        f"{opts.duration}s",
+        "--timeout",
+        "10s",
+        "--latency",
+        "--script",
+        str(script_path),
+    ]
+    for header in headers or []:
+        command += ["--header", header]
+    command.append(url)
+    if args:
+        command += ["--", *args]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=opts.duration + 120, check=False
+    )
+    for line in result.stdout.splitlines():
+        if line.startswith("BENCH_RESULT "):
+            summary: dict[str, Any] = json.loads(line.removeprefix("BENCH_RESULT "))
+            return summary
+    raise BenchError(f"wrk gave no summary:\n{result.stdout}\n{result.stderr}")
+
+
+def measure(
+    opts: Options,
+    workdir: Path,
+    server: Server,
+    target: str,
+    scenario: str,
+    path: str,
+    script: str | None,
+    args: list[str] | None = None,
+    headers: list[str] | None = None,
+) -> Figure:
+    load_before = load_average()
+    cpu_before = server.cpu_seconds()
+    summary = run_wrk(opts, workdir, server.url + path, script, args, headers)
+    cpu = server.cpu_seconds() - cpu_before
+    seconds = summary["duration_us"] / 1e6
+    errors = sum(
+        summary[k]
+        for k in (
+            "status_errors",
+            "connect_errors",
+            "read_errors",
+            "write_errors",
+            "timeouts",
+        )
+    )
+    figure = Figure(
+        target=target,
+        scenario=scenario,
+        requests=summary["requests"],
+        seconds=round(seconds, 2),
+        rps=round(summary["requests"] / seconds, 1),
+        p50_ms=round(summary["p50_us"] / 1000, 2),
+        p90_ms=round(summary["p90_us"] / 1000, 2),
+        p99_ms=round(summary["p99_us"] / 1000, 2),
+        max_ms=round(summary["max_us"] / 1000, 2),
+        errors=errors,
+        cpu_ms_per_request=round(cpu * 1000 / max(1, summary["requests"]), 3),
+        peak_rss_mb=round(server.peak_rss_mb(), 1),
+        load_before=round(load_before, 2),
+        load_after=round(load_average(), 2),
+    )
+    log(
+        f"  {target:<10} {scenario:<8} {figure.rps:>9,.0f} req/s  p50 {figure.p50_ms:6.2f} ms  "
+        f"p99 {figure.p99_ms:6.2f} ms  CPU {figure.cpu_ms_per_request:5.2f} ms/req  "
+        f"peak RSS {figure.peak_rss_mb:5.1f} MB" + (f"  ERRORS {errors}" if errors else "")
+    )
+    if errors:
+        log(f"  warning: {errors} failed calls in {target} {scenario}: see the server log")
+    return figure
+
+
+# ---- seeding through the API ----
+
+
+def approval_body(index: int) -> dict[str, Any]:
+    """Varied bodies, so the full-text index holds realistic, distinct rows."""
+    words = [WORDS[(index * 7 + k * 13) % len(WORDS)] for k in range(12)]
+    body: dict[str, Any] = {
+        "title": f"{words[0].title()} {words[1]} {words[2]} #{index}",
+        "description": " ".join(words) + f". Ticket OPS-{index}.",
+        "priority": PRIORITIES[index % len(PRIORITIES)],
+        "metadata": {"ticket": f"OPS-{index}", "bench": True},
+    }
+    if action_type := ACTION_TYPES[index % len(ACTION_TYPES)]:
+        body["action_type"] = action_type
+    if source := SOURCES[(index // 5) % len(SOURCES)]:
+        body["source"] = source
+    return body
+
+
+async def _create_many(base_url: str, api_key: str, start: int, count: int) -> list[str]:
+    ids: list[str] = []
+    indexes = iter(range(start, start + count))
+    limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
+    headers = {"Authorization": f"Bearer {api_key}"}
+    async with httpx.AsyncClient(
+        base_url=base_url, headers=headers, limits=limits, timeout=60.0
+    ) as client:
+
+        async def worker() -> None:
+            for index in indexes:
+                response = await client.post("/api/v1/approvals", json=approval_body(index))
+                if response.status_code != 201:
+                    raise BenchError(f"seeding: {response.status_code} {response.text}")
+                ids.append(response.json()["id"])
+
+        await asyncio.gather(*(worker() for _ in range(32)))
+    return ids
+
+
+def create_many(base_url: str, api_key: str, start: int, count: int) -> list[str]:
+    return asyncio.run(_create_many(base_url, api_key, start, count))
+
+
+def pending_ids(base_url: str, api_key: str) -> list[str]:
+    """Every pending request, through the list endpoint (oldest page last)."""
+    ids: list[str] = []
+    headers = {"Authorization": f"Bearer {api_key}"}
+    with httpx.Client(base_url=base_url, headers=headers, timeout=60.0) as client:
+        page = 1
+        while True:
+            response = client.get(
+                "/api/v1/approvals", params={"status": "pending", "page": page, "page_size": 100}
+            )
+            response.raise_for_status()
+            data = response.json()
+            ids += [item["id"] for item in data["data"]]
+            if page >= data["pagination"]["total_pages"]:
+                return ids
+            page += 1
+
+
+# ---- one database ----
+
+
+@contextmanager
+def postgres_database(admin_url: str) -> Iterator[str]:
+    """A database of our own on the server of ``admin_url``, dropped afterwards."""
+    import asyncpg  # type: ignore[import-untyped]
+    from sqlalchemy.engine import make_url
+
+    name = f"signoff_bench_{uuid.uuid4().hex[:10]}"
+
+    async def execute(statement: str) -> None:
+        conn = await asyncpg.connect(admin_url)
+        try:
+            await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    asyncio.run(execute(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        asyncio.run(execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def check_postgres(admin_url: str) -> None:
+    import asyncpg
+
+    async def ping() -> None:
+        conn = await asyncpg.connect(admin_url, timeout=5)
+        await conn.close()
+
+    try:
+        asyncio.run(ping())
+    except Exception as exc:
+        raise BenchError(
+            f"PostgreSQL is not reachable at {admin_url} ({exc}). Start it, pass "
+            "--postgres-url, or run only SQLite: make bench BENCH_ARGS='--databases sqlite'"
+        ) from None
+
+
+@contextmanager
+def database_url(target: str, opts: Options, workdir: Path) -> Iterator[str]:
+    if target == "sqlite":
+        yield f"sqlite:///{workdir / 'signoff.db'}"
+        return
+    with postgres_database(opts.postgres_url) as url:
+        yield url
+
+
+def bench_signoff(target: str, opts: Options, workdir: Path, report: Report) -> list[Figure]:
+    from signoff.crypto import generate_secret_key
+
+    workdir.mkdir()
+    figures: list[Figure] = []
+    with database_url(target, opts, workdir) as url:
+        env = bench_env(url, generate_secret_key())
+        if target == "postgresql":
+            signoff_cli(env, workdir, "db", "upgrade")
+        org = signoff_cli(env, workdir, "org", "create", "Bench", "--json")
+        user = signoff_cli(
+            env, workdir, "user", "create", "--org", org["id"], "--email", "bench@example.com",
+            "--name", "Bench Admin", "--role", "admin", "--json",
+        )  # fmt: skip
+        connection = signoff_cli(
+            env, workdir, "connection", "create", "--org", org["id"], "--owner", user["id"],
+            "--name", "bench", "--json",
+        )  # fmt: skip
+        signoff_cli(
+            env, workdir, "connection", "set-rate-limit", connection["id"],
+            str(RATE_LIMIT_CEILING), "--org", org["id"], "--json",
+        )  # fmt: skip
+        api_key = connection["api_key"]
+        auth = [f"Authorization: Bearer {api_key}"]
+        server = Server(f"signoff-{target}", [str(SIGNOFF), "serve"], env, workdir)
+        with running(server):
+            log(f"[{target}] seeding {opts.seed:,} requests through POST /api/v1/approvals")
+            started = time.monotonic()
+            seeded = create_many(server.url, api_key, 0, opts.seed)
+            elapsed = time.monotonic() - started
+            report.seeding[target] = {
+                "requests": opts.seed,
+                "seconds": round(elapsed, 1),
+                "rps": round(opts.seed / elapsed, 1),
+            }
+            log(f"[{target}] seeded in {elapsed:.1f} s ({opts.seed / elapsed:,.0f}/s)")
+            ids_file = workdir / "seeded-ids.txt"
+            ids_file.write_text("\n".join(seeded) + "\n")
+
+            def run(scenario: str, args: list[str] | None = None) -> Figure:
+                figure = measure(
+                    opts, workdir, server, target, scenario, "/api/v1/approvals", scenario,
+                    args, auth,
+                )  # fmt: skip
+                figures.append(figure)
+                return figure
+
+            create = run("create")
+            run("get", [str(ids_file)])
+            run("list", [str(opts.list_pages)])
+
+            pool = pending_ids(server.url, api_key)
+            # Decide runs about as fast as create; leave a wide margin so no id repeats.
+            needed = max(5_000, int(create.rps * opts.duration * 2))
+            if len(pool) < needed:
+                log(f"[{target}] topping up the decide pool: {needed - len(pool):,} more")
+                pool += create_many(server.url, api_key, opts.seed, needed - len(pool))
+            decide_file = workdir / "pending-ids.txt"
+            decide_file.write_text("\n".join(pool) + "\n")
+            decide = run("decide", [str(decide_file), str(opts.threads)])
+            if decide.requests > len(pool):
+                log(f"[{target}] warning: decide ran past its {len(pool):,} pending requests")
+    return figures
+
+
+def bench_baselines(opts: Options, workdir: Path, round_name: str) -> list[Figure]:
+    workdir.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")}
+    env["PYTHONPATH"] = str(REPO_DIR)
+    server = Server("baseline", [sys.executable, "-m", "bench.baseline"], env, workdir)
+    with running(server):
+        log(f"[baseline, {round_name}]")
+        return [
+            measure(opts, workdir, server, "baseline", "echo", "/echo", "create"),
+            measure(opts, workdir, server, "baseline", "constant", "/constant", None),
+        ]
+
+
+# ---- the report ----
+
+
+def apply_ratios(figures: list[Figure], baselines: list[Figure]) -> dict[str, float]:
+    best: dict[str, float] = {}
+    for figure in baselines:
+        best[figure.scenario] = max(best.get(figure.scenario, 0.0), figure.rps)
+    for figure in figures:
+        if figure.scenario in BASELINE_OF:
+            figure.baseline = BASELINE_OF[figure.scenario]
+            figure.ratio = round(figure.rps / best[figure.baseline], 3)
+    return best
+
+
+def check_targets(figures: list[Figure], target: str) -> list[dict[str, Any]]:
+    ours = {f.scenario: f for f in figures if f.target == target}
+    if not ours:
+        return []
+    checks: list[dict[str, Any]] = []
+    for scenario, minimum in TARGET_RATIOS.items():
+        ratio = ours[scenario].ratio or 0.0
+        checks.append(
+            {
+                "target": target,
+                "check": f"{scenario} >= {minimum:.0%} of {BASELINE_OF[scenario]}",
+                "measured": f"{ratio:.0%}",
+                "met": ratio >= minimum,
+            }
+        )
+    worst = max(ours.values(), key=lambda f: f.p99_ms)
+    checks.append(
+        {
+            "target": target,
+            "check": f"p99 < {TARGET_P99_MS:.0f} ms on every endpoint",
+            "measured": f"{worst.p99_ms:.1f} ms (worst: {worst.scenario})",
+            "met": all(f.p99_ms < TARGET_P99_MS for f in ours.values()),
+        }
+    )
+    peak = max(f.peak_rss_mb for f in ours.values())
+    checks.append(
+        {
+            "target": target,
+            "check": f"peak RSS < {TARGET_RSS_MB:.0f} MB",
+            "measured": f"{peak:.1f} MB",
+            "met": peak < TARGET_RSS_MB,
+        }
+    )
+    errors = sum(f.errors for f in ours.values())
+    checks.append(
+        {
+            "target": target,
+            "check": "no failed calls",
+            "measured": str(errors),
+            "met": errors == 0,
+        }
+    )
+    return checks
+
+
+def print_report(report: Report, best: dict[str, float]) -> None:
+    print()
+    print(
+        f"signoff bench, {report.started_at}, {report.machine['cpus']} CPUs "
+        f"({report.machine['cpu_model']}), {report.options['connections']} connections, "
+        f"{report.options['threads']} wrk threads, {report.options['duration']} s per scenario"
+    )
+    header = (
+        f"{'target':<11}{'scenario':<10}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'CPU ms/req':>12}{'peak RSS MB':>13}{'vs baseline':>20}{'errors':>8}"
+    )
+    print(header)
+    print("-" * len(header))
+    for f in report.figures:
+        versus = f"{f.ratio:.0%} of {f.baseline}" if f.ratio is not None else ""
+        print(
+            f"{f.target:<11}{f.scenario:<10}{f.rps:>9,.0f}{f.p50_ms:>9.2f}{f.p99_ms:>9.2f}"
+            f"{f.cpu_ms_per_request:>12.3f}{f.peak_rss_mb:>13.1f}{versus:>20}{f.errors:>8}"
+        )
+    print(
+        "ratios divide by the better baseline round: "
+        + ", ".join(f"{name} {rps:,.0f} req/s" for name, rps in best.items())
+    )
+    print()
+    for check in report.targets:
+        verdict = "met" if check["met"] else "MISSED"
+        print(f"{check['target']:<11}{check['check']:<36}{check['measured']:<28}{verdict}")
+
+
+def machine_info() -> dict[str, Any]:
+    cpu_model = ""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    memory_mb = 0
+    meminfo = Path("/proc/meminfo")
+    if meminfo.exists():
+        memory_mb = int(meminfo.read_text().split()[1]) // 1024
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": cpu_model,
+        "memory_mb": memory_mb,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "wrk": wrk_version(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def parse_args(argv: list[str] | None) -> Options:
+    parser = argparse.ArgumentParser(prog="make bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=int, default=10, help="seconds per scenario")
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=2, help="wrk threads")
+    parser.add_argument("--seed", type=int, default=10_000, help="requests seeded first")
+    parser.add_argument("--list-pages", type=int, default=50, help="list pages picked from")
+    parser.add_argument(
+        "--databases",
+        default="sqlite,postgresql",
+        help="comma-separated: sqlite, postgresql",
+    )
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get("SIGNOFF_BENCH_POSTGRES_URL", DEFAULT_POSTGRES_URL),
+        help="a server where the bench may create (and drop) a database of its own",
+    )
+    parser.add_argument("--output", type=Path, default=RESULTS_DIR / "latest.json")
+    args = parser.parse_args(argv)
+    databases = [d.strip() for d in args.databases.split(",") if d.strip()]
+    if unknown := set(databases) - {"sqlite", "postgresql"}:
+        parser.error(f"unknown database(s): {', '.join(sorted(unknown))}")
+    return Options(
+        duration=args.duration,
+        connections=args.connections,
+        threads=args.threads,
+        seed=args.seed,
+        list_pages=args.list_pages,
+        databases=databases,
+        postgres_url=args.postgres_url,
+        output=args.output,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    if shutil.which("wrk") is None:
+        log("error: wrk is not installed: install Debian's wrk (sudo apt-get install wrk)")
+        return 2
+    try:
+        if "postgresql" in opts.databases:
+            check_postgres(opts.postgres_url)
+        report = Report(
+            started_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            machine=machine_info(),
+            options={k: str(v) if isinstance(v, Path) else v for k, v in asdict(opts).items()},
+        )
+        with tempfile.TemporaryDirectory(prefix="signoff-bench-") as tmp:
+            workdir = Path(tmp)
+            baselines = bench_baselines(opts, workdir / "baseline-before", "before")
+            for target in opts.databases:
+                report.figures += bench_signoff(target, opts, workdir / target, report)
+            baselines += bench_baselines(opts, workdir / "baseline-after", "after")
+    except BenchError as exc:
+        log(f"error: {exc}")
+        return 1
+    best = apply_ratios(report.figures, baselines)
+    report.figures = baselines[:2] + report.figures + baselines[2:]
+    for target in opts.databases:
+        report.targets += check_targets(report.figures, target)
+    report.machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    print_report(report, best)
+    opts.output.parent.mkdir(parents=True, exist_ok=True)
+    opts.output.write_text(json.dumps(asdict(report), indent=2) + "\n")
+    print(f"\nwritten to {opts.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -199,7 +199,9 @@ async def authorize(request: Request) -> Response:
     settings = ctx.settings
     params, repeated = service.single_params(list(request.query_params.multi_items()))
     now = utcnow()
-    async with ctx.transaction() as uow:
+    # Reads only, unless a first visit needs a session: page views never queue for the
+    # (SQLite) writer.
+    async with ctx.reading() as uow:
         try:
             client, redirect_uri, explicit = await service.resolve_client_and_redirect(
                 uow.oauth, params, repeated
@@ -215,14 +217,15 @@ async def authorize(request: Request) -> Response:
         session = await service.current_session(uow.oauth, request.cookies.get(SESSION_COOKIE), now)
         org_name = await _org_name(uow, client)
         user = await _signed_in_user(uow, session, client)
-        if session is not None and user is not None:
-            return _consent_page(authz, session.csrf_token, user, org_name)
-        if session is not None:
-            return _login_page(authz, session.csrf_token, org_name)
+    if session is not None and user is not None:
+        return _consent_page(authz, session.csrf_token, user, org_name)
+    if session is not None:
+        return _login_page(authz, session.csrf_token, org_name)
+    async with ctx.transaction() as uow:
         session, cookie = await service.start_session(uow.oauth, None, settings, now)
-        response = _login_page(authz, session.csrf_token, org_name)
-        _set_session_cookie(response, cookie, settings)
-        return response
+    response = _login_page(authz, session.csrf_token, org_name)
+    _set_session_cookie(response, cookie, settings)
+    return response
 
 
 @router.post("/oauth/login")
@@ -412,10 +415,15 @@ async def token(request: Request) -> Response:
     except OAuthError as exc:
         return _oauth_error(exc)
     now = utcnow()
+    try:
+        # Refused clients never take the write transaction.
+        async with ctx.reading() as uow:
+            client = await service.authenticate_client(uow.oauth, given)
+    except OAuthError as exc:
+        return _oauth_error(exc)
     error: OAuthError | None = None
     async with ctx.transaction() as uow:
         try:
-            client = await service.authenticate_client(uow.oauth, given)
             if grant_type == "authorization_code":
                 issued = await service.exchange_code(
                     uow.oauth,

@@ -55,8 +55,10 @@ def configure_logging(settings: Settings) -> None:
                 "uvicorn": {"handlers": ["stderr"], "level": "INFO", "propagate": False},
                 "uvicorn.error": {"level": "INFO"},
                 "uvicorn.access": {"handlers": [], "propagate": False},
+                # One line per callback attempt would drown everything else; the delivery
+                # log in the database has them all.
+                "httpx": {"level": "WARNING"},
+                "httpcore": {"level": "WARNING"},
             },
         }
     )
-
-

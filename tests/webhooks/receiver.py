@@ -143,7 +143,10 @@ class Receiver:
     @staticmethod
     async def _read_request(reader: asyncio.StreamReader) -> Received | None:
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
+            first = await reader.readexactly(1)
+            if first == b"\x16":
+                return None  # a TLS handshake: this is a plain-HTTP server, hang up
+            head = first + await reader.readuntil(b"\r\n\r\n")
         except (asyncio.IncompleteReadError, ConnectionError):
             return None
         try:

@@ -529,3 +529,46 @@ async def test_test_webhook_sends_a_signed_sample(client: httpx.AsyncClient, org
     for bad in ({}, {"url": "ftp://example.com"}, {"url": "not a url"}):
         response = await client.post("/api/v1/test-webhook", json=bad, headers=org.member.headers)
         assert_error(response, 400, "VALIDATION_ERROR")
+
+
+@pytest.mark.parametrize(
+    "settings_overrides",
+    [
+        {
+            **FAST,
+            "delivery_timeout_seconds": 3.0,
+            "delivery_lease_seconds": 6.0,
+            "delivery_per_target_concurrency": 2,
+        }
+    ],
+)
+async def test_a_hanging_receiver_does_not_delay_the_others(
+    client: httpx.AsyncClient, org: Org
+) -> None:
+    """Ten due deliveries to a receiver that hangs, queued before one to a healthy receiver:
+    the hanging one gets two attempts at a time, the healthy one is served at once."""
+    async with (
+        Receiver(default=Reply(hang=True)) as stuck,
+        Receiver(replies=[Reply(500)]) as healthy,
+    ):
+        for _ in range(10):
+            await create_approval(client, org.member, callback_url=stuck.url)
+        response = await client.put(
+            "/api/v1/emergency-stop",
+            json={"active": True, "cancel_pending": True},
+            headers=org.admin.headers,
+        )
+        assert response.json()["cancelled"] == 10
+        await stuck.wait_for(2, timeout=5)
+        await client.put(
+            "/api/v1/emergency-stop", json={"active": False}, headers=org.admin.headers
+        )
+        created = await create_approval(client, org.member, callback_url=healthy.url)
+        answer = await decide(client, org.admin, created["id"])
+        assert answer["callback_delivered"] is False  # attempt 1 got a 500
+        first_failure = time.monotonic()
+        # The retry, due 0.2 s later behind eight overdue deliveries to the stuck receiver.
+        await healthy.wait_for(2, timeout=2)
+        assert time.monotonic() - first_failure < 1.0
+        assert len(stuck.received) == 2  # the cap held: the other eight still wait
+        stuck.release_hung()

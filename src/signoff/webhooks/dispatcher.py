@@ -17,11 +17,12 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 
 import httpx
 import orjson
+from sqlalchemy.exc import SQLAlchemyError
 
 from signoff.auth.principal import Principal
 from signoff.common.ids import new_id
@@ -39,6 +40,10 @@ from signoff.webhooks.urlpolicy import AddressPolicy
 
 logger = logging.getLogger(__name__)
 
+# Attempt records written at once per process (each holds a connection briefly).
+RECORD_CONCURRENCY = 8
+RECORD_RETRY_PAUSES = (0.2, 1.0, 3.0)
+
 
 class WebhookDispatcher:
     def __init__(self, settings: Settings, db: Database, box: SecretBox) -> None:
@@ -51,6 +56,7 @@ class WebhookDispatcher:
         # a worker loop in this process re-reads the next due time at once.
         self.wakeup = asyncio.Event()
         self._client: httpx.AsyncClient | None = None
+        self._record_slots = asyncio.Semaphore(RECORD_CONCURRENCY)
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -99,10 +105,23 @@ class WebhookDispatcher:
     async def _record(
         self, claimed: ClaimedDelivery, result: AttemptResult, *, manual: bool
     ) -> RecordedAttempt | None:
-        async with self._transaction() as repo:
-            recorded = await service.record_attempt(
-                repo, claimed, result, utcnow(), self.schedule, manual=manual
-            )
+        # Records are short, but hundreds of attempts may end at once: they queue here
+        # rather than each take a database connection (the pool is shared with the API).
+        async with self._record_slots:
+            for pause in (*RECORD_RETRY_PAUSES, None):
+                try:
+                    async with self._transaction() as repo:
+                        recorded = await service.record_attempt(
+                            repo, claimed, result, utcnow(), self.schedule, manual=manual
+                        )
+                    break
+                except (SQLAlchemyError, OSError):
+                    # Unrecorded, the attempt would be made again after the lease: a
+                    # duplicate. A database blip is worth a few short retries first.
+                    if pause is None:
+                        raise
+                    logger.warning("delivery %s: recording failed; retrying", claimed.id)
+                    await asyncio.sleep(pause)
         if recorded is None:
             logger.warning(
                 "delivery %s: lease lost during attempt %s; another worker owns it now",
@@ -142,18 +161,22 @@ class WebhookDispatcher:
 
     # ---- what workers and operators ask for ----
 
-    async def claim_due(
-        self, limit: int, exclude_targets: Sequence[str] = ()
-    ) -> list[ClaimedDelivery]:
+    async def claim_due(self, limit: int, in_flight: Mapping[str, int]) -> list[ClaimedDelivery]:
+        """Lease due deliveries to this process, minding the per-receiver cap."""
         async with self._transaction() as repo:
             return await service.claim_due(
-                repo, utcnow(), self.settings.delivery_lease_seconds, limit, exclude_targets
+                repo,
+                utcnow(),
+                self.settings.delivery_lease_seconds,
+                limit,
+                in_flight,
+                self.settings.delivery_per_target_concurrency,
             )
 
-    async def next_due_at_seconds(self) -> float | None:
+    async def next_due_at_seconds(self, exclude_targets: Sequence[str] = ()) -> float | None:
         """Seconds until the next pending delivery is due (0 if overdue); None if none."""
         async with self.db.read_session() as session:
-            due = await WebhookRepository(session, self.db.dialect).next_due_at()
+            due = await WebhookRepository(session, self.db.dialect).next_due_at(exclude_targets)
         if due is None:
             return None
         return max(0.0, (due - utcnow()).total_seconds())

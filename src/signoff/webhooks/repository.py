@@ -9,7 +9,8 @@ writer holds the database (``BEGIN IMMEDIATE``), so the statement is a claim by 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Sequence
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,6 +22,8 @@ from signoff.models import AuditEvent, Connection
 from signoff.models.webhooks import WebhookAttempt, WebhookDelivery
 
 NOTIFY_CHANNEL = "signoff_deliveries"
+# A claim looks at this many due rows per free slot, to fill slots past busy receivers.
+CANDIDATES_PER_SLOT = 2
 
 
 @dataclass(frozen=True)
@@ -58,21 +61,42 @@ class WebhookRepository:
         now: datetime,
         lease_until: datetime,
         limit: int,
-        exclude_targets: Collection[str] = (),
+        in_flight: Mapping[str, int],
+        per_target: int,
     ) -> Sequence[uuid.UUID]:
-        """Take up to ``limit`` due deliveries for ``token`` until ``lease_until``."""
-        due = (
-            select(WebhookDelivery.id)
+        """Take up to ``limit`` due deliveries for ``token`` until ``lease_until``.
+
+        No receiver (``target``) gets more than ``per_target`` attempts of this worker at
+        once, counting the ``in_flight`` ones: receivers already at that cap are left out
+        of the query altogether, so a backlog for one slow receiver never stands in front
+        of due deliveries to the others.
+        """
+        saturated = [target for target, count in in_flight.items() if count >= per_target]
+        candidates = (
+            select(WebhookDelivery.id, WebhookDelivery.target)
             .where(WebhookDelivery.status == "pending", WebhookDelivery.due_at <= now)
             .order_by(WebhookDelivery.due_at)
-            .limit(limit)
+            .limit(limit * CANDIDATES_PER_SLOT)
             .with_for_update(skip_locked=True)
         )
-        if exclude_targets:
-            due = due.where(WebhookDelivery.target.not_in(list(exclude_targets)))
+        if saturated:
+            candidates = candidates.where(WebhookDelivery.target.not_in(saturated))
+        counts = Counter(in_flight)
+        chosen: list[uuid.UUID] = []
+        for delivery_id, target in (await self.session.execute(candidates)).all():
+            if counts[target] >= per_target:
+                continue
+            counts[target] += 1
+            chosen.append(delivery_id)
+            if len(chosen) == limit:
+                break
+        if not chosen:
+            return []
+        # The candidates are ours until commit (row locks on PostgreSQL, the write lock
+        # on SQLite); only the chosen ones are claimed, the rest stay free for others.
         result = await self.session.execute(
             update(WebhookDelivery)
-            .where(WebhookDelivery.id.in_(due.scalar_subquery()))
+            .where(WebhookDelivery.id.in_(chosen))
             .values(claim_token=token, due_at=lease_until, updated_at=now)
             .returning(WebhookDelivery.id)
             .execution_options(synchronize_session=False)
@@ -164,11 +188,14 @@ class WebhookRepository:
         )
         return int(result.rowcount)  # type: ignore[attr-defined]
 
-    async def next_due_at(self) -> datetime | None:
+    async def next_due_at(self, exclude_targets: Collection[str] = ()) -> datetime | None:
         """When the next pending delivery falls due (or the next lease runs out)."""
-        value: datetime | None = await self.session.scalar(
-            select(func.min(WebhookDelivery.due_at)).where(WebhookDelivery.status == "pending")
+        statement = select(func.min(WebhookDelivery.due_at)).where(
+            WebhookDelivery.status == "pending"
         )
+        if exclude_targets:
+            statement = statement.where(WebhookDelivery.target.not_in(list(exclude_targets)))
+        value: datetime | None = await self.session.scalar(statement)
         return value
 
     async def notify_workers(self) -> None:

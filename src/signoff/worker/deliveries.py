@@ -34,7 +34,7 @@ from sqlalchemy.engine import make_url
 from signoff.context import AppContext
 from signoff.webhooks.dispatcher import WebhookDispatcher
 from signoff.webhooks.repository import NOTIFY_CHANNEL
-from signoff.webhooks.service import ClaimedDelivery, Outbox
+from signoff.webhooks.service import ClaimedDelivery
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +95,7 @@ class DeliveryWorker:
         self.in_flight: set[asyncio.Task[None]] = set()
         self.per_target_in_flight: Counter[str] = Counter()
         self._waiting_for_slot = False
+        self.attempts_made = 0
         self.listener: PostgresListener | None = None
         if not ctx.db.is_sqlite:
             self.listener = PostgresListener(settings.database_url, self.dispatcher.wakeup.set)
@@ -119,26 +120,30 @@ class DeliveryWorker:
             await self._drain()
             if self.listener:
                 await self.listener.close()
+            logger.info("delivery worker stopped: attempts=%d", self.attempts_made)
 
     async def _step(self) -> float:
         """Claim and start what is due; answer how long to sleep before the next step."""
         free = self.concurrency - len(self.in_flight)
         saturated = [t for t, n in self.per_target_in_flight.items() if n >= self.per_target]
         self._waiting_for_slot = free <= 0 or bool(saturated)
-        if free > 0:
-            claimed = await self.dispatcher.claim_due(free, saturated)
-            await self._start(claimed)
-            if len(claimed) == free:
-                return 0.0  # a backlog: claim again at once
         if free <= 0:
             return self._poll_cap()  # a finishing attempt wakes us
-        seconds = await self.dispatcher.next_due_at_seconds()
+        claimed = await self.dispatcher.claim_due(free, self.per_target_in_flight)
+        self._start(claimed)
+        if len(claimed) == free:
+            return 0.0  # a backlog: claim again at once
+        saturated = [t for t, n in self.per_target_in_flight.items() if n >= self.per_target]
+        self._waiting_for_slot = bool(saturated)
+        # Due work for receivers at their cap waits for one of their attempts to finish
+        # (which wakes us); the sleep is until the next delivery we could take.
+        seconds = await self.dispatcher.next_due_at_seconds(saturated)
         if seconds is None:
             return self._poll_cap()
         if seconds <= 0:
-            # Due, yet not claimed: held back for a busy receiver, or taken by another
-            # worker a moment ago. A finishing attempt or a notification wakes us.
-            return min(self._poll_cap(), 0.05 if not self._waiting_for_slot else 1.0)
+            # Due, yet not ours: another worker took it a moment ago, or its candidate
+            # window was full of a busy receiver's backlog. Look again shortly.
+            return min(self._poll_cap(), 0.05)
         return min(seconds, self._poll_cap())
 
     def _poll_cap(self) -> float:
@@ -146,25 +151,16 @@ class DeliveryWorker:
             return max(self.poll_seconds, LISTENING_POLL_SECONDS)
         return self.poll_seconds
 
-    async def _start(self, claimed: list[ClaimedDelivery]) -> None:
-        held_back: list[ClaimedDelivery] = []
+    def _start(self, claimed: list[ClaimedDelivery]) -> None:
         for delivery in claimed:
-            if self.per_target_in_flight[delivery.target] >= self.per_target:
-                held_back.append(delivery)
-                continue
             self.per_target_in_flight[delivery.target] += 1
             task = asyncio.create_task(self._attempt(delivery))
             self.in_flight.add(task)
             task.add_done_callback(self._finished)
-        if held_back:
-            # Claimed in one batch beyond what one receiver may take: give them back at
-            # once rather than let them sit on a lease (another worker may take them).
-            self._waiting_for_slot = True
-            outbox = Outbox(token=held_back[0].token, claimed=held_back)
-            await self.dispatcher.hand_off(outbox)
 
     async def _attempt(self, delivery: ClaimedDelivery) -> None:
         try:
+            self.attempts_made += 1
             await self.dispatcher.attempt(delivery)
         except Exception:
             # The lease runs out and the delivery is attempted again: nothing is lost.

@@ -1,0 +1,212 @@
+"""Delivery workers as real ``signoff worker`` processes: crash recovery and competition.
+
+The API runs in the test process without its own worker (like ``serve --no-worker``), so
+every retry here is made by a separate worker process over the same database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from sqlalchemy import func, select
+
+from signoff.app import create_app
+from signoff.approvals import service as approvals_service
+from signoff.approvals.schemas import CreateApprovalRequest
+from signoff.common.ids import parse_id
+from signoff.common.time import utcnow
+from signoff.context import AppContext
+from signoff.models import WebhookAttempt, WebhookDelivery
+from tests.conftest import SECRET_KEY, Org, create_approval
+from tests.webhooks.receiver import Received, Receiver, Reply
+
+WORKER_SETTINGS = {
+    "delivery_retry_delays_seconds": [0.1, 0.2, 0.4],
+    "delivery_timeout_seconds": 2.0,
+    "delivery_lease_seconds": 3.5,
+    "delivery_poll_interval_seconds": 0.2,
+}
+
+
+@pytest.fixture
+def settings_overrides() -> dict[str, Any]:
+    return dict(WORKER_SETTINGS)
+
+
+@pytest.fixture
+async def app(ctx: AppContext) -> AsyncIterator[Any]:
+    """The API without a worker of its own: only worker processes retry."""
+    application = create_app(ctx.settings, ctx=ctx, background=False)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+def _env(database_url: str, overrides: dict[str, Any]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")}
+    env.update(
+        {
+            "SIGNOFF_DATABASE_URL": database_url,
+            "SIGNOFF_SECRET_KEY": SECRET_KEY,
+            "SIGNOFF_EXPIRY_SWEEP_INTERVAL_SECONDS": "5",
+            **{
+                f"SIGNOFF_{k.upper()}": orjson.dumps(v).decode() if isinstance(v, list) else str(v)
+                for k, v in {**WORKER_SETTINGS, **overrides}.items()
+            },
+        }
+    )
+    return env
+
+
+@asynccontextmanager
+async def worker_process(
+    database_url: str, log: Path, **overrides: Any
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``signoff worker`` as its own process; stopped with SIGTERM (if still alive)."""
+    with log.open("wb") as output:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "signoff.cli",
+            "worker",
+            env=_env(database_url, overrides),
+            stdout=output,
+            stderr=output,
+        )
+        try:
+            yield process
+        finally:
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(process.wait(), 15)
+                except TimeoutError:
+                    process.kill()
+                    await process.wait()
+
+
+async def test_a_worker_killed_mid_delivery_is_finished_by_another_after_its_lease(
+    client: httpx.AsyncClient, ctx: AppContext, org: Org, database_url: str, tmp_path: Path
+) -> None:
+    def script(request: Received) -> Reply:
+        number = len(receiver.received)
+        if number == 1:
+            return Reply(500, b"not yet")  # attempt 1, made by the API
+        if number == 2:
+            return Reply(hang=True)  # worker A's attempt: A dies holding it
+        return Reply(200)
+
+    async with Receiver(script=script) as receiver:
+        created = await create_approval(client, org.member, callback_url=receiver.url)
+        answer = await client.patch(
+            f"/api/v1/approvals/{created['id']}",
+            json={"decision": "approve"},
+            headers=org.admin.headers,
+        )
+        assert answer.json()["callback_delivered"] is False
+
+        async with worker_process(database_url, tmp_path / "a.log") as worker_a:
+            await receiver.wait_for(2, timeout=20)  # A claimed the retry and is mid-POST
+            async with worker_process(database_url, tmp_path / "b.log"):
+                worker_a.kill()  # SIGKILL: no cleanup, the claim stays behind
+                await worker_a.wait()
+                requests = await receiver.wait_for(3, timeout=20)
+                entries = await _wait_for_success(client, org, created["id"])
+                await asyncio.sleep(0.5)
+        assert len(receiver.received) == 3  # nothing more: delivered once after the crash
+
+    assert worker_a.returncode == -signal.SIGKILL
+    # Worker B waited for A's lease to run out before taking the delivery over.
+    assert requests[2].at - requests[1].at >= WORKER_SETTINGS["delivery_lease_seconds"] - 0.3
+    delivery_ids = {r.headers["x-service-delivery-id"] for r in requests}
+    assert len(delivery_ids) == 1
+    # A's attempt never got recorded, so B's carries the same number: the one duplicate.
+    assert [r.headers["x-service-attempt"] for r in requests] == ["1", "2", "2"]
+    assert [(e["attempt"], e["success"]) for e in entries] == [(2, True), (1, False)]
+
+
+async def _wait_for_success(
+    client: httpx.AsyncClient, org: Org, request_id: str
+) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        response = await client.get(
+            "/api/v1/webhooks", params={"request_id": request_id}, headers=org.admin.headers
+        )
+        entries: list[dict[str, Any]] = response.json()["data"]
+        if any(e["success"] for e in entries):
+            return entries
+        await asyncio.sleep(0.1)
+    raise AssertionError("the delivery was never completed")
+
+
+async def test_two_workers_drain_a_thousand_deliveries_each_exactly_once(
+    ctx: AppContext, org: Org, database_url: str, tmp_path: Path, backend: str
+) -> None:
+    if backend != "postgres":
+        pytest.skip("competing workers are a PostgreSQL deployment (SKIP LOCKED claims)")
+    total = 1000
+    org_id = parse_id(org.id)
+    assert org_id is not None
+    async with Receiver() as receiver:
+        # The spec's 10 s deadline: on a loaded machine a busy receiver may take a while,
+        # and a timed-out attempt would be retried (a legitimate second receipt).
+        spec = {"delivery_timeout_seconds": 10.0, "delivery_lease_seconds": 30.0}
+        async with (
+            worker_process(database_url, tmp_path / "a.log", **spec),
+            worker_process(database_url, tmp_path / "b.log", **spec),
+        ):
+            await asyncio.sleep(2.5)  # both started and listening before work appears
+            principal = await ctx.authenticate(org.member.api_key)
+            assert principal is not None
+            payload = CreateApprovalRequest.model_validate(
+                {"title": "t", "description": "d", "priority": "low", "callback_url": receiver.url}
+            )
+            async with ctx.transaction() as uow:
+                for _ in range(total):
+                    await approvals_service.create_request(
+                        uow.approvals, principal, payload, ctx.box, utcnow()
+                    )
+                cancelled = await approvals_service.cancel_all_pending(
+                    uow.approvals, org_id, None, utcnow()
+                )
+            assert len(cancelled) == total
+            started = time.monotonic()
+            await ctx.webhooks.hand_off(uow.outbox)  # due now; NOTIFY wakes both workers
+            await receiver.wait_for(total, timeout=60)
+            drained = time.monotonic() - started
+            await asyncio.sleep(0.5)
+        logs = [(tmp_path / name).read_text() for name in ("a.log", "b.log")]
+
+    received = Counter(r.headers["x-service-delivery-id"] for r in receiver.received)
+    assert len(received) == total
+    assert {r.headers["x-service-attempt"] for r in receiver.received} == {"1"}
+    duplicates = [d for d, n in received.items() if n > 1]
+    assert not duplicates, (f"claimed twice within a lease: {len(duplicates)}", logs)
+    async with ctx.reading() as uow:
+        statuses = dict(
+            (
+                await uow.session.execute(
+                    select(WebhookDelivery.status, func.count()).group_by(WebhookDelivery.status)
+                )
+            ).all()
+        )
+        attempts = await uow.session.scalar(select(func.count()).select_from(WebhookAttempt))
+    assert statuses == {"succeeded": total}
+    assert attempts == total
+    per_worker = [int(m.group(1)) for log in logs for m in re.finditer(r"attempts=(\d+)", log)]
+    assert len(per_worker) == 2 and sum(per_worker) == total, logs
+    assert min(per_worker) > 0, f"one worker did everything: {per_worker}"
+    print(f"\n2 workers drained {total} deliveries in {drained:.2f} s: {per_worker}")

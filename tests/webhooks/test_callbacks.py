@@ -572,3 +572,39 @@ async def test_a_hanging_receiver_does_not_delay_the_others(
         assert time.monotonic() - first_failure < 1.0
         assert len(stuck.received) == 2  # the cap held: the other eight still wait
         stuck.release_hung()
+
+
+async def test_the_step_vote_that_completes_a_chain_delivers_the_callback(
+    client: httpx.AsyncClient, org: Org
+) -> None:
+    first, second = org.members[0], org.members[1]
+    async with Receiver() as receiver:
+        created = await create_approval(client, org.member, callback_url=receiver.url)
+        chain = await client.post(
+            f"/api/v1/approvals/{created['id']}/steps",
+            json={
+                "steps": [
+                    {"approver_id": first.user_id, "step_order": 1},
+                    {"approver_id": second.user_id, "step_order": 2},
+                ]
+            },
+            headers=org.admin.headers,
+        )
+        assert chain.status_code == 201, chain.text
+        steps = chain.json()["data"]
+        votes = []
+        for who, step in ((first, steps[0]), (second, steps[1])):
+            response = await client.patch(
+                f"/api/v1/approvals/{created['id']}/steps/{step['id']}",
+                json={"decision": "approve", "comment": f"ok from {who.name}"},
+                headers=who.headers,
+            )
+            assert response.status_code == 200, response.text
+            votes.append(response.json())
+        assert votes[0]["callback_delivered"] is False
+        assert votes[1]["callback_delivered"] is True
+        [request] = receiver.received
+    payload = orjson.loads(request.body)
+    assert payload["status"] == "approved"
+    assert payload["decided_by"]["id"] == second.user_id
+    assert payload["comment"] == f"ok from {second.name}"

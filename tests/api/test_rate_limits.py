@@ -202,6 +202,25 @@ async def test_the_ceiling_caps_a_connections_limit(
     assert_error(await client.get("/api/v1/me", headers=org.member.headers), 429, "RATE_LIMITED")
 
 
+async def test_calls_already_made_count_against_a_lowered_limit(
+    client: httpx.AsyncClient, org: Org, ctx: AppContext, storage: str
+) -> None:
+    """Lowering a limit mid-window does not hand out a fresh allowance."""
+    for _ in range(3):
+        assert (await client.get("/api/v1/me", headers=org.member.headers)).status_code == 200
+    ctx.settings = ctx.settings.model_copy(update={"rate_limit_ceiling": 3})
+    limited = await client.get("/api/v1/me", headers=org.member.headers)
+    assert_error(limited, 429, "RATE_LIMITED")
+    assert _limit_headers(limited)[:2] == (3, 0)
+    # Raising it again gives back what is left of the higher limit, not a new window.
+    ctx.settings = ctx.settings.model_copy(update={"rate_limit_ceiling": 100_000})
+    response = await client.get("/api/v1/me", headers=org.member.headers)
+    assert response.status_code == 200
+    # Five calls so far (the refused one counts too), one more now.
+    assert _limit_headers(response)[:2] == (HOURLY, 0)
+    assert_error(await client.get("/api/v1/me", headers=org.member.headers), 429, "RATE_LIMITED")
+
+
 async def test_redis_counters_are_shared_by_replicas(
     client: httpx.AsyncClient, org: Org, ctx: AppContext
 ) -> None:

@@ -14,9 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from limits import RateLimitItem, RateLimitItemPerHour, RateLimitItemPerMinute
 from limits.aio.storage import MemoryStorage, RedisStorage, Storage
-from limits.aio.strategies import FixedWindowRateLimiter
 
 logger = logging.getLogger(__name__)
 
@@ -43,10 +41,6 @@ class RateLimitDecision:
         return headers
 
 
-def _item(limit: int, window: Window) -> RateLimitItem:
-    return RateLimitItemPerHour(limit) if window == "hour" else RateLimitItemPerMinute(limit)
-
-
 def _window_seconds(window: Window) -> int:
     return 3600 if window == "hour" else 60
 
@@ -62,6 +56,13 @@ def _decision(allowed: bool, limit: int, remaining: int, reset_time: float) -> R
 
 
 class RateLimiter:
+    """Fixed windows counted per key and window length, whatever the limit.
+
+    A counter does not depend on the limit it is compared with (``limits``' own keys
+    include the amount), so lowering a connection's limit or the operator's ceiling
+    mid-window counts the calls already made instead of opening a fresh allowance.
+    """
+
     def __init__(self, redis_url: str | None = None, key_prefix: str = "signoff") -> None:
         self.storage: Storage
         if redis_url:
@@ -69,30 +70,30 @@ class RateLimiter:
             self.storage = RedisStorage(uri, implementation="redispy", key_prefix=key_prefix)
         else:
             self.storage = MemoryStorage()
-        self._strategy = FixedWindowRateLimiter(self.storage)
 
     async def hit(self, key: str, limit: int, window: Window = "hour") -> RateLimitDecision:
-        item = _item(limit, window)
+        counter = f"{window}/{key}"
         try:
-            allowed = await self._strategy.hit(item, key)
-            stats = await self._strategy.get_window_stats(item, key)
+            # Refused calls count too: a caller hammering past its limit stays limited.
+            count = await self.storage.incr(counter, _window_seconds(window))
+            reset_time = await self.storage.get_expiry(counter)
         except Exception:
             logger.exception("rate-limit storage failed; letting the call through")
             return RateLimitDecision(True, limit, limit, _window_end(window))
-        return _decision(allowed, limit, stats.remaining, stats.reset_time)
+        return _decision(count <= limit, limit, limit - count, reset_time)
 
     async def peek(self, key: str, limit: int, window: Window = "hour") -> RateLimitDecision:
         """Where ``key`` stands, without counting a call (for paths open to anyone)."""
-        item = _item(limit, window)
+        counter = f"{window}/{key}"
         try:
-            stats = await self._strategy.get_window_stats(item, key)
+            count = await self.storage.get(counter)
+            reset_time = await self.storage.get_expiry(counter)
         except Exception:
             logger.exception("rate-limit storage failed; showing a full allowance")
             return RateLimitDecision(True, limit, limit, _window_end(window))
-        reset_time = float(stats.reset_time)
-        if stats.remaining >= limit:  # no window open: one would start now
+        if count == 0:  # no window open: one would start now
             reset_time = time.time() + _window_seconds(window)
-        return _decision(True, limit, stats.remaining, reset_time)
+        return _decision(True, limit, limit - count, reset_time)
 
     async def reset(self) -> None:
         await self.storage.reset()

@@ -77,7 +77,7 @@ class Settings(BaseSettings):
     delivery_lease_seconds: float = Field(30.0, gt=0)
     # Attempts one worker runs at once, and at most per receiver (host:port).
     delivery_concurrency: int = Field(200, ge=1)
-    delivery_per_target_concurrency: int = Field(50, ge=1)
+    delivery_per_target_concurrency: int = Field(16, ge=1)
     # Longest sleep of an idle worker without a wake-up (SQLite across processes).
     delivery_poll_interval_seconds: float = Field(1.0, gt=0)
     # At most this much of a receiver's answer is read; the first 1 KiB is logged.

@@ -135,6 +135,8 @@ class Receiver:
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             return
+        except asyncio.CancelledError:
+            return  # closing: asyncio's stream callback must not see a cancelled task
         finally:
             self._writers.discard(writer)
             self._handlers.discard(task)

@@ -13,7 +13,8 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import httpcore
@@ -92,18 +93,80 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         await self._inner.sleep(seconds)
 
 
-def build_client(policy: AddressPolicy, *, keepalive: int = 100) -> httpx.AsyncClient:
-    """The process's one callback client: guarded dialling, no proxies from the environment."""
-    transport = httpx.AsyncHTTPTransport(trust_env=False)
+def build_client(
+    policy: AddressPolicy, *, keepalive: int = 50, ssl_context: ssl.SSLContext | None = None
+) -> httpx.AsyncClient:
+    """A callback client: guarded dialling, no redirects, no proxies from the environment."""
+    ssl_context = ssl_context or httpx.create_ssl_context(trust_env=False)
+    transport = httpx.AsyncHTTPTransport(verify=ssl_context, trust_env=False)
     # httpx takes no network backend, so the pool is replaced with one that has ours.
     transport._pool = httpcore.AsyncConnectionPool(
-        ssl_context=httpx.create_ssl_context(trust_env=False),
+        ssl_context=ssl_context,
         max_connections=None,
         max_keepalive_connections=keepalive,
         keepalive_expiry=30.0,
         network_backend=GuardedBackend(policy),
     )
     return httpx.AsyncClient(transport=transport, follow_redirects=False, trust_env=False)
+
+
+@dataclass
+class _PooledClient:
+    client: httpx.AsyncClient
+    in_use: int = 0
+    last_used: float = 0.0
+
+
+class ClientPool:
+    """One client (one connection pool) per receiver (host:port).
+
+    Separate pools keep receivers apart, and keep each pool small: httpcore matches
+    waiting requests against every connection of a pool on each request, which grows
+    quadratically in one shared pool under hundreds of concurrent attempts. Clients idle
+    for a minute are closed.
+    """
+
+    def __init__(self, policy: AddressPolicy, *, keepalive: int = 50, idle_seconds: float = 60.0):
+        self.policy = policy
+        self.keepalive = keepalive
+        self.idle_seconds = idle_seconds
+        self._clients: dict[str, _PooledClient] = {}
+        self._next_prune = 0.0
+        # Loading the CA bundle takes milliseconds: once per process, not per receiver.
+        self._ssl_context = httpx.create_ssl_context(trust_env=False)
+
+    @asynccontextmanager
+    async def client(self, target: str) -> AsyncIterator[httpx.AsyncClient]:
+        entry = self._clients.get(target)
+        if entry is None:
+            entry = self._clients[target] = _PooledClient(
+                build_client(self.policy, keepalive=self.keepalive, ssl_context=self._ssl_context)
+            )
+        entry.in_use += 1
+        try:
+            yield entry.client
+        finally:
+            entry.in_use -= 1
+            entry.last_used = time.monotonic()
+            await self._prune()
+
+    async def _prune(self) -> None:
+        now = time.monotonic()
+        if now < self._next_prune:
+            return
+        self._next_prune = now + self.idle_seconds / 4
+        idle = [
+            target
+            for target, entry in self._clients.items()
+            if entry.in_use == 0 and now - entry.last_used > self.idle_seconds
+        ]
+        for target in idle:
+            await self._clients.pop(target).client.aclose()
+
+    async def aclose(self) -> None:
+        clients, self._clients = self._clients, {}
+        for entry in clients.values():
+            await entry.client.aclose()
 
 
 def _chain(exc: BaseException) -> Iterable[BaseException]:
@@ -140,7 +203,8 @@ def classify_error(exc: BaseException) -> str:
 
 
 async def send_attempt(
-    client: httpx.AsyncClient,
+    clients: ClientPool,
+    target: str,
     url: str,
     body: bytes,
     headers: dict[str, str],
@@ -160,15 +224,18 @@ async def send_attempt(
     status_code = 0
     received = bytearray()
     try:
-        async with asyncio.timeout(timeout):
-            async with client.stream(
+        async with (
+            asyncio.timeout(timeout),
+            clients.client(target) as client,
+            client.stream(
                 "POST", url, content=body, headers=headers, timeout=httpx.Timeout(timeout)
-            ) as response:
-                status_code = response.status_code
-                async for chunk in response.aiter_raw():
-                    received.extend(chunk)
-                    if len(received) >= read_cap:
-                        break  # enough: the connection is dropped instead of drained
+            ) as response,
+        ):
+            status_code = response.status_code
+            async for chunk in response.aiter_raw():
+                received.extend(chunk)
+                if len(received) >= read_cap:
+                    break  # enough: the connection is dropped instead of drained
     except Exception as exc:
         failure = classify_error(exc)
         if failure == ERROR_UNEXPECTED:

@@ -20,7 +20,6 @@ import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 
-import httpx
 import orjson
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -32,7 +31,7 @@ from signoff.crypto import SecretBox
 from signoff.db import Database
 from signoff.errors import Conflict, NotFound
 from signoff.webhooks import service
-from signoff.webhooks.delivery import AttemptResult, build_client, send_attempt
+from signoff.webhooks.delivery import AttemptResult, ClientPool, send_attempt
 from signoff.webhooks.repository import WebhookRepository
 from signoff.webhooks.service import ClaimedDelivery, Outbox, RecordedAttempt, RetrySchedule
 from signoff.webhooks.signing import signed_headers
@@ -55,14 +54,10 @@ class WebhookDispatcher:
         # Set when this process makes a delivery due (a retry scheduled, a hand-off), so
         # a worker loop in this process re-reads the next due time at once.
         self.wakeup = asyncio.Event()
-        self._client: httpx.AsyncClient | None = None
+        self.clients = ClientPool(
+            self.policy, keepalive=min(settings.delivery_per_target_concurrency, 100)
+        )
         self._record_slots = asyncio.Semaphore(RECORD_CONCURRENCY)
-
-    @property
-    def client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = build_client(self.policy)
-        return self._client
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[WebhookRepository]:
@@ -92,7 +87,8 @@ class WebhookDispatcher:
             result = AttemptResult(False, 0, 0, None, "signing failed")
         else:
             result = await send_attempt(
-                self.client,
+                self.clients,
+                claimed.target,
                 claimed.url,
                 claimed.body,
                 headers,
@@ -220,7 +216,8 @@ class WebhookDispatcher:
             body=body,
         )
         return await send_attempt(
-            self.client,
+            self.clients,
+            service.target_of(url),
             url,
             body,
             headers,
@@ -230,6 +227,4 @@ class WebhookDispatcher:
         )
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self.clients.aclose()

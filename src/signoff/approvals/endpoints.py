@@ -41,8 +41,9 @@ from signoff.common.http import (
     require_scope,
 )
 from signoff.common.time import utcnow
-from signoff.common.validation import parse_json_body, validate_model
+from signoff.common.validation import parse_json_body, read_json_object, validate_model
 from signoff.errors import ValidationFailed
+from signoff.models import ApprovalRequest
 from signoff.webhooks.service import check_callback_url, delivered
 
 router = APIRouter(prefix="/api/v1", tags=["approvals"])
@@ -63,16 +64,31 @@ Commenter = Annotated[Principal, Depends(require_scope("comments:write"))]
 )
 async def create_approval(request: Request, principal: Writer) -> Response:
     ctx = context_of(request)
-    payload = await parse_json_body(request, CreateApprovalRequest, ctx.settings)
+    data = await read_json_object(request)
+    try:
+        payload = validate_model(CreateApprovalRequest, data, ctx.settings)
+    except ValidationFailed:
+        # A used key answers with its request "whatever the body" (decisions.md 4): a
+        # retry must not fail because its expires_at has passed since the first try.
+        async with ctx.reading() as uow:
+            replayed = await service.find_replayed_request(
+                uow.approvals, principal, data.get("idempotency_key")
+            )
+        if replayed is None:
+            raise
+        return _replay(replayed)
     if payload.callback_url:
         await check_callback_url(ctx.webhooks.policy, payload.callback_url)
     now = utcnow()
     async with ctx.transaction() as uow:
         result = await service.create_request(uow.approvals, principal, payload, ctx.box, now)
-    body = request_to_dict(result.request, now)
-    if result.created:
-        return json_response(body, 201)
-    return json_response(body, 200, {"Idempotent-Replayed": "true"})
+    if not result.created:
+        return _replay(result.request)
+    return json_response(request_to_dict(result.request, now), 201)
+
+
+def _replay(existing: ApprovalRequest) -> Response:
+    return json_response(request_to_dict(existing, utcnow()), 200, {"Idempotent-Replayed": "true"})
 
 
 @router.get("/approvals", response_model=ApprovalListOut, summary="List approval requests")

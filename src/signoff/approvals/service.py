@@ -92,6 +92,15 @@ async def create_request(
     return CreateResult(created, created=True)
 
 
+async def find_replayed_request(
+    repo: ApprovalRepository, principal: Principal, idempotency_key: object
+) -> ApprovalRequest | None:
+    """The org's request created under this idempotency key, if the key is one."""
+    if not isinstance(idempotency_key, str) or not idempotency_key:
+        return None
+    return await repo.find_by_idempotency_key(principal.org_id, idempotency_key)
+
+
 async def get_request(
     repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
 ) -> ApprovalRequest:

@@ -46,18 +46,22 @@ def validate_model(model: type[ModelT], data: Any, settings: Settings) -> ModelT
         raise validation_failed_from(exc) from None
 
 
-async def parse_json_body(request: Request, model: type[ModelT], settings: Settings) -> ModelT:
+async def read_json_object(request: Request) -> dict[str, Any]:
+    """The body as a JSON object (an empty body is ``{}``), not yet validated."""
     raw = await request.body()
     if not raw.strip():
-        data: Any = {}
-    else:
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise ValidationFailed.for_field("body", f"malformed JSON: {exc}") from None
+        return {}
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ValidationFailed.for_field("body", f"malformed JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ValidationFailed.for_field("body", "must be a JSON object")
-    return validate_model(model, data, settings)
+    return data
+
+
+async def parse_json_body(request: Request, model: type[ModelT], settings: Settings) -> ModelT:
+    return validate_model(model, await read_json_object(request), settings)
 
 
 def settings_from(info_context: Any) -> Settings:

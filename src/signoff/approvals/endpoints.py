@@ -103,12 +103,17 @@ async def list_approvals(
     action_type: str | None = Query(None),
     source: str | None = Query(None),
     search: str | None = Query(
-        None, description="Full-text search of title and description; best matches first."
+        None,
+        description="Full-text search of title and description: every word must match, "
+        "as a prefix, case-insensitively; punctuation and operators are ignored. Best "
+        "matches first (title matches before description matches).",
     ),
-    created_after: str | None = Query(None, description="RFC 3339."),
-    created_before: str | None = Query(None, description="RFC 3339."),
-    decided_after: str | None = Query(None, description="RFC 3339."),
-    decided_before: str | None = Query(None, description="RFC 3339."),
+    created_after: str | None = Query(None, description="RFC 3339; inclusive."),
+    created_before: str | None = Query(None, description="RFC 3339; exclusive."),
+    decided_after: str | None = Query(
+        None, description="RFC 3339; inclusive. Expired requests count as decided at expiry."
+    ),
+    decided_before: str | None = Query(None, description="RFC 3339; exclusive."),
     assigned_to: str | None = Query(
         None,
         description="`me` (or a user id): pending requests waiting for that user's vote now: "

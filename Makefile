@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve worker test lint format typecheck check bench clean
+.PHONY: install serve worker test lint format typecheck check bench bench-callbacks clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ check: lint typecheck test
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+# Decision callbacks: decision-to-receipt latency, deliveries per second (docs/performance.md).
+bench-callbacks: $(STAMP)
+	$(BIN)/python -m bench.callbacks $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -67,6 +67,8 @@ class Outbox:
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     token: uuid.UUID = field(default_factory=uuid.uuid4)
     claimed: list[ClaimedDelivery] = field(default_factory=list)
+    # Signing secrets by connection: a batch (an emergency stop) reads each once.
+    secrets: dict[uuid.UUID, ConnectionSecrets] = field(default_factory=dict)
 
 
 def start_outbox(session: AsyncSession, lease_seconds: float) -> Outbox:
@@ -214,10 +216,13 @@ async def enqueue_decision_callback(
     """Store the callback of a final transition, claimed by the current transaction."""
     if not row.callback_url:
         return None
-    secrets = await repo.connection_secrets(row.connection_id)
-    if secrets is None:  # pragma: no cover - the foreign key keeps the connection
-        return None
     outbox = outbox_of(repo.session)
+    secrets = outbox.secrets.get(row.connection_id)
+    if secrets is None:
+        secrets = await repo.connection_secrets(row.connection_id)
+        if secrets is None:  # pragma: no cover - the foreign key keeps the connection
+            return None
+        outbox.secrets[row.connection_id] = secrets
     body = orjson.dumps(decision_payload(row, principal, comment))
     delivery = WebhookDelivery(
         id=new_id(),

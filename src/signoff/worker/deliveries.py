@@ -161,7 +161,7 @@ class DeliveryWorker:
     async def _attempt(self, delivery: ClaimedDelivery) -> None:
         try:
             self.attempts_made += 1
-            await self.dispatcher.attempt(delivery)
+            await self.dispatcher.attempt(delivery, batched=True)
         except Exception:
             # The lease runs out and the delivery is attempted again: nothing is lost.
             logger.exception("delivery %s: attempt could not be recorded", delivery.id)

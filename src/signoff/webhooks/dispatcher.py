@@ -241,8 +241,7 @@ class WebhookDispatcher:
             claimed = await service.claim_for_manual_retry(
                 repo, org_id, delivery_id, now, self.settings.delivery_lease_seconds
             )
-            if claimed is None:
-                delivery = await repo.get_delivery(org_id, delivery_id)
+            delivery = None if claimed else await repo.get_delivery(org_id, delivery_id)
         if claimed is None:
             if delivery is None:
                 raise NotFound("No delivery with this id.")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -35,10 +35,14 @@ def principal_of(request: Request) -> Principal:
     return principal
 
 
-def require_scope(scope: str) -> Callable[[Request], Principal]:
-    """A dependency: the caller, if their credentials carry ``scope`` (decisions.md 11)."""
+def require_scope(scope: str) -> Callable[[Request], Awaitable[Principal]]:
+    """A dependency: the caller, if their credentials carry ``scope`` (decisions.md 11).
 
-    def dependency(request: Request) -> Principal:
+    A coroutine on purpose: FastAPI runs a plain ``def`` dependency in a worker thread,
+    and that hand-off cost more than the rest of a read (docs/performance.md).
+    """
+
+    async def dependency(request: Request) -> Principal:
         principal = principal_of(request)
         if scope not in principal.scopes:
             raise InsufficientScope(scope)

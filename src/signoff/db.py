@@ -7,7 +7,8 @@ write lock is taken up front (a deferred transaction that reads, then writes, ca
 SQLITE_BUSY instead of waiting). Inside one process, SQLite writers also queue on an
 ``asyncio.Lock``: SQLite's own busy handler sleeps in growing steps of up to 100 ms,
 which would wreck tail latency under load, while a lock hands the writer slot over at once.
-Other processes (a CLI, a ``signoff worker``) still wait on SQLite's busy timeout.
+Other processes (a CLI, a ``signoff worker``) are waited for up to the busy timeout, with
+asyncio sleeps: SQLite calls run on the event loop's thread (see ``sqlite_driver``).
 
 On PostgreSQL the same service code takes row locks with ``SELECT ... FOR UPDATE``
 (SQLAlchemy drops that clause on SQLite, where the whole transaction is already exclusive).
@@ -31,6 +32,8 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.sql.dml import Insert
 
+from signoff.sqlite_driver import Checkpointer, begin_transaction, inline_connector
+
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
 
@@ -43,12 +46,11 @@ def _configure_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        begin_transaction(conn, "BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 class Database:
@@ -58,9 +60,24 @@ class Database:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
         if self.is_sqlite:
-            self.read_engine = create_async_engine(url, echo=echo, pool_size=8, max_overflow=8)
+            busy_timeout = SQLITE_BUSY_TIMEOUT_MS / 1000
+            self._sqlite_write_lock: asyncio.Lock | None = asyncio.Lock()
+            self._checkpointer: Checkpointer | None = Checkpointer(url, self._sqlite_write_lock)
+            self.read_engine = create_async_engine(
+                url,
+                echo=echo,
+                pool_size=8,
+                max_overflow=8,
+                async_creator=inline_connector(url, busy_timeout),
+            )
             # One connection suffices for writers: they are serialized anyway.
-            self.write_engine = create_async_engine(url, echo=echo, pool_size=1, max_overflow=0)
+            self.write_engine = create_async_engine(
+                url,
+                echo=echo,
+                pool_size=1,
+                max_overflow=0,
+                async_creator=inline_connector(url, busy_timeout, self._checkpointer),
+            )
             _configure_sqlite(self.read_engine, immediate=False)
             _configure_sqlite(self.write_engine, immediate=True)
         else:
@@ -68,9 +85,10 @@ class Database:
                 url, echo=echo, pool_size=20, max_overflow=10, pool_pre_ping=True
             )
             self.read_engine = self.write_engine = engine
+            self._sqlite_write_lock = None
+            self._checkpointer = None
         self._read_sessions = async_sessionmaker(self.read_engine, expire_on_commit=False)
         self._write_sessions = async_sessionmaker(self.write_engine, expire_on_commit=False)
-        self._sqlite_write_lock = asyncio.Lock() if self.is_sqlite else None
 
     @property
     def dialect(self) -> str:
@@ -79,7 +97,7 @@ class Database:
     @asynccontextmanager
     async def read_session(self) -> AsyncIterator[AsyncSession]:
         """A session for reads; it never commits anything."""
-        async with self._read_sessions() as session:
+        async with self._closing(self._read_sessions()) as session:
             yield session
 
     @asynccontextmanager
@@ -93,10 +111,31 @@ class Database:
             async with self._write_sessions() as session:
                 yield session
             return
-        async with self._sqlite_write_lock, self._write_sessions() as session:
+        async with self._sqlite_write_lock, self._closing(self._write_sessions()) as session:
             yield session
 
+    @asynccontextmanager
+    async def _closing(self, session: AsyncSession) -> AsyncIterator[AsyncSession]:
+        """Close ``session`` on the way out, returning its connection to the pool.
+
+        ``async with AsyncSession`` closes in a task of its own (shielded from
+        cancellation), which keeps the connection checked out for another turn of the event
+        loop: under load, more sessions than the pool holds then wait to close, and the
+        pool opens and discards connections. SQLite calls complete without yielding
+        (``sqlite_driver``), so there a direct close cannot be cut short by a cancellation.
+        """
+        if not self.is_sqlite:
+            async with session:
+                yield session
+            return
+        try:
+            yield session
+        finally:
+            await session.close()
+
     async def dispose(self) -> None:
+        if self._checkpointer is not None:
+            await self._checkpointer.close()
         await self.read_engine.dispose()
         if self.write_engine is not self.read_engine:
             await self.write_engine.dispose()

@@ -1,0 +1,289 @@
+"""SQLite connections for the async engine that run each call on the event loop's thread.
+
+Why: aiosqlite gives every connection a thread of its own and hands each call over to it
+and back: opening a cursor, executing, fetching, closing the cursor, committing are each
+a round trip through two queues and two thread wake-ups. Reading one request took 16 of
+them, and on a small (virtual) machine those wake-ups cost far more than the statements,
+which SQLite answers from its page cache in microseconds (docs/performance.md).
+
+These connections offer SQLAlchemy's aiosqlite dialect the interface of an aiosqlite
+connection, through the dialect's documented ``async_creator`` hook, and run every call
+at once on the calling thread. The dialect, the SQL and the transactions are unchanged.
+
+What would otherwise block the event loop:
+
+- Waiting for a lock that another process holds (a CLI command, ``signoff worker``):
+  SQLite's busy handler sleeps inside the call. These connections have none
+  (``busy_timeout`` 0); a statement refused with SQLITE_BUSY is retried after an asyncio
+  sleep until the same deadline the busy timeout would have given, so the loop keeps
+  serving meanwhile. Writers of this process never get there: they queue on the
+  ``asyncio.Lock`` of ``db.Database`` first.
+- Slow statements: they hold the loop for their duration. Every query on the request path
+  is indexed (DESIGN.md), so that is microseconds to a few milliseconds.
+- WAL checkpoints: SQLite copies the log back into the database (and syncs the file) inside
+  the commit that crosses ``wal_autocheckpoint``, milliseconds at a time. Writer
+  connections made here turn that off and leave it to a ``Checkpointer``, which runs the
+  checkpoint in a worker thread every ``CHECKPOINT_EVERY_COMMITS`` commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.util import await_only
+
+T = TypeVar("T")
+logger = logging.getLogger(__name__)
+_open_sqlite: Callable[..., sqlite3.Connection] = sqlite3.connect
+
+# SQLITE_BUSY and SQLITE_BUSY_RECOVERY are worth waiting out; SQLITE_BUSY_SNAPSHOT (517)
+# is not: that transaction's snapshot can never be upgraded, retrying would only repeat it.
+_RETRIED_ERROR_CODES = frozenset({5, 261})
+_FIRST_PAUSE = 0.001
+_LONGEST_PAUSE = 0.05
+# A write of a request touches some ten pages: this keeps the log near SQLite's default
+# checkpoint size of 1000 pages.
+CHECKPOINT_EVERY_COMMITS = 100
+
+
+def _is_busy(error: sqlite3.OperationalError) -> bool:
+    return getattr(error, "sqlite_errorcode", None) in _RETRIED_ERROR_CODES
+
+
+class _Retrier:
+    """Runs a call, waiting out SQLITE_BUSY with asyncio sleeps up to a deadline."""
+
+    def __init__(self, busy_timeout: float) -> None:
+        self.busy_timeout = busy_timeout
+
+    async def run(self, call: Callable[[], T]) -> T:
+        try:
+            return call()
+        except sqlite3.OperationalError as error:
+            if not _is_busy(error):
+                raise
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.busy_timeout
+        pause = _FIRST_PAUSE
+        while True:
+            await asyncio.sleep(pause)
+            try:
+                return call()
+            except sqlite3.OperationalError as error:
+                if not _is_busy(error) or loop.time() >= deadline:
+                    raise
+            pause = min(pause * 2, _LONGEST_PAUSE)
+
+
+class Checkpointer:
+    """Checkpoints the WAL of one database file in a worker thread, every so many commits.
+
+    It holds the process's writer lock meanwhile: the checkpoint then copies the whole log,
+    so the next writer starts the log over instead of appending to it (with writers going
+    on during a checkpoint the log would never be fully copied, and never restart). Reads
+    go on; writes queue for the few milliseconds it takes, as they did behind SQLite's own
+    checkpoint in the committing call.
+    """
+
+    def __init__(self, url: str, writer_lock: asyncio.Lock) -> None:
+        args, kwargs = _connect_args(url)
+        self._args = args
+        self._kwargs = {**kwargs, "check_same_thread": False}
+        self._writer_lock = writer_lock
+        self._commits = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def committed(self) -> None:
+        self._commits += 1
+        if self._commits >= CHECKPOINT_EVERY_COMMITS and self._task is None:
+            self._commits = 0
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            async with self._writer_lock:
+                await asyncio.to_thread(self._checkpoint)
+        except Exception as error:
+            logger.warning("WAL checkpoint failed (the next one retries): %s", error)
+        finally:
+            self._task = None
+
+    def _checkpoint(self) -> None:
+        connection = _open_sqlite(*self._args, **self._kwargs)
+        try:
+            connection.execute("PRAGMA busy_timeout=1000")
+            connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        finally:
+            connection.close()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+class InlineCursor:
+    """An aiosqlite-shaped cursor whose coroutines complete without leaving the thread."""
+
+    __slots__ = ("_cursor", "_retrier")
+
+    def __init__(self, cursor: sqlite3.Cursor, retrier: _Retrier) -> None:
+        self._cursor = cursor
+        self._retrier = retrier
+
+    async def __aenter__(self) -> InlineCursor:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self._cursor.close()
+
+    async def execute(self, sql: str, parameters: Any = ()) -> InlineCursor:
+        await self._retrier.run(lambda: self._cursor.execute(sql, parameters))
+        return self
+
+    async def executemany(self, sql: str, parameters: Iterable[Any]) -> InlineCursor:
+        rows = list(parameters)  # a retry must see every row again
+        await self._retrier.run(lambda: self._cursor.executemany(sql, rows))
+        return self
+
+    async def fetchone(self) -> Any:
+        return self._cursor.fetchone()
+
+    async def fetchmany(self, size: int | None = None) -> list[Any]:
+        return self._cursor.fetchmany(self._cursor.arraysize if size is None else size)
+
+    async def fetchall(self) -> list[Any]:
+        return self._cursor.fetchall()
+
+    async def close(self) -> None:
+        self._cursor.close()
+
+    @property
+    def description(self) -> Any:
+        return self._cursor.description
+
+    @property
+    def rowcount(self) -> int:
+        return self._cursor.rowcount
+
+    @property
+    def lastrowid(self) -> int | None:
+        return self._cursor.lastrowid
+
+    @property
+    def arraysize(self) -> int:
+        return self._cursor.arraysize
+
+    @arraysize.setter
+    def arraysize(self, value: int) -> None:
+        self._cursor.arraysize = value
+
+
+class _InlineQueue:
+    """Stands in for aiosqlite's call queue, which the dialect uses directly to set
+    ``isolation_level``: the call runs at once and settles its future."""
+
+    def put_nowait(self, item: tuple[asyncio.Future[Any] | None, Callable[[], Any]]) -> None:
+        future, function = item
+        try:
+            result = function()
+        except BaseException as error:
+            if future is None:
+                raise
+            future.set_exception(error)
+        else:
+            if future is not None:
+                future.set_result(result)
+
+
+class InlineConnection:
+    """An aiosqlite-shaped connection over a ``sqlite3`` connection, used on one thread."""
+
+    def __init__(
+        self,
+        connection: sqlite3.Connection,
+        busy_timeout: float,
+        checkpointer: Checkpointer | None = None,
+    ) -> None:
+        # The attribute names are the ones SQLAlchemy's aiosqlite adapter reads.
+        self._conn = connection
+        self._connection = connection
+        self._tx = _InlineQueue()
+        self._retrier = _Retrier(busy_timeout)
+        self._checkpointer = checkpointer
+
+    def cursor(self) -> InlineCursor:
+        return InlineCursor(self._conn.cursor(), self._retrier)
+
+    async def execute(self, sql: str, parameters: Sequence[Any] = ()) -> InlineCursor:
+        cursor = self.cursor()
+        return await cursor.execute(sql, parameters)
+
+    async def begin(self, statement: str) -> None:
+        await self._retrier.run(lambda: self._conn.execute(statement))
+
+    async def commit(self) -> None:
+        await self._retrier.run(self._conn.commit)
+        if self._checkpointer is not None:
+            self._checkpointer.committed()
+
+    async def rollback(self) -> None:
+        self._conn.rollback()
+
+    async def close(self) -> None:
+        self._conn.close()
+
+    def stop(self) -> None:
+        """aiosqlite's forced close, used when SQLAlchemy terminates a connection."""
+        self._conn.close()
+
+    async def create_function(self, *args: Any, **kwargs: Any) -> None:
+        self._conn.create_function(*args, **kwargs)
+
+    @property
+    def isolation_level(self) -> str | None:
+        return self._conn.isolation_level
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._conn.in_transaction
+
+
+def begin_transaction(connection: Connection, statement: str) -> None:
+    """Start the transaction of ``connection`` (an engine's ``begin`` event) with
+    ``statement``, sent straight to SQLite rather than through a SQLAlchemy execution."""
+    driver = connection.connection.driver_connection
+    if not isinstance(driver, InlineConnection):
+        raise TypeError(f"expected an inline SQLite connection, got {type(driver).__name__}")
+    await_only(driver.begin(statement))
+
+
+def _connect_args(url: str) -> tuple[Sequence[Any], Mapping[str, Any]]:
+    args, kwargs = SQLiteDialect_aiosqlite().create_connect_args(make_url(url))
+    return args, kwargs
+
+
+def inline_connector(
+    url: str, busy_timeout: float, checkpointer: Checkpointer | None = None
+) -> Callable[[], Awaitable[InlineConnection]]:
+    """The ``async_creator`` for an async engine on the SQLite ``url``.
+
+    With a ``checkpointer`` (the engine that commits this process's writes), the WAL
+    checkpoints are left to it (see above).
+    """
+    args, kwargs = _connect_args(url)
+
+    async def connect() -> InlineConnection:
+        connection = _open_sqlite(*args, **{**kwargs, "check_same_thread": False})
+        # No busy handler: it would sleep on the event loop's thread (see above).
+        connection.execute("PRAGMA busy_timeout=0")
+        if checkpointer is not None:
+            connection.execute("PRAGMA wal_autocheckpoint=0")
+        return InlineConnection(connection, busy_timeout, checkpointer)
+
+    return connect

@@ -15,6 +15,7 @@ from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.db import Database
 from signoff.oauth.credentials import hash_token, looks_like_access_token
+from signoff.orgs.repository import find_principal_by_key_hash
 from signoff.ratelimit.limiter import RateLimiter
 from signoff.unit_of_work import UnitOfWork
 from signoff.webhooks.dispatcher import WebhookDispatcher
@@ -92,8 +93,8 @@ class AppContext:
 
     async def authenticate(self, token: str) -> Principal | None:
         if looks_like_api_key(token):
-            async with self.reading() as uow:
-                return await uow.orgs.find_principal_by_key_hash(hash_api_key(token), utcnow())
+            async with self.db.read_connection() as connection:
+                return await find_principal_by_key_hash(connection, hash_api_key(token))
         if looks_like_access_token(token):
             # An OAuth access token: the consenting user, the token's scopes, and the
             # rate limit of the connection that owns the client (decisions.md section 1).

@@ -25,6 +25,7 @@ from sqlalchemy import Table, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -101,6 +102,20 @@ class Database:
             yield session
 
     @asynccontextmanager
+    async def read_connection(self) -> AsyncIterator[AsyncConnection]:
+        """A bare Core connection for a one-query read that needs no ORM session."""
+        if not self.is_sqlite:
+            async with self.read_engine.connect() as connection:
+                yield connection
+            return
+        # Closed directly, for the reason given in ``_closing``.
+        connection = await self.read_engine.connect().start()
+        try:
+            yield connection
+        finally:
+            await connection.close()
+
+    @asynccontextmanager
     async def write_session(self) -> AsyncIterator[AsyncSession]:
         """A session whose transaction the *caller* commits; it rolls back if not committed.
 
@@ -142,21 +157,13 @@ class Database:
 
 
 def insert_ignoring_conflicts(
-    dialect: str, table: Table, values: dict[str, Any], conflict_columns: Sequence[str]
+    dialect: str, table: Table, conflict_columns: Sequence[str]
 ) -> Insert:
     """``INSERT ... ON CONFLICT (cols) DO NOTHING``: the race-free half of get-or-create.
 
     The loser of a race inserts nothing (PostgreSQL waits for the winner to commit first),
-    then reads the winner's row.
+    then reads the winner's row. The values come with each execution, so one statement,
+    built once and compiled once, serves every call.
     """
-    if dialect == "postgresql":
-        return (
-            postgresql.insert(table)
-            .values(**values)
-            .on_conflict_do_nothing(index_elements=list(conflict_columns))
-        )
-    return (
-        sqlite.insert(table)
-        .values(**values)
-        .on_conflict_do_nothing(index_elements=list(conflict_columns))
-    )
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return insert(table).on_conflict_do_nothing(index_elements=list(conflict_columns))

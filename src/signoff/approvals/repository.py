@@ -13,7 +13,9 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Select,
+    Table,
     and_,
+    bindparam,
     column,
     delete,
     exists,
@@ -26,6 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
+from sqlalchemy.sql.selectable import ExecutableReturnsRows
 
 from signoff.db import insert_ignoring_conflicts
 from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, User, Vote
@@ -37,6 +40,24 @@ _FTS = table("approval_requests_fts", column("request_id"))
 # bm25 weights of its columns (title, description): a title match outranks a description
 # match, as the A and B weights of the PostgreSQL vector make it there.
 _FTS_COLUMN_WEIGHTS = (10.0, 1.0)
+
+# The reads of every get and decide: built once, since building a statement (and its cache
+# key) costs more than SQLite takes to answer it (docs/performance.md).
+_GET = select(ApprovalRequest).where(
+    ApprovalRequest.id == bindparam("request_id"), ApprovalRequest.org_id == bindparam("org_id")
+)
+# populate_existing: a row re-read under a lock must show what the lock protects.
+_GET_FOR_UPDATE = _GET.with_for_update().execution_options(populate_existing=True)
+
+
+def _insert_request(dialect: str) -> ExecutableReturnsRows:
+    """The insert of a new request, handing back the whole row (RETURNING) as an entity."""
+    table: Table = ApprovalRequest.__table__  # type: ignore[assignment]
+    insert = insert_ignoring_conflicts(dialect, table, ("org_id", "idempotency_key"))
+    return select(ApprovalRequest).from_statement(insert.returning(*table.c))
+
+
+_INSERT_REQUEST = {dialect: _insert_request(dialect) for dialect in ("sqlite", "postgresql")}
 
 
 @dataclass(frozen=True)
@@ -71,16 +92,8 @@ class ApprovalRepository:
         ``ON CONFLICT DO NOTHING`` against the unique (org_id, idempotency_key) constraint:
         of concurrent creates with one key exactly one inserts, on both databases.
         """
-        statement = insert_ignoring_conflicts(
-            self.dialect,
-            ApprovalRequest.__table__,  # type: ignore[arg-type]
-            values,
-            ("org_id", "idempotency_key"),
-        ).returning(ApprovalRequest.id)
-        inserted = (await self.session.execute(statement)).scalar_one_or_none()
-        if inserted is None:
-            return None
-        return await self.get(values["org_id"], inserted)
+        result = await self.session.scalars(_INSERT_REQUEST[self.dialect], values)
+        return result.one_or_none()
 
     async def find_by_idempotency_key(self, org_id: uuid.UUID, key: str) -> ApprovalRequest | None:
         return await self.session.scalar(
@@ -92,13 +105,8 @@ class ApprovalRepository:
     async def get(
         self, org_id: uuid.UUID, request_id: uuid.UUID, *, for_update: bool = False
     ) -> ApprovalRequest | None:
-        statement = select(ApprovalRequest).where(
-            ApprovalRequest.id == request_id, ApprovalRequest.org_id == org_id
-        )
-        if for_update:
-            statement = statement.with_for_update()
-        # populate_existing: a row re-read under a lock must show what the lock protects.
-        return await self.session.scalar(statement.execution_options(populate_existing=for_update))
+        statement = _GET_FOR_UPDATE if for_update else _GET
+        return await self.session.scalar(statement, {"request_id": request_id, "org_id": org_id})
 
     async def update_if_pending(self, request_id: uuid.UUID, values: dict[str, Any]) -> bool:
         """Compare-and-set: change a request only while it is still pending."""

@@ -4,14 +4,34 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Literal, cast
 
-from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import bindparam, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from signoff.auth.principal import Principal
 from signoff.models import Connection, Organization, User
+
+# Every API call runs this: built once, since building a statement (and its cache key)
+# costs more than SQLite takes to answer it (docs/performance.md).
+_PRINCIPAL_BY_KEY_HASH = (
+    select(
+        Connection.id,
+        Connection.name,
+        Connection.rate_limit_per_hour,
+        Connection.api_key_hash,
+        Organization.id,
+        Organization.name,
+        Organization.emergency_stop,
+        User.id,
+        User.email,
+        User.name,
+        User.role,
+    )
+    .join(Organization, Organization.id == Connection.org_id)
+    .join(User, User.id == Connection.owner_id)
+    .where(Connection.api_key_hash == bindparam("key_hash"), Connection.revoked_at.is_(None))
+)
 
 
 class OrgRepository:
@@ -68,39 +88,27 @@ class OrgRepository:
         )
         return result.all()
 
-    async def find_principal_by_key_hash(self, key_hash: str, now: datetime) -> Principal | None:
-        """The identity behind an API key, in one indexed query; None if unknown or revoked."""
-        row = (
-            await self.session.execute(
-                select(
-                    Connection.id,
-                    Connection.name,
-                    Connection.rate_limit_per_hour,
-                    Connection.api_key_hash,
-                    Organization.id,
-                    Organization.name,
-                    Organization.emergency_stop,
-                    User.id,
-                    User.email,
-                    User.name,
-                    User.role,
-                )
-                .join(Organization, Organization.id == Connection.org_id)
-                .join(User, User.id == Connection.owner_id)
-                .where(Connection.api_key_hash == key_hash, Connection.revoked_at.is_(None))
-            )
-        ).first()
-        if row is None:
-            return None
-        return Principal(
-            connection_id=row[0],
-            connection_name=row[1],
-            rate_limit_per_hour=row[2],
-            org_id=row[4],
-            org_name=row[5],
-            org_emergency_stop=row[6],
-            user_id=row[7],
-            user_email=row[8],
-            user_name=row[9],
-            role=cast(Literal["admin", "member"], row[10]),
-        )
+
+async def find_principal_by_key_hash(
+    executor: AsyncSession | AsyncConnection, key_hash: str
+) -> Principal | None:
+    """The identity behind an API key; None if unknown or revoked.
+
+    Takes a bare connection too: every API call asks this, and an ORM session around one
+    Core query costs more than the query (docs/performance.md).
+    """
+    row = (await executor.execute(_PRINCIPAL_BY_KEY_HASH, {"key_hash": key_hash})).first()
+    if row is None:
+        return None
+    return Principal(
+        connection_id=row[0],
+        connection_name=row[1],
+        rate_limit_per_hour=row[2],
+        org_id=row[4],
+        org_name=row[5],
+        org_emergency_stop=row[6],
+        user_id=row[7],
+        user_email=row[8],
+        user_name=row[9],
+        role=cast(Literal["admin", "member"], row[10]),
+    )

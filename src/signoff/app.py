@@ -24,7 +24,7 @@ from signoff.common.validation import validation_failed_from
 from signoff.config import Settings, get_settings
 from signoff.context import AppContext
 from signoff.errors import AppError, MethodNotAllowed, NotFound, ServiceUnavailable
-from signoff.middleware import ApiGuard, BodySizeLimit
+from signoff.middleware import ApiGuard, BodySizeLimit, StripTrailingSlash
 from signoff.oauth.endpoints import api_router as oauth_api_router
 from signoff.oauth.endpoints import router as oauth_router
 from signoff.oauth.pages import SCOPE_DESCRIPTIONS
@@ -132,6 +132,10 @@ def _install_health(app: FastAPI, ctx: AppContext) -> None:
             raise ServiceUnavailable("Redis is not reachable.")
         return json_response({"status": "ready"})
 
+    # HEAD too: many load balancers health-check with it.
+    app.add_api_route("/healthz", healthz, methods=["HEAD"], include_in_schema=False)
+    app.add_api_route("/readyz", readyz, methods=["HEAD"], include_in_schema=False)
+
 
 def _oauth2_security_scheme() -> dict[str, Any]:
     """OAuth 2.0 with PKCE (docs/oauth.md); the scope each operation needs is in its docs."""
@@ -218,4 +222,5 @@ def create_app(
     # Added inner first: the guard wraps the size limit, so a 413 carries rate headers too.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(ApiGuard, ctx=ctx)
+    app.add_middleware(StripTrailingSlash)
     return app

@@ -165,3 +165,21 @@ class BodySizeLimit:
         return PayloadTooLarge(
             f"The request body exceeds {self.max_bytes} bytes.", {"max_bytes": self.max_bytes}
         )
+
+
+class StripTrailingSlash:
+    """``/api/v1/approvals/`` is ``/api/v1/approvals``: answered, not redirected.
+
+    A redirect would be a non-2xx answer without the error envelope, and clients that
+    append slashes would pay a round trip for every call.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and len(path) > 1 and path.endswith("/"):
+            stripped = path.rstrip("/") or "/"
+            scope = {**scope, "path": stripped, "raw_path": stripped.encode()}
+        await self.app(scope, receive, send)

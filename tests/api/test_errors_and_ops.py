@@ -13,7 +13,7 @@ from fastapi.routing import APIRoute
 from signoff.app import create_app
 from signoff.approvals import service as approvals_service
 from signoff.context import AppContext
-from tests.conftest import Org, assert_error, create_approval, make_settings
+from tests.conftest import Org, approval_body, assert_error, create_approval, make_settings
 
 
 async def test_unknown_routes_are_404_envelopes(client: httpx.AsyncClient, org: Org) -> None:
@@ -171,3 +171,23 @@ async def test_interactive_docs_are_served(client: httpx.AsyncClient) -> None:
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
     assert "/api/v1/openapi.json" in response.text
+
+
+async def test_health_checks_answer_head(client: httpx.AsyncClient) -> None:
+    for path in ("/healthz", "/readyz"):
+        response = await client.head(path)
+        assert response.status_code == 200, path
+        assert response.content == b""
+
+
+async def test_trailing_slashes_are_answered_not_redirected(
+    client: httpx.AsyncClient, org: Org
+) -> None:
+    created = await client.post(
+        "/api/v1/approvals/", headers=org.member.headers, json=approval_body()
+    )
+    assert created.status_code == 201, created.text
+    listed = await client.get("/api/v1/approvals/", headers=org.member.headers)
+    assert listed.status_code == 200
+    assert listed.json()["total"] == 1
+    assert (await client.get("/healthz/")).status_code == 200

@@ -406,3 +406,14 @@ async def test_search_of_only_operators_finds_nothing(client: httpx.AsyncClient,
     await create_approval(client, org.member)
     body = await _list(client, org.member, search='"*:&()')
     assert body["data"] == [] and body["total"] == 0
+
+
+async def test_an_unencoded_plus_offset_is_read_as_meant(
+    client: httpx.AsyncClient, org: Org
+) -> None:
+    await create_approval(client, org.member)
+    # "+01:00" typed into a URL unencoded arrives as " 01:00".
+    raw = "/api/v1/approvals?created_after=2000-01-01T00:00:00+01:00"
+    response = await client.get(raw, headers=org.member.headers)
+    assert response.status_code == 200, response.text
+    assert response.json()["total"] == 1

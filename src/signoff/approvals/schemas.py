@@ -49,6 +49,7 @@ RESERVED_CALLBACK_HEADERS = frozenset(
     }
 )
 MAX_URL_LENGTH = 2048
+_UNENCODED_PLUS_OFFSET = re.compile(r" (\d{2}:?\d{2})$")
 
 
 def _reject_bool(value: Any) -> Any:
@@ -331,8 +332,10 @@ class ListApprovalsQuery(BaseModel):
     )
     @classmethod
     def _timestamp(cls, value: Any) -> Any:
+        # An unencoded "+01:00" in a query string arrives as " 01:00": take it as meant.
+        text = _UNENCODED_PLUS_OFFSET.sub(r"+\1", str(value))
         try:
-            return parse_timestamp(str(value))
+            return parse_timestamp(text)
         except ValueError as exc:
             raise ValueError(f"must be an RFC 3339 timestamp with a time zone ({exc})") from None
 

@@ -29,6 +29,9 @@ FAST = {
     "delivery_retry_delays_seconds": [0.2, 0.3, 0.4],
     "delivery_timeout_seconds": 2.0,
     "delivery_lease_seconds": 4.0,
+    # No polling to fall back on: every wake-up of the worker here must be the prompt one
+    # (in-process event on SQLite, LISTEN/NOTIFY on PostgreSQL) or a timer it set itself.
+    "delivery_poll_interval_seconds": 60.0,
 }
 
 

@@ -152,6 +152,35 @@ async def _wait_for_success(
     raise AssertionError("the delivery was never completed")
 
 
+async def test_a_notification_wakes_an_idle_postgres_worker_at_once(
+    ctx: AppContext, org: Org, database_url: str, tmp_path: Path, backend: str
+) -> None:
+    if backend != "postgres":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+    org_id = parse_id(org.id)
+    assert org_id is not None
+    # Polling once a minute: only the notification can wake the worker in time.
+    async with (
+        Receiver() as receiver,
+        worker_process(database_url, tmp_path / "w.log", delivery_poll_interval_seconds=60.0),
+    ):
+        await asyncio.sleep(2.5)  # started, listening, asleep
+        principal = await ctx.authenticate(org.member.api_key)
+        assert principal is not None
+        payload = CreateApprovalRequest.model_validate(
+            {"title": "t", "description": "d", "priority": "low", "callback_url": receiver.url}
+        )
+        async with ctx.transaction() as uow:
+            await approvals_service.create_request(
+                uow.approvals, principal, payload, ctx.box, utcnow()
+            )
+            await approvals_service.cancel_all_pending(uow.approvals, org_id, None, utcnow())
+        started = time.monotonic()
+        await ctx.webhooks.hand_off(uow.outbox)  # commits with NOTIFY
+        await receiver.wait_for(1, timeout=10)
+        assert time.monotonic() - started < 1.0
+
+
 async def test_two_workers_drain_a_thousand_deliveries_each_exactly_once(
     ctx: AppContext, org: Org, database_url: str, tmp_path: Path, backend: str
 ) -> None:

@@ -273,7 +273,9 @@ async def test_receiver_down_four_attempts_at_0_1_3_7_s_then_failed_then_manual_
 async def test_receiver_that_fails_twice_then_recovers(client: httpx.AsyncClient, org: Org) -> None:
     failing = Reply(500, b'{"error": "database down"}')
     async with Receiver(replies=[failing, Reply(503, b"busy")]) as receiver:
-        created = await create_approval(client, org.member, callback_url=receiver.url)
+        created = await create_approval(
+            client, org.member, callback_url=receiver.url, callback_headers={"X-Token": "t0k"}
+        )
         answer = await decide(client, org.admin, created["id"])
         assert answer["callback_delivered"] is False
         requests = await receiver.wait_for(3)
@@ -291,6 +293,7 @@ async def test_receiver_that_fails_twice_then_recovers(client: httpx.AsyncClient
     assert len({r.body for r in requests}) == 1
     assert len({r.headers["x-service-delivery-id"] for r in requests}) == 1
     assert [r.headers["x-service-attempt"] for r in requests] == ["1", "2", "3"]
+    assert [r.headers["x-token"] for r in requests] == ["t0k"] * 3  # on every attempt
     for request in requests:
         Webhook(org.member.webhook_secret).verify(request.body, request.headers)
     # The retry came about 0.2 s after the first failure, the next 0.3 s after the second.

@@ -274,10 +274,15 @@ SQLITE_SEARCH = [
     "DELETE FROM approval_requests_fts WHERE request_id = OLD.id; END",
 ]
 
+# PostgreSQL's parser keeps host names, dotted labels, versions and e-mails whole
+# ("api.example.com" is one lexeme) while the query side (and SQLite's tokenizer) splits
+# them into words; indexing the alphanumeric runs makes both engines find the same words.
+# (\\: keeps SQLAlchemy from reading the character class as a bind parameter.)
+_WORDS = "regexp_replace(coalesce({column}, ''), '[^[\\:alnum\\:]]+', ' ', 'g')"
 POSTGRES_SEARCH = [
     "ALTER TABLE approval_requests ADD COLUMN search_vector tsvector GENERATED ALWAYS AS ("
-    "setweight(to_tsvector('simple', coalesce(title, '')), 'A') || "
-    "setweight(to_tsvector('simple', coalesce(description, '')), 'B')) STORED",
+    f"setweight(to_tsvector('simple', {_WORDS.format(column='title')}), 'A') || "
+    f"setweight(to_tsvector('simple', {_WORDS.format(column='description')}), 'B')) STORED",
     "CREATE INDEX ix_approval_requests_search ON approval_requests USING GIN (search_vector)",
 ]
 

@@ -1,7 +1,7 @@
 """deliveries
 
 Revision ID: 0003
-Revises: 0001
+Revises: 0002
 Create Date: 2026-11-23
 
 Decision callbacks (interface.md section 6, decisions.md section 9): the outbox of
@@ -16,7 +16,7 @@ from alembic import op
 import signoff.models.base
 
 revision = "0003"
-down_revision = "0001"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 

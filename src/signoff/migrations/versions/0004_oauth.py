@@ -1,7 +1,7 @@
 """oauth
 
 Revision ID: 0004
-Revises: 0001
+Revises: 0003
 Create Date: 2026-11-23
 
 OAuth 2.0 with PKCE (interface.md section 5, decisions.md section 11): clients per
@@ -18,7 +18,7 @@ from sqlalchemy.dialects import postgresql
 import signoff.models.base
 
 revision = "0004"
-down_revision = "0001"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 

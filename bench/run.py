@@ -212,6 +212,9 @@ def running(server: Server) -> Iterator[Server]:
     try:
         server.wait_ready()
         yield server
+    except Exception:
+        log(f"{server.name} log, last lines:\n{server.log_tail()}")
+        raise
     finally:
         server.stop()
 
@@ -361,10 +364,20 @@ async def _create_many(base_url: str, api_key: str, start: int, count: int) -> l
         base_url=base_url, headers=headers, limits=limits, timeout=60.0
     ) as client:
 
+        async def post(index: int) -> httpx.Response:
+            # The key makes a retry after a dropped connection safe: no request twice.
+            body = {**approval_body(index), "idempotency_key": f"bench-{index}"}
+            for attempt in range(3):
+                try:
+                    return await client.post("/api/v1/approvals", json=body)
+                except httpx.TransportError as exc:
+                    log(f"  seeding: {exc!r} on attempt {attempt + 1}; retrying")
+            raise BenchError("seeding: the server dropped the connection three times")
+
         async def worker() -> None:
             for index in indexes:
-                response = await client.post("/api/v1/approvals", json=approval_body(index))
-                if response.status_code != 201:
+                response = await post(index)
+                if response.status_code not in (200, 201):
                     raise BenchError(f"seeding: {response.status_code} {response.text}")
                 ids.append(response.json()["id"])
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
 from signoff.auth.principal import Principal
@@ -25,34 +25,33 @@ from signoff.webhooks.service import start_outbox
 class RequestWaiters:
     """Wakes long-polling readers of a request the moment this process changes it.
 
-    Changes made by other processes are noticed by the readers' periodic re-check.
+    A reader registers with ``watch`` *before* it reads, so a change that commits between
+    its read and its wait still wakes it. Changes made by other processes are noticed by
+    the readers' periodic re-check.
     """
 
     def __init__(self) -> None:
-        self._events: dict[uuid.UUID, asyncio.Event] = {}
-        self._waiting: dict[uuid.UUID, int] = {}
+        self._watchers: dict[uuid.UUID, set[asyncio.Event]] = {}
 
-    async def wait(self, request_id: uuid.UUID, timeout: float) -> None:
-        event = self._events.setdefault(request_id, asyncio.Event())
-        self._waiting[request_id] = self._waiting.get(request_id, 0) + 1
+    @contextmanager
+    def watch(self, request_id: uuid.UUID) -> Iterator[asyncio.Event]:
+        event = asyncio.Event()
+        self._watchers.setdefault(request_id, set()).add(event)
         try:
-            await asyncio.wait_for(event.wait(), timeout)
-        except TimeoutError:
-            pass
+            yield event
         finally:
-            self._waiting[request_id] -= 1
-            if self._waiting[request_id] == 0:
-                del self._waiting[request_id]
-                if self._events.get(request_id) is event:
-                    del self._events[request_id]
+            watchers = self._watchers.get(request_id)
+            if watchers is not None:
+                watchers.discard(event)
+                if not watchers:
+                    del self._watchers[request_id]
 
     def notify(self, request_id: uuid.UUID) -> None:
-        event = self._events.pop(request_id, None)
-        if event is not None:
+        for event in self._watchers.get(request_id, ()):
             event.set()
 
     def __len__(self) -> int:
-        return len(self._waiting)
+        return len(self._watchers)
 
 
 @dataclass

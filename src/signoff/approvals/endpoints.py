@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from typing import Annotated
+import uuid
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 from starlette.requests import Request
@@ -42,6 +45,7 @@ from signoff.common.http import (
 )
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body, read_json_object, validate_model
+from signoff.context import AppContext
 from signoff.errors import ValidationFailed
 from signoff.models import ApprovalRequest
 from signoff.webhooks.service import check_callback_url, delivered
@@ -171,23 +175,42 @@ async def get_approval(
     ctx = context_of(request)
     rid = path_id(request_id)
     wait_seconds = _parse_wait(wait, ctx.settings.long_poll_max_seconds)
+    if wait_seconds == 0:
+        body, _ = await _read_detail(ctx, principal, rid, final=True)
+        return json_response(body)
     deadline = time.monotonic() + wait_seconds
-    while True:
-        now = utcnow()
-        # A fresh, short read each round: a waiting client holds no connection or lock.
-        async with ctx.reading() as uow:
-            row = await service.get_request(uow.approvals, principal, rid)
-            body = request_to_dict(row, now)
+    with ctx.waiters.watch(rid) as changed:
+        while True:
+            changed.clear()
             remaining = deadline - time.monotonic()
+            body, pause = await _read_detail(ctx, principal, rid, final=remaining <= 0)
             if body["status"] != "pending" or remaining <= 0:
-                steps, votes = await service.steps_and_votes(uow.approvals, row)
-                body["steps"] = [step_to_dict(step) for step in steps]
-                body["votes"] = [vote_to_dict(vote) for vote in votes]
                 return json_response(body)
-        pause = min(remaining, ctx.settings.long_poll_recheck_seconds)
-        if row.expires_at is not None:
-            pause = min(pause, max(0.0, (row.expires_at - now).total_seconds()) + 0.001)
-        await ctx.waiters.wait(rid, pause)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), min(remaining, pause))
+
+
+async def _read_detail(
+    ctx: AppContext, principal: Principal, request_id: uuid.UUID, *, final: bool
+) -> tuple[dict[str, Any], float]:
+    """The single read's body, and how long a long poll may sleep before reading again.
+
+    A fresh, short read each round: a waiting client holds no connection or lock. Steps
+    and votes are read only for the answer actually sent.
+    """
+    now = utcnow()
+    async with ctx.reading() as uow:
+        row = await service.get_request(uow.approvals, principal, request_id)
+        body = request_to_dict(row, now)
+        if final or body["status"] != "pending":
+            steps, votes = await service.steps_and_votes(uow.approvals, row)
+            body["steps"] = [step_to_dict(step) for step in steps]
+            body["votes"] = [vote_to_dict(vote) for vote in votes]
+    pause = ctx.settings.long_poll_recheck_seconds
+    if row.expires_at is not None:
+        # Wake at the deadline: the request reads as expired from then on.
+        pause = min(pause, max(0.0, (row.expires_at - now).total_seconds()) + 0.001)
+    return body, pause
 
 
 def _parse_wait(value: str | None, maximum: int) -> float:

@@ -8,7 +8,10 @@ through the API, then wrk at a fixed concurrency for a fixed time on each scenar
 - create: ``POST /api/v1/approvals`` (five-field body, unique titles);
 - get:    ``GET /api/v1/approvals/:id`` of random seeded requests;
 - list:   ``GET /api/v1/approvals?page=N`` with N random in 1..50 (20 per page);
-- decide: ``PATCH /api/v1/approvals/:id`` approving, every request hit exactly once.
+- decide: ``PATCH /api/v1/approvals/:id`` approving, every request hit exactly once;
+- chain:  whole approval chains (bench/chains.py): create a sequential request, set three
+  steps, and each of three approvers votes in turn, five calls per chain, run by an
+  httpx client at the same concurrency (wrk cannot carry an id into the next request).
 
 The baselines (``bench/baseline.py``: a Pydantic echo for writes, a constant object for
 reads) run on the same uvicorn settings before and after; each ratio divides by the
@@ -40,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from bench.chains import Approver, drive_chains
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
@@ -519,7 +524,58 @@ def bench_signoff(target: str, opts: Options, workdir: Path, report: Report) -> 
             decide = run("decide", [str(decide_file), str(opts.threads)])
             if decide.requests > len(pool):
                 log(f"[{target}] warning: decide ran past its {len(pool):,} pending requests")
+            approvers = [make_approver(env, workdir, org["id"], index) for index in range(1, 4)]
+            figures.append(measure_chains(opts, server, target, api_key, approvers))
     return figures
+
+
+def make_approver(env: dict[str, str], workdir: Path, org_id: str, index: int) -> Approver:
+    """A member with a connection of their own: each step is voted with its approver's key."""
+    user = signoff_cli(
+        env, workdir, "user", "create", "--org", org_id, "--email",
+        f"approver{index}@example.com", "--name", f"Approver {index}", "--json",
+    )  # fmt: skip
+    connection = signoff_cli(
+        env, workdir, "connection", "create", "--org", org_id, "--owner", user["id"],
+        "--name", f"approver-{index}", "--rate-limit", str(RATE_LIMIT_CEILING), "--json",
+    )  # fmt: skip
+    return Approver(user["id"], connection["api_key"])
+
+
+def measure_chains(
+    opts: Options, server: Server, target: str, api_key: str, approvers: list[Approver]
+) -> Figure:
+    """Whole chains (bench/chains.py): create, set three steps, three votes in order."""
+    load_before = load_average()
+    cpu_before = server.cpu_seconds()
+    chains = asyncio.run(
+        drive_chains(
+            server.url, api_key, approvers, duration=opts.duration, concurrency=opts.connections
+        )
+    )
+    cpu = server.cpu_seconds() - cpu_before
+    figure = Figure(
+        target=target,
+        scenario="chain",
+        requests=chains.calls,
+        seconds=round(chains.seconds, 2),
+        rps=round(chains.calls / chains.seconds, 1),
+        p50_ms=round(chains.percentile(0.50), 2),
+        p90_ms=round(chains.percentile(0.90), 2),
+        p99_ms=round(chains.percentile(0.99), 2),
+        max_ms=round(max(chains.latencies_ms, default=0.0), 2),
+        errors=chains.errors,
+        cpu_ms_per_request=round(cpu * 1000 / max(1, chains.calls), 3),
+        peak_rss_mb=round(server.peak_rss_mb(), 1),
+        load_before=round(load_before, 2),
+        load_after=round(load_average(), 2),
+    )
+    log(
+        f"  {target:<10} chain    {chains.chains / chains.seconds:>9,.1f} chains/s "
+        f"({figure.rps:,.0f} calls/s)  p50 {figure.p50_ms:6.2f} ms  p99 {figure.p99_ms:6.2f} ms"
+        + (f"  ERRORS {chains.errors}" if chains.errors else "")
+    )
+    return figure
 
 
 def bench_baselines(opts: Options, workdir: Path, round_name: str) -> list[Figure]:

@@ -2,7 +2,7 @@
 
 Why: aiosqlite gives every connection a thread of its own and hands each call over to it
 and back: opening a cursor, executing, fetching, closing the cursor, committing are each
-a round trip through two queues and two thread wake-ups. Reading one request took 16 of
+a round trip through two queues and two thread wake-ups. Reading one request took 18 of
 them, and on a small (virtual) machine those wake-ups cost far more than the statements,
 which SQLite answers from its page cache in microseconds (docs/performance.md).
 
@@ -220,10 +220,6 @@ class InlineConnection:
     def cursor(self) -> InlineCursor:
         return InlineCursor(self._conn.cursor(), self._retrier)
 
-    async def execute(self, sql: str, parameters: Sequence[Any] = ()) -> InlineCursor:
-        cursor = self.cursor()
-        return await cursor.execute(sql, parameters)
-
     async def begin(self, statement: str) -> None:
         await self._retrier.run(lambda: self._conn.execute(statement))
 
@@ -248,10 +244,6 @@ class InlineConnection:
     @property
     def isolation_level(self) -> str | None:
         return self._conn.isolation_level
-
-    @property
-    def in_transaction(self) -> bool:
-        return self._conn.in_transaction
 
 
 def begin_transaction(connection: Connection, statement: str) -> None:

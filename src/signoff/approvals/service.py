@@ -131,9 +131,22 @@ async def decide(
     payload: DecideApprovalRequest,
     now: datetime,
 ) -> TransitionResult:
+    action = state.Decide(principal.actor, payload.decision)
+    row, transition = await _vote(repo, principal, request_id, action, payload, now)
+    return TransitionResult(row, transition)
+
+
+async def _vote(
+    repo: ApprovalRepository,
+    principal: Principal,
+    request_id: uuid.UUID,
+    action: state.Decide | state.VoteStep,
+    payload: DecideApprovalRequest,
+    now: datetime,
+) -> tuple[ApprovalRequest, state.Transition]:
+    """A request-level decision or a step vote: lock, ask the state machine, record."""
     row = await _get_locked(repo, principal, request_id)
-    view = await _view(repo, row)
-    transition = state.apply(view, state.Decide(principal.actor, payload.decision), now)
+    transition = state.apply(await _view(repo, row), action, now)
     await _record_transition(
         repo,
         row,
@@ -143,8 +156,9 @@ async def decide(
         decision=payload.decision,
         comment=payload.comment,
         source=payload.source,
+        step_id=action.step_id if isinstance(action, state.VoteStep) else None,
     )
-    return TransitionResult(row, transition)
+    return row, transition
 
 
 async def cancel(
@@ -329,20 +343,8 @@ async def vote_step(
     payload: DecideApprovalRequest,
     now: datetime,
 ) -> StepVoteResult:
-    row = await _get_locked(repo, principal, request_id)
     action = state.VoteStep(principal.actor, step_id, payload.decision)
-    transition = state.apply(await _view(repo, row), action, now)
-    await _record_transition(
-        repo,
-        row,
-        transition,
-        principal,
-        now,
-        decision=payload.decision,
-        comment=payload.comment,
-        source=payload.source,
-        step_id=step_id,
-    )
+    row, transition = await _vote(repo, principal, request_id, action, payload, now)
     step = await repo.get_step(row.id, step_id)
     assert step is not None  # the state machine found it in the locked chain
     return StepVoteResult(row, step, transition)

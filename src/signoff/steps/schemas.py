@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from signoff.approvals.schemas import Count
+from signoff.approvals.schemas import StepSummaryOut as StepOut
 from signoff.common.validation import settings_from
 
 
@@ -51,17 +52,6 @@ class SetSteps(BaseModel):
         if len(set(orders)) != len(orders):
             raise ValueError("step_order values must be distinct")
         return value
-
-
-class StepOut(BaseModel):
-    id: uuid.UUID
-    approval_request_id: uuid.UUID
-    step_order: int
-    approver_id: uuid.UUID
-    status: Literal["pending", "approved", "rejected", "skipped"]
-    decided_at: str | None
-    decided_by: uuid.UUID | None
-    comment: str | None
 
 
 class ConfiguredStepOut(BaseModel):

@@ -152,11 +152,11 @@ async def _wait_for_success(
     raise AssertionError("the delivery was never completed")
 
 
+# LISTEN/NOTIFY is PostgreSQL's: this test exists only for that backend.
+@pytest.mark.parametrize("test_database", ["postgres"], indirect=True)
 async def test_a_notification_wakes_an_idle_postgres_worker_at_once(
-    ctx: AppContext, org: Org, database_url: str, tmp_path: Path, backend: str
+    ctx: AppContext, org: Org, database_url: str, tmp_path: Path
 ) -> None:
-    if backend != "postgres":
-        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
     org_id = parse_id(org.id)
     assert org_id is not None
     # Polling once a minute: only the notification can wake the worker in time.
@@ -181,11 +181,11 @@ async def test_a_notification_wakes_an_idle_postgres_worker_at_once(
         assert time.monotonic() - started < 1.0
 
 
+# Competing workers are a PostgreSQL deployment (SKIP LOCKED claims).
+@pytest.mark.parametrize("test_database", ["postgres"], indirect=True)
 async def test_two_workers_drain_a_thousand_deliveries_each_exactly_once(
-    ctx: AppContext, org: Org, database_url: str, tmp_path: Path, backend: str
+    ctx: AppContext, org: Org, database_url: str, tmp_path: Path
 ) -> None:
-    if backend != "postgres":
-        pytest.skip("competing workers are a PostgreSQL deployment (SKIP LOCKED claims)")
     total = 1000
     org_id = parse_id(org.id)
     assert org_id is not None

@@ -193,6 +193,26 @@ async def _form(request: Request) -> tuple[dict[str, str], set[str], dict[str, s
 # ---- the authorization endpoint and its pages ----
 
 
+async def _checked_authorization(
+    uow: UnitOfWork, params: dict[str, str], repeated: set[str], settings: Settings
+) -> service.AuthorizationRequest | Response:
+    """The validated authorization request, or the page or redirect that refuses it.
+
+    An unknown client or redirect URI gets an error page and never a redirect; any other
+    fault goes back to the (now trusted) redirect URI, as RFC 6749 section 4.1.2.1 says.
+    """
+    try:
+        client, redirect_uri, explicit = await service.resolve_client_and_redirect(
+            uow.oauth, params, repeated
+        )
+    except AuthorizePageError as exc:
+        return _error_page(exc)
+    try:
+        return service.check_authorization_request(client, redirect_uri, explicit, params, repeated)
+    except AuthorizeRedirectError as exc:
+        return _redirect_error(redirect_uri, exc, params.get("state"), settings)
+
+
 @router.get("/oauth/authorize")
 async def authorize(request: Request) -> Response:
     ctx = context_of(request)
@@ -202,18 +222,10 @@ async def authorize(request: Request) -> Response:
     # Reads only, unless a first visit needs a session: page views never queue for the
     # (SQLite) writer.
     async with ctx.reading() as uow:
-        try:
-            client, redirect_uri, explicit = await service.resolve_client_and_redirect(
-                uow.oauth, params, repeated
-            )
-        except AuthorizePageError as exc:
-            return _error_page(exc)
-        try:
-            authz = service.check_authorization_request(
-                client, redirect_uri, explicit, params, repeated
-            )
-        except AuthorizeRedirectError as exc:
-            return _redirect_error(redirect_uri, exc, params.get("state"), settings)
+        authz = await _checked_authorization(uow, params, repeated, settings)
+        if isinstance(authz, Response):
+            return authz
+        client = authz.client
         session = await service.current_session(uow.oauth, request.cookies.get(SESSION_COOKIE), now)
         org_name = await _org_name(uow, client)
         user = await _signed_in_user(uow, session, client)
@@ -236,18 +248,10 @@ async def login(request: Request) -> Response:
     now = utcnow()
     # Checking the password is slow on purpose: do it outside the write transaction.
     async with ctx.reading() as uow:
-        try:
-            client, redirect_uri, explicit = await service.resolve_client_and_redirect(
-                uow.oauth, params, repeated
-            )
-        except AuthorizePageError as exc:
-            return _error_page(exc)
-        try:
-            authz = service.check_authorization_request(
-                client, redirect_uri, explicit, params, repeated
-            )
-        except AuthorizeRedirectError as exc:
-            return _redirect_error(redirect_uri, exc, params.get("state"), settings)
+        authz = await _checked_authorization(uow, params, repeated, settings)
+        if isinstance(authz, Response):
+            return authz
+        client = authz.client
         session = await service.current_session(uow.oauth, request.cookies.get(SESSION_COOKIE), now)
         if session is None or not _csrf_ok(session, fields.get("csrf_token")):
             return _start_again_page(authz, "This sign-in form has expired or was not ours.")
@@ -309,18 +313,10 @@ async def consent(request: Request) -> Response:
     params, repeated, fields = await _form(request)
     now = utcnow()
     async with ctx.transaction() as uow:
-        try:
-            client, redirect_uri, explicit = await service.resolve_client_and_redirect(
-                uow.oauth, params, repeated
-            )
-        except AuthorizePageError as exc:
-            return _error_page(exc)
-        try:
-            authz = service.check_authorization_request(
-                client, redirect_uri, explicit, params, repeated
-            )
-        except AuthorizeRedirectError as exc:
-            return _redirect_error(redirect_uri, exc, params.get("state"), settings)
+        authz = await _checked_authorization(uow, params, repeated, settings)
+        if isinstance(authz, Response):
+            return authz
+        client = authz.client
         session = await service.current_session(uow.oauth, request.cookies.get(SESSION_COOKIE), now)
         if not _csrf_ok(session, fields.get("csrf_token")):
             return _start_again_page(authz, "This consent form has expired or was not ours.")
@@ -332,13 +328,13 @@ async def consent(request: Request) -> Response:
             )
         if fields.get("decision") != "allow":
             return _redirect_back(
-                redirect_uri,
+                authz.redirect_uri,
                 {"error": "access_denied", "error_description": "The user denied access."},
                 authz.state,
                 settings,
             )
         code = await service.issue_code(uow.oauth, authz, user, settings, now)
-    return _redirect_back(redirect_uri, {"code": code}, authz.state, settings)
+    return _redirect_back(authz.redirect_uri, {"code": code}, authz.state, settings)
 
 
 # ---- token, revocation, introspection, metadata ----

@@ -218,13 +218,6 @@ class ApprovalRepository:
         )
         return result.all()
 
-    async def get_status(self, org_id: uuid.UUID, request_id: uuid.UUID) -> str | None:
-        return await self.session.scalar(
-            select(ApprovalRequest.status).where(
-                ApprovalRequest.id == request_id, ApprovalRequest.org_id == org_id
-            )
-        )
-
     # ---- votes ----
 
     async def count_based_voters(self, request_id: uuid.UUID) -> frozenset[uuid.UUID]:

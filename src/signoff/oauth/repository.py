@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, cast
+from typing import cast
 
 from sqlalchemy import CursorResult, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -21,6 +21,7 @@ from signoff.models import (
     Organization,
     User,
 )
+from signoff.orgs.repository import PRINCIPAL_COLUMNS, principal_from_row
 
 
 @dataclass(frozen=True)
@@ -177,19 +178,7 @@ class OAuthRepository:
         is live, its client not deleted and the client's connection not revoked."""
         row = (
             await self.session.execute(
-                select(
-                    Connection.id,
-                    Connection.name,
-                    Connection.rate_limit_per_hour,
-                    Organization.id,
-                    Organization.name,
-                    Organization.emergency_stop,
-                    User.id,
-                    User.email,
-                    User.name,
-                    User.role,
-                    OAuthToken.scope,
-                )
+                select(*PRINCIPAL_COLUMNS, OAuthToken.scope)
                 .join(OAuthClient, OAuthClient.id == OAuthToken.client_pk)
                 .join(Connection, Connection.id == OAuthClient.connection_id)
                 .join(Organization, Organization.id == Connection.org_id)
@@ -208,20 +197,7 @@ class OAuthRepository:
         ).first()
         if row is None:
             return None
-        return Principal(
-            connection_id=row[0],
-            connection_name=row[1],
-            rate_limit_per_hour=row[2],
-            org_id=row[3],
-            org_name=row[4],
-            org_emergency_stop=row[5],
-            user_id=row[6],
-            user_email=row[7],
-            user_name=row[8],
-            role=cast(Literal["admin", "member"], row[9]),
-            scopes=tuple(row[10].split()),
-            auth_method="oauth",
-        )
+        return principal_from_row(row, scopes=tuple(row[-1].split()), auth_method="oauth")
 
     # ---- sign-in sessions ----
 

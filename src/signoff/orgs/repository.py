@@ -4,30 +4,31 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from signoff.auth.principal import Principal
+from signoff.auth.principal import ALL_SCOPES, Principal
 from signoff.models import Connection, Organization, User
 
 # Every API call runs this: built once, since building a statement (and its cache key)
 # costs more than SQLite takes to answer it (docs/performance.md).
+# What a Principal is made of, selected by every authentication query (API key, OAuth).
+PRINCIPAL_COLUMNS = (
+    Connection.id,
+    Connection.name,
+    Connection.rate_limit_per_hour,
+    Organization.id,
+    Organization.name,
+    Organization.emergency_stop,
+    User.id,
+    User.email,
+    User.name,
+    User.role,
+)
 _PRINCIPAL_BY_KEY_HASH = (
-    select(
-        Connection.id,
-        Connection.name,
-        Connection.rate_limit_per_hour,
-        Connection.api_key_hash,
-        Organization.id,
-        Organization.name,
-        Organization.emergency_stop,
-        User.id,
-        User.email,
-        User.name,
-        User.role,
-    )
+    select(*PRINCIPAL_COLUMNS)
     .join(Organization, Organization.id == Connection.org_id)
     .join(User, User.id == Connection.owner_id)
     .where(Connection.api_key_hash == bindparam("key_hash"), Connection.revoked_at.is_(None))
@@ -98,17 +99,27 @@ async def find_principal_by_key_hash(
     Core query costs more than the query (docs/performance.md).
     """
     row = (await executor.execute(_PRINCIPAL_BY_KEY_HASH, {"key_hash": key_hash})).first()
-    if row is None:
-        return None
+    return principal_from_row(row) if row is not None else None
+
+
+def principal_from_row(
+    row: Sequence[Any],
+    *,
+    scopes: tuple[str, ...] = ALL_SCOPES,
+    auth_method: Literal["api_key", "oauth"] = "api_key",
+) -> Principal:
+    """A Principal from a row that starts with ``PRINCIPAL_COLUMNS``."""
     return Principal(
         connection_id=row[0],
         connection_name=row[1],
         rate_limit_per_hour=row[2],
-        org_id=row[4],
-        org_name=row[5],
-        org_emergency_stop=row[6],
-        user_id=row[7],
-        user_email=row[8],
-        user_name=row[9],
-        role=cast(Literal["admin", "member"], row[10]),
+        org_id=row[3],
+        org_name=row[4],
+        org_emergency_stop=row[5],
+        user_id=row[6],
+        user_email=row[7],
+        user_name=row[8],
+        role=cast(Literal["admin", "member"], row[9]),
+        scopes=scopes,
+        auth_method=auth_method,
     )

@@ -43,13 +43,25 @@ def require_scope(scope: str) -> Callable[[Request], Awaitable[Principal]]:
     """
 
     async def dependency(request: Request) -> Principal:
-        principal = principal_of(request)
-        if scope not in principal.scopes:
-            raise InsufficientScope(scope)
-        return principal
+        return principal_with_scope(request, scope)
 
     dependency.__name__ = f"require_{scope.replace(':', '_')}"
+    # How routing.LeanRoute knows it, and resolves it without FastAPI's machinery.
+    dependency.required_scope = scope  # type: ignore[attr-defined]
     return dependency
+
+
+def principal_with_scope(request: Request, scope: str) -> Principal:
+    principal = principal_of(request)
+    if scope not in principal.scopes:
+        raise InsufficientScope(scope)
+    return principal
+
+
+def scope_of_dependency(call: Callable[..., Any] | None) -> str | None:
+    """The scope a ``require_scope`` dependency asks for; None for any other callable."""
+    scope = getattr(call, "required_scope", None)
+    return scope if isinstance(scope, str) else None
 
 
 def path_id(value: str, what: str = "approval request") -> uuid.UUID:

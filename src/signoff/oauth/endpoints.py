@@ -32,6 +32,7 @@ from signoff.common.http import (
     principal_of,
 )
 from signoff.common.ids import parse_id
+from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body
 from signoff.config import Settings
@@ -58,8 +59,8 @@ from signoff.unit_of_work import UnitOfWork
 SESSION_COOKIE = "signoff_session"
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
-router = APIRouter(tags=["oauth"], include_in_schema=False)
-api_router = APIRouter(prefix="/api/v1", tags=["oauth"])
+router = APIRouter(tags=["oauth"], include_in_schema=False, route_class=LeanRoute)
+api_router = APIRouter(prefix="/api/v1", tags=["oauth"], route_class=LeanRoute)
 
 
 # ---- helpers ----

@@ -18,11 +18,12 @@ from signoff.common.http import (
     principal_of,
     require_scope,
 )
+from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body
 from signoff.errors import Forbidden
 
-router = APIRouter(prefix="/api/v1", tags=["account"])
+router = APIRouter(prefix="/api/v1", tags=["account"], route_class=LeanRoute)
 
 
 class MeOut(BaseModel):

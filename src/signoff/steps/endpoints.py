@@ -14,12 +14,13 @@ from signoff.approvals.presenters import step_to_dict
 from signoff.approvals.schemas import DecideApprovalRequest
 from signoff.auth.principal import Principal
 from signoff.common.http import context_of, json_body_doc, json_response, path_id, require_scope
+from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body
 from signoff.steps.schemas import ConfiguredStepListOut, SetSteps, StepListOut, StepVoteOut
 from signoff.webhooks.service import delivered
 
-router = APIRouter(prefix="/api/v1", tags=["steps"])
+router = APIRouter(prefix="/api/v1", tags=["steps"], route_class=LeanRoute)
 
 Reader = Annotated[Principal, Depends(require_scope("approvals:read"))]
 Writer = Annotated[Principal, Depends(require_scope("approvals:write"))]

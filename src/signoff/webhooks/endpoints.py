@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from signoff.auth.principal import Principal
 from signoff.common.http import context_of, json_body_doc, json_response, path_id, require_scope
+from signoff.common.routing import LeanRoute
 from signoff.common.validation import parse_json_body, validate_model
 from signoff.errors import Forbidden
 from signoff.webhooks import service
@@ -22,7 +23,7 @@ from signoff.webhooks.schemas import (
     attempt_to_dict,
 )
 
-router = APIRouter(prefix="/api/v1", tags=["webhooks"])
+router = APIRouter(prefix="/api/v1", tags=["webhooks"], route_class=LeanRoute)
 
 # decisions.md section 11: delivery logs and test-webhook need approvals:write.
 Writer = Annotated[Principal, Depends(require_scope("approvals:write"))]

@@ -92,8 +92,7 @@ class AppContext:
 
     async def authenticate(self, token: str) -> Principal | None:
         if looks_like_api_key(token):
-            async with self.db.read_connection() as connection:
-                return await find_principal_by_key_hash(connection, hash_api_key(token))
+            return await find_principal_by_key_hash(self.db.queries, hash_api_key(token))
         if looks_like_access_token(token):
             # An OAuth access token: the consenting user, the token's scopes, and the
             # rate limit of the connection that owns the client (decisions.md section 1).

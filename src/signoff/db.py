@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.sql.dml import Insert
 
+from signoff.prepared import QueryRunner
 from signoff.sqlite_driver import Checkpointer, begin_transaction, inline_connector
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -88,6 +89,10 @@ class Database:
             self.read_engine = self.write_engine = engine
             self._sqlite_write_lock = None
             self._checkpointer = None
+        # The hot path's reads, outside any session (prepared.py).
+        self.queries = QueryRunner(
+            self.read_engine, url if self.is_sqlite else None, SQLITE_BUSY_TIMEOUT_MS / 1000
+        )
         self._read_sessions = async_sessionmaker(self.read_engine, expire_on_commit=False)
         self._write_sessions = async_sessionmaker(self.write_engine, expire_on_commit=False)
 
@@ -149,6 +154,7 @@ class Database:
             await session.close()
 
     async def dispose(self) -> None:
+        self.queries.close()
         if self._checkpointer is not None:
             await self._checkpointer.close()
         await self.read_engine.dispose()

@@ -56,7 +56,7 @@ def _is_busy(error: sqlite3.OperationalError) -> bool:
     return getattr(error, "sqlite_errorcode", None) in _RETRIED_ERROR_CODES
 
 
-class _Retrier:
+class Retrier:
     """Runs a call, waiting out SQLITE_BUSY with asyncio sleeps up to a deadline."""
 
     def __init__(self, busy_timeout: float) -> None:
@@ -132,7 +132,7 @@ class InlineCursor:
 
     __slots__ = ("_cursor", "_retrier")
 
-    def __init__(self, cursor: sqlite3.Cursor, retrier: _Retrier) -> None:
+    def __init__(self, cursor: sqlite3.Cursor, retrier: Retrier) -> None:
         self._cursor = cursor
         self._retrier = retrier
 
@@ -214,11 +214,15 @@ class InlineConnection:
         self._conn = connection
         self._connection = connection
         self._tx = _InlineQueue()
-        self._retrier = _Retrier(busy_timeout)
+        self._retrier = Retrier(busy_timeout)
         self._checkpointer = checkpointer
 
     def cursor(self) -> InlineCursor:
         return InlineCursor(self._conn.cursor(), self._retrier)
+
+    async def run(self, call: Callable[[sqlite3.Connection], T]) -> T:
+        """``call`` with the ``sqlite3`` connection itself (prepared.py), busy waits included."""
+        return await self._retrier.run(lambda: call(self._conn))
 
     async def begin(self, statement: str) -> None:
         await self._retrier.run(lambda: self._conn.execute(statement))
@@ -260,6 +264,15 @@ def _connect_args(url: str) -> tuple[Sequence[Any], Mapping[str, Any]]:
     return args, kwargs
 
 
+def open_sqlite(url: str) -> sqlite3.Connection:
+    """A connection to the SQLite ``url`` for use on the event loop's thread."""
+    args, kwargs = _connect_args(url)
+    connection = _open_sqlite(*args, **{**kwargs, "check_same_thread": False})
+    # No busy handler: it would sleep on the event loop's thread (see above).
+    connection.execute("PRAGMA busy_timeout=0")
+    return connection
+
+
 def inline_connector(
     url: str, busy_timeout: float, checkpointer: Checkpointer | None = None
 ) -> Callable[[], Awaitable[InlineConnection]]:
@@ -268,12 +281,9 @@ def inline_connector(
     With a ``checkpointer`` (the engine that commits this process's writes), the WAL
     checkpoints are left to it (see above).
     """
-    args, kwargs = _connect_args(url)
 
     async def connect() -> InlineConnection:
-        connection = _open_sqlite(*args, **{**kwargs, "check_same_thread": False})
-        # No busy handler: it would sleep on the event loop's thread (see above).
-        connection.execute("PRAGMA busy_timeout=0")
+        connection = open_sqlite(url)
         if checkpointer is not None:
             connection.execute("PRAGMA wal_autocheckpoint=0")
         return InlineConnection(connection, busy_timeout, checkpointer)

@@ -21,7 +21,7 @@ from signoff.approvals.presenters import (
     step_to_dict,
     vote_to_dict,
 )
-from signoff.approvals.repository import ListFilters
+from signoff.approvals.repository import ApprovalReads, ListFilters
 from signoff.approvals.schemas import (
     AddComment,
     ApprovalListOut,
@@ -43,6 +43,7 @@ from signoff.common.http import (
     path_id,
     require_scope,
 )
+from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body, read_json_object, validate_model
 from signoff.context import AppContext
@@ -50,7 +51,7 @@ from signoff.errors import ValidationFailed
 from signoff.models import ApprovalRequest
 from signoff.webhooks.service import check_callback_url, delivered
 
-router = APIRouter(prefix="/api/v1", tags=["approvals"])
+router = APIRouter(prefix="/api/v1", tags=["approvals"], route_class=LeanRoute)
 
 Reader = Annotated[Principal, Depends(require_scope("approvals:read"))]
 Writer = Annotated[Principal, Depends(require_scope("approvals:write"))]
@@ -199,13 +200,13 @@ async def _read_detail(
     and votes are read only for the answer actually sent.
     """
     now = utcnow()
-    async with ctx.reading() as uow:
-        row = await service.get_request(uow.approvals, principal, request_id)
-        body = request_to_dict(row, now)
-        if final or body["status"] != "pending":
-            steps, votes = await service.steps_and_votes(uow.approvals, row)
-            body["steps"] = [step_to_dict(step) for step in steps]
-            body["votes"] = [vote_to_dict(vote) for vote in votes]
+    reads = ApprovalReads(ctx.db.queries)
+    row = await service.get_request(reads, principal, request_id)
+    body = request_to_dict(row, now)
+    if final or body["status"] != "pending":
+        steps, votes = await service.steps_and_votes(reads, row)
+        body["steps"] = [step_to_dict(step) for step in steps]
+        body["votes"] = [vote_to_dict(vote) for vote in votes]
     pause = ctx.settings.long_poll_recheck_seconds
     if row.expires_at is not None:
         # Wake at the deadline: the request reads as expired from then on.

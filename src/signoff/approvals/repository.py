@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import operator
 import re
 import uuid
@@ -29,12 +30,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
-from sqlalchemy.sql.selectable import ExecutableReturnsRows
+from sqlalchemy.orm.attributes import set_committed_value
 
 from signoff.common.ids import new_id
 from signoff.common.time import utcnow
 from signoff.db import insert_ignoring_conflicts
 from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, User, Vote
+from signoff.prepared import PreparedQuery, QueryRunner, entity_columns, execute_in
 
 _SEARCH_TERM = re.compile(r"[^\W_]+", re.UNICODE)
 MAX_SEARCH_TERMS = 16
@@ -53,16 +55,91 @@ _GET = select(ApprovalRequest).where(
 _GET_FOR_UPDATE = _GET.with_for_update().execution_options(populate_existing=True)
 
 
-def _insert_request(dialect: str) -> ExecutableReturnsRows:
-    """The insert of a new request, handing back the whole row (RETURNING) as an entity."""
+# What a new request is created with: every column service.create_request sets.
+NEW_REQUEST_COLUMNS = (
+    "id", "org_id", "connection_id", "title", "description", "status", "priority",
+    "action_type", "source", "metadata", "callback_url", "callback_headers_encrypted",
+    "required_approvals", "current_approvals", "is_sequential", "idempotency_key",
+    "expires_at", "created_at", "updated_at", "comments_count", "has_steps",
+)  # fmt: skip
+
+
+def _insert_request(dialect: str) -> PreparedQuery:
+    """The insert of a new request, handing back the whole row (RETURNING)."""
     table: Table = ApprovalRequest.__table__  # type: ignore[assignment]
     insert = insert_ignoring_conflicts(dialect, table, ("org_id", "idempotency_key"))
-    return select(ApprovalRequest).from_statement(insert.returning(*table.c))
+    return PreparedQuery(
+        insert.returning(*entity_columns(ApprovalRequest)), column_keys=NEW_REQUEST_COLUMNS
+    )
 
 
 _INSERT_REQUEST = {dialect: _insert_request(dialect) for dialect in ("sqlite", "postgresql")}
 _AUDIT_EVENTS: Table = AuditEvent.__table__  # type: ignore[assignment]
-_INSERT_EVENT = insert(_AUDIT_EVENTS)
+_INSERT_EVENT = PreparedQuery(
+    insert(_AUDIT_EVENTS),
+    column_keys=("id", "org_id", "request_id", "type", "actor_id", "data", "created_at"),
+)
+
+
+# A decision's writes and reads, run by every decide (prepared.py).
+_INSERT_VOTE = PreparedQuery(
+    insert(Vote),
+    column_keys=("id", "request_id", "step_id", "user_id", "decision", "comment", "created_at"),
+)
+_COUNT_BASED_VOTERS = PreparedQuery(
+    select(Vote.user_id).where(Vote.request_id == bindparam("request_id"), Vote.step_id.is_(None))
+)
+
+_REQUEST_BY_ID = PreparedQuery(
+    select(*entity_columns(ApprovalRequest)).where(
+        ApprovalRequest.id == bindparam("request_id"),
+        ApprovalRequest.org_id == bindparam("org_id"),
+    )
+)
+_STEPS_OF_REQUEST = PreparedQuery(
+    select(*entity_columns(ApprovalStep))
+    .where(ApprovalStep.request_id == bindparam("request_id"))
+    .order_by(ApprovalStep.step_order)
+)
+_VOTES_ON_REQUEST = PreparedQuery(
+    select(*entity_columns(Vote))
+    .where(Vote.request_id == bindparam("request_id"))
+    .order_by(Vote.created_at, Vote.id)
+)
+
+
+@functools.cache
+def _update_if_pending(columns: frozenset[str]) -> PreparedQuery:
+    """The compare-and-set of a transition that sets ``columns``; RETURNING tells whether
+    the row was still pending. A transition sets one of a few sets of columns."""
+    return PreparedQuery(
+        update(ApprovalRequest)
+        .where(ApprovalRequest.id == bindparam("request_id"), ApprovalRequest.status == "pending")
+        .values({column: bindparam(f"new_{column}") for column in sorted(columns)})
+        .returning(ApprovalRequest.id)
+        .execution_options(synchronize_session=False)
+    )
+
+
+class ApprovalReads:
+    """The reads of a get, as prepared queries outside any session (prepared.py).
+
+    Rows have the fields of the ORM entities, so services and presenters take either.
+    Each query reads the latest committed state on its own: a read that must see one
+    snapshot with a write, or lock, uses ``ApprovalRepository`` in a transaction instead.
+    """
+
+    def __init__(self, queries: QueryRunner) -> None:
+        self.queries = queries
+
+    async def get(self, org_id: uuid.UUID, request_id: uuid.UUID) -> Any | None:
+        return await self.queries.one(_REQUEST_BY_ID, {"request_id": request_id, "org_id": org_id})
+
+    async def list_steps(self, request_id: uuid.UUID) -> Sequence[Any]:
+        return await self.queries.all(_STEPS_OF_REQUEST, {"request_id": request_id})
+
+    async def list_votes(self, request_id: uuid.UUID) -> Sequence[Any]:
+        return await self.queries.all(_VOTES_ON_REQUEST, {"request_id": request_id})
 
 
 @dataclass(frozen=True)
@@ -97,8 +174,8 @@ class ApprovalRepository:
         ``ON CONFLICT DO NOTHING`` against the unique (org_id, idempotency_key) constraint:
         of concurrent creates with one key exactly one inserts, on both databases.
         """
-        result = await self.session.scalars(_INSERT_REQUEST[self.dialect], values)
-        return result.one_or_none()
+        rows = await execute_in(self.session, _INSERT_REQUEST[self.dialect], values)
+        return rows[0] if rows else None
 
     async def find_by_idempotency_key(self, org_id: uuid.UUID, key: str) -> ApprovalRequest | None:
         return await self.session.scalar(
@@ -115,13 +192,16 @@ class ApprovalRepository:
 
     async def update_if_pending(self, request_id: uuid.UUID, values: dict[str, Any]) -> bool:
         """Compare-and-set: change a request only while it is still pending."""
-        result = await self.session.execute(
-            update(ApprovalRequest)
-            .where(ApprovalRequest.id == request_id, ApprovalRequest.status == "pending")
-            .values(**values)
-            .execution_options(synchronize_session=False)
-        )
-        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+        statement = _update_if_pending(frozenset(values))
+        params = {f"new_{column}": value for column, value in values.items()}
+        changed = await execute_in(self.session, statement, {**params, "request_id": request_id})
+        return len(changed) == 1
+
+    @staticmethod
+    def show_written(row: ApprovalRequest, values: dict[str, Any]) -> None:
+        """Make ``row`` show what an update here wrote, without the ORM writing it again."""
+        for key, value in values.items():
+            set_committed_value(row, key, value)
 
     async def list_page(
         self,
@@ -131,9 +211,11 @@ class ApprovalRepository:
         now: datetime,
         offset: int,
         limit: int,
-    ) -> tuple[Sequence[ApprovalRequest], int]:
+    ) -> tuple[Sequence[Any], int]:
+        """A page of rows with the fields of ``ApprovalRequest``, and the total."""
         conditions = [ApprovalRequest.org_id == org_id, *self._filter_conditions(filters, now)]
-        rows_query = select(ApprovalRequest)
+        # Plain rows, not entities: a page holds up to 100, and nothing here changes them.
+        rows_query = select(*entity_columns(ApprovalRequest))
         count_query = select(func.count()).select_from(ApprovalRequest)
         order: list[Any] = [ApprovalRequest.created_at.desc(), ApprovalRequest.id.desc()]
         if filters.search is not None:
@@ -144,7 +226,7 @@ class ApprovalRepository:
             count_query, _ = self._with_search(count_query, terms)
             order = [rank, *order]
         total = await self.session.scalar(count_query.where(*conditions))
-        rows = await self.session.scalars(
+        rows = await self.session.execute(
             rows_query.where(*conditions).order_by(*order).offset(offset).limit(limit)
         )
         return rows.all(), int(total or 0)
@@ -221,13 +303,23 @@ class ApprovalRepository:
     # ---- votes ----
 
     async def count_based_voters(self, request_id: uuid.UUID) -> frozenset[uuid.UUID]:
-        result = await self.session.scalars(
-            select(Vote.user_id).where(Vote.request_id == request_id, Vote.step_id.is_(None))
-        )
-        return frozenset(result.all())
+        rows = await execute_in(self.session, _COUNT_BASED_VOTERS, {"request_id": request_id})
+        return frozenset(row.user_id for row in rows)
 
     async def add_vote(self, vote: Vote) -> None:
-        self.session.add(vote)
+        await execute_in(
+            self.session,
+            _INSERT_VOTE,
+            {
+                "id": vote.id or new_id(),
+                "request_id": vote.request_id,
+                "step_id": vote.step_id,
+                "user_id": vote.user_id,
+                "decision": vote.decision,
+                "comment": vote.comment,
+                "created_at": vote.created_at or utcnow(),
+            },
+        )
 
     async def has_votes(self, request_id: uuid.UUID) -> bool:
         found = await self.session.scalar(
@@ -315,7 +407,8 @@ class ApprovalRepository:
     async def add_event(self, event: AuditEvent) -> None:
         """Written at once with a Core insert: every create and decision writes one, and the
         ORM's unit-of-work flush cost three times the insert (docs/performance.md)."""
-        await self.session.execute(
+        await execute_in(
+            self.session,
             _INSERT_EVENT,
             {
                 "id": event.id or new_id(),

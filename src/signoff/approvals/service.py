@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from signoff.approvals import state
-from signoff.approvals.repository import ApprovalRepository, ListFilters
+from signoff.approvals.repository import ApprovalReads, ApprovalRepository, ListFilters
 from signoff.approvals.schemas import CreateApprovalRequest, DecideApprovalRequest
 from signoff.auth.principal import Principal
 from signoff.common.ids import new_id
@@ -72,6 +72,7 @@ async def create_request(
         "created_at": now,
         "updated_at": now,
         "comments_count": 0,
+        "has_steps": False,
     }
     created = await repo.insert_unless_key_taken(values)
     if created is None:
@@ -102,7 +103,7 @@ async def find_replayed_request(
 
 
 async def get_request(
-    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository | ApprovalReads, principal: Principal, request_id: uuid.UUID
 ) -> ApprovalRequest:
     row = await repo.get(principal.org_id, request_id)
     if row is None:
@@ -118,7 +119,7 @@ async def list_requests(
     page: int,
     page_size: int,
     now: datetime,
-) -> tuple[Sequence[ApprovalRequest], int]:
+) -> tuple[Sequence[Any], int]:
     return await repo.list_page(
         principal.org_id, filters, now=now, offset=(page - 1) * page_size, limit=page_size
     )
@@ -291,8 +292,7 @@ async def set_steps(
         "updated_at": now,
     }
     await repo.update_if_pending(row.id, changes)
-    for key, value in changes.items():
-        setattr(row, key, value)
+    repo.show_written(row, changes)
     await repo.add_event(
         _event(
             row,
@@ -351,7 +351,7 @@ async def vote_step(
 
 
 async def steps_and_votes(
-    repo: ApprovalRepository, row: ApprovalRequest
+    repo: ApprovalRepository | ApprovalReads, row: ApprovalRequest
 ) -> tuple[Sequence[ApprovalStep], Sequence[Vote]]:
     """What the single read shows beside the request: its chain and the votes cast.
 
@@ -418,8 +418,7 @@ async def _record_transition(
         # The row lock (PostgreSQL) or the write lock (SQLite) makes this unreachable;
         # should it ever happen, refusing is right and nothing has been written.
         raise RequestNotPending(row.status)
-    for key, value in values.items():
-        setattr(row, key, value)
+    repo.show_written(row, values)
     if principal is not None and decision is not None and (transition.records_vote or step_id):
         await repo.add_vote(
             Vote(
@@ -520,7 +519,7 @@ async def _add_comment(
         created_at=now,
     )
     await repo.add_comment(comment)
-    row.comments_count += 1
+    repo.show_written(row, {"comments_count": row.comments_count + 1})
     await repo.add_event(
         _event(row, "comment.created", user_id, now, {"comment_id": str(comment.id), "body": body})
     )

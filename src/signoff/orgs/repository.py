@@ -7,27 +7,28 @@ from collections.abc import Sequence
 from typing import Any, Literal, cast
 
 from sqlalchemy import bindparam, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.auth.principal import ALL_SCOPES, Principal
 from signoff.models import Connection, Organization, User
+from signoff.prepared import PreparedQuery, QueryRunner
 
 # Every API call runs this: built once, since building a statement (and its cache key)
 # costs more than SQLite takes to answer it (docs/performance.md).
 # What a Principal is made of, selected by every authentication query (API key, OAuth).
 PRINCIPAL_COLUMNS = (
-    Connection.id,
-    Connection.name,
+    Connection.id.label("connection_id"),
+    Connection.name.label("connection_name"),
     Connection.rate_limit_per_hour,
-    Organization.id,
-    Organization.name,
+    Organization.id.label("org_id"),
+    Organization.name.label("org_name"),
     Organization.emergency_stop,
-    User.id,
-    User.email,
-    User.name,
+    User.id.label("user_id"),
+    User.email.label("user_email"),
+    User.name.label("user_name"),
     User.role,
 )
-_PRINCIPAL_BY_KEY_HASH = (
+_PRINCIPAL_BY_KEY_HASH = PreparedQuery(
     select(*PRINCIPAL_COLUMNS)
     .join(Organization, Organization.id == Connection.org_id)
     .join(User, User.id == Connection.owner_id)
@@ -90,15 +91,14 @@ class OrgRepository:
         return result.all()
 
 
-async def find_principal_by_key_hash(
-    executor: AsyncSession | AsyncConnection, key_hash: str
-) -> Principal | None:
+async def find_principal_by_key_hash(queries: QueryRunner, key_hash: str) -> Principal | None:
     """The identity behind an API key; None if unknown or revoked.
 
-    Takes a bare connection too: every API call asks this, and an ORM session around one
-    Core query costs more than the query (docs/performance.md).
+    Every API call asks this, so it runs as a prepared query: no session, and on SQLite
+    no SQLAlchemy execution at all (prepared.py). Read afresh on every call, so a revoked
+    key or an emergency stop set by any process (a CLI, another replica) bites at once.
     """
-    row = (await executor.execute(_PRINCIPAL_BY_KEY_HASH, {"key_hash": key_hash})).first()
+    row = await queries.one(_PRINCIPAL_BY_KEY_HASH, {"key_hash": key_hash})
     return principal_from_row(row) if row is not None else None
 
 

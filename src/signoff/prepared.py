@@ -1,0 +1,174 @@
+"""Queries of the hot request path, compiled once and run without an ORM session.
+
+Why: on a get, SQLAlchemy's execution machinery (session, pool checkout, execution
+context, result and entity loading) cost about ten times what SQLite takes to answer the
+query, and as much again for the authentication query of every call
+(docs/performance.md). The SQL is still written with SQLAlchemy Core and compiled by the
+dialect; only the execution is direct:
+
+- SQLite: on one connection kept for these reads, in autocommit mode, so each statement
+  reads the latest committed state (WAL) in a transaction of its own. Calls complete on
+  the event loop's thread without yielding (as every SQLite call does here, see
+  ``sqlite_driver``), so one connection serves every concurrent request. Values are
+  converted with the very bind and result processors SQLAlchemy would use, so rows read
+  here equal rows read through the ORM.
+- PostgreSQL: as a Core execution on a pooled connection. Rows carry the same names.
+
+Rows are tuples whose fields are named by the statement's column labels.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import namedtuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Label, Select, inspect
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.sql.dml import UpdateBase
+
+from signoff.sqlite_driver import InlineConnection, Retrier, open_sqlite
+
+Processor = Callable[[Any], Any] | None
+
+
+def entity_columns(entity: type[Any]) -> list[Label[Any]]:
+    """Every column of a mapped class, labelled with its attribute name (``metadata_``),
+    so a row read here has the fields an ORM entity has."""
+    mapper = inspect(entity)
+    return [prop.columns[0].label(prop.key) for prop in mapper.column_attrs]
+
+
+class PreparedQuery:
+    """A Core statement with named parameters: a ``SELECT``, or a write whose ``RETURNING``
+    columns (if any) are labelled as its rows' field names.
+
+    Every value must come with the call or be fixed in the statement: column defaults
+    computed by SQLAlchemy at execution are not applied here, so writes name every column.
+    """
+
+    def __init__(
+        self,
+        statement: Select[*tuple[Any, ...]] | UpdateBase,
+        *,
+        column_keys: Sequence[str] | None = None,
+    ) -> None:
+        """``column_keys``: for an ``INSERT`` without ``values()``, the columns each call
+        gives, as its parameters of the same names."""
+        self.statement = statement
+        self.column_keys = list(column_keys) if column_keys is not None else None
+        self.keys = tuple(str(column.key) for column in statement.exported_columns)
+        self.row_type: type[tuple[Any, ...]] = namedtuple("Row", self.keys)  # type: ignore[misc]
+        self._sqlite: _CompiledSQLite | None = None
+
+    def for_sqlite(self, dialect: Dialect) -> _CompiledSQLite:
+        if self._sqlite is None:
+            self._sqlite = _CompiledSQLite(self, dialect)
+        return self._sqlite
+
+
+class _CompiledSQLite:
+    """The SQL text, the order of its parameters, and the value conversions both ways."""
+
+    def __init__(self, query: PreparedQuery, dialect: Dialect) -> None:
+        compiled = query.statement.compile(dialect=dialect, column_keys=query.column_keys)
+        if compiled.positiontup is None:  # pragma: no cover - SQLite's paramstyle is qmark
+            raise TypeError("expected a positional parameter style")
+        if compiled.insert_prefetch or compiled.update_prefetch:
+            # Defaults SQLAlchemy computes per execution (ids, timestamps) would be skipped.
+            raise TypeError(f"the call must give every column with a default: {compiled}")
+        self.sql = compiled.string
+        self.names: tuple[str, ...] = tuple(compiled.positiontup)
+        binds = compiled.binds  # by their names in the SQL: anonymous ones made unique
+        # Values fixed in the statement itself: a literal in a WHERE clause, a column's
+        # constant default.
+        self.fixed = {name: bind.value for name, bind in binds.items() if not bind.required}
+        self.bind_processors: tuple[Processor, ...] = tuple(
+            binds[name].type.dialect_impl(dialect).bind_processor(dialect) for name in self.names
+        )
+        self.result_processors: tuple[Processor, ...] = tuple(
+            column.type.dialect_impl(dialect).result_processor(dialect, None)
+            for column in query.statement.exported_columns
+        )
+        self.row_type = query.row_type
+
+    def parameters(self, params: Mapping[str, Any]) -> list[Any]:
+        values = []
+        for name, process in zip(self.names, self.bind_processors, strict=True):
+            value = params[name] if name in params else self.fixed[name]
+            values.append(process(value) if process is not None and value is not None else value)
+        return values
+
+    def row(self, raw: Sequence[Any]) -> tuple[Any, ...]:
+        return self.row_type(
+            *[
+                process(value) if process is not None else value
+                for process, value in zip(self.result_processors, raw, strict=True)
+            ]
+        )
+
+
+class QueryRunner:
+    """Runs prepared queries for one database: see the module's docstring."""
+
+    def __init__(self, engine: AsyncEngine, sqlite_url: str | None, busy_timeout: float) -> None:
+        self._engine = engine
+        self._dialect = engine.dialect
+        self._sqlite_url = sqlite_url
+        self._retrier = Retrier(busy_timeout)
+        self._connection: sqlite3.Connection | None = None
+
+    async def all(self, query: PreparedQuery, params: Mapping[str, Any]) -> list[Any]:
+        if self._sqlite_url is None:
+            async with self._engine.connect() as pooled:
+                result = await pooled.execute(query.statement, params)
+                return list(result.all())
+        compiled = query.for_sqlite(self._dialect)
+        values = compiled.parameters(params)
+        sqlite = self._sqlite_connection()
+        raw_rows = await self._retrier.run(lambda: sqlite.execute(compiled.sql, values).fetchall())
+        return [compiled.row(raw) for raw in raw_rows]
+
+    async def one(self, query: PreparedQuery, params: Mapping[str, Any]) -> Any | None:
+        rows = await self.all(query, params)
+        return rows[0] if rows else None
+
+    def _sqlite_connection(self) -> sqlite3.Connection:
+        if self._connection is None:
+            assert self._sqlite_url is not None
+            connection = open_sqlite(self._sqlite_url)
+            # Autocommit: each statement is a read transaction of its own, never left open.
+            connection.isolation_level = None
+            connection.execute("PRAGMA query_only=ON")
+            self._connection = connection
+        return self._connection
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+
+async def execute_in(
+    session: AsyncSession, query: PreparedQuery, params: Mapping[str, Any]
+) -> list[Any]:
+    """Run ``query`` in the session's transaction; its rows (RETURNING), if any.
+
+    On SQLite straight on the driver connection, as ``QueryRunner`` does; the session's
+    connection (and with it the transaction, ``BEGIN IMMEDIATE`` for writers) is taken
+    first, so the statement commits or rolls back with everything else in the session.
+    """
+    connection = await session.connection()
+    if connection.dialect.name != "sqlite":
+        result = await session.execute(query.statement, params)
+        return list(result.all()) if query.keys else []
+    compiled = query.for_sqlite(connection.dialect)
+    values = compiled.parameters(params)
+    raw = await connection.get_raw_connection()
+    driver = raw.driver_connection
+    if not isinstance(driver, InlineConnection):  # pragma: no cover - db.py makes them all
+        raise TypeError(f"expected an inline SQLite connection, got {type(driver).__name__}")
+    raw_rows = await driver.run(lambda sqlite: sqlite.execute(compiled.sql, values).fetchall())
+    return [compiled.row(row) for row in raw_rows]

@@ -132,3 +132,23 @@ async def test_rows_are_named_by_the_entity_attributes(ctx: AppContext) -> None:
     )
     assert "metadata_" in query.keys and "metadata" not in query.keys
     assert await ctx.db.queries.all(query, {"request_id": uuid.uuid4()}) == []
+
+
+async def test_a_create_answers_what_a_get_then_reads(client: httpx.AsyncClient, org: Org) -> None:
+    # The create's answer is built from the values written (no RETURNING): it must equal
+    # the stored row as every later read shows it, offsets and JSON included.
+    created = await create_approval(
+        client,
+        org.member,
+        expires_at="2099-01-02T03:04:05.678+02:00",
+        metadata={"float": 2.5, "list": [1, "two", None], "unicode": "ü"},
+        callback_url="https://example.com/hook",
+        callback_headers={"X-Token": "secret"},
+        idempotency_key="create-vs-get",
+    )
+    read = (
+        await client.get(f"/api/v1/approvals/{created['id']}", headers=org.member.headers)
+    ).json()
+    assert {k: v for k, v in read.items() if k not in ("steps", "votes")} == created
+    assert created["expires_at"] == "2099-01-02T01:04:05.678Z"
+    assert "callback_headers" not in created

@@ -36,7 +36,7 @@ from signoff.common.ids import new_id
 from signoff.common.time import utcnow
 from signoff.db import insert_ignoring_conflicts
 from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, User, Vote
-from signoff.prepared import PreparedQuery, QueryRunner, entity_columns, execute_in
+from signoff.prepared import PreparedQuery, QueryRunner, count_in, entity_columns, execute_in
 
 _SEARCH_TERM = re.compile(r"[^\W_]+", re.UNICODE)
 MAX_SEARCH_TERMS = 16
@@ -65,15 +65,13 @@ NEW_REQUEST_COLUMNS = (
 
 
 def _insert_request(dialect: str) -> PreparedQuery:
-    """The insert of a new request, handing back the whole row (RETURNING)."""
     table: Table = ApprovalRequest.__table__  # type: ignore[assignment]
     insert = insert_ignoring_conflicts(dialect, table, ("org_id", "idempotency_key"))
-    return PreparedQuery(
-        insert.returning(*entity_columns(ApprovalRequest)), column_keys=NEW_REQUEST_COLUMNS
-    )
+    return PreparedQuery(insert, column_keys=NEW_REQUEST_COLUMNS)
 
 
 _INSERT_REQUEST = {dialect: _insert_request(dialect) for dialect in ("sqlite", "postgresql")}
+_ATTRIBUTE_OF_COLUMN = {"metadata": "metadata_"}
 _AUDIT_EVENTS: Table = AuditEvent.__table__  # type: ignore[assignment]
 _INSERT_EVENT = PreparedQuery(
     insert(_AUDIT_EVENTS),
@@ -110,13 +108,11 @@ _VOTES_ON_REQUEST = PreparedQuery(
 
 @functools.cache
 def _update_if_pending(columns: frozenset[str]) -> PreparedQuery:
-    """The compare-and-set of a transition that sets ``columns``; RETURNING tells whether
-    the row was still pending. A transition sets one of a few sets of columns."""
+    """The compare-and-set of a transition that sets ``columns`` (one of a few sets)."""
     return PreparedQuery(
         update(ApprovalRequest)
         .where(ApprovalRequest.id == bindparam("request_id"), ApprovalRequest.status == "pending")
         .values({column: bindparam(f"new_{column}") for column in sorted(columns)})
-        .returning(ApprovalRequest.id)
         .execution_options(synchronize_session=False)
     )
 
@@ -168,14 +164,20 @@ class ApprovalRepository:
 
     # ---- requests ----
 
-    async def insert_unless_key_taken(self, values: dict[str, Any]) -> ApprovalRequest | None:
-        """Insert a request; None if its idempotency key is already taken in the org.
+    async def insert_unless_key_taken(self, values: dict[str, Any]) -> Any | None:
+        """Insert a request; the row as written (the fields of ``ApprovalRequest``), or None
+        if its idempotency key is already taken in the org.
 
         ``ON CONFLICT DO NOTHING`` against the unique (org_id, idempotency_key) constraint:
         of concurrent creates with one key exactly one inserts, on both databases.
         """
-        rows = await execute_in(self.session, _INSERT_REQUEST[self.dialect], values)
-        return rows[0] if rows else None
+        if not await count_in(self.session, _INSERT_REQUEST[self.dialect], values):
+            return None
+        # The new row is what was written: the columns a new request leaves empty are
+        # NULL, and the values read back as written (UTC timestamps, the same JSON).
+        row = dict.fromkeys(_REQUEST_BY_ID.keys)
+        row.update((_ATTRIBUTE_OF_COLUMN.get(key, key), value) for key, value in values.items())
+        return _REQUEST_BY_ID.row_type(**row)
 
     async def find_by_idempotency_key(self, org_id: uuid.UUID, key: str) -> ApprovalRequest | None:
         return await self.session.scalar(
@@ -194,8 +196,7 @@ class ApprovalRepository:
         """Compare-and-set: change a request only while it is still pending."""
         statement = _update_if_pending(frozenset(values))
         params = {f"new_{column}": value for column, value in values.items()}
-        changed = await execute_in(self.session, statement, {**params, "request_id": request_id})
-        return len(changed) == 1
+        return await count_in(self.session, statement, {**params, "request_id": request_id}) == 1
 
     @staticmethod
     def show_written(row: ApprovalRequest, values: dict[str, Any]) -> None:

@@ -24,8 +24,18 @@ from tests.conftest import POSTGRES_URL, _create_pg_database, _drop_pg_database
 
 # Objects the models do not describe: full-text search, set up per dialect by hand
 # (the same exclusion as migrations/env.py, which cannot be imported outside Alembic).
-HAND_MANAGED_PREFIXES = ("approval_requests_fts", "search_vector", "ix_approval_requests_search")
-SQLITE_SEARCH_TRIGGERS = {"approval_requests_fts_insert", "approval_requests_fts_delete"}
+HAND_MANAGED_PREFIXES = (
+    "approval_requests_fts",
+    "search_vector",
+    "ix_approval_requests_search",
+    "approval_request_counts",
+)
+SQLITE_SEARCH_TRIGGERS = {
+    "approval_requests_fts_insert",
+    "approval_requests_fts_delete",
+    "approval_request_counts_insert",
+    "approval_request_counts_delete",
+}
 
 
 def _include_object(obj: object, name: str | None, type_: str, *_: object) -> bool:
@@ -120,3 +130,29 @@ def test_full_text_search_objects_survive_every_migration(empty_database: str) -
         return "search_vector" in columns, indexes is not None
 
     assert asyncio.run(_with_connection(url, search_objects)) == (True, True)
+
+
+def test_request_counts_start_from_the_requests_already_stored(tmp_path: Path) -> None:
+    """Upgrading a database that holds requests: unfiltered list totals stay exact."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'counts.db'}"
+    command.upgrade(alembic_config(url), "0004")
+    orgs = [uuid.uuid4().hex, uuid.uuid4().hex]
+    path = url.split(":///", 1)[1]
+    with sqlite3.connect(path) as db:  # foreign keys off: only the requests matter here
+        for org_id, how_many in zip(orgs, (3, 1), strict=True):
+            for _ in range(how_many):
+                db.execute(
+                    "INSERT INTO approval_requests (id, org_id, connection_id, title, "
+                    "description, status, priority, metadata, required_approvals, "
+                    "current_approvals, is_sequential, created_at, updated_at, "
+                    "comments_count, has_steps) VALUES (?, ?, ?, 't', 'd', 'pending', 'low', "
+                    "'{}', 1, 0, 0, '2026-01-01 00:00:00', '2026-01-01 00:00:00', 0, 0)",
+                    (uuid.uuid4().hex, org_id, uuid.uuid4().hex),
+                )
+    upgrade_to_head(url)
+    with sqlite3.connect(path) as db:
+        counts = dict(db.execute("SELECT org_id, total FROM approval_request_counts"))
+        assert counts == {orgs[0]: 3, orgs[1]: 1}
+        db.execute("DELETE FROM approval_requests WHERE org_id = ?", (orgs[1],))
+        counts = dict(db.execute("SELECT org_id, total FROM approval_request_counts"))
+    assert counts == {orgs[0]: 3, orgs[1]: 0}

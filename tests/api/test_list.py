@@ -417,3 +417,23 @@ async def test_an_unencoded_plus_offset_is_read_as_meant(
     response = await client.get(raw, headers=org.member.headers)
     assert response.status_code == 200, response.text
     assert response.json()["total"] == 1
+
+
+async def test_the_unfiltered_total_counts_each_org_once_per_request(
+    client: httpx.AsyncClient, org: Org, other_org: Org
+) -> None:
+    for index in range(3):
+        await create_approval(client, org.member, idempotency_key=f"k{index}")
+    replay = await client.post(
+        "/api/v1/approvals",
+        json={"title": "again", "description": "d", "priority": "low", "idempotency_key": "k0"},
+        headers=org.member.headers,
+    )
+    assert replay.status_code == 200  # a replay creates nothing, so counts nothing
+    await create_approval(client, other_org.member)
+
+    assert (await _list(client, org.member))["total"] == 3
+    assert (await _list(client, org.admin))["total"] == 3
+    assert (await _list(client, other_org.member))["total"] == 1
+    filtered = await _list(client, org.member, status="pending", priority="high")
+    assert filtered["total"] == 3

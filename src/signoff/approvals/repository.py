@@ -13,8 +13,10 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Integer,
     Select,
     Table,
+    Uuid,
     and_,
     bindparam,
     column,
@@ -78,6 +80,14 @@ _INSERT_EVENT = PreparedQuery(
     column_keys=("id", "org_id", "request_id", "type", "actor_id", "data", "created_at"),
 )
 
+
+# SQLite only (migration 0005): each org's number of requests, kept by triggers.
+_REQUEST_COUNTS = table(
+    "approval_request_counts", column("org_id", Uuid()), column("total", Integer())
+)
+_UNFILTERED_TOTAL = PreparedQuery(
+    select(_REQUEST_COUNTS.c.total).where(_REQUEST_COUNTS.c.org_id == bindparam("org_id"))
+)
 
 # A decision's writes and reads, run by every decide (prepared.py).
 _INSERT_VOTE = PreparedQuery(
@@ -226,11 +236,20 @@ class ApprovalRepository:
             rows_query, rank = self._with_search(rows_query, terms)
             count_query, _ = self._with_search(count_query, terms)
             order = [rank, *order]
-        total = await self.session.scalar(count_query.where(*conditions))
+        if len(conditions) == 1 and filters.search is None and self.dialect == "sqlite":
+            total = await self._unfiltered_total(org_id)
+        else:
+            total = int(await self.session.scalar(count_query.where(*conditions)) or 0)
         rows = await self.session.execute(
             rows_query.where(*conditions).order_by(*order).offset(offset).limit(limit)
         )
-        return rows.all(), int(total or 0)
+        return rows.all(), total
+
+    async def _unfiltered_total(self, org_id: uuid.UUID) -> int:
+        """The org's request count, kept by SQLite triggers (migration 0005) so that an
+        unfiltered page need not count the org's whole history."""
+        rows = await execute_in(self.session, _UNFILTERED_TOTAL, {"org_id": org_id})
+        return int(rows[0].total) if rows else 0
 
     def _with_search(self, query: Select[Any], terms: list[str]) -> tuple[Select[Any], Any]:
         """Narrow ``query`` to full-text matches and give their ranking; both use an index.

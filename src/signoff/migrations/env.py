@@ -13,13 +13,18 @@ from signoff.models import Base
 
 # Any number from our namespace; concurrent `db upgrade` runs on PostgreSQL queue on it.
 MIGRATION_LOCK_ID = 0x5160FF
+HAND_MANAGED_PREFIXES = (
+    "approval_requests_fts",
+    "search_vector",
+    "ix_approval_requests_search",
+    "approval_request_counts",
+)
 
 
 def _include_object(obj: object, name: str | None, type_: str, *_: object) -> bool:
-    # Full-text search objects are dialect-specific and managed by hand in 0001.
-    return not (name or "").startswith(
-        ("approval_requests_fts", "search_vector", "ix_approval_requests_search")
-    )
+    # Dialect-specific objects managed by hand: full-text search (0001), request counts
+    # (0005).
+    return not (name or "").startswith(HAND_MANAGED_PREFIXES)
 
 
 def _run(connection: Connection) -> None:

@@ -12,9 +12,11 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    BindParameter,
     ColumnElement,
     Integer,
     Select,
+    String,
     Table,
     Uuid,
     and_,
@@ -38,6 +40,7 @@ from signoff.common.ids import new_id
 from signoff.common.time import utcnow
 from signoff.db import insert_ignoring_conflicts
 from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, User, Vote
+from signoff.models.base import UTCDateTime
 from signoff.prepared import PreparedQuery, QueryRunner, count_in, entity_columns, execute_in
 
 _SEARCH_TERM = re.compile(r"[^\W_]+", re.UNICODE)
@@ -224,74 +227,34 @@ class ApprovalRepository:
         limit: int,
     ) -> tuple[Sequence[Any], int]:
         """A page of rows with the fields of ``ApprovalRequest``, and the total."""
-        conditions = [ApprovalRequest.org_id == org_id, *self._filter_conditions(filters, now)]
-        # Plain rows, not entities: a page holds up to 100, and nothing here changes them.
-        rows_query = select(*entity_columns(ApprovalRequest))
-        count_query = select(func.count()).select_from(ApprovalRequest)
-        order: list[Any] = [ApprovalRequest.created_at.desc(), ApprovalRequest.id.desc()]
+        params: dict[str, Any] = {"org_id": org_id, "now": now, "offset": offset, "limit": limit}
+        params.update(
+            (name, getattr(filters, name))
+            for name in _VALUE_FILTERS
+            if getattr(filters, name) is not None
+        )
         if filters.search is not None:
             terms = search_terms(filters.search)
             if not terms:
                 return [], 0
-            rows_query, rank = self._with_search(rows_query, terms)
-            count_query, _ = self._with_search(count_query, terms)
-            order = [rank, *order]
-        if len(conditions) == 1 and filters.search is None and self.dialect == "sqlite":
+            params["search_query"] = _search_query(self.dialect, terms)
+        page, count = _page_queries(
+            self.dialect,
+            tuple(sorted(set(filters.statuses or ()))),
+            frozenset(name for name in _VALUE_FILTERS if name in params),
+            filters.search is not None,
+        )
+        if count is None:
             total = await self._unfiltered_total(org_id)
         else:
-            total = int(await self.session.scalar(count_query.where(*conditions)) or 0)
-        rows = await self.session.execute(
-            rows_query.where(*conditions).order_by(*order).offset(offset).limit(limit)
-        )
-        return rows.all(), total
+            total = int((await execute_in(self.session, count, params))[0].total)
+        return await execute_in(self.session, page, params), total
 
     async def _unfiltered_total(self, org_id: uuid.UUID) -> int:
         """The org's request count, kept by SQLite triggers (migration 0005) so that an
         unfiltered page need not count the org's whole history."""
         rows = await execute_in(self.session, _UNFILTERED_TOTAL, {"org_id": org_id})
         return int(rows[0].total) if rows else 0
-
-    def _with_search(self, query: Select[Any], terms: list[str]) -> tuple[Select[Any], Any]:
-        """Narrow ``query`` to full-text matches and give their ranking; both use an index.
-
-        Every term must match, as a prefix, case-insensitively; titles weigh more than
-        descriptions. PostgreSQL: the GIN-indexed ``search_vector``. SQLite: a join with
-        the FTS5 table, ranked by bm25 with title and description weights (its default
-        ``rank`` weighs every column alike).
-        """
-        if self.dialect == "postgresql":
-            tsquery = func.to_tsquery("simple", " & ".join(f"{t}:*" for t in terms))
-            vector: ColumnElement[Any] = literal_column("approval_requests.search_vector")
-            return query.where(vector.op("@@")(tsquery)), func.ts_rank(vector, tsquery).desc()
-        fts_query = " ".join('"' + t.replace('"', '""') + '"*' for t in terms)
-        joined = query.join(_FTS, _FTS.c.request_id == ApprovalRequest.id).where(
-            literal_column("approval_requests_fts").op("MATCH")(fts_query)
-        )
-        bm25 = func.bm25(literal_column("approval_requests_fts"), *_FTS_COLUMN_WEIGHTS)
-        return joined, bm25.asc()  # bm25 is negative: better matches sort first
-
-    @staticmethod
-    def _filter_conditions(filters: ListFilters, now: datetime) -> list[ColumnElement[bool]]:
-        conditions: list[ColumnElement[bool]] = []
-        if filters.statuses:
-            conditions.append(or_(*(_status_condition(s, now) for s in set(filters.statuses))))
-        if filters.priority:
-            conditions.append(ApprovalRequest.priority == filters.priority)
-        if filters.action_type:
-            conditions.append(ApprovalRequest.action_type == filters.action_type)
-        if filters.source:
-            conditions.append(ApprovalRequest.source == filters.source)
-        if filters.created_after:
-            conditions.append(ApprovalRequest.created_at >= filters.created_after)
-        if filters.created_before:
-            conditions.append(ApprovalRequest.created_at < filters.created_before)
-        if filters.decided_after:
-            conditions.append(_decided_at_condition(operator.ge, filters.decided_after, now))
-        if filters.decided_before:
-            conditions.append(_decided_at_condition(operator.lt, filters.decided_before, now))
-        if filters.assigned_to:
-            conditions.append(_awaiting_vote_of(filters.assigned_to, now))
-        return conditions
 
     async def due_for_expiry(self, now: datetime, limit: int) -> Sequence[ApprovalRequest]:
         """Pending requests past their deadline, oldest deadline first, locked for us.
@@ -453,12 +416,100 @@ class ApprovalRepository:
         await self.session.flush()
 
 
-def _is_past_expiry(now: datetime) -> ColumnElement[bool]:
-    return and_(ApprovalRequest.expires_at.is_not(None), ApprovalRequest.expires_at <= now)
+# List filters compared with a value of their own, passed as a parameter of that name.
+_VALUE_FILTERS = (
+    "priority",
+    "action_type",
+    "source",
+    "created_after",
+    "created_before",
+    "decided_after",
+    "decided_before",
+    "assigned_to",
+)
+# Read time: a pending request past its deadline reads as expired before the sweep runs.
+_NOW = bindparam("now", type_=UTCDateTime())
+
+
+@functools.lru_cache(maxsize=256)
+def _page_queries(
+    dialect: str, statuses: tuple[str, ...], filters: frozenset[str], search: bool
+) -> tuple[PreparedQuery, PreparedQuery | None]:
+    """A list page's query and its count's (None: the org's kept total, migration 0005),
+    prepared once per shape of filters: the values are all parameters."""
+    conditions = [ApprovalRequest.org_id == bindparam("org_id"), *_conditions(statuses, filters)]
+    rows_query = select(*entity_columns(ApprovalRequest))
+    count_query = select(func.count().label("total")).select_from(ApprovalRequest)
+    order: list[Any] = [ApprovalRequest.created_at.desc(), ApprovalRequest.id.desc()]
+    if search:
+        rows_query, rank = _with_search(dialect, rows_query)
+        count_query, _ = _with_search(dialect, count_query)
+        order = [rank, *order]
+    page = PreparedQuery(
+        rows_query.where(*conditions)
+        .order_by(*order)
+        .offset(bindparam("offset"))
+        .limit(bindparam("limit"))
+    )
+    if dialect == "sqlite" and len(conditions) == 1 and not search:
+        return page, None
+    return page, PreparedQuery(count_query.where(*conditions))
+
+
+def _conditions(statuses: tuple[str, ...], filters: frozenset[str]) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = []
+    if statuses:
+        conditions.append(or_(*(_status_condition(status) for status in statuses)))
+    for name in ("priority", "action_type", "source"):
+        if name in filters:
+            conditions.append(getattr(ApprovalRequest, name) == bindparam(name))
+    if "created_after" in filters:
+        conditions.append(ApprovalRequest.created_at >= bindparam("created_after"))
+    if "created_before" in filters:
+        conditions.append(ApprovalRequest.created_at < bindparam("created_before"))
+    if "decided_after" in filters:
+        conditions.append(_decided_at_condition(operator.ge, bindparam("decided_after")))
+    if "decided_before" in filters:
+        conditions.append(_decided_at_condition(operator.lt, bindparam("decided_before")))
+    if "assigned_to" in filters:
+        conditions.append(_awaiting_vote_of(bindparam("assigned_to")))
+    return conditions
+
+
+def _with_search(dialect: str, query: Select[Any]) -> tuple[Select[Any], Any]:
+    """Narrow ``query`` to full-text matches of the ``search_query`` parameter and give
+    their ranking; both use an index.
+
+    Every term must match, as a prefix, case-insensitively; titles weigh more than
+    descriptions. PostgreSQL: the GIN-indexed ``search_vector``. SQLite: a join with the
+    FTS5 table, ranked by bm25 with title and description weights (its default ``rank``
+    weighs every column alike).
+    """
+    search_query = bindparam("search_query", type_=String())
+    if dialect == "postgresql":
+        tsquery = func.to_tsquery("simple", search_query)
+        vector: ColumnElement[Any] = literal_column("approval_requests.search_vector")
+        return query.where(vector.op("@@")(tsquery)), func.ts_rank(vector, tsquery).desc()
+    joined = query.join(_FTS, _FTS.c.request_id == ApprovalRequest.id).where(
+        literal_column("approval_requests_fts").op("MATCH")(search_query)
+    )
+    bm25 = func.bm25(literal_column("approval_requests_fts"), *_FTS_COLUMN_WEIGHTS)
+    return joined, bm25.asc()  # bm25 is negative: better matches sort first
+
+
+def _search_query(dialect: str, terms: list[str]) -> str:
+    """The search box's words as the engine's query: each a prefix, all required."""
+    if dialect == "postgresql":
+        return " & ".join(f"{term}:*" for term in terms)
+    return " ".join('"' + term.replace('"', '""') + '"*' for term in terms)
+
+
+def _is_past_expiry() -> ColumnElement[bool]:
+    return and_(ApprovalRequest.expires_at.is_not(None), ApprovalRequest.expires_at <= _NOW)
 
 
 def _decided_at_condition(
-    compare: Callable[[Any, datetime], ColumnElement[bool]], bound: datetime, now: datetime
+    compare: Callable[[Any, Any], ColumnElement[bool]], bound: BindParameter[Any]
 ) -> ColumnElement[bool]:
     """A decided_at filter that agrees with reads before the sweep has run: a pending
     request past its deadline reads as decided at its ``expires_at``."""
@@ -466,25 +517,25 @@ def _decided_at_condition(
         compare(ApprovalRequest.decided_at, bound),
         and_(
             ApprovalRequest.status == "pending",
-            _is_past_expiry(now),
+            _is_past_expiry(),
             compare(ApprovalRequest.expires_at, bound),
         ),
     )
 
 
-def _status_condition(status: str, now: datetime) -> ColumnElement[bool]:
+def _status_condition(status: str) -> ColumnElement[bool]:
     """A status filter that agrees with what reads show before the sweep has run."""
     if status == "pending":
-        return and_(ApprovalRequest.status == "pending", ~_is_past_expiry(now))
+        return and_(ApprovalRequest.status == "pending", ~_is_past_expiry())
     if status == "expired":
         return or_(
             ApprovalRequest.status == "expired",
-            and_(ApprovalRequest.status == "pending", _is_past_expiry(now)),
+            and_(ApprovalRequest.status == "pending", _is_past_expiry()),
         )
     return ApprovalRequest.status == status
 
 
-def _awaiting_vote_of(user_id: uuid.UUID, now: datetime) -> ColumnElement[bool]:
+def _awaiting_vote_of(user_id: BindParameter[Any]) -> ColumnElement[bool]:
     """Pending requests a user can vote on right now: the approver's inbox.
 
     Either a pending step of theirs that is votable now (for a sequential chain: every
@@ -508,4 +559,4 @@ def _awaiting_vote_of(user_id: uuid.UUID, now: datetime) -> ColumnElement[bool]:
             Vote.request_id == ApprovalRequest.id, Vote.user_id == user_id, Vote.step_id.is_(None)
         ),
     )
-    return and_(_status_condition("pending", now), or_(votable_step, not_yet_voted))
+    return and_(_status_condition("pending"), or_(votable_step, not_yet_voted))

@@ -16,7 +16,12 @@ from typing import Any
 import orjson
 
 from signoff.approvals import state
-from signoff.approvals.repository import ApprovalReads, ApprovalRepository, ListFilters
+from signoff.approvals.repository import (
+    ApprovalReads,
+    ApprovalRepository,
+    ListFilters,
+    NewEvent,
+)
 from signoff.approvals.schemas import CreateApprovalRequest, DecideApprovalRequest
 from signoff.auth.principal import Principal
 from signoff.common.ids import new_id
@@ -532,8 +537,8 @@ def _event(
     actor_id: uuid.UUID | None,
     now: datetime,
     data: dict[str, Any],
-) -> AuditEvent:
-    return AuditEvent(
+) -> NewEvent:
+    return NewEvent(
         org_id=row.org_id,
         request_id=row.id,
         type=event_type,

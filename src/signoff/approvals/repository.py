@@ -181,6 +181,19 @@ class NewEvent:
 
 
 @dataclass(frozen=True)
+class NewVote:
+    """A vote to write (see ``NewEvent``)."""
+
+    request_id: uuid.UUID
+    user_id: uuid.UUID
+    decision: str
+    created_at: datetime
+    step_id: uuid.UUID | None = None
+    comment: str | None = None
+    id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True)
 class ListFilters:
     statuses: Sequence[str] | None = None
     priority: str | None = None
@@ -327,7 +340,7 @@ class ApprovalRepository:
         rows = await execute_in(self.session, _COUNT_BASED_VOTERS, {"request_id": request_id})
         return frozenset(row.user_id for row in rows)
 
-    async def add_vote(self, vote: Vote) -> None:
+    async def add_vote(self, vote: Vote | NewVote) -> None:
         await execute_in(
             self.session,
             _INSERT_VOTE,

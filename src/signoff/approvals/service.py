@@ -21,6 +21,7 @@ from signoff.approvals.repository import (
     ApprovalRepository,
     ListFilters,
     NewEvent,
+    NewVote,
 )
 from signoff.approvals.schemas import CreateApprovalRequest, DecideApprovalRequest
 from signoff.auth.principal import Principal
@@ -426,7 +427,7 @@ async def _record_transition(
     repo.show_written(row, values)
     if principal is not None and decision is not None and (transition.records_vote or step_id):
         await repo.add_vote(
-            Vote(
+            NewVote(
                 request_id=row.id,
                 step_id=step_id,
                 user_id=principal.user_id,

@@ -1,4 +1,4 @@
-"""Queries of the hot request path, compiled once and run without an ORM session.
+"""Statements of the hot request path, compiled once and run past the ORM.
 
 Why: on a get, SQLAlchemy's execution machinery (session, pool checkout, execution
 context, result and entity loading) cost about ten times what SQLite takes to answer the
@@ -13,6 +13,9 @@ dialect; only the execution is direct:
   converted with the very bind and result processors SQLAlchemy would use, so rows read
   here equal rows read through the ORM.
 - PostgreSQL: as a Core execution on a pooled connection. Rows carry the same names.
+
+Writes (``execute_in``, ``count_in``) run inside a session's transaction, on its own
+connection: they commit or roll back with the rest of the unit of work.
 
 Rows are tuples whose fields are named by the statement's column labels.
 """

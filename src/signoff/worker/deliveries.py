@@ -115,7 +115,11 @@ class DeliveryWorker:
                     logger.exception("delivery worker step failed; retrying shortly")
                     sleep = ERROR_BACKOFF_SECONDS
                 if sleep > 0:
-                    await _wait_either(stop, self.dispatcher.wakeup, sleep)
+                    self.dispatcher.worker_sleeps_until = loop.time() + sleep
+                    try:
+                        await _wait_either(stop, self.dispatcher.wakeup, sleep)
+                    finally:
+                        self.dispatcher.worker_sleeps_until = None
         finally:
             await self._drain()
             if self.listener:

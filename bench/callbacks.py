@@ -2,17 +2,19 @@
 
 For each database (SQLite, PostgreSQL): a fresh database, an org and connection made with
 the real CLI, ``signoff serve`` started as users start it (API and delivery worker in one
-process), receivers in this process on loopback ports. Then:
+process, except where said), receivers in this process on loopback ports. Then:
 
 1. latency: one decision at a time, each request with a callback to one healthy receiver.
    Per decision: *commit to receipt* (receipt time minus the payload's ``decided_at``,
    which is taken before the decision's transaction even begins, so it bounds the time
    from commit to receipt from above) and *PATCH sent to receipt*. p50 and p99.
 2. throughput: N requests spread over 100 receivers, of which 10 always answer 500; an
-   emergency stop with ``cancel_pending`` cancels them all in one transaction and hands
-   every callback to the delivery worker at once. Healthy deliveries per second (first to
-   last healthy receipt), and the same with the 10 failing receivers left out (90 healthy
-   only), to see what failing receivers cost the healthy ones.
+   emergency stop with ``cancel_pending`` cancels them all, against ``signoff serve
+   --no-worker``, so that every callback is due and none sent; then a ``signoff worker``
+   starts and drains the backlog. Healthy deliveries per second (first to last healthy
+   receipt) and the worker's CPU time per attempt, and the same with the 10 failing
+   receivers left out (90 healthy only, run first), to see what failing receivers cost
+   the healthy ones.
 3. steady load, below saturation: decisions at a fixed rate (open loop, ``--steady-rate``
    per second) to 20 healthy receivers, with and without a stream of decisions to 10
    always-failing receivers beside them (``--failing-rate`` per second, started
@@ -21,7 +23,9 @@ process), receivers in this process on loopback ports. Then:
    delays (``SIGNOFF_DELIVERY_RETRY_DELAYS_SECONDS``, 10 retries 1 s apart), so every
    failing delivery keeps retrying through the measurement. Per healthy decision: commit
    to receipt, PATCH sent to receipt, PATCH answer time (p50, p99); the healthy receipts
-   per second; and the failing attempts per second made meanwhile.
+   per second; the failing attempts per second made meanwhile; and the share of a core
+   the server used. Runs without and with the failing stream alternate
+   (``--steady-rounds``), so each pair shares the machine's conditions.
 
 Figures are printed and written to ``bench/results/callbacks.json``; nothing asserts a
 timing.
@@ -511,8 +515,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decisions", type=int, default=300)
     parser.add_argument("--per-receiver", type=int, default=20)
     parser.add_argument("--stages", default=",".join(STAGES))
-    parser.add_argument("--steady-rate", type=float, default=50.0)
-    parser.add_argument("--failing-rate", type=float, default=10.0)
+    parser.add_argument("--steady-rate", type=float, default=40.0)
+    parser.add_argument("--failing-rate", type=float, default=3.0)
     parser.add_argument("--steady-seconds", type=float, default=20.0)
     parser.add_argument("--steady-warmup", type=float, default=8.0)
     parser.add_argument("--steady-rounds", type=int, default=2)

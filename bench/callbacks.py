@@ -2,17 +2,30 @@
 
 For each database (SQLite, PostgreSQL): a fresh database, an org and connection made with
 the real CLI, ``signoff serve`` started as users start it (API and delivery worker in one
-process), receivers in this process on loopback ports. Then:
+process, except where said), receivers in this process on loopback ports. Then:
 
 1. latency: one decision at a time, each request with a callback to one healthy receiver.
    Per decision: *commit to receipt* (receipt time minus the payload's ``decided_at``,
    which is taken before the decision's transaction even begins, so it bounds the time
    from commit to receipt from above) and *PATCH sent to receipt*. p50 and p99.
 2. throughput: N requests spread over 100 receivers, of which 10 always answer 500; an
-   emergency stop with ``cancel_pending`` cancels them all in one transaction and hands
-   every callback to the delivery worker at once. Healthy deliveries per second (first to
-   last healthy receipt), and the same with the 10 failing receivers left out (90 healthy
-   only), to see what failing receivers cost the healthy ones.
+   emergency stop with ``cancel_pending`` cancels them all, against ``signoff serve
+   --no-worker``, so that every callback is due and none sent; then a ``signoff worker``
+   starts and drains the backlog. Healthy deliveries per second (first to last healthy
+   receipt) and the worker's CPU time per attempt, and the same with the 10 failing
+   receivers left out (90 healthy only, run first), to see what failing receivers cost
+   the healthy ones.
+3. steady load, below saturation: decisions at a fixed rate (open loop, ``--steady-rate``
+   per second) to 20 healthy receivers, with and without a stream of decisions to 10
+   always-failing receivers beside them (``--failing-rate`` per second, started
+   ``--steady-warmup`` seconds earlier so that their retries are a standing backlog when
+   the measurement begins). This stage runs its own ``signoff serve`` with short retry
+   delays (``SIGNOFF_DELIVERY_RETRY_DELAYS_SECONDS``, 10 retries 1 s apart), so every
+   failing delivery keeps retrying through the measurement. Per healthy decision: commit
+   to receipt, PATCH sent to receipt, PATCH answer time (p50, p99); the healthy receipts
+   per second; the failing attempts per second made meanwhile; and the share of a core
+   the server used. Runs without and with the failing stream alternate
+   (``--steady-rounds``), so each pair shares the machine's conditions.
 
 Figures are printed and written to ``bench/results/callbacks.json``; nothing asserts a
 timing.
@@ -24,9 +37,11 @@ import argparse
 import asyncio
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -139,6 +154,20 @@ async def bench_latency(base_url: str, headers: dict[str, str], count: int) -> d
     }
 
 
+class WorkerProcess(Server):
+    """``signoff worker`` (no port to serve), for the throughput stage's drain."""
+
+    def __init__(self, name: str, env: dict[str, str], cwd: Path) -> None:
+        self.name = name
+        self.port = 0
+        self.url = ""
+        self.log_path = cwd / f"{name}.log"
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            [str(SIGNOFF), "worker"], env=env, cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT
+        )
+
+
 async def bench_throughput(
     base_url: str,
     admin_headers: dict[str, str],
@@ -146,6 +175,7 @@ async def bench_throughput(
     healthy: int,
     failing: int,
     per_receiver: int,
+    start_worker: Callable[[], WorkerProcess],
 ) -> dict[str, Any]:
     good = [Receiver() for _ in range(healthy)]
     bad = [Receiver(default=Reply(500, b"always failing")) for _ in range(failing)]
@@ -164,18 +194,31 @@ async def bench_throughput(
             if response.status_code != 200:
                 raise BenchError(f"emergency stop failed: {response.text}")
             cancelled = time.monotonic()
-            expected = healthy * per_receiver
-            deadline = time.monotonic() + 300
-            while sum(len(r.received) for r in good) < expected:
-                if time.monotonic() > deadline:
-                    raise BenchError("healthy deliveries did not all arrive")
-                await asyncio.sleep(0.01)
-            done = time.monotonic()
+            # Every callback is now due, and no process delivers yet (the API runs without
+            # a worker): the worker started now finds the whole backlog at once.
+            worker = start_worker()
+            try:
+                expected = healthy * per_receiver
+                deadline = time.monotonic() + 300
+                cpu_at_first: float | None = None
+                while (arrived := sum(len(r.received) for r in good)) < expected:
+                    if cpu_at_first is None and arrived:
+                        cpu_at_first = worker.cpu_seconds()
+                    if time.monotonic() > deadline:
+                        raise BenchError("healthy deliveries did not all arrive")
+                    await asyncio.sleep(0.005)
+                done = time.monotonic()
+                drain_cpu = worker.cpu_seconds() - (cpu_at_first or 0.0)
+            finally:
+                worker.stop()
             await client.put(
                 "/api/v1/emergency-stop", json={"active": False}, headers=admin_headers
             )
         receipts = sorted(r.at for receiver in good for r in receiver.received)
         failing_attempts = sum(len(r.received) for r in bad)
+        failing_attempts_in_drain = sum(
+            1 for r in bad for a in r.received if receipts[0] <= a.at <= done
+        )
     finally:
         for receiver in good + bad:
             await receiver.close()
@@ -185,11 +228,211 @@ async def bench_throughput(
         "failing_receivers": failing,
         "healthy_deliveries": expected,
         "failing_attempts_seen": failing_attempts,
-        "cancel_transaction_s": round(cancelled - started, 3),
-        "cancel_to_last_healthy_s": round(done - started, 3),
+        "failing_attempts_during_drain": failing_attempts_in_drain,
+        "cancel_request_s": round(cancelled - started, 3),
         "healthy_per_second": round(expected / span, 1) if span > 0 else None,
-        "first_healthy_after_cancel_ms": round((receipts[0] - cancelled) * 1000, 1),
+        # The worker's CPU time (all threads) from the first healthy receipt to the last:
+        # unlike the rate, barely moved by other work on the machine.
+        "worker_cpu_s_during_drain": round(drain_cpu, 2),
+        "worker_cpu_ms_per_attempt": round(
+            1000 * drain_cpu / (expected + failing_attempts_in_drain), 2
+        ),
     }
+
+
+# The steady stage's server: every failing delivery retries 10 times, 1 s apart, so it
+# stays in the backlog (and due again every second) for 10 s after its decision.
+STEADY_RETRY_DELAYS = ",".join(["1"] * 10)
+STEADY_HEALTHY_RECEIVERS = 20
+STAGES = ("latency", "throughput", "steady")
+STEADY_FAILING_RECEIVERS = 10
+
+
+async def _paced(ids: list[str], rate: float, action: Any) -> list[asyncio.Task[Any]]:
+    """Start ``action(id)`` for each id at a fixed rate (open loop: never waits for one)."""
+    tasks: list[asyncio.Task[Any]] = []
+    start = time.monotonic()
+    for index, request_id in enumerate(ids):
+        delay = start + index / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(action(request_id)))
+    return tasks
+
+
+async def bench_steady(
+    base_url: str,
+    headers: dict[str, str],
+    *,
+    rate: float,
+    failing_rate: float,
+    seconds: float,
+    warmup: float,
+    cpu_seconds: Callable[[], float],
+) -> dict[str, Any]:
+    good = [WallClockReceiver() for _ in range(STEADY_HEALTHY_RECEIVERS)]
+    bad = [Receiver(default=Reply(500, b"always failing")) for _ in range(STEADY_FAILING_RECEIVERS)]
+    for receiver in good + bad:
+        await receiver.__aenter__()
+    try:
+        # Idle connections are dropped before uvicorn's keep-alive timeout (5 s) can close
+        # them under a request just sent.
+        limits = httpx.Limits(
+            max_connections=200, max_keepalive_connections=200, keepalive_expiry=2.0
+        )
+        async with httpx.AsyncClient(base_url=base_url, timeout=60, limits=limits) as client:
+            healthy_count = round(rate * seconds)
+            failing_count = round(failing_rate * (warmup + seconds))
+            healthy_ids = await create_requests(
+                client, headers, [good[i % len(good)].url for i in range(healthy_count)]
+            )
+            failing_ids = await create_requests(
+                client, headers, [bad[i % len(bad)].url for i in range(failing_count)]
+            )
+            sent: dict[str, float] = {}
+            answered: dict[str, float] = {}
+            undelivered = 0
+
+            async def decide(request_id: str) -> None:
+                nonlocal undelivered
+                started = time.time()
+                response = await client.patch(
+                    f"/api/v1/approvals/{request_id}", json={"decision": "approve"}, headers=headers
+                )
+                if response.status_code != 200:
+                    raise BenchError(f"decision failed: {response.status_code} {response.text}")
+                sent[request_id] = started
+                answered[request_id] = time.time() - started
+                if not response.json()["callback_delivered"]:
+                    undelivered += 1
+
+            async def decide_failing(request_id: str) -> None:
+                await client.patch(
+                    f"/api/v1/approvals/{request_id}", json={"decision": "reject"}, headers=headers
+                )
+
+            failing_stream = asyncio.create_task(
+                _paced(failing_ids, failing_rate, decide_failing) if failing_ids else _none()
+            )
+            await asyncio.sleep(warmup if failing_ids else 0)
+            window_start = time.monotonic()
+            failing_before = sum(len(r.received) for r in bad)
+            cpu_before = cpu_seconds()
+            healthy_tasks = await _paced(healthy_ids, rate, decide)
+            await asyncio.gather(*healthy_tasks)
+            deadline = time.monotonic() + 60
+            while sum(len(r.received) for r in good) < healthy_count:
+                if time.monotonic() > deadline:
+                    raise BenchError("healthy deliveries did not all arrive")
+                await asyncio.sleep(0.01)
+            window_end = time.monotonic()
+            window_cpu = cpu_seconds() - cpu_before
+            failing_in_window = [
+                r for receiver in bad for r in receiver.received if r.at >= window_start
+            ]
+            failing_during = sum(len(r.received) for r in bad) - failing_before
+            await asyncio.gather(*await failing_stream)
+            # Let the failing backlog run out before the next run starts.
+            last = -1
+            quiet_since = time.monotonic()
+            while time.monotonic() - quiet_since < 2.5:
+                count = sum(len(r.received) for r in bad)
+                if count != last:
+                    last, quiet_since = count, time.monotonic()
+                await asyncio.sleep(0.1)
+        commit_to_receipt: list[float] = []
+        sent_to_receipt: list[float] = []
+        receipts: list[float] = []
+        seen: set[str] = set()
+        for receiver in good:
+            for request in receiver.received:
+                payload = json.loads(request.body)
+                request_id = payload["request_id"]
+                if request_id in seen:
+                    continue  # a duplicate delivery: the first receipt counts
+                seen.add(request_id)
+                wall = receiver.wall[request.headers["x-service-delivery-id"]]
+                commit_to_receipt.append((wall - parse_time(payload["decided_at"])) * 1000)
+                sent_to_receipt.append((wall - sent[request_id]) * 1000)
+                receipts.append(request.at)
+    finally:
+        for receiver in good + bad:
+            await receiver.close()
+    receipts.sort()
+    span = receipts[-1] - receipts[0]
+    window = window_end - window_start
+    answers = [v * 1000 for v in answered.values()]
+    return {
+        "offered_rate": rate,
+        "failing_rate": failing_rate,
+        "healthy_decisions": healthy_count,
+        "undelivered_on_first_attempt": undelivered,
+        "healthy_receipts_per_second": round((len(receipts) - 1) / span, 1) if span else None,
+        "commit_to_receipt_ms": _summary(commit_to_receipt),
+        "patch_sent_to_receipt_ms": _summary(sent_to_receipt),
+        "patch_answer_ms": _summary(answers),
+        "failing_attempts_during_window": failing_during,
+        "failing_attempts_per_second": round(failing_during / window, 1),
+        # Share of one core the server used during the measurement (all its threads).
+        "server_cpu_share": round(window_cpu / window, 3),
+        "failing_deliveries_retrying_in_window": len(
+            {r.headers["x-service-delivery-id"] for r in failing_in_window}
+        ),
+    }
+
+
+async def _none() -> list[asyncio.Task[Any]]:
+    return []
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    return {
+        "p50": round(percentile(values, 0.50), 2),
+        "p99": round(percentile(values, 0.99), 2),
+        "max": round(max(values), 2),
+    }
+
+
+def run_steady(
+    target: str,
+    env: dict[str, str],
+    workdir: Path,
+    headers: dict[str, str],
+    args: argparse.Namespace,
+) -> list[dict[str, Any]]:
+    """Healthy-only and with-failing runs, alternated, on one server with short retries."""
+    steady_env = dict(env, SIGNOFF_DELIVERY_RETRY_DELAYS_SECONDS=STEADY_RETRY_DELAYS)
+    server = Server(f"signoff-{target}-steady", [str(SIGNOFF), "serve"], steady_env, workdir)
+    runs = []
+    with running(server):
+        for round_number in range(1, args.steady_rounds + 1):
+            for failing_rate in (0.0, args.failing_rate):
+                log(
+                    f"[{target}] steady round {round_number}: {args.steady_rate}/s healthy, "
+                    f"{failing_rate}/s to failing receivers, load {load_average():.2f}"
+                )
+                result = asyncio.run(
+                    bench_steady(
+                        server.url,
+                        headers,
+                        rate=args.steady_rate,
+                        failing_rate=failing_rate,
+                        seconds=args.steady_seconds,
+                        warmup=args.steady_warmup,
+                        cpu_seconds=server.cpu_seconds,
+                    )
+                )
+                result["round"] = round_number
+                result["load_average_after"] = load_average()
+                log(
+                    f"[{target}]   commit->receipt p50 {result['commit_to_receipt_ms']['p50']} ms"
+                    f" p99 {result['commit_to_receipt_ms']['p99']} ms; "
+                    f"{result['healthy_receipts_per_second']}/s healthy; "
+                    f"{result['failing_attempts_per_second']}/s failing attempts; "
+                    f"server CPU {result['server_cpu_share']:.0%}"
+                )
+                runs.append(result)
+    return runs
 
 
 def bench_database(target: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -220,29 +463,49 @@ def _bench_on(target: str, url: str, args: argparse.Namespace, workdir: Path) ->
         "--name", "bench", "--rate-limit", str(RATE_LIMIT_CEILING), "--json",
     )  # fmt: skip
     headers = {"Authorization": f"Bearer {connection['api_key']}"}
-    server = Server(f"signoff-{target}", [str(SIGNOFF), "serve"], env, workdir)
-    with running(server):
-        log(f"[{target}] latency: {args.decisions} sequential decisions")
-        latency = asyncio.run(bench_latency(server.url, headers, args.decisions))
-        log(f"[{target}] throughput: 100 receivers, 10 failing")
-        mixed = asyncio.run(
-            bench_throughput(
-                server.url, headers, healthy=90, failing=10, per_receiver=args.per_receiver
+    results: dict[str, Any] = {}
+    stages = args.stages
+    if "latency" in stages:
+        server = Server(f"signoff-{target}", [str(SIGNOFF), "serve"], env, workdir)
+        with running(server):
+            log(f"[{target}] latency: {args.decisions} sequential decisions")
+            results["latency"] = asyncio.run(bench_latency(server.url, headers, args.decisions))
+            results["server_peak_rss_mb"] = round(server.peak_rss_mb(), 1)
+    if "throughput" in stages:
+        # The API without a worker; a `signoff worker` started once the backlog is there.
+        api = Server(f"signoff-{target}-api", [str(SIGNOFF), "serve", "--no-worker"], env, workdir)
+        runs = iter(range(1000))
+
+        def start_worker() -> WorkerProcess:
+            return WorkerProcess(f"signoff-{target}-worker-{next(runs)}", env, workdir)
+
+        with running(api):
+            # Healthy only first: the other run leaves failing deliveries with retries to go.
+            log(f"[{target}] throughput: 90 healthy receivers only")
+            results["throughput_healthy_only"] = asyncio.run(
+                bench_throughput(
+                    api.url,
+                    headers,
+                    healthy=90,
+                    failing=0,
+                    per_receiver=args.per_receiver,
+                    start_worker=start_worker,
+                )
             )
-        )
-        log(f"[{target}] throughput: 90 healthy receivers only")
-        healthy_only = asyncio.run(
-            bench_throughput(
-                server.url, headers, healthy=90, failing=0, per_receiver=args.per_receiver
+            log(f"[{target}] throughput: 100 receivers, 10 failing")
+            results["throughput_with_failing"] = asyncio.run(
+                bench_throughput(
+                    api.url,
+                    headers,
+                    healthy=90,
+                    failing=10,
+                    per_receiver=args.per_receiver,
+                    start_worker=start_worker,
+                )
             )
-        )
-        rss = server.peak_rss_mb()
-    return {
-        "latency": latency,
-        "throughput_with_failing": mixed,
-        "throughput_healthy_only": healthy_only,
-        "server_peak_rss_mb": round(rss, 1),
-    }
+    if "steady" in stages:
+        results["steady"] = run_steady(target, env, workdir, headers, args)
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,7 +514,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL)
     parser.add_argument("--decisions", type=int, default=300)
     parser.add_argument("--per-receiver", type=int, default=20)
+    parser.add_argument("--stages", default=",".join(STAGES))
+    parser.add_argument("--steady-rate", type=float, default=40.0)
+    parser.add_argument("--failing-rate", type=float, default=3.0)
+    parser.add_argument("--steady-seconds", type=float, default=20.0)
+    parser.add_argument("--steady-warmup", type=float, default=8.0)
+    parser.add_argument("--steady-rounds", type=int, default=2)
     args = parser.parse_args(argv)
+    args.stages = {s.strip() for s in args.stages.split(",") if s.strip()}
     results: dict[str, Any] = {"load_average_at_start": load_average(), "databases": {}}
     with tempfile.TemporaryDirectory(prefix="signoff-bench-callbacks-") as tmp:
         for target in [d.strip() for d in args.databases.split(",") if d.strip()]:
@@ -262,7 +532,10 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
     results["load_average_at_end"] = load_average()
     RESULTS_DIR.mkdir(exist_ok=True)
-    (RESULTS_DIR / "callbacks.json").write_text(json.dumps(results, indent=2) + "\n")
+    name = (
+        "callbacks" if args.stages == set(STAGES) else "callbacks-" + "-".join(sorted(args.stages))
+    )
+    (RESULTS_DIR / f"{name}.json").write_text(json.dumps(results, indent=2) + "\n")
     json.dump(results, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

@@ -32,6 +32,7 @@ from signoff.models import Connection, Organization, User
 from signoff.oauth.cli import oauth_client_app
 from signoff.orgs import service as orgs_service
 from signoff.unit_of_work import UnitOfWork
+from signoff.webhooks.service import Outbox, RecordedAttempt
 
 T = TypeVar("T")
 
@@ -123,6 +124,42 @@ async def _deliver_callbacks(ctx: AppContext, uow: UnitOfWork) -> None:
         err.print(
             f"callbacks: {sent} of {len(outcomes)} delivered on the first attempt"
             + ("; the delivery workers retry the rest" if sent < len(outcomes) else ""),
+            highlight=False,
+        )
+
+
+class _FirstAttempts:
+    """Attempt 1 of the callbacks of transitions committed batch by batch (the emergency
+    stop's cancellations): made while the next batches commit, at most one worker's
+    concurrency of them from here; the rest go to the delivery workers at once."""
+
+    def __init__(self, ctx: AppContext) -> None:
+        self.ctx = ctx
+        self.budget = ctx.settings.delivery_concurrency
+        self.handed_off = 0
+        self.tasks: list[asyncio.Task[list[RecordedAttempt | None]]] = []
+
+    async def committed(self, uow: UnitOfWork, _: object) -> None:
+        outbox = uow.outbox
+        now, later = outbox.claimed[: self.budget], outbox.claimed[self.budget :]
+        if later:
+            self.handed_off += len(later)
+            await self.ctx.webhooks.hand_off(Outbox(token=outbox.token, claimed=later))
+        if now:
+            self.budget -= len(now)
+            attempt = self.ctx.webhooks.deliver_outbox(Outbox(token=outbox.token, claimed=now))
+            self.tasks.append(asyncio.create_task(attempt))
+        outbox.claimed.clear()
+
+    async def report(self) -> None:
+        outcomes = [o for batch in await asyncio.gather(*self.tasks) for o in batch]
+        total = len(outcomes) + self.handed_off
+        if not total:
+            return
+        sent = sum(1 for o in outcomes if o is not None and o.result.success)
+        err.print(
+            f"callbacks: {sent} of {total} delivered on the first attempt"
+            + ("; the delivery workers retry the rest" if sent < total else ""),
             highlight=False,
         )
 
@@ -516,19 +553,22 @@ def emergency_stop(
         raise _fail("state must be on or off", 2)
     active = state == "on"
 
-    async def action(_: AppContext, uow: UnitOfWork) -> tuple[Organization, int]:
-        org_row = await orgs_service.resolve_org(uow.orgs, org)
-        await uow.orgs.set_emergency_stop(org_row.id, active)
-        cancelled = 0
-        if active and cancel_pending:
-            # The operator acts for no user: the cancellations carry no decided_by.
-            results = await approvals_service.cancel_all_pending(
-                uow.approvals, org_row.id, None, utcnow()
-            )
-            cancelled = len(results)
+    async def action(ctx: AppContext) -> tuple[Organization, int]:
+        # The stop commits first: from then on no request of the org is created or decided.
+        async with ctx.transaction() as uow:
+            org_row = await orgs_service.resolve_org(uow.orgs, org)
+            await uow.orgs.set_emergency_stop(org_row.id, active)
+        if not (active and cancel_pending):
+            return org_row, 0
+        attempts = _FirstAttempts(ctx)
+        # The operator acts for no user: the cancellations carry no decided_by.
+        cancelled = await approvals_service.cancel_all_pending(
+            ctx.transaction, org_row.id, None, attempts.committed
+        )
+        await attempts.report()
         return org_row, cancelled
 
-    org_row, cancelled = run_in_transaction(action)
+    org_row, cancelled = run_with_context(action)
     emit(
         as_json,
         {"org_id": str(org_row.id), "active": active, "cancelled": cancelled},

@@ -174,7 +174,9 @@ async def test_a_notification_wakes_an_idle_postgres_worker_at_once(
             await approvals_service.create_request(
                 uow.approvals, principal, payload, ctx.box, utcnow()
             )
-            await approvals_service.cancel_all_pending(uow.approvals, org_id, None, utcnow())
+            await approvals_service.cancel_pending(
+                uow.approvals, org_id, None, await uow.approvals.pending_ids(org_id), utcnow()
+            )
         started = time.monotonic()
         await ctx.webhooks.hand_off(uow.outbox)  # commits with NOTIFY
         await receiver.wait_for(1, timeout=10)
@@ -208,8 +210,9 @@ async def test_two_workers_drain_a_thousand_deliveries_each_exactly_once(
                     await approvals_service.create_request(
                         uow.approvals, principal, payload, ctx.box, utcnow()
                     )
-                cancelled = await approvals_service.cancel_all_pending(
-                    uow.approvals, org_id, None, utcnow()
+                # All in one transaction, handed off at once: the workers compete for it.
+                cancelled = await approvals_service.cancel_pending(
+                    uow.approvals, org_id, None, await uow.approvals.pending_ids(org_id), utcnow()
                 )
             assert len(cancelled) == total
             started = time.monotonic()

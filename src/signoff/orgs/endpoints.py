@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from signoff.approvals import service as approvals_service
+from signoff.approvals.service import TransitionResult
 from signoff.auth.principal import Principal
 from signoff.common.http import (
     context_of,
@@ -19,9 +20,9 @@ from signoff.common.http import (
     require_scope,
 )
 from signoff.common.routing import LeanRoute
-from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body
 from signoff.errors import Forbidden
+from signoff.unit_of_work import UnitOfWork
 
 router = APIRouter(prefix="/api/v1", tags=["account"], route_class=LeanRoute)
 
@@ -109,23 +110,26 @@ async def put_emergency_stop(
         raise Forbidden("Only admins may toggle the emergency stop.")
     ctx = context_of(request)
     payload = await parse_json_body(request, EmergencyStopIn, ctx.settings)
-    now = utcnow()
+    # The stop commits first: from then on no request of the org is created or decided.
     async with ctx.transaction() as uow:
         await uow.orgs.set_emergency_stop(principal.org_id, payload.active)
-        cancelled = []
-        if payload.active and payload.cancel_pending:
-            cancelled = await approvals_service.cancel_all_pending(
-                uow.approvals, principal.org_id, principal, now
-            )
-    for result in cancelled:
-        ctx.waiters.notify(result.request.id)
-    # One cancellation callback per request, committed with it; the workers send them.
-    await ctx.webhooks.hand_off(uow.outbox)
+    cancelled = 0
+    if payload.active and payload.cancel_pending:
+
+        async def committed(batch: UnitOfWork, results: list[TransitionResult]) -> None:
+            for result in results:
+                ctx.waiters.notify(result.request.id)
+            # One cancellation callback per request, committed with it; workers send them.
+            await ctx.webhooks.hand_off(batch.outbox)
+
+        cancelled = await approvals_service.cancel_all_pending(
+            ctx.transaction, principal.org_id, principal, committed
+        )
     return json_response(
         {
             "org_id": str(principal.org_id),
             "active": payload.active,
             "operator_stop": ctx.settings.emergency_stop,
-            "cancelled": len(cancelled),
+            "cancelled": cancelled,
         }
     )

@@ -97,6 +97,10 @@ class WebhookDispatcher:
         # Set when this process makes a delivery due (a retry scheduled, a hand-off), so
         # a worker loop in this process re-reads the next due time at once.
         self.wakeup = asyncio.Event()
+        # While this process's worker loop sleeps: the loop time it will look again anyway.
+        # A retry scheduled for later than that needs no wake-up (a wake-up costs a claim,
+        # a write transaction, that would find nothing due yet).
+        self.worker_sleeps_until: float | None = None
         self.clients = ClientPool(
             self.policy, keepalive=min(settings.delivery_per_target_concurrency, 100)
         )
@@ -117,8 +121,8 @@ class WebhookDispatcher:
         """Make one attempt of a delivery we hold and record it.
 
         ``batched``: the record may share a transaction with other attempts that end at
-        about the same time (the worker's path, where throughput matters more than the
-        fraction of a millisecond a caller of ``deliver_outbox`` would wait).
+        about the same time: one commit for many attempts under load, and no wait when
+        idle (a manual retry records alone; its caller waits for nothing else).
         """
         try:
             headers = signed_headers(
@@ -160,12 +164,12 @@ class WebhookDispatcher:
                 try:
                     async with self._transaction() as repo:
                         now = utcnow()
-                        recorded = [
-                            await service.record_attempt(
-                                repo, i.claimed, i.result, now, self.schedule, manual=i.manual
-                            )
-                            for i in items
-                        ]
+                        recorded = await service.record_attempts(
+                            repo,
+                            [(i.claimed, i.result, i.manual) for i in items],
+                            now,
+                            self.schedule,
+                        )
                     break
                 except (SQLAlchemyError, OSError):
                     # Unrecorded, an attempt would be made again after its lease: a
@@ -182,8 +186,16 @@ class WebhookDispatcher:
                     item.claimed.attempt_number,
                 )
             elif outcome.status == "pending":
-                self.wakeup.set()
+                self.due_in(self.schedule.delay_after(outcome.attempt) or 0.0)
         return recorded
+
+    def due_in(self, seconds: float) -> None:
+        """A delivery falls due in ``seconds``: wake the worker loop unless it will look
+        again by then anyway (while it works, always: it may have read the next due time
+        before this delivery was rescheduled)."""
+        until = self.worker_sleeps_until
+        if until is None or asyncio.get_running_loop().time() + seconds < until:
+            self.wakeup.set()
 
     async def deliver_outbox(self, outbox: Outbox) -> list[RecordedAttempt | None]:
         """Attempt 1 of every delivery a committed transaction wrote, concurrently."""
@@ -192,14 +204,15 @@ class WebhookDispatcher:
         if not claimed:
             return []
         if len(claimed) == 1:
-            return [await self.attempt(claimed[0])]
+            # Batched: under load, the records of concurrent decisions share a transaction.
+            return [await self.attempt(claimed[0], batched=True)]
         # A large batch (an emergency stop) is not all attempted from here at once: what
         # exceeds one worker's concurrency goes to the workers straight away.
         now_count = self.settings.delivery_concurrency
         if len(claimed) > now_count:
             await self.hand_off(Outbox(token=outbox.token, claimed=claimed[now_count:]))
             claimed = claimed[:now_count]
-        return list(await asyncio.gather(*(self.attempt(c) for c in claimed)))
+        return list(await asyncio.gather(*(self.attempt(c, batched=True) for c in claimed)))
 
     async def hand_off(self, outbox: Outbox) -> None:
         """Give a committed transaction's deliveries to the workers, due at once."""

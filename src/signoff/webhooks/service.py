@@ -312,57 +312,94 @@ async def record_attempt(
     A manual attempt never re-enters the automatic schedule. Returns None if the claim
     was lost meanwhile (another worker owns the delivery now and will log its own try).
     """
-    number = claimed.attempt_number
-    delay = None if manual or result.success else schedule.delay_after(number)
-    values: dict[str, Any] = {"last_attempt_at": now, "updated_at": now}
-    if result.success:
-        status = "succeeded"
-        values.update(status=status, delivered_at=now, due_at=now)
-    elif delay is not None:
-        status = "pending"
-        values.update(status=status, due_at=now + timedelta(seconds=delay))
-    else:
-        status = "failed"
-        values.update(status=status, due_at=now)
-    recorded_number = await repo.finish_attempt(claimed.id, claimed.token, values)
-    if recorded_number is None:
-        return None
-    entry = WebhookAttempt(
-        id=new_id(),
-        delivery_id=claimed.id,
-        org_id=claimed.org_id,
-        request_id=claimed.request_id,
-        url=claimed.url,
-        attempt=recorded_number,
-        status_code=result.status_code,
-        success=result.success,
-        duration_ms=result.duration_ms,
-        response_body=result.response_body,
-        error=result.error,
-        created_at=now,
-    )
-    await repo.add_attempt(entry)
-    if status == "pending":
-        await repo.notify_workers()
-    else:
-        await repo.add_event(
-            AuditEvent(
-                id=new_id(),
-                org_id=claimed.org_id,
-                request_id=claimed.request_id,
-                type="callback.delivered" if result.success else "callback.failed",
-                actor_id=None,
-                data={
-                    "delivery_id": str(claimed.id),
-                    "attempt": recorded_number,
-                    "status_code": result.status_code,
-                    "error": result.error,
-                    "url": claimed.url,
-                },
-                created_at=now,
-            )
+    [recorded] = await record_attempts(repo, [(claimed, result, manual)], now, schedule)
+    return recorded
+
+
+async def record_attempts(
+    repo: WebhookRepository,
+    attempts: Sequence[tuple[ClaimedDelivery, AttemptResult, bool]],
+    now: datetime,
+    schedule: RetrySchedule,
+) -> list[RecordedAttempt | None]:
+    """``record_attempt`` for many attempts (claimed, result, manual) in few statements.
+
+    Attempts that move their deliveries the same way (same claim, same new status and due
+    time) share one UPDATE; every log entry and audit event of the batch is one INSERT
+    each. Under load that is what a record transaction costs the single SQLite writer.
+    """
+    groups: dict[tuple[uuid.UUID, str, datetime], list[int]] = {}
+    statuses: list[str] = []
+    for index, (claimed, result, manual) in enumerate(attempts):
+        delay = None if manual or result.success else schedule.delay_after(claimed.attempt_number)
+        if result.success:
+            status, due_at = "succeeded", now
+        elif delay is not None:
+            status, due_at = "pending", now + timedelta(seconds=delay)
+        else:
+            status, due_at = "failed", now
+        statuses.append(status)
+        groups.setdefault((claimed.token, status, due_at), []).append(index)
+    numbers: dict[uuid.UUID, int] = {}
+    for (token, status, due_at), indexes in groups.items():
+        values: dict[str, Any] = {
+            "status": status,
+            "due_at": due_at,
+            "last_attempt_at": now,
+            "updated_at": now,
+        }
+        if status == "succeeded":
+            values["delivered_at"] = now
+        numbers.update(
+            await repo.finish_attempts([attempts[i][0].id for i in indexes], token, values)
         )
-    return RecordedAttempt(recorded_number, status, result, entry)
+    recorded: list[RecordedAttempt | None] = []
+    entries: list[WebhookAttempt] = []
+    events: list[AuditEvent] = []
+    for (claimed, result, _), status in zip(attempts, statuses, strict=True):
+        number = numbers.get(claimed.id)
+        if number is None:
+            recorded.append(None)
+            continue
+        entry = WebhookAttempt(
+            id=new_id(),
+            delivery_id=claimed.id,
+            org_id=claimed.org_id,
+            request_id=claimed.request_id,
+            url=claimed.url,
+            attempt=number,
+            status_code=result.status_code,
+            success=result.success,
+            duration_ms=result.duration_ms,
+            response_body=result.response_body,
+            error=result.error,
+            created_at=now,
+        )
+        entries.append(entry)
+        if status != "pending":
+            events.append(
+                AuditEvent(
+                    id=new_id(),
+                    org_id=claimed.org_id,
+                    request_id=claimed.request_id,
+                    type="callback.delivered" if result.success else "callback.failed",
+                    actor_id=None,
+                    data={
+                        "delivery_id": str(claimed.id),
+                        "attempt": number,
+                        "status_code": result.status_code,
+                        "error": result.error,
+                        "url": claimed.url,
+                    },
+                    created_at=now,
+                )
+            )
+        recorded.append(RecordedAttempt(number, status, result, entry))
+    await repo.insert_attempts(entries)
+    await repo.insert_events(events)
+    if any(r is not None and r.status == "pending" for r in recorded):
+        await repo.notify_workers()
+    return recorded
 
 
 async def list_attempts(

@@ -42,6 +42,8 @@ logger = logging.getLogger(__name__)
 LISTENING_POLL_SECONDS = 30.0
 RECONNECT_SECONDS = 5.0
 ERROR_BACKOFF_SECONDS = 1.0
+# How late a retry may be claimed so that it shares a claim with others due just after it.
+CLAIM_GATHER_SECONDS = 0.1
 
 
 class PostgresListener:
@@ -115,7 +117,11 @@ class DeliveryWorker:
                     logger.exception("delivery worker step failed; retrying shortly")
                     sleep = ERROR_BACKOFF_SECONDS
                 if sleep > 0:
-                    await _wait_either(stop, self.dispatcher.wakeup, sleep)
+                    self.dispatcher.worker_sleeps_until = loop.time() + sleep
+                    try:
+                        await _wait_either(stop, self.dispatcher.wakeup, sleep)
+                    finally:
+                        self.dispatcher.worker_sleeps_until = None
         finally:
             await self._drain()
             if self.listener:
@@ -144,7 +150,11 @@ class DeliveryWorker:
             # Due, yet not ours: another worker took it a moment ago, or its candidate
             # window was full of a busy receiver's backlog. Look again shortly.
             return min(self._poll_cap(), 0.05)
-        return min(seconds, self._poll_cap())
+        # Retries fall due one by one, spread over time: waking a little after the next one
+        # takes those due shortly after it in the same claim (one transaction, and their
+        # records share one too) instead of one claim each. Work made due *now* (a hand-off)
+        # still wakes the loop at once.
+        return min(seconds + CLAIM_GATHER_SECONDS, self._poll_cap())
 
     def _poll_cap(self) -> float:
         if self.listener is not None and self.listener.alive:

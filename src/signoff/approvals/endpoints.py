@@ -21,7 +21,7 @@ from signoff.approvals.presenters import (
     step_to_dict,
     vote_to_dict,
 )
-from signoff.approvals.repository import ApprovalReads, ListFilters
+from signoff.approvals.repository import ApprovalReads, ListFilters, RequestRecord
 from signoff.approvals.schemas import (
     AddComment,
     ApprovalListOut,
@@ -48,7 +48,6 @@ from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body, read_json_object, validate_model
 from signoff.context import AppContext
 from signoff.errors import ValidationFailed
-from signoff.models import ApprovalRequest
 from signoff.webhooks.service import check_callback_url, delivered
 
 router = APIRouter(prefix="/api/v1", tags=["approvals"], route_class=LeanRoute)
@@ -92,7 +91,7 @@ async def create_approval(request: Request, principal: Writer) -> Response:
     return json_response(request_to_dict(result.request, now), 201)
 
 
-def _replay(existing: ApprovalRequest) -> Response:
+def _replay(existing: RequestRecord) -> Response:
     return json_response(request_to_dict(existing, utcnow()), 200, {"Idempotent-Replayed": "true"})
 
 

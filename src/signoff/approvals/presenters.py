@@ -9,12 +9,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from signoff.approvals.repository import RequestRecord
 from signoff.approvals.state import is_past_expiry
 from signoff.common.time import format_timestamp
-from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, Vote
+from signoff.models import ApprovalStep, AuditEvent, Comment, Vote
 
 
-def request_to_dict(row: ApprovalRequest, now: datetime) -> dict[str, Any]:
+def request_to_dict(row: RequestRecord, now: datetime) -> dict[str, Any]:
     """The whole request as every read shows it; ``callback_headers`` is never echoed.
 
     A pending request past its deadline reads as expired (decided at its deadline) even

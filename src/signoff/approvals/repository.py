@@ -75,6 +75,12 @@ class LockedRequest(SimpleNamespace):
     and nothing here is written through the ORM's unit of work."""
 
 
+# What services and presenters read a request from: an ORM entity (reads in a session,
+# the sweep's batch) or a LockedRequest (writers). The rows of prepared reads and of a
+# new request (``ApprovalReads``, ``insert_unless_key_taken``) have the same fields.
+RequestRecord = ApprovalRequest | LockedRequest
+
+
 # What a new request is created with: every column service.create_request sets.
 NEW_REQUEST_COLUMNS = (
     "id", "org_id", "connection_id", "title", "description", "status", "priority",
@@ -241,17 +247,16 @@ class ApprovalRepository:
             )
         )
 
-    async def get(
-        self, org_id: uuid.UUID, request_id: uuid.UUID, *, for_update: bool = False
-    ) -> ApprovalRequest | None:
-        """The request; with ``for_update``, locked for this transaction (``FOR UPDATE`` on
-        PostgreSQL; on SQLite the transaction holds the write lock already) and read as a
-        ``LockedRequest``, which every writer of a request starts from."""
+    async def get(self, org_id: uuid.UUID, request_id: uuid.UUID) -> ApprovalRequest | None:
+        return await self.session.scalar(_GET, {"request_id": request_id, "org_id": org_id})
+
+    async def get_locked(self, org_id: uuid.UUID, request_id: uuid.UUID) -> LockedRequest | None:
+        """The request, locked for this transaction (``FOR UPDATE`` on PostgreSQL; on
+        SQLite the transaction holds the write lock already): where every writer of a
+        request starts from."""
         params = {"request_id": request_id, "org_id": org_id}
-        if not for_update:
-            return await self.session.scalar(_GET, params)
         rows = await execute_in(self.session, _REQUEST_FOR_UPDATE, params)
-        return LockedRequest(**rows[0]._asdict()) if rows else None  # type: ignore[return-value]
+        return LockedRequest(**rows[0]._asdict()) if rows else None
 
     async def update_if_pending(self, request_id: uuid.UUID, values: dict[str, Any]) -> bool:
         """Compare-and-set: change a request only while it is still pending."""
@@ -260,7 +265,7 @@ class ApprovalRepository:
         return await count_in(self.session, statement, {**params, "request_id": request_id}) == 1
 
     @staticmethod
-    def show_written(row: ApprovalRequest, values: dict[str, Any]) -> None:
+    def show_written(row: RequestRecord, values: dict[str, Any]) -> None:
         """Make ``row`` show what an update here wrote, without the ORM writing it again."""
         for key, value in values.items():
             if isinstance(row, ApprovalRequest):

@@ -21,8 +21,10 @@ from signoff.approvals.repository import (
     ApprovalReads,
     ApprovalRepository,
     ListFilters,
+    LockedRequest,
     NewEvent,
     NewVote,
+    RequestRecord,
 )
 from signoff.approvals.schemas import CreateApprovalRequest, DecideApprovalRequest
 from signoff.auth.principal import Principal
@@ -40,13 +42,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CreateResult:
-    request: ApprovalRequest
+    request: RequestRecord
     created: bool
 
 
 @dataclass(frozen=True)
 class TransitionResult:
-    request: ApprovalRequest
+    request: RequestRecord
     transition: state.Transition
 
 
@@ -155,7 +157,7 @@ async def _vote(
     action: state.Decide | state.VoteStep,
     payload: DecideApprovalRequest,
     now: datetime,
-) -> tuple[ApprovalRequest, state.Transition]:
+) -> tuple[RequestRecord, state.Transition]:
     """A request-level decision or a step vote: lock, ask the state machine, record."""
     row = await _get_locked(repo, principal, request_id)
     transition = state.apply(await _view(repo, row), action, now)
@@ -250,7 +252,7 @@ async def _cancel(
     request_id: uuid.UUID,
     now: datetime,
 ) -> TransitionResult:
-    row = await repo.get(org_id, request_id, for_update=True)
+    row = await repo.get_locked(org_id, request_id)
     if row is None:
         raise NotFound("No approval request with this id.")
     actor = principal.actor if principal else None
@@ -311,7 +313,7 @@ class StepSpec:
 
 @dataclass(frozen=True)
 class StepVoteResult:
-    request: ApprovalRequest
+    request: RequestRecord
     step: ApprovalStep
     transition: state.Transition
 
@@ -410,7 +412,7 @@ async def vote_step(
 
 
 async def steps_and_votes(
-    repo: ApprovalRepository | ApprovalReads, row: ApprovalRequest
+    repo: ApprovalRepository | ApprovalReads, row: RequestRecord
 ) -> tuple[Sequence[ApprovalStep], Sequence[Vote]]:
     """What the single read shows beside the request: its chain and the votes cast.
 
@@ -427,14 +429,14 @@ async def steps_and_votes(
 
 async def _get_locked(
     repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
-) -> ApprovalRequest:
-    row = await repo.get(principal.org_id, request_id, for_update=True)
+) -> LockedRequest:
+    row = await repo.get_locked(principal.org_id, request_id)
     if row is None:
         raise NotFound("No approval request with this id.")
     return row
 
 
-async def _view(repo: ApprovalRepository, row: ApprovalRequest) -> state.RequestView:
+async def _view(repo: ApprovalRepository, row: RequestRecord) -> state.RequestView:
     """The state machine's snapshot of a (locked) request: its votes and its chain."""
     steps = await repo.list_steps(row.id) if row.has_steps else ()
     count_based_pending = row.status == "pending" and not steps
@@ -454,7 +456,7 @@ async def _view(repo: ApprovalRepository, row: ApprovalRequest) -> state.Request
 
 async def _record_transition(
     repo: ApprovalRepository,
-    row: ApprovalRequest,
+    row: RequestRecord,
     transition: state.Transition,
     principal: Principal | None,
     now: datetime,
@@ -531,7 +533,7 @@ async def _record_transition(
 
 async def _enqueue_callback(
     repo: ApprovalRepository,
-    row: ApprovalRequest,
+    row: RequestRecord,
     transition: state.Transition,
     principal: Principal | None,
     comment: str | None,
@@ -549,7 +551,7 @@ def _final_fields(
     transition: state.Transition,
     principal: Principal | None,
     now: datetime,
-    row: ApprovalRequest,
+    row: RequestRecord,
     comment: str | None,
 ) -> dict[str, Any]:
     if transition.status == "expired":
@@ -567,7 +569,7 @@ def _final_fields(
 
 
 async def _add_comment(
-    repo: ApprovalRepository, row: ApprovalRequest, user_id: uuid.UUID, body: str, now: datetime
+    repo: ApprovalRepository, row: RequestRecord, user_id: uuid.UUID, body: str, now: datetime
 ) -> Comment:
     comment = Comment(
         id=new_id(),
@@ -586,7 +588,7 @@ async def _add_comment(
 
 
 def _event(
-    row: ApprovalRequest,
+    row: RequestRecord,
     event_type: str,
     actor_id: uuid.UUID | None,
     now: datetime,

@@ -23,12 +23,13 @@ import httpx
 import orjson
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from signoff.approvals.repository import RequestRecord
 from signoff.auth.principal import Principal
 from signoff.common.ids import new_id
 from signoff.common.time import format_timestamp
 from signoff.crypto import SecretBox
 from signoff.errors import ValidationFailed
-from signoff.models import ApprovalRequest, AuditEvent
+from signoff.models import AuditEvent
 from signoff.models.webhooks import WebhookAttempt, WebhookDelivery
 from signoff.webhooks.delivery import AttemptResult
 from signoff.webhooks.repository import ConnectionSecrets, WebhookRepository
@@ -117,7 +118,7 @@ def delivered(outcomes: Sequence[RecordedAttempt | None]) -> bool:
 
 
 def decision_payload(
-    row: ApprovalRequest, principal: Principal | None, comment: str | None
+    row: RequestRecord, principal: Principal | None, comment: str | None
 ) -> dict[str, Any]:
     """interface.md 6.3, plus ``id``, ``decided_by_name`` and ``decision_comment`` (decisions.md
     section 13). Expiry and operator cancellations have no deciding user: ``decided_by`` null.
@@ -208,7 +209,7 @@ async def check_callback_url(policy: AddressPolicy, url: str, field: str = "call
 
 async def enqueue_decision_callback(
     repo: WebhookRepository,
-    row: ApprovalRequest,
+    row: RequestRecord,
     principal: Principal | None,
     comment: str | None,
     now: datetime,

@@ -25,7 +25,6 @@ from sqlalchemy import Table, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import (
-    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -105,20 +104,6 @@ class Database:
         """A session for reads; it never commits anything."""
         async with self._closing(self._read_sessions()) as session:
             yield session
-
-    @asynccontextmanager
-    async def read_connection(self) -> AsyncIterator[AsyncConnection]:
-        """A bare Core connection for a one-query read that needs no ORM session."""
-        if not self.is_sqlite:
-            async with self.read_engine.connect() as connection:
-                yield connection
-            return
-        # Closed directly, for the reason given in ``_closing``.
-        connection = await self.read_engine.connect().start()
-        try:
-            yield connection
-        finally:
-            await connection.close()
 
     @asynccontextmanager
     async def write_session(self) -> AsyncIterator[AsyncSession]:

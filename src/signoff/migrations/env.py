@@ -9,22 +9,11 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from signoff.migrations import is_described_by_models
 from signoff.models import Base
 
 # Any number from our namespace; concurrent `db upgrade` runs on PostgreSQL queue on it.
 MIGRATION_LOCK_ID = 0x5160FF
-HAND_MANAGED_PREFIXES = (
-    "approval_requests_fts",
-    "search_vector",
-    "ix_approval_requests_search",
-    "approval_request_counts",
-)
-
-
-def _include_object(obj: object, name: str | None, type_: str, *_: object) -> bool:
-    # Dialect-specific objects managed by hand: full-text search (0001), request counts
-    # (0005).
-    return not (name or "").startswith(HAND_MANAGED_PREFIXES)
 
 
 def _run(connection: Connection) -> None:
@@ -34,7 +23,7 @@ def _run(connection: Connection) -> None:
         target_metadata=Base.metadata,
         render_as_batch=is_sqlite,
         compare_type=True,
-        include_object=_include_object,
+        include_object=is_described_by_models,
     )
     with context.begin_transaction():
         if not is_sqlite:

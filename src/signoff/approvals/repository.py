@@ -346,19 +346,7 @@ class ApprovalRepository:
         return frozenset(row.user_id for row in rows)
 
     async def add_vote(self, vote: Vote | NewVote) -> None:
-        await execute_in(
-            self.session,
-            _INSERT_VOTE,
-            {
-                "id": vote.id or new_id(),
-                "request_id": vote.request_id,
-                "step_id": vote.step_id,
-                "user_id": vote.user_id,
-                "decision": vote.decision,
-                "comment": vote.comment,
-                "created_at": vote.created_at or utcnow(),
-            },
-        )
+        await execute_in(self.session, _INSERT_VOTE, _new_row_values(vote, _INSERT_VOTE))
 
     async def has_votes(self, request_id: uuid.UUID) -> bool:
         found = await self.session.scalar(
@@ -446,19 +434,9 @@ class ApprovalRepository:
     async def add_event(self, event: AuditEvent | NewEvent) -> None:
         """Written at once with a prepared insert: every create and decision writes one,
         and the ORM's unit-of-work flush cost three times the insert (docs/performance.md)."""
-        await execute_in(
-            self.session,
-            _INSERT_EVENT,
-            {
-                "id": event.id or new_id(),
-                "org_id": event.org_id,
-                "request_id": event.request_id,
-                "type": event.type,
-                "actor_id": event.actor_id,
-                "data": event.data if event.data is not None else {},
-                "created_at": event.created_at or utcnow(),
-            },
-        )
+        values = _new_row_values(event, _INSERT_EVENT)
+        values["data"] = event.data if event.data is not None else {}
+        await execute_in(self.session, _INSERT_EVENT, values)
 
     async def list_events(self, request_id: uuid.UUID) -> Sequence[AuditEvent]:
         result = await self.session.scalars(
@@ -558,6 +536,15 @@ def _search_query(dialect: str, terms: list[str]) -> str:
     if dialect == "postgresql":
         return " & ".join(f"{term}:*" for term in terms)
     return " ".join('"' + term.replace('"', '""') + '"*' for term in terms)
+
+
+def _new_row_values(item: object, insert: PreparedQuery) -> dict[str, Any]:
+    """The values of ``insert``'s columns, read from ``item`` (an entity or a ``New…``
+    value), with the id and creation time it has not been given yet."""
+    values = {column: getattr(item, column) for column in insert.column_keys or ()}
+    values["id"] = values["id"] or new_id()
+    values["created_at"] = values["created_at"] or utcnow()
+    return values
 
 
 def _is_past_expiry() -> ColumnElement[bool]:

@@ -19,7 +19,7 @@ from signoff.orgs.repository import find_principal_by_key_hash
 from signoff.ratelimit.limiter import RateLimiter
 from signoff.unit_of_work import UnitOfWork
 from signoff.webhooks.dispatcher import WebhookDispatcher
-from signoff.webhooks.service import start_outbox
+from signoff.webhooks.service import outbox_of, start_outbox
 
 
 class RequestWaiters:
@@ -79,16 +79,15 @@ class AppContext:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[UnitOfWork]:
         """A write transaction, committed when the block ends without an exception."""
-        async with self.db.write_session() as session:
+        async with self.db.write_transaction() as session:
             # Callbacks written by this transaction are held by it for this long.
-            start_outbox(session, self.settings.delivery_lease_seconds)
-            yield UnitOfWork(session, self.db.dialect)
-            await session.commit()
+            outbox = start_outbox(session, self.settings.delivery_lease_seconds)
+            yield UnitOfWork(session, self.db.dialect, outbox)
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[UnitOfWork]:
         async with self.db.read_session() as session:
-            yield UnitOfWork(session, self.db.dialect)
+            yield UnitOfWork(session, self.db.dialect, outbox_of(session))
 
     async def authenticate(self, token: str) -> Principal | None:
         if looks_like_api_key(token):

@@ -4,11 +4,13 @@ Transactions
 ------------
 Reads run in ordinary transactions. Writes on SQLite start with ``BEGIN IMMEDIATE`` so the
 write lock is taken up front (a deferred transaction that reads, then writes, can fail with
-SQLITE_BUSY instead of waiting). Inside one process, SQLite writers also queue on an
-``asyncio.Lock``: SQLite's own busy handler sleeps in growing steps of up to 100 ms,
-which would wreck tail latency under load, while a lock hands the writer slot over at once.
-Other processes (a CLI, a ``signoff worker``) are waited for up to the busy timeout, with
-asyncio sleeps: SQLite calls run on the event loop's thread (see ``sqlite_driver``).
+SQLITE_BUSY instead of waiting). Inside one process, SQLite writers also queue for their
+turn (``group_commit``): SQLite's own busy handler sleeps in growing steps of up to
+100 ms, which would wreck tail latency under load, while a queue hands the writer slot
+over at once. Writers queued behind one another share a transaction, each in a savepoint
+of its own. Other processes (a CLI, a ``signoff worker``) are waited for up to the busy
+timeout, with asyncio sleeps: SQLite calls run on the event loop's thread (see
+``sqlite_driver``).
 
 On PostgreSQL the same service code takes row locks with ``SELECT ... FOR UPDATE``
 (SQLAlchemy drops that clause on SQLite, where the whole transaction is already exclusive).
@@ -16,7 +18,6 @@ On PostgreSQL the same service code takes row locks with ``SELECT ... FOR UPDATE
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -32,6 +33,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.sql.dml import Insert
 
+from signoff.group_commit import GroupCommit
 from signoff.prepared import QueryRunner
 from signoff.sqlite_driver import Checkpointer, begin_transaction, inline_connector
 
@@ -62,8 +64,9 @@ class Database:
         self.is_sqlite = url.startswith("sqlite")
         if self.is_sqlite:
             busy_timeout = SQLITE_BUSY_TIMEOUT_MS / 1000
-            self._sqlite_write_lock: asyncio.Lock | None = asyncio.Lock()
-            self._checkpointer: Checkpointer | None = Checkpointer(url, self._sqlite_write_lock)
+            self.group_commit: GroupCommit | None = GroupCommit(self._new_write_session)
+            # Checkpoints wait for a moment without a write transaction (group_commit).
+            self.checkpointer: Checkpointer | None = Checkpointer(url, self.group_commit.exclusive)
             self.read_engine = create_async_engine(
                 url,
                 echo=echo,
@@ -77,7 +80,7 @@ class Database:
                 echo=echo,
                 pool_size=1,
                 max_overflow=0,
-                async_creator=inline_connector(url, busy_timeout, self._checkpointer),
+                async_creator=inline_connector(url, busy_timeout, self.checkpointer),
             )
             _configure_sqlite(self.read_engine, immediate=False)
             _configure_sqlite(self.write_engine, immediate=True)
@@ -86,8 +89,8 @@ class Database:
                 url, echo=echo, pool_size=20, max_overflow=10, pool_pre_ping=True
             )
             self.read_engine = self.write_engine = engine
-            self._sqlite_write_lock = None
-            self._checkpointer = None
+            self.group_commit = None
+            self.checkpointer = None
         # The hot path's reads, outside any session (prepared.py).
         self.queries = QueryRunner(
             self.read_engine, url if self.is_sqlite else None, SQLITE_BUSY_TIMEOUT_MS / 1000
@@ -105,19 +108,26 @@ class Database:
         async with self._closing(self._read_sessions()) as session:
             yield session
 
+    def _new_write_session(self) -> AsyncSession:
+        return self._write_sessions()
+
     @asynccontextmanager
-    async def write_session(self) -> AsyncIterator[AsyncSession]:
-        """A session whose transaction the *caller* commits; it rolls back if not committed.
+    async def write_transaction(self) -> AsyncIterator[AsyncSession]:
+        """A session whose writes commit when the block ends without an exception, and
+        are rolled back when it raises. The block must not commit.
 
         Services never commit: the endpoint's unit of work, the CLI command or the worker
-        loop does, once the whole use case has succeeded.
+        loop opens this around the whole use case. On SQLite the transaction may be
+        shared with other writers of this process (``group_commit``); either way the
+        block returns only once its writes are committed.
         """
-        if self._sqlite_write_lock is None:
-            async with self._write_sessions() as session:
+        if self.group_commit is not None:
+            async with self.group_commit.writer() as session:
                 yield session
             return
-        async with self._sqlite_write_lock, self._closing(self._write_sessions()) as session:
+        async with self._write_sessions() as session:
             yield session
+            await session.commit()
 
     @asynccontextmanager
     async def _closing(self, session: AsyncSession) -> AsyncIterator[AsyncSession]:
@@ -140,8 +150,8 @@ class Database:
 
     async def dispose(self) -> None:
         self.queries.close()
-        if self._checkpointer is not None:
-            await self._checkpointer.close()
+        if self.checkpointer is not None:
+            await self.checkpointer.close()
         await self.read_engine.dispose()
         if self.write_engine is not self.read_engine:
             await self.write_engine.dispose()

@@ -23,7 +23,7 @@ What would otherwise block the event loop:
 - WAL checkpoints: SQLite copies the log back into the database (and syncs the file) inside
   the commit that crosses ``wal_autocheckpoint``, milliseconds at a time. Writer
   connections made here turn that off and leave it to a ``Checkpointer``, which runs the
-  checkpoint in a worker thread every ``CHECKPOINT_EVERY_COMMITS`` commits.
+  checkpoint in a worker thread every ``CHECKPOINT_EVERY_WRITES`` writes.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import asyncio
 import logging
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite
@@ -47,9 +48,11 @@ _open_sqlite: Callable[..., sqlite3.Connection] = sqlite3.connect
 _RETRIED_ERROR_CODES = frozenset({5, 261})
 _FIRST_PAUSE = 0.001
 _LONGEST_PAUSE = 0.05
-# A write of a request touches some ten pages: this keeps the log near SQLite's default
-# checkpoint size of 1000 pages.
-CHECKPOINT_EVERY_COMMITS = 100
+# Counted in writers' blocks, not commits: a create committed alone adds some 22 pages to
+# the log, one in a shared transaction (group_commit) some 3. Every 40 writes keeps the
+# log under SQLite's own checkpoint size of 1,000 pages; checkpoints further apart copy
+# more at a time, and writers wait that much longer (docs/performance.md).
+CHECKPOINT_EVERY_WRITES = 40
 
 
 def _is_busy(error: sqlite3.OperationalError) -> bool:
@@ -82,32 +85,34 @@ class Retrier:
 
 
 class Checkpointer:
-    """Checkpoints the WAL of one database file in a worker thread, every so many commits.
+    """Checkpoints the WAL of one database file in a worker thread, every so many writes.
 
-    It holds the process's writer lock meanwhile: the checkpoint then copies the whole log,
-    so the next writer starts the log over instead of appending to it (with writers going
-    on during a checkpoint the log would never be fully copied, and never restart). Reads
-    go on; writes queue for the few milliseconds it takes, as they did behind SQLite's own
-    checkpoint in the committing call.
+    It keeps this process's writers out meanwhile (``writers_paused``): the checkpoint then
+    copies the whole log, so the next writer starts the log over instead of appending to it
+    (with writers going on during a checkpoint the log would never be fully copied, and
+    never restart). Reads go on; writes queue for the milliseconds it takes, as they did
+    behind SQLite's own checkpoint in the committing call.
     """
 
-    def __init__(self, url: str, writer_lock: asyncio.Lock) -> None:
+    def __init__(
+        self, url: str, writers_paused: Callable[[], AbstractAsyncContextManager[None]]
+    ) -> None:
         args, kwargs = _connect_args(url)
         self._args = args
         self._kwargs = {**kwargs, "check_same_thread": False}
-        self._writer_lock = writer_lock
-        self._commits = 0
+        self._writers_paused = writers_paused
+        self._writes = 0
         self._task: asyncio.Task[None] | None = None
 
-    def committed(self) -> None:
-        self._commits += 1
-        if self._commits >= CHECKPOINT_EVERY_COMMITS and self._task is None:
-            self._commits = 0
+    def committed(self, writers: int = 1) -> None:
+        self._writes += writers
+        if self._writes >= CHECKPOINT_EVERY_WRITES and self._task is None:
+            self._writes = 0
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
         try:
-            async with self._writer_lock:
+            async with self._writers_paused():
                 await asyncio.to_thread(self._checkpoint)
         except Exception as error:
             logger.warning("WAL checkpoint failed (the next one retries): %s", error)
@@ -227,10 +232,12 @@ class InlineConnection:
     async def begin(self, statement: str) -> None:
         await self._retrier.run(lambda: self._conn.execute(statement))
 
-    async def commit(self) -> None:
+    async def commit(self, writers: int = 1) -> None:
+        """Commit; ``writers``: how many writers' blocks the transaction held
+        (``group_commit``), which is what the log grows by."""
         await self._retrier.run(self._conn.commit)
         if self._checkpointer is not None:
-            self._checkpointer.committed()
+            self._checkpointer.committed(writers)
 
     async def rollback(self) -> None:
         self._conn.rollback()

@@ -8,12 +8,13 @@ from signoff.approvals.repository import ApprovalRepository
 from signoff.oauth.repository import OAuthRepository
 from signoff.orgs.repository import OrgRepository
 from signoff.webhooks.repository import WebhookRepository
-from signoff.webhooks.service import Outbox, outbox_of
+from signoff.webhooks.service import Outbox
 
 
 class UnitOfWork:
-    def __init__(self, session: AsyncSession, dialect: str) -> None:
+    def __init__(self, session: AsyncSession, dialect: str, outbox: Outbox) -> None:
         self.session = session
+        self._outbox = outbox
         self.dialect = dialect
         self.approvals = ApprovalRepository(session, dialect)
         self.orgs = OrgRepository(session)
@@ -23,4 +24,4 @@ class UnitOfWork:
     @property
     def outbox(self) -> Outbox:
         """Callbacks this transaction wrote; after the commit, deliver or hand them off."""
-        return outbox_of(self.session)
+        return self._outbox

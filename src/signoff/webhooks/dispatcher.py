@@ -109,9 +109,8 @@ class WebhookDispatcher:
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[WebhookRepository]:
-        async with self.db.write_session() as session:
+        async with self.db.write_transaction() as session:
             yield WebhookRepository(session, self.db.dialect)
-            await session.commit()
 
     # ---- attempts ----
 

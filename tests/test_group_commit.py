@@ -1,0 +1,231 @@
+"""Write transactions (``Database.write_transaction``), and on SQLite their group commit
+(src/signoff/group_commit.py): writers queued behind one another share a transaction, each
+in a savepoint of its own, and none returns before its writes are committed.
+
+What users rely on: a write that returned is committed; a write that raised left nothing;
+one writer's failure never undoes another's writes; nothing waits forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import uuid
+
+import pytest
+from sqlalchemy import select
+
+from signoff.common.time import utcnow
+from signoff.context import AppContext
+from signoff.db import Database
+from signoff.group_commit import GroupCommit
+from signoff.models import Organization
+from signoff.sqlite_driver import InlineConnection
+
+
+class Refused(Exception):
+    """A use case that fails after writing."""
+
+
+async def _add_org(db: Database, name: str, *, fail: bool = False, pause: float = 0) -> None:
+    async with db.write_transaction() as session:
+        session.add(Organization(id=uuid.uuid4(), name=name, created_at=utcnow()))
+        await session.flush()
+        if pause:
+            await asyncio.sleep(pause)
+        if fail:
+            raise Refused(name)
+
+
+async def _names(ctx: AppContext) -> set[str]:
+    async with ctx.reading() as uow:
+        return set((await uow.session.scalars(select(Organization.name))).all())
+
+
+# Group commit is SQLite's (PostgreSQL writers run side by side): these run on SQLite only.
+sqlite_only = pytest.mark.parametrize("test_database", ["sqlite"], indirect=True)
+
+
+def _group_commit(ctx: AppContext) -> GroupCommit:
+    assert ctx.db.group_commit is not None
+    return ctx.db.group_commit
+
+
+async def test_a_returned_write_is_committed_and_a_raised_one_left_nothing(
+    ctx: AppContext,
+) -> None:
+    await _add_org(ctx.db, "kept")
+    with pytest.raises(Refused):
+        await _add_org(ctx.db, "undone", fail=True)
+    assert await _names(ctx) == {"kept"}
+
+
+@sqlite_only
+async def test_queued_writers_share_transactions_and_all_commit(ctx: AppContext) -> None:
+    writers = _group_commit(ctx)
+    names = [f"org-{i}" for i in range(40)]
+
+    await asyncio.gather(*(_add_org(ctx.db, name) for name in names))
+
+    assert await _names(ctx) == set(names)
+    assert writers.committed_writers == 40
+    # 40 writers at once: the first alone or with the rest, then at most 32 per batch.
+    assert writers.committed_transactions <= 3
+
+
+@sqlite_only
+async def test_a_failing_writer_undoes_only_its_own_writes(ctx: AppContext) -> None:
+    _group_commit(ctx)
+    outcomes = await asyncio.gather(
+        *(_add_org(ctx.db, f"org-{i}", fail=i % 5 == 2) for i in range(20)),
+        return_exceptions=True,
+    )
+
+    failed = {f"org-{i}" for i in range(20) if i % 5 == 2}
+    assert [str(o) for o in outcomes if isinstance(o, Exception)] == sorted(
+        failed, key=lambda name: int(name.split("-")[1])
+    )
+    assert all(isinstance(o, Refused) for o in outcomes if o is not None)
+    assert await _names(ctx) == {f"org-{i}" for i in range(20)} - failed
+
+
+@sqlite_only
+async def test_a_writer_returns_only_once_another_connection_sees_its_write(
+    ctx: AppContext, database_url: str
+) -> None:
+    _group_commit(ctx)
+    path = database_url.split("///", 1)[1]
+
+    async def add_and_look(name: str) -> int:
+        await _add_org(ctx.db, name)
+        # A connection of its own, as another process would have.
+        with sqlite3.connect(path) as other:
+            row = other.execute("SELECT count(*) FROM organizations WHERE name = ?", (name,))
+            return int(row.fetchone()[0])
+
+    seen = await asyncio.gather(*(add_and_look(f"org-{i}") for i in range(10)))
+    assert seen == [1] * 10
+
+
+@sqlite_only
+async def test_each_writer_starts_with_an_empty_session(ctx: AppContext) -> None:
+    _group_commit(ctx)
+    leftovers: list[tuple[int, bool]] = []
+    kept: list[Organization] = []  # as endpoints keep the entities they answer with
+
+    async def look_then_add(i: int) -> None:
+        async with ctx.db.write_transaction() as session:
+            leftovers.append((len(session.identity_map), "mark" in session.info))
+            session.info["mark"] = i
+            org = Organization(id=uuid.uuid4(), name=f"org-{i}", created_at=utcnow())
+            session.add(org)
+            await session.flush()
+            kept.append(org)
+
+    await asyncio.gather(*(look_then_add(i) for i in range(10)))
+    assert leftovers == [(0, False)] * 10
+
+
+@sqlite_only
+async def test_a_failed_commit_fails_every_writer_of_the_transaction(
+    ctx: AppContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writers = _group_commit(ctx)
+    real_commit = InlineConnection.commit
+    failures = 0
+
+    async def commit_failing_once(self: InlineConnection, writers: int = 1) -> None:
+        nonlocal failures
+        if failures == 0:
+            failures += 1
+            raise sqlite3.OperationalError("disk I/O error")
+        await real_commit(self, writers)
+
+    monkeypatch.setattr(InlineConnection, "commit", commit_failing_once)
+    outcomes = await asyncio.gather(
+        *(_add_org(ctx.db, f"org-{i}") for i in range(5)), return_exceptions=True
+    )
+
+    # The first writer's transaction failed; nobody of it was told it succeeded, and
+    # nothing of it is in the database.
+    failed = [i for i, o in enumerate(outcomes) if isinstance(o, sqlite3.OperationalError)]
+    assert failed and failed[0] == 0
+    assert await _names(ctx) == {f"org-{i}" for i in range(5) if i not in failed}
+    assert writers.committed_writers == 5 - len(failed)
+
+    # The writer's turn passed on: later writes go through.
+    await _add_org(ctx.db, "after")
+    assert "after" in await _names(ctx)
+
+
+@sqlite_only
+@pytest.mark.parametrize("cancel_after_turns", range(6))
+async def test_a_cancelled_writer_never_leaves_others_waiting(
+    ctx: AppContext, cancel_after_turns: int
+) -> None:
+    """Wherever a queued writer is cancelled (waiting for its turn, in its block, waiting
+    for the commit), the writers before it still get their commit."""
+    _group_commit(ctx)
+    first = asyncio.create_task(_add_org(ctx.db, "first", pause=0.01))
+    await asyncio.sleep(0)
+    second = asyncio.create_task(_add_org(ctx.db, "second", pause=0.01))
+    await asyncio.sleep(0.005)  # both queued, the first one in its block
+    await asyncio.sleep(0.006)  # the first one has left its block, or is about to
+    for _ in range(cancel_after_turns):
+        await asyncio.sleep(0)
+    second.cancel()
+
+    await asyncio.wait_for(first, timeout=5)
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    names = await _names(ctx)
+    assert "first" in names
+    # And the process writes on afterwards.
+    await asyncio.wait_for(_add_org(ctx.db, "third"), timeout=5)
+    assert "third" in await _names(ctx)
+
+
+@sqlite_only
+async def test_a_checkpoint_waits_for_no_transaction_to_be_open(
+    ctx: AppContext, database_url: str
+) -> None:
+    """``exclusive`` (the WAL checkpoint's turn) commits the open transaction first."""
+    writers = _group_commit(ctx)
+    tasks = [asyncio.create_task(_add_org(ctx.db, f"org-{i}", pause=0.001)) for i in range(5)]
+    await asyncio.sleep(0.002)  # the first writer is in its block, the others queued
+    async with writers.exclusive():
+        # No write transaction is open: another connection takes the write lock at once.
+        other = sqlite3.connect(database_url.split("///", 1)[1], timeout=0)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+        finally:
+            other.close()
+    await asyncio.gather(*tasks)
+    assert await _names(ctx) == {f"org-{i}" for i in range(5)}
+
+
+@sqlite_only
+async def test_the_log_is_checkpointed_by_writes_not_by_transactions(
+    ctx: AppContext, database_url: str
+) -> None:
+    """Shared transactions hold many writes each: checkpoints follow the writes, so the log
+    is copied back and started over as often as when every write committed alone."""
+    writers = _group_commit(ctx)
+    checkpointer = ctx.db.checkpointer
+    assert checkpointer is not None
+    for round_ in range(20):
+        await asyncio.gather(*(_add_org(ctx.db, f"org-{round_}-{i}") for i in range(40)))
+        await checkpointer.close()  # waits for the checkpoint under way, if any
+    assert writers.committed_writers == 800
+    assert writers.committed_transactions <= 60
+
+    other = sqlite3.connect(database_url.split("///", 1)[1])
+    try:
+        _busy, log_frames, _copied = other.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    finally:
+        other.close()
+    # Counted by transactions (every 40 commits), no checkpoint would have run: the log
+    # would hold all 20 rounds (some 200 frames here). Counted by writes, it was copied
+    # back after each round of 40, and holds about one round's.
+    assert 0 < log_frames < 60

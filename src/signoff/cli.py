@@ -8,6 +8,7 @@ commands refuse to run against a schema that is behind.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import signal
 import sys
@@ -84,6 +85,18 @@ def prepare_database(settings: Settings) -> None:
             f"The database {redacted_url(settings.database_url)} is not at the latest "
             "schema. Run `signoff db upgrade` first."
         )
+
+
+def freeze_startup_objects() -> None:
+    """Leave what startup built (modules, the app, its schemas) out of garbage collection.
+
+    Why: a full collection walks every object the process holds, some 150,000 once the
+    app is built, and took 100 to 130 ms on the bench machine, about once a second under
+    load: the slowest answers of every scenario, and a tenth of the process's time. Those
+    objects live as long as the process; what requests allocate is still collected.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -240,6 +253,7 @@ def serve(
         raise _fail(str(exc)) from None
     configure_logging(settings)
     application = create_app(settings, background=not no_worker)
+    freeze_startup_objects()
     err.print(
         f"signoff {__version__} listening on http://{host}:{port} "
         f"(database: {redacted_url(settings.database_url)}, env: {settings.env})",
@@ -279,6 +293,7 @@ def worker() -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        freeze_startup_objects()
         err.print(f"signoff {__version__} worker started", highlight=False)
         try:
             await asyncio.gather(run_expiry_sweep(ctx, stop), run_delivery_worker(ctx, stop))

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from signoff.sqlite_driver import InlineConnection
+from signoff.prepared import SQLITE_CONNECTION_KEY, SQLiteTransaction, inline_driver
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ _SAVEPOINT = "signoff_writer"
 @dataclass
 class _Batch:
     session: AsyncSession
-    driver: InlineConnection
+    sqlite: SQLiteTransaction
     committed: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -134,19 +134,18 @@ class GroupCommit:
         try:
             # Taking the connection begins the transaction (BEGIN IMMEDIATE, db.py).
             connection = await session.connection()
-            raw = await connection.get_raw_connection()
-            driver = raw.driver_connection
-            if not isinstance(driver, InlineConnection):  # pragma: no cover - db.py's
-                raise TypeError(f"expected an inline SQLite connection, got {driver!r}")
+            sqlite = SQLiteTransaction(await inline_driver(connection), connection.dialect)
         except BaseException:
             await session.close()
             raise
-        self._batch = _Batch(session, driver)
+        self._batch = _Batch(session, sqlite)
         return self._batch
 
     async def _begin_block(self, batch: _Batch) -> None:
+        # Prepared statements (prepared.py) find the connection here, not through SQLAlchemy.
+        batch.session.info[SQLITE_CONNECTION_KEY] = batch.sqlite
         try:
-            await batch.driver.run(lambda sqlite: sqlite.execute(f"SAVEPOINT {_SAVEPOINT}"))
+            await _execute(batch, f"SAVEPOINT {_SAVEPOINT}")
         except BaseException as error:
             await self._abandon(batch, error)
             raise
@@ -155,8 +154,8 @@ class GroupCommit:
         """Keep or undo one writer's block, and leave the session empty for the next."""
         try:
             if failed:
-                await batch.driver.run(lambda sqlite: sqlite.execute(f"ROLLBACK TO {_SAVEPOINT}"))
-            await batch.driver.run(lambda sqlite: sqlite.execute(f"RELEASE {_SAVEPOINT}"))
+                await _execute(batch, f"ROLLBACK TO {_SAVEPOINT}")
+            await _execute(batch, f"RELEASE {_SAVEPOINT}")
         except BaseException as error:
             await self._abandon(batch, error)
             raise
@@ -170,7 +169,7 @@ class GroupCommit:
         flush, which the savepoint has undone) and tell its writers."""
         self._batch = None
         try:
-            await batch.driver.commit(batch.writers)
+            await batch.sqlite.driver.commit(batch.writers)
         except BaseException as error:
             await self._abandon(batch, error)
             return
@@ -188,3 +187,7 @@ class GroupCommit:
         finally:
             if not batch.committed.done():
                 batch.committed.set_exception(error)
+
+
+async def _execute(batch: _Batch, sql: str) -> None:
+    await batch.sqlite.driver.run(lambda sqlite: sqlite.execute(sql))

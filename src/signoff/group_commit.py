@@ -64,6 +64,8 @@ class GroupCommit:
         self._turn = asyncio.Lock()  # FIFO: writers take their turns in arrival order
         self._queued = 0
         self._batch: _Batch | None = None
+        # The task committing a batch its writers left open (_take_turn), kept here so it
+        # is not garbage-collected while it runs.
         self._closing: asyncio.Future[None] | None = None
         # What was committed so far: transactions, and the writers' blocks they held.
         self.committed_transactions = 0
@@ -187,6 +189,8 @@ class GroupCommit:
         finally:
             if not batch.committed.done():
                 batch.committed.set_exception(error)
+                if batch.writers == 0:
+                    batch.committed.exception()  # nobody waits for it: the error is seen
 
 
 async def _execute(batch: _Batch, sql: str) -> None:

@@ -43,9 +43,6 @@ logger = logging.getLogger(__name__)
 # Attempt records written at once per process (each holds a connection briefly).
 RECORD_CONCURRENCY = 8
 RECORD_RETRY_PAUSES = (0.2, 1.0, 3.0)
-# Failing receivers remembered at most (the oldest forgotten first): each is a parameter
-# of every claim while it fails.
-MAX_FAILING_TARGETS = 1_000
 # At most this many attempts share one record transaction (it holds SQLite's writer).
 RECORD_BATCH_SIZE = 50
 
@@ -109,9 +106,6 @@ class WebhookDispatcher:
         )
         self._record_slots = asyncio.Semaphore(RECORD_CONCURRENCY)
         self._batcher = _RecordBatcher(self)
-        # Receivers whose last attempt from this process failed, oldest first: claims take
-        # their due deliveries after the others' (WebhookRepository.claim_due).
-        self.failing_targets: dict[str, None] = {}
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[WebhookRepository]:
@@ -154,20 +148,11 @@ class WebhookDispatcher:
                 timeout=self.settings.delivery_timeout_seconds,
                 read_cap=self.settings.delivery_response_read_bytes,
             )
-        self.note_outcome(claimed.target, success=result.success)
         item = _Record(claimed, result, manual)
         if batched:
             return await self._batcher.submit(item)
         [recorded] = await self._record([item])
         return recorded
-
-    def note_outcome(self, target: str, *, success: bool) -> None:
-        """Remember whether the last attempt to ``target`` failed (for claims)."""
-        self.failing_targets.pop(target, None)
-        if not success:
-            self.failing_targets[target] = None
-            if len(self.failing_targets) > MAX_FAILING_TARGETS:  # forget the oldest
-                del self.failing_targets[next(iter(self.failing_targets))]
 
     async def _record(self, items: Sequence[_Record]) -> list[RecordedAttempt | None]:
         """Log attempts and move their deliveries on, in one transaction."""
@@ -251,7 +236,6 @@ class WebhookDispatcher:
                 limit,
                 in_flight,
                 self.settings.delivery_per_target_concurrency,
-                frozenset(self.failing_targets),
             )
 
     async def next_due_at_seconds(self, exclude_targets: Sequence[str] = ()) -> float | None:

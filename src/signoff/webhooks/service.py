@@ -14,7 +14,7 @@ stop). If the process dies in between, the lease runs out and any worker takes o
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -275,11 +275,10 @@ async def claim_due(
     limit: int,
     in_flight: Mapping[str, int],
     per_target: int,
-    failing: Collection[str] = (),
 ) -> list[ClaimedDelivery]:
     token = uuid.uuid4()
     lease_until = now + timedelta(seconds=lease_seconds)
-    ids = await repo.claim_due(token, now, lease_until, limit, in_flight, per_target, failing)
+    ids = await repo.claim_due(token, now, lease_until, limit, in_flight, per_target)
     return [_claimed(d, token, s) for d, s in await repo.get_claimed(ids, token)]
 
 

@@ -33,6 +33,7 @@ from signoff.db import Database
 from signoff.errors import Conflict, NotFound
 from signoff.webhooks import service
 from signoff.webhooks.delivery import AttemptResult, ClientPool, send_attempt
+from signoff.webhooks.receivers import ReceiverRecord
 from signoff.webhooks.repository import WebhookRepository
 from signoff.webhooks.service import ClaimedDelivery, Outbox, RecordedAttempt, RetrySchedule
 from signoff.webhooks.signing import signed_headers
@@ -106,6 +107,8 @@ class WebhookDispatcher:
         )
         self._record_slots = asyncio.Semaphore(RECORD_CONCURRENCY)
         self._batcher = _RecordBatcher(self)
+        # Which receivers answered their last attempt from this process (receivers.py).
+        self.receivers = ReceiverRecord(settings.delivery_per_target_concurrency)
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[WebhookRepository]:
@@ -148,6 +151,7 @@ class WebhookDispatcher:
                 timeout=self.settings.delivery_timeout_seconds,
                 read_cap=self.settings.delivery_response_read_bytes,
             )
+        self.receivers.note(claimed.target, success=result.success)
         item = _Record(claimed, result, manual)
         if batched:
             return await self._batcher.submit(item)
@@ -235,7 +239,8 @@ class WebhookDispatcher:
                 self.settings.delivery_lease_seconds,
                 limit,
                 in_flight,
-                self.settings.delivery_per_target_concurrency,
+                self.receivers.cap,
+                self.receivers.failing(),
             )
 
     async def next_due_at_seconds(self, exclude_targets: Sequence[str] = ()) -> float | None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import Table, func, insert, select, text, update
@@ -24,6 +24,8 @@ from signoff.models.webhooks import WebhookAttempt, WebhookDelivery
 NOTIFY_CHANNEL = "signoff_deliveries"
 # A claim looks at this many due rows per free slot, to fill slots past busy receivers.
 CANDIDATES_PER_SLOT = 2
+# How long past due a delivery to a failing receiver may wait behind the others' (claim_due).
+FAILING_WAIT = timedelta(seconds=10)
 # Core tables for the record's bulk inserts (no unit of work for rows nobody tracks).
 _ATTEMPTS = cast(Table, WebhookAttempt.__table__)
 _EVENTS = cast(Table, AuditEvent.__table__)
@@ -65,34 +67,29 @@ class WebhookRepository:
         lease_until: datetime,
         limit: int,
         in_flight: Mapping[str, int],
-        per_target: int,
+        cap: Callable[[str], int],
+        failing: Collection[str] = (),
     ) -> Sequence[uuid.UUID]:
         """Take up to ``limit`` due deliveries for ``token`` until ``lease_until``.
 
-        No receiver (``target``) gets more than ``per_target`` attempts of this worker at
-        once, counting the ``in_flight`` ones: receivers already at that cap are left out
+        No receiver (``target``) gets more than ``cap(target)`` attempts of this worker at
+        once, counting the ``in_flight`` ones: receivers already at their cap are left out
         of the query altogether, so a backlog for one slow receiver never stands in front
         of due deliveries to the others.
+
+        Receivers whose last attempt failed (``failing``) come after the others: their
+        deliveries are claimed only when those due to the others do not fill the claim
+        (a second query), or once they are ``FAILING_WAIT`` past due. At saturation,
+        attempts likely to fail then take no turns from receivers that answer.
         """
-        saturated = [target for target, count in in_flight.items() if count >= per_target]
-        candidates = (
-            select(WebhookDelivery.id, WebhookDelivery.target)
-            .where(WebhookDelivery.status == "pending", WebhookDelivery.due_at <= now)
-            .order_by(WebhookDelivery.due_at)
-            .limit(limit * CANDIDATES_PER_SLOT)
-            .with_for_update(skip_locked=True)
-        )
-        if saturated:
-            candidates = candidates.where(WebhookDelivery.target.not_in(saturated))
+        saturated = [target for target, count in in_flight.items() if count >= cap(target)]
         counts = Counter(in_flight)
-        chosen: list[uuid.UUID] = []
-        for delivery_id, target in (await self.session.execute(candidates)).all():
-            if counts[target] >= per_target:
-                continue
-            counts[target] += 1
-            chosen.append(delivery_id)
-            if len(chosen) == limit:
-                break
+        waiting = [target for target in failing if target not in saturated]
+        rows = await self._candidates(now, limit, saturated, waiting)
+        chosen = _choose(rows, limit, counts, cap)
+        if waiting and len(chosen) < limit:
+            rows = await self._candidates(now, limit, saturated, only=waiting, besides=chosen)
+            chosen += _choose(rows, limit - len(chosen), counts, cap)
         if not chosen:
             return []
         # The candidates are ours until commit (row locks on PostgreSQL, the write lock
@@ -105,6 +102,39 @@ class WebhookRepository:
             .execution_options(synchronize_session=False)
         )
         return list(result.scalars().all())
+
+    async def _candidates(
+        self,
+        now: datetime,
+        limit: int,
+        saturated: Collection[str],
+        failing: Collection[str] = (),
+        *,
+        only: Collection[str] = (),
+        besides: Collection[uuid.UUID] = (),
+    ) -> Sequence[Any]:
+        """Due deliveries, oldest first, locked for us on PostgreSQL: none to
+        ``saturated`` receivers, none to ``failing`` ones unless ``FAILING_WAIT`` past due,
+        only those to ``only`` receivers if given, and none of ``besides``."""
+        due = WebhookDelivery.due_at
+        query = (
+            select(WebhookDelivery.id, WebhookDelivery.target)
+            .where(WebhookDelivery.status == "pending", due <= now)
+            .order_by(due)
+            .limit(limit * CANDIDATES_PER_SLOT)
+            .with_for_update(skip_locked=True)
+        )
+        if saturated:
+            query = query.where(WebhookDelivery.target.not_in(saturated))
+        if failing:
+            query = query.where(
+                WebhookDelivery.target.not_in(failing) | (due <= now - FAILING_WAIT)
+            )
+        if only:
+            query = query.where(WebhookDelivery.target.in_(only))
+        if besides:
+            query = query.where(WebhookDelivery.id.not_in(besides))
+        return (await self.session.execute(query)).all()
 
     async def claim_for_manual_retry(
         self,
@@ -266,3 +296,19 @@ class WebhookRepository:
 
 def _column_values(row: Any) -> dict[str, Any]:
     return {column.key: getattr(row, column.key) for column in row.__table__.columns}
+
+
+def _choose(
+    rows: Sequence[Any], limit: int, counts: Counter[str], cap: Callable[[str], int]
+) -> list[uuid.UUID]:
+    """Up to ``limit`` of ``rows`` in their order, at most ``cap(target)`` per receiver
+    counting ``counts`` (which this updates)."""
+    chosen: list[uuid.UUID] = []
+    for row in rows:
+        if counts[row.target] >= cap(row.target):
+            continue
+        counts[row.target] += 1
+        chosen.append(row.id)
+        if len(chosen) == limit:
+            break
+    return chosen

@@ -14,7 +14,7 @@ stop). If the process dies in between, the lease runs out and any worker takes o
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -274,11 +274,15 @@ async def claim_due(
     lease_seconds: float,
     limit: int,
     in_flight: Mapping[str, int],
-    per_target: int,
+    per_target: int | Callable[[str], int],
+    failing: Collection[str] = (),
 ) -> list[ClaimedDelivery]:
+    """Lease up to ``limit`` due deliveries; ``per_target``: how many attempts a receiver
+    may have in flight (one number for all, or each receiver's, receivers.py)."""
     token = uuid.uuid4()
     lease_until = now + timedelta(seconds=lease_seconds)
-    ids = await repo.claim_due(token, now, lease_until, limit, in_flight, per_target)
+    cap = per_target if callable(per_target) else (lambda _target: per_target)
+    ids = await repo.claim_due(token, now, lease_until, limit, in_flight, cap, failing)
     return [_claimed(d, token, s) for d, s in await repo.get_claimed(ids, token)]
 
 

@@ -92,7 +92,6 @@ class DeliveryWorker:
         self.dispatcher: WebhookDispatcher = ctx.webhooks
         settings = ctx.settings
         self.concurrency = settings.delivery_concurrency
-        self.per_target = settings.delivery_per_target_concurrency
         self.poll_seconds = settings.delivery_poll_interval_seconds
         self.in_flight: set[asyncio.Task[None]] = set()
         self.per_target_in_flight: Counter[str] = Counter()
@@ -131,7 +130,7 @@ class DeliveryWorker:
     async def _step(self) -> float:
         """Claim and start what is due; answer how long to sleep before the next step."""
         free = self.concurrency - len(self.in_flight)
-        saturated = [t for t, n in self.per_target_in_flight.items() if n >= self.per_target]
+        saturated = self._saturated()
         self._waiting_for_slot = free <= 0 or bool(saturated)
         if free <= 0:
             return self._poll_cap()  # a finishing attempt wakes us
@@ -139,7 +138,7 @@ class DeliveryWorker:
         self._start(claimed)
         if len(claimed) == free:
             return 0.0  # a backlog: claim again at once
-        saturated = [t for t, n in self.per_target_in_flight.items() if n >= self.per_target]
+        saturated = self._saturated()
         self._waiting_for_slot = bool(saturated)
         # Due work for receivers at their cap waits for one of their attempts to finish
         # (which wakes us); the sleep is until the next delivery we could take.
@@ -155,6 +154,11 @@ class DeliveryWorker:
         # records share one too) instead of one claim each. Work made due *now* (a hand-off)
         # still wakes the loop at once.
         return min(seconds + CLAIM_GATHER_SECONDS, self._poll_cap())
+
+    def _saturated(self) -> list[str]:
+        """Receivers at their cap of attempts in flight (receivers.py)."""
+        cap = self.dispatcher.receivers.cap
+        return [t for t, n in self.per_target_in_flight.items() if n >= cap(t)]
 
     def _poll_cap(self) -> float:
         if self.listener is not None and self.listener.alive:

@@ -22,7 +22,7 @@ class ReceiverRecord:
     per_target: int
     max_remembered: int = MAX_REMEMBERED
     # target -> whether its last attempt succeeded; least recently attempted first.
-    _answered: dict[str, bool] = field(default_factory=dict)
+    _answered: dict[str, bool] = field(default_factory=dict, init=False)
 
     def note(self, target: str, *, success: bool) -> None:
         self._answered.pop(target, None)

@@ -124,6 +124,10 @@ class QueryRunner:
         self._retrier = Retrier(busy_timeout)
         self._connection: sqlite3.Connection | None = None
 
+    @property
+    def dialect_name(self) -> str:
+        return str(self._dialect.name)
+
     async def all(self, query: PreparedQuery, params: Mapping[str, Any]) -> list[Any]:
         if self._sqlite_url is None:
             async with self._engine.connect() as pooled:
@@ -134,6 +138,42 @@ class QueryRunner:
         sqlite = self._sqlite_connection()
         raw_rows = await self._retrier.run(lambda: sqlite.execute(compiled.sql, values).fetchall())
         return [compiled.row(raw) for raw in raw_rows]
+
+    async def all_in_one_read(
+        self, *statements: tuple[PreparedQuery, Mapping[str, Any]]
+    ) -> list[list[Any]]:
+        """The rows of each statement, read in one transaction: on SQLite one snapshot
+        (a page and its total agree); on PostgreSQL one connection, at its default
+        isolation (READ COMMITTED), as a session's reads would be."""
+        if self._sqlite_url is None:
+            async with self._engine.connect() as pooled:
+                return [
+                    list((await pooled.execute(query.statement, params)).all())
+                    for query, params in statements
+                ]
+        compiled = [query.for_sqlite(self._dialect) for query, _ in statements]
+        values = [
+            query.parameters(params)
+            for query, (_, params) in zip(compiled, statements, strict=True)
+        ]
+        sqlite = self._sqlite_connection()
+
+        def read() -> list[list[Any]]:
+            # One synchronous call: no other coroutine's read can join this transaction.
+            sqlite.execute("BEGIN")
+            try:
+                return [
+                    sqlite.execute(query.sql, query_values).fetchall()
+                    for query, query_values in zip(compiled, values, strict=True)
+                ]
+            finally:
+                sqlite.execute("COMMIT")  # ends a read: nothing to write
+
+        raw_results = await self._retrier.run(read)
+        return [
+            [query.row(raw) for raw in raw_rows]
+            for query, raw_rows in zip(compiled, raw_results, strict=True)
+        ]
 
     async def one(self, query: PreparedQuery, params: Mapping[str, Any]) -> Any | None:
         rows = await self.all(query, params)

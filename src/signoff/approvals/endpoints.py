@@ -8,6 +8,7 @@ import time
 import uuid
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Depends, Query
 from starlette.requests import Request
 from starlette.responses import Response
@@ -142,15 +143,19 @@ async def list_approvals(
         decided_before=query.decided_before,
         assigned_to=principal.user_id if query.assigned_to == "me" else query.assigned_to_id,
     )
-    now = utcnow()
-    async with ctx.reading() as uow:
-        rows, total = await service.list_requests(
-            uow.approvals, principal, filters, page=query.page, page_size=query.page_size, now=now
-        )
+    rendered, total = await service.list_requests(
+        ApprovalReads(ctx.db.queries),
+        principal,
+        filters,
+        page=query.page,
+        page_size=query.page_size,
+        now=utcnow(),
+    )
     paging = pagination(query.page, query.page_size, total)
     return json_response(
         {
-            "data": [request_to_dict(row, now) for row in rows],
+            # Rendered by the database as request_to_dict would (approvals/rendered.py).
+            "data": [orjson.Fragment(item) for item in rendered],
             "pagination": paging,
             "total": total,
             "page": query.page,

@@ -20,6 +20,9 @@ def request_to_dict(row: RequestRecord, now: datetime) -> dict[str, Any]:
 
     A pending request past its deadline reads as expired (decided at its deadline) even
     before the sweep has written that down, so every reader sees one truth.
+
+    List pages get the same object from the database (``rendered.request_json``): a change
+    here is a change there, and ``tests/api/test_rendered.py`` fails until both agree.
     """
     status = row.status
     decided_at = row.decided_at

@@ -37,11 +37,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 from sqlalchemy.orm.attributes import set_committed_value
 
+from signoff.approvals.rendered import NOW as _NOW
+from signoff.approvals.rendered import request_json
 from signoff.common.ids import new_id
 from signoff.common.time import utcnow
 from signoff.db import insert_ignoring_conflicts
 from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, User, Vote
-from signoff.models.base import UTCDateTime
 from signoff.prepared import PreparedQuery, QueryRunner, count_in, entity_columns, execute_in
 
 _SEARCH_TERM = re.compile(r"[^\W_]+", re.UNICODE)
@@ -171,6 +172,37 @@ class ApprovalReads:
     async def list_votes(self, request_id: uuid.UUID) -> Sequence[Any]:
         return await self.queries.all(_VOTES_ON_REQUEST, {"request_id": request_id})
 
+    async def list_page(
+        self,
+        org_id: uuid.UUID,
+        filters: ListFilters,
+        *,
+        now: datetime,
+        offset: int,
+        limit: int,
+    ) -> tuple[list[str], int]:
+        """A page of requests, each rendered as its JSON object by the database
+        (``rendered.py``), and the total; both read in one transaction."""
+        params: dict[str, Any] = {"org_id": org_id, "now": now, "offset": offset, "limit": limit}
+        params.update(
+            (name, getattr(filters, name))
+            for name in _VALUE_FILTERS
+            if getattr(filters, name) is not None
+        )
+        if filters.search is not None:
+            terms = search_terms(filters.search)
+            if not terms:
+                return [], 0
+            params["search_query"] = _search_query(self.queries.dialect_name, terms)
+        page, count = _page_queries(
+            self.queries.dialect_name,
+            tuple(sorted(set(filters.statuses or ()))),
+            frozenset(name for name in _VALUE_FILTERS if name in params),
+            filters.search is not None,
+        )
+        rows, totals = await self.queries.all_in_one_read((page, params), (count, params))
+        return [row.json for row in rows], int(totals[0].total) if totals else 0
+
 
 @dataclass(frozen=True)
 class NewEvent:
@@ -272,45 +304,6 @@ class ApprovalRepository:
                 set_committed_value(row, key, value)
             else:
                 setattr(row, key, value)
-
-    async def list_page(
-        self,
-        org_id: uuid.UUID,
-        filters: ListFilters,
-        *,
-        now: datetime,
-        offset: int,
-        limit: int,
-    ) -> tuple[Sequence[Any], int]:
-        """A page of rows with the fields of ``ApprovalRequest``, and the total."""
-        params: dict[str, Any] = {"org_id": org_id, "now": now, "offset": offset, "limit": limit}
-        params.update(
-            (name, getattr(filters, name))
-            for name in _VALUE_FILTERS
-            if getattr(filters, name) is not None
-        )
-        if filters.search is not None:
-            terms = search_terms(filters.search)
-            if not terms:
-                return [], 0
-            params["search_query"] = _search_query(self.dialect, terms)
-        page, count = _page_queries(
-            self.dialect,
-            tuple(sorted(set(filters.statuses or ()))),
-            frozenset(name for name in _VALUE_FILTERS if name in params),
-            filters.search is not None,
-        )
-        if count is None:
-            total = await self._unfiltered_total(org_id)
-        else:
-            total = int((await execute_in(self.session, count, params))[0].total)
-        return await execute_in(self.session, page, params), total
-
-    async def _unfiltered_total(self, org_id: uuid.UUID) -> int:
-        """The org's request count, kept by SQLite triggers (migration 0005) so that an
-        unfiltered page need not count the org's whole history."""
-        rows = await execute_in(self.session, _UNFILTERED_TOTAL, {"org_id": org_id})
-        return int(rows[0].total) if rows else 0
 
     async def due_for_expiry(self, now: datetime, limit: int) -> Sequence[ApprovalRequest]:
         """Pending requests past their deadline, oldest deadline first, locked for us.
@@ -461,18 +454,16 @@ _VALUE_FILTERS = (
     "decided_before",
     "assigned_to",
 )
-# Read time: a pending request past its deadline reads as expired before the sweep runs.
-_NOW = bindparam("now", type_=UTCDateTime())
 
 
 @functools.lru_cache(maxsize=256)
 def _page_queries(
     dialect: str, statuses: tuple[str, ...], filters: frozenset[str], search: bool
-) -> tuple[PreparedQuery, PreparedQuery | None]:
-    """A list page's query and its count's (None: the org's kept total, migration 0005),
-    prepared once per shape of filters: the values are all parameters."""
+) -> tuple[PreparedQuery, PreparedQuery]:
+    """A list page's query (rows with one field, ``json``) and its total's, prepared once
+    per shape of filters: the values are all parameters."""
     conditions = [ApprovalRequest.org_id == bindparam("org_id"), *_conditions(statuses, filters)]
-    rows_query = select(*entity_columns(ApprovalRequest))
+    rows_query = select(request_json(dialect).label("json"))
     count_query = select(func.count().label("total")).select_from(ApprovalRequest)
     order: list[Any] = [ApprovalRequest.created_at.desc(), ApprovalRequest.id.desc()]
     if search:
@@ -486,7 +477,9 @@ def _page_queries(
         .limit(bindparam("limit"))
     )
     if dialect == "sqlite" and len(conditions) == 1 and not search:
-        return page, None
+        # The org's whole count, kept by triggers (migration 0005): an unfiltered page
+        # need not count the org's history.
+        return page, _UNFILTERED_TOTAL
     return page, PreparedQuery(count_query.where(*conditions))
 
 

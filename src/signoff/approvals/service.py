@@ -125,15 +125,16 @@ async def get_request(
 
 
 async def list_requests(
-    repo: ApprovalRepository,
+    reads: ApprovalReads,
     principal: Principal,
     filters: ListFilters,
     *,
     page: int,
     page_size: int,
     now: datetime,
-) -> tuple[Sequence[Any], int]:
-    return await repo.list_page(
+) -> tuple[list[str], int]:
+    """A page of the caller's org's requests as rendered JSON objects, and the total."""
+    return await reads.list_page(
         principal.org_id, filters, now=now, offset=(page - 1) * page_size, limit=page_size
     )
 

@@ -1,0 +1,153 @@
+"""A request's JSON rendered by the database: what ``presenters.request_to_dict`` gives,
+as one SQL expression per dialect.
+
+Why: a list page holds 20 to 100 requests. Converting each of their columns to Python
+objects (UUIDs, datetimes) and back to text cost a page of 20 about 440 µs, more than
+the query: a third of a list call (docs/performance.md). The JSON functions of SQLite
+(``json_object``) and PostgreSQL (``json_build_object``) do the same work in C, and the
+page is answered with the rendered objects as they are (``orjson.Fragment``).
+
+Both renderings must stay equal: ``tests/api/test_rendered.py`` compares them field by
+field, on both databases, with every kind of value a request holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Table,
+    Text,
+    and_,
+    bindparam,
+    case,
+    cast,
+    func,
+    literal_column,
+)
+
+from signoff.models import ApprovalRequest
+from signoff.models.base import UTCDateTime
+
+# The read time, as the list query binds it: a pending request past its deadline reads
+# as expired (decided at its deadline) before the sweep has written that down.
+NOW = bindparam("now", type_=UTCDateTime())
+
+_REQUESTS: Table = ApprovalRequest.__table__  # type: ignore[assignment]
+_Column = ColumnElement[Any]
+
+
+def request_json(dialect: str) -> ColumnElement[str]:
+    """The request of each row as a JSON object (text), with the keys and values of
+    ``request_to_dict``; ``callback_headers`` is never rendered."""
+    render = _SQLITE if dialect == "sqlite" else _POSTGRESQL
+    r = _REQUESTS.c
+    expired = and_(r.status == _sql("pending"), r.expires_at.is_not(None), r.expires_at <= NOW)
+    fields: list[tuple[str, ColumnElement[Any]]] = [
+        ("id", render.uuid(r.id)),
+        ("org_id", render.uuid(r.org_id)),
+        ("connection_id", render.uuid(r.connection_id)),
+        ("title", r.title),
+        ("description", r.description),
+        ("status", case((expired, _sql("expired")), else_=r.status)),
+        ("priority", r.priority),
+        ("action_type", r.action_type),
+        ("source", r.source),
+        ("metadata", render.json_object_or_empty(r.metadata)),
+        ("callback_url", r.callback_url),
+        ("required_approvals", r.required_approvals),
+        ("current_approvals", r.current_approvals),
+        ("is_sequential", render.boolean(r.is_sequential)),
+        ("idempotency_key", r.idempotency_key),
+        ("created_at", render.timestamp(r.created_at)),
+        ("updated_at", render.timestamp(r.updated_at)),
+        ("expires_at", render.timestamp(r.expires_at)),
+        ("decided_at", render.timestamp(case((expired, r.expires_at), else_=r.decided_at))),
+        ("decided_by", render.uuid(r.decided_by)),
+        ("decided_by_name", r.decided_by_name),
+        ("decision_comment", r.decision_comment),
+        ("cancelled_at", render.timestamp(r.cancelled_at)),
+        ("comments_count", r.comments_count),
+    ]
+    arguments: list[ColumnElement[Any]] = []
+    for key, value in fields:
+        # Keys are constants of ours: inlined, so the statement binds only real values.
+        arguments += [_sql(key), value]
+    return render.object(arguments)
+
+
+class _SQLite:
+    """SQLite: UUIDs are stored as 32 hex digits, timestamps as naive UTC text, booleans
+    as 0 and 1, JSON as text (``models.base``)."""
+
+    @staticmethod
+    def object(arguments: list[ColumnElement[Any]]) -> ColumnElement[str]:
+        return func.json_object(*arguments, type_=Text)
+
+    @staticmethod
+    def uuid(value: _Column) -> ColumnElement[Any]:
+        groups = [func.substr(value, _sql(start), _sql(length)) for start, length in _UUID_GROUPS]
+        text: ColumnElement[Any] = groups[0]
+        for group in groups[1:]:
+            text = text.op("||")(_sql("-")).op("||")(group)
+        return text
+
+    @staticmethod
+    def timestamp(value: _Column) -> ColumnElement[Any]:
+        # %f is seconds with milliseconds, the precision every stored time has.
+        return func.strftime(_sql("%Y-%m-%dT%H:%M:%fZ"), value)
+
+    @staticmethod
+    def boolean(value: _Column) -> ColumnElement[Any]:
+        # json(): the result is JSON, so json_object embeds true/false, not 1/0.
+        return func.json(case((value, _sql("true")), else_=_sql("false")))
+
+    @staticmethod
+    def json_object_or_empty(value: _Column) -> ColumnElement[Any]:
+        # A JSON null (how an absent value may be stored) reads as {} too.
+        return func.json(func.coalesce(func.nullif(value, _sql("null")), _sql("{}")))
+
+
+class _PostgreSQL:
+    """PostgreSQL: native uuid, timestamptz, boolean and jsonb."""
+
+    @staticmethod
+    def object(arguments: list[ColumnElement[Any]]) -> ColumnElement[str]:
+        return cast(func.json_build_object(*arguments), Text)
+
+    @staticmethod
+    def uuid(value: _Column) -> ColumnElement[Any]:
+        return cast(value, Text)
+
+    @staticmethod
+    def timestamp(value: _Column) -> ColumnElement[Any]:
+        return func.to_char(
+            func.timezone(_sql("UTC"), value), _sql('YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+        )
+
+    @staticmethod
+    def boolean(value: _Column) -> ColumnElement[Any]:
+        return value
+
+    @staticmethod
+    def json_object_or_empty(value: _Column) -> ColumnElement[Any]:
+        return func.coalesce(
+            func.nullif(value, literal_column("'null'::jsonb")), literal_column("'{}'::jsonb")
+        )
+
+
+# (start, length) of each group of a UUID's 32 hex digits, as SQL's substr counts.
+_UUID_GROUPS = ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))
+
+
+def _sql(value: str | int) -> ColumnElement[Any]:
+    """A constant of ours, written into the statement rather than bound: the statement
+    then binds only real values (and each bind costs a conversion per call)."""
+    text = str(value) if isinstance(value, int) else "'" + value.replace("'", "''") + "'"
+    return literal_column(text)
+
+
+_Renderer = type[_SQLite] | type[_PostgreSQL]
+_SQLITE: _Renderer = _SQLite
+_POSTGRESQL: _Renderer = _PostgreSQL

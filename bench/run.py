@@ -9,9 +9,10 @@ through the API, then wrk at a fixed concurrency for a fixed time on each scenar
 - get:    ``GET /api/v1/approvals/:id`` of random seeded requests;
 - list:   ``GET /api/v1/approvals?page=N`` with N random in 1..50 (20 per page);
 - decide: ``PATCH /api/v1/approvals/:id`` approving, every request hit exactly once;
-- chain:  whole approval chains (bench/chains.py): create a sequential request, set three
-  steps, and each of three approvers votes in turn, five calls per chain, run by an
-  httpx client at the same concurrency (wrk cannot carry an id into the next request).
+- chain:  whole approval chains (lua/chain.lua): create a sequential request, set three
+  steps, and each of three approvers votes in turn, five calls per chain, each answered
+  before the next is sent; wrk with one thread per connection, so that each thread can
+  carry the ids of its answers into its next call.
 
 The baselines (``bench/baseline.py``: a Pydantic echo for writes, a constant object for
 reads) run on the same uvicorn settings before and after; each ratio divides by the
@@ -43,8 +44,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
-from bench.chains import Approver, drive_chains
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
@@ -92,6 +91,14 @@ class Options:
     output: Path
 
 
+@dataclass(frozen=True)
+class Approver:
+    """A member with a connection of their own: each step is voted with its approver's key."""
+
+    user_id: str
+    api_key: str
+
+
 @dataclass
 class Figure:
     """One wrk run."""
@@ -112,6 +119,7 @@ class Figure:
     load_after: float
     baseline: str | None = None
     ratio: float | None = None
+    chains: int | None = None  # the chain scenario: whole chains completed
 
 
 @dataclass
@@ -253,6 +261,7 @@ def run_wrk(
     script: str | None,
     args: list[str] | None = None,
     headers: list[str] | None = None,
+    threads: int | None = None,
 ) -> dict[str, Any]:
     """One fixed-time wrk run; returns the summary its ``done()`` prints (times in µs)."""
     source = (LUA_DIR / "common.lua").read_text()
@@ -263,7 +272,7 @@ def run_wrk(
     command = [
         "wrk",
         "--threads",
-        str(opts.threads),
+        str(threads or opts.threads),
         "--connections",
         str(opts.connections),
         "--duration",
@@ -299,13 +308,14 @@ def measure(
     script: str | None,
     args: list[str] | None = None,
     headers: list[str] | None = None,
+    threads: int | None = None,
 ) -> Figure:
     load_before = load_average()
     cpu_before = server.cpu_seconds()
-    summary = run_wrk(opts, workdir, server.url + path, script, args, headers)
+    summary = run_wrk(opts, workdir, server.url + path, script, args, headers, threads)
     cpu = server.cpu_seconds() - cpu_before
     seconds = summary["duration_us"] / 1e6
-    errors = sum(
+    errors = summary.get("failures", 0) + sum(  # failures: wrong answers a script counted
         summary[k]
         for k in (
             "status_errors",
@@ -330,6 +340,7 @@ def measure(
         peak_rss_mb=round(server.peak_rss_mb(), 1),
         load_before=round(load_before, 2),
         load_after=round(load_average(), 2),
+        chains=summary.get("chains"),
     )
     log(
         f"  {target:<10} {scenario:<8} {figure.rps:>9,.0f} req/s  p50 {figure.p50_ms:6.2f} ms  "
@@ -525,7 +536,7 @@ def bench_signoff(target: str, opts: Options, workdir: Path, report: Report) -> 
             if decide.requests > len(pool):
                 log(f"[{target}] warning: decide ran past its {len(pool):,} pending requests")
             approvers = [make_approver(env, workdir, org["id"], index) for index in range(1, 4)]
-            figures.append(measure_chains(opts, server, target, api_key, approvers))
+            figures.append(measure_chains(opts, workdir, server, target, api_key, approvers))
     return figures
 
 
@@ -543,38 +554,21 @@ def make_approver(env: dict[str, str], workdir: Path, org_id: str, index: int) -
 
 
 def measure_chains(
-    opts: Options, server: Server, target: str, api_key: str, approvers: list[Approver]
+    opts: Options,
+    workdir: Path,
+    server: Server,
+    target: str,
+    api_key: str,
+    approvers: list[Approver],
 ) -> Figure:
-    """Whole chains (bench/chains.py): create, set three steps, three votes in order."""
-    load_before = load_average()
-    cpu_before = server.cpu_seconds()
-    chains = asyncio.run(
-        drive_chains(
-            server.url, api_key, approvers, duration=opts.duration, concurrency=opts.connections
-        )
-    )
-    cpu = server.cpu_seconds() - cpu_before
-    figure = Figure(
-        target=target,
-        scenario="chain",
-        requests=chains.calls,
-        seconds=round(chains.seconds, 2),
-        rps=round(chains.calls / chains.seconds, 1),
-        p50_ms=round(chains.percentile(0.50), 2),
-        p90_ms=round(chains.percentile(0.90), 2),
-        p99_ms=round(chains.percentile(0.99), 2),
-        max_ms=round(max(chains.latencies_ms, default=0.0), 2),
-        errors=chains.errors,
-        cpu_ms_per_request=round(cpu * 1000 / max(1, chains.calls), 3),
-        peak_rss_mb=round(server.peak_rss_mb(), 1),
-        load_before=round(load_before, 2),
-        load_after=round(load_average(), 2),
-    )
-    log(
-        f"  {target:<10} chain    {chains.chains / chains.seconds:>9,.1f} chains/s "
-        f"({figure.rps:,.0f} calls/s)  p50 {figure.p50_ms:6.2f} ms  p99 {figure.p99_ms:6.2f} ms"
-        + (f"  ERRORS {chains.errors}" if chains.errors else "")
-    )
+    """Whole chains (lua/chain.lua): create, set three steps, three votes in order; req/s
+    counts calls, five per chain."""
+    args = [api_key, *(f"{a.user_id}:{a.api_key}" for a in approvers)]
+    figure = measure(
+        opts, workdir, server, target, "chain", "/api/v1/approvals", "chain", args,
+        threads=opts.connections,  # one connection per thread: see chain.lua
+    )  # fmt: skip
+    log(f"  {target:<10} chain    {(figure.chains or 0) / figure.seconds:>9,.1f} chains/s")
     return figure
 
 

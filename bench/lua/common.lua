@@ -2,10 +2,12 @@
 -- Numbers the threads, reads id files, and prints one machine-readable summary line.
 
 local next_thread = 0
+threads = {} -- every thread, for a done() that sums what they counted
 
 function setup(thread)
   thread:set("thread_index", next_thread)
   next_thread = next_thread + 1
+  threads[#threads + 1] = thread
 end
 
 function read_lines(path)
@@ -31,13 +33,22 @@ function headers_with(extra)
   return headers
 end
 
-function done(summary, latency, requests)
+-- The summary line run.py reads; ``extra``: more integer fields a scenario counted.
+function summarize(summary, latency, extra)
   local e = summary.errors
+  local fields = ""
+  for name, value in pairs(extra or {}) do
+    fields = fields .. string.format(', "%s": %d', name, value)
+  end
   io.write(string.format(
     'BENCH_RESULT {"requests": %d, "duration_us": %d, "status_errors": %d, ' ..
     '"connect_errors": %d, "read_errors": %d, "write_errors": %d, "timeouts": %d, ' ..
-    '"p50_us": %.1f, "p90_us": %.1f, "p99_us": %.1f, "max_us": %.1f, "mean_us": %.1f}\n',
+    '"p50_us": %.1f, "p90_us": %.1f, "p99_us": %.1f, "max_us": %.1f, "mean_us": %.1f%s}\n',
     summary.requests, summary.duration, e.status, e.connect, e.read, e.write, e.timeout,
     latency:percentile(50), latency:percentile(90), latency:percentile(99),
-    latency.max, latency.mean))
+    latency.max, latency.mean, fields))
+end
+
+function done(summary, latency, requests)
+  summarize(summary, latency)
 end

@@ -134,6 +134,36 @@ _STEPS_OF_REQUEST = PreparedQuery(
     .where(ApprovalStep.request_id == bindparam("request_id"))
     .order_by(ApprovalStep.step_order)
 )
+_STEP_BY_ID = PreparedQuery(
+    select(*entity_columns(ApprovalStep)).where(
+        ApprovalStep.id == bindparam("step_id"), ApprovalStep.request_id == bindparam("request_id")
+    )
+)
+# On the table, not the entity: through a session on PostgreSQL, the ORM's bulk forms of
+# these statements answer no row count.
+_STEPS: Table = ApprovalStep.__table__  # type: ignore[assignment]
+_DELETE_STEPS = PreparedQuery(delete(_STEPS).where(_STEPS.c.request_id == bindparam("request_id")))
+_INSERT_STEP = PreparedQuery(
+    insert(_STEPS),
+    column_keys=(
+        "id", "request_id", "step_order", "approver_id", "status", "decided_at", "decided_by",
+        "comment", "created_at",
+    ),
+)  # fmt: skip
+# A step's vote: only while the step is pending, like a request's compare-and-set.
+_DECIDE_STEP = PreparedQuery(
+    update(_STEPS)
+    .where(_STEPS.c.id == bindparam("step_id"), _STEPS.c.status == "pending")
+    .values(
+        status=bindparam("new_status"),
+        decided_at=bindparam("new_decided_at"),
+        decided_by=bindparam("new_decided_by"),
+        comment=bindparam("new_comment"),
+    )
+)
+_ANY_VOTE = PreparedQuery(
+    select(Vote.id).where(Vote.request_id == bindparam("request_id")).limit(1)
+)
 _VOTES_ON_REQUEST = PreparedQuery(
     select(*entity_columns(Vote))
     .where(Vote.request_id == bindparam("request_id"))
@@ -342,10 +372,7 @@ class ApprovalRepository:
         await execute_in(self.session, _INSERT_VOTE, _new_row_values(vote, _INSERT_VOTE))
 
     async def has_votes(self, request_id: uuid.UUID) -> bool:
-        found = await self.session.scalar(
-            select(Vote.id).where(Vote.request_id == request_id).limit(1)
-        )
-        return found is not None
+        return bool(await execute_in(self.session, _ANY_VOTE, {"request_id": request_id}))
 
     async def list_votes(self, request_id: uuid.UUID) -> Sequence[Vote]:
         result = await self.session.scalars(
@@ -355,31 +382,22 @@ class ApprovalRepository:
 
     # ---- steps ----
 
-    async def list_steps(self, request_id: uuid.UUID) -> Sequence[ApprovalStep]:
-        result = await self.session.scalars(
-            select(ApprovalStep)
-            .where(ApprovalStep.request_id == request_id)
-            .order_by(ApprovalStep.step_order)
-            .execution_options(populate_existing=True)
-        )
-        return result.all()
+    async def list_steps(self, request_id: uuid.UUID) -> Sequence[Any]:
+        """The chain in order: rows with the fields of ``ApprovalStep``."""
+        return await execute_in(self.session, _STEPS_OF_REQUEST, {"request_id": request_id})
 
-    async def get_step(self, request_id: uuid.UUID, step_id: uuid.UUID) -> ApprovalStep | None:
-        return await self.session.scalar(
-            select(ApprovalStep)
-            .where(ApprovalStep.id == step_id, ApprovalStep.request_id == request_id)
-            .execution_options(populate_existing=True)
+    async def get_step(self, request_id: uuid.UUID, step_id: uuid.UUID) -> Any | None:
+        rows = await execute_in(
+            self.session, _STEP_BY_ID, {"request_id": request_id, "step_id": step_id}
         )
+        return rows[0] if rows else None
 
     async def replace_steps(self, request_id: uuid.UUID, steps: Sequence[ApprovalStep]) -> None:
-        await self.session.execute(
-            delete(ApprovalStep)
-            .where(ApprovalStep.request_id == request_id)
-            .execution_options(synchronize_session=False)
-        )
-        # The old rows must be gone before new ones reuse their step_order values.
-        await self.session.flush()
-        self.session.add_all(steps)
+        """Delete the chain and write ``steps`` (new, not in the session) in its place."""
+        # In this order: the new rows may reuse the old ones' step_order values.
+        await count_in(self.session, _DELETE_STEPS, {"request_id": request_id})
+        for step in steps:
+            await count_in(self.session, _INSERT_STEP, _new_row_values(step, _INSERT_STEP))
 
     async def update_step(
         self,
@@ -390,12 +408,14 @@ class ApprovalRepository:
         decided_by: uuid.UUID | None,
         comment: str | None,
     ) -> None:
-        await self.session.execute(
-            update(ApprovalStep)
-            .where(ApprovalStep.id == step_id, ApprovalStep.status == "pending")
-            .values(status=status, decided_at=decided_at, decided_by=decided_by, comment=comment)
-            .execution_options(synchronize_session=False)
-        )
+        values = {
+            "step_id": step_id,
+            "new_status": status,
+            "new_decided_at": decided_at,
+            "new_decided_by": decided_by,
+            "new_comment": comment,
+        }
+        await count_in(self.session, _DECIDE_STEP, values)
 
     async def org_user_ids(
         self, org_id: uuid.UUID, user_ids: set[uuid.UUID]

@@ -448,10 +448,7 @@ async def _view(repo: ApprovalRepository, row: RequestRecord) -> state.RequestVi
         expires_at=row.expires_at,
         is_sequential=row.is_sequential,
         voters=await repo.count_based_voters(row.id) if count_based_pending else frozenset(),
-        steps=tuple(
-            state.StepView(s.id, s.step_order, s.approver_id, s.status)  # type: ignore[arg-type]
-            for s in steps
-        ),
+        steps=tuple(state.StepView(s.id, s.step_order, s.approver_id, s.status) for s in steps),
     )
 
 

@@ -2,9 +2,10 @@
 many attempts a receiver gets at once (``webhooks/receivers.py``).
 
 A receiver whose last attempt failed must not take turns from receivers that answer when
-more is due than a worker can attempt at once: its deliveries come after theirs, but
-never wait more than ``FAILING_WAIT`` past due, and are taken at once when nothing else is
-due. And a receiver gets its full number of attempts at once only after it has answered.
+more is due than a worker can attempt at once: for a while after the failure (the hold)
+its deliveries come after theirs, however old, and are taken at once when nothing else
+is due. And a receiver gets its full number of attempts at once only after it has
+answered.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from signoff.context import AppContext
 from signoff.models import WebhookDelivery
 from signoff.webhooks import service
 from signoff.webhooks.receivers import ReceiverRecord
-from signoff.webhooks.repository import FAILING_WAIT
 from signoff.webhooks.service import target_of
 from tests.conftest import Org
 
@@ -61,23 +61,23 @@ async def _due_deliveries(ctx: AppContext, org: Org, urls: list[str]) -> dict[uu
 
 
 async def _claim(
-    ctx: AppContext, limit: int, failing: set[str], cap: Callable[[str], int] | int = 16
+    ctx: AppContext, limit: int, held: set[str], cap: Callable[[str], int] | int = 16
 ) -> list[str]:
     async with ctx.transaction() as uow:
-        claimed = await service.claim_due(uow.webhooks, utcnow(), 30.0, limit, {}, cap, failing)
+        claimed = await service.claim_due(uow.webhooks, utcnow(), 30.0, limit, {}, cap, held)
     return sorted(delivery.url for delivery in claimed)
 
 
-async def test_deliveries_to_a_failing_receiver_come_after_the_others(
+async def test_deliveries_to_a_held_receiver_come_after_the_others(
     ctx: AppContext, org: Org
 ) -> None:
     await _due_deliveries(ctx, org, [DEAD, DEAD, DEAD, ALIVE, ALIVE])
-    failing = {target_of(DEAD)}
+    held = {target_of(DEAD)}
 
     # The dead receiver's deliveries are older, yet the live one's go first...
-    assert await _claim(ctx, 2, failing) == [ALIVE, ALIVE]
+    assert await _claim(ctx, 2, held) == [ALIVE, ALIVE]
     # ...and the dead one's are taken as soon as nothing else is due.
-    assert await _claim(ctx, 2, failing) == [DEAD, DEAD]
+    assert await _claim(ctx, 2, held) == [DEAD, DEAD]
 
 
 async def test_without_failures_the_oldest_due_go_first(ctx: AppContext, org: Org) -> None:
@@ -85,16 +85,18 @@ async def test_without_failures_the_oldest_due_go_first(ctx: AppContext, org: Or
     assert await _claim(ctx, 2, set()) == [DEAD, DEAD]
 
 
-async def test_a_failing_receiver_waits_no_longer_than_the_bound(ctx: AppContext, org: Org) -> None:
+async def test_a_held_receiver_waits_however_old_its_backlog(ctx: AppContext, org: Org) -> None:
+    # A backlog (after an outage, an emergency stop) is all long past due: the hold must
+    # not depend on how late a delivery is, or it would hold nothing then.
     deliveries = await _due_deliveries(ctx, org, [DEAD, ALIVE, ALIVE])
     [dead] = [delivery_id for delivery_id, url in deliveries.items() if url == DEAD]
     async with ctx.transaction() as uow:
         await uow.session.execute(
             update(WebhookDelivery)
             .where(WebhookDelivery.id == dead)
-            .values(due_at=utcnow() - FAILING_WAIT - timedelta(seconds=1))
+            .values(due_at=utcnow() - timedelta(hours=1))
         )
-    assert await _claim(ctx, 2, {target_of(DEAD)}) == sorted([DEAD, ALIVE])
+    assert await _claim(ctx, 2, {target_of(DEAD)}) == [ALIVE, ALIVE]
 
 
 async def test_a_receiver_not_yet_seen_to_answer_gets_one_attempt_at_a_time(
@@ -113,12 +115,12 @@ def test_a_receiver_gets_its_full_cap_only_once_it_answers() -> None:
     record.note("a:80", success=True)
     record.note("b:80", success=False)
     assert (record.cap("a:80"), record.cap("b:80")) == (16, 1)
-    assert record.failing() == {"b:80"}
+    assert record.held() == {"b:80"}
 
     record.note("a:80", success=False)
     record.note("b:80", success=True)
     assert (record.cap("a:80"), record.cap("b:80")) == (1, 16)
-    assert record.failing() == {"a:80"}
+    assert record.held() == {"a:80"}
 
 
 def test_the_record_of_receivers_is_bounded() -> None:
@@ -127,4 +129,20 @@ def test_the_record_of_receivers_is_bounded() -> None:
         record.note(target, success=False)
     record.note("a:80", success=False)  # attempted again: now the most recent
     record.note("d:80", success=False)
-    assert record.failing() == {"c:80", "a:80", "d:80"}  # b, the least recent, forgotten
+    assert record.held() == {"c:80", "a:80", "d:80"}  # b, the least recent, forgotten
+
+
+def test_a_failing_receiver_is_held_for_a_bounded_time() -> None:
+    now = [100.0]
+    record = ReceiverRecord(per_target=16, hold_seconds=10.0, clock=lambda: now[0])
+    record.note("dead:80", success=False)
+    record.note("alive:80", success=True)
+    assert record.held() == {"dead:80"}
+    now[0] += 9.9
+    assert record.held() == {"dead:80"}
+    now[0] += 0.2
+    # Its deliveries compete in due order again, one attempt at a time: a probe.
+    assert record.held() == set()
+    assert record.cap("dead:80") == 1
+    record.note("dead:80", success=False)  # the probe failed: held again
+    assert record.held() == {"dead:80"}

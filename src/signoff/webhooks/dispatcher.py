@@ -240,7 +240,7 @@ class WebhookDispatcher:
                 limit,
                 in_flight,
                 self.receivers.cap,
-                self.receivers.failing(),
+                self.receivers.held(),
             )
 
     async def next_due_at_seconds(self, exclude_targets: Sequence[str] = ()) -> float | None:

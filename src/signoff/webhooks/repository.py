@@ -12,7 +12,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import Table, func, insert, select, text, update
@@ -24,8 +24,6 @@ from signoff.models.webhooks import WebhookAttempt, WebhookDelivery
 NOTIFY_CHANNEL = "signoff_deliveries"
 # A claim looks at this many due rows per free slot, to fill slots past busy receivers.
 CANDIDATES_PER_SLOT = 2
-# How long past due a delivery to a failing receiver may wait behind the others' (claim_due).
-FAILING_WAIT = timedelta(seconds=10)
 # Core tables for the record's bulk inserts (no unit of work for rows nobody tracks).
 _ATTEMPTS = cast(Table, WebhookAttempt.__table__)
 _EVENTS = cast(Table, AuditEvent.__table__)
@@ -68,7 +66,7 @@ class WebhookRepository:
         limit: int,
         in_flight: Mapping[str, int],
         cap: Callable[[str], int],
-        failing: Collection[str] = (),
+        held: Collection[str] = (),
     ) -> Sequence[uuid.UUID]:
         """Take up to ``limit`` due deliveries for ``token`` until ``lease_until``.
 
@@ -77,15 +75,15 @@ class WebhookRepository:
         of the query altogether, so a backlog for one slow receiver never stands in front
         of due deliveries to the others.
 
-        Receivers whose last attempt failed (``failing``) come after the others: their
+        Receivers ``held`` after a failure (receivers.py) come after the others: their
         deliveries are claimed only when those due to the others do not fill the claim
-        (a second query), or once they are ``FAILING_WAIT`` past due. At saturation,
-        attempts likely to fail then take no turns from receivers that answer.
+        (a second query). At saturation, attempts likely to fail then take no turns from
+        receivers that answer; below it, they go out on their schedule.
         """
         saturated = [target for target, count in in_flight.items() if count >= cap(target)]
         counts = Counter(in_flight)
-        waiting = [target for target in failing if target not in saturated]
-        rows = await self._candidates(now, limit, saturated, waiting)
+        waiting = [target for target in held if target not in saturated]
+        rows = await self._candidates(now, limit, [*saturated, *waiting])
         chosen = _choose(rows, limit, counts, cap)
         if waiting and len(chosen) < limit:
             rows = await self._candidates(now, limit, saturated, only=waiting, besides=chosen)
@@ -107,15 +105,13 @@ class WebhookRepository:
         self,
         now: datetime,
         limit: int,
-        saturated: Collection[str],
-        failing: Collection[str] = (),
+        excluded: Collection[str],
         *,
         only: Collection[str] = (),
         besides: Collection[uuid.UUID] = (),
     ) -> Sequence[Any]:
-        """Due deliveries, oldest first, locked for us on PostgreSQL: none to
-        ``saturated`` receivers, none to ``failing`` ones unless ``FAILING_WAIT`` past due,
-        only those to ``only`` receivers if given, and none of ``besides``."""
+        """Due deliveries, oldest first, locked for us on PostgreSQL: none to ``excluded``
+        receivers, only those to ``only`` receivers if given, and none of ``besides``."""
         due = WebhookDelivery.due_at
         query = (
             select(WebhookDelivery.id, WebhookDelivery.target)
@@ -124,12 +120,8 @@ class WebhookRepository:
             .limit(limit * CANDIDATES_PER_SLOT)
             .with_for_update(skip_locked=True)
         )
-        if saturated:
-            query = query.where(WebhookDelivery.target.not_in(saturated))
-        if failing:
-            query = query.where(
-                WebhookDelivery.target.not_in(failing) | (due <= now - FAILING_WAIT)
-            )
+        if excluded:
+            query = query.where(WebhookDelivery.target.not_in(excluded))
         if only:
             query = query.where(WebhookDelivery.target.in_(only))
         if besides:

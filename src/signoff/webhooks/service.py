@@ -275,14 +275,15 @@ async def claim_due(
     limit: int,
     in_flight: Mapping[str, int],
     per_target: int | Callable[[str], int],
-    failing: Collection[str] = (),
+    held: Collection[str] = (),
 ) -> list[ClaimedDelivery]:
     """Lease up to ``limit`` due deliveries; ``per_target``: how many attempts a receiver
-    may have in flight (one number for all, or each receiver's, receivers.py)."""
+    may have in flight (one number for all, or each receiver's, receivers.py); ``held``:
+    receivers whose deliveries come after the others' (receivers.py)."""
     token = uuid.uuid4()
     lease_until = now + timedelta(seconds=lease_seconds)
     cap = per_target if callable(per_target) else (lambda _target: per_target)
-    ids = await repo.claim_due(token, now, lease_until, limit, in_flight, cap, failing)
+    ids = await repo.claim_due(token, now, lease_until, limit, in_flight, cap, held)
     return [_claimed(d, token, s) for d, s in await repo.get_claimed(ids, token)]
 
 

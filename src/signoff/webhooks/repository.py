@@ -76,7 +76,7 @@ class WebhookRepository:
         of due deliveries to the others.
 
         Receivers ``held`` after a failure (receivers.py) come after the others: their
-        deliveries are claimed only when those due to the others do not fill the claim
+        deliveries are claimed only when no other delivery is due beyond those claimed
         (a second query). At saturation, attempts likely to fail then take no turns from
         receivers that answer; below it, they go out on their schedule.
         """
@@ -85,7 +85,10 @@ class WebhookRepository:
         waiting = [target for target in held if target not in saturated]
         rows = await self._candidates(now, limit, [*saturated, *waiting])
         chosen = _choose(rows, limit, counts, cap)
-        if waiting and len(chosen) < limit:
+        # Room for held receivers only once nothing else is due: a full window of
+        # candidates may leave slots empty (receivers at their cap) with more behind it.
+        others_exhausted = len(rows) < limit * CANDIDATES_PER_SLOT
+        if waiting and others_exhausted and len(chosen) < limit:
             rows = await self._candidates(now, limit, saturated, only=waiting, besides=chosen)
             chosen += _choose(rows, limit - len(chosen), counts, cap)
         if not chosen:

@@ -7,8 +7,8 @@ the query: a third of a list call (docs/performance.md). The JSON functions of S
 (``json_object``) and PostgreSQL (``json_build_object``) do the same work in C, and the
 page is answered with the rendered objects as they are (``orjson.Fragment``).
 
-Both renderings must stay equal: ``tests/api/test_rendered.py`` compares them field by
-field, on both databases, with every kind of value a request holds.
+Both renderings must stay equal: ``tests/api/test_rendered.py`` compares them byte for
+byte, on both databases, with every kind of value a request holds.
 """
 
 from __future__ import annotations

@@ -38,12 +38,20 @@ _REQUESTS: Table = ApprovalRequest.__table__  # type: ignore[assignment]
 _Column = ColumnElement[Any]
 
 
+def is_past_expiry() -> ColumnElement[bool]:
+    """A deadline reached at the read time: with ``status = 'pending'``, a request that
+    reads as expired. The one SQL form of ``state.is_past_expiry``, shared by the
+    rendering and the list filters."""
+    r = _REQUESTS.c
+    return and_(r.expires_at.is_not(None), r.expires_at <= NOW)
+
+
 def request_json(dialect: str) -> ColumnElement[str]:
     """The request of each row as a JSON object (text), with the keys and values of
     ``request_to_dict``; ``callback_headers`` is never rendered."""
-    render = _SQLITE if dialect == "sqlite" else _POSTGRESQL
+    render: _Renderer = _SQLite if dialect == "sqlite" else _PostgreSQL
     r = _REQUESTS.c
-    expired = and_(r.status == _sql("pending"), r.expires_at.is_not(None), r.expires_at <= NOW)
+    expired = and_(r.status == _sql("pending"), is_past_expiry())
     fields: list[tuple[str, ColumnElement[Any]]] = [
         ("id", render.uuid(r.id)),
         ("org_id", render.uuid(r.org_id)),
@@ -149,5 +157,3 @@ def _sql(value: str | int) -> ColumnElement[Any]:
 
 
 _Renderer = type[_SQLite] | type[_PostgreSQL]
-_SQLITE: _Renderer = _SQLite
-_POSTGRESQL: _Renderer = _PostgreSQL

@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 from sqlalchemy.orm.attributes import set_committed_value
 
-from signoff.approvals.rendered import NOW as _NOW
+from signoff.approvals.rendered import is_past_expiry as _is_past_expiry
 from signoff.approvals.rendered import request_json
 from signoff.common.ids import new_id
 from signoff.common.time import utcnow
@@ -558,10 +558,6 @@ def _new_row_values(item: object, insert: PreparedQuery) -> dict[str, Any]:
     values["id"] = values["id"] or new_id()
     values["created_at"] = values["created_at"] or utcnow()
     return values
-
-
-def _is_past_expiry() -> ColumnElement[bool]:
-    return and_(ApprovalRequest.expires_at.is_not(None), ApprovalRequest.expires_at <= _NOW)
 
 
 def _decided_at_condition(

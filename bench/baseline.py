@@ -3,7 +3,8 @@
 ``POST /echo`` validates a five-field Pydantic body (the fields the create scenario sends)
 and echoes it: the floor for a write. ``GET /constant`` answers a constant JSON object of
 five fields (the summary fields of interface.md 4.2): the floor for a read. Served exactly
-as ``signoff serve`` serves: uvicorn, uvloop, httptools, no access log, one process.
+as ``signoff serve`` serves (``signoff.serving``): uvicorn, uvloop, httptools, no access
+log, one process.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 import argparse
 from typing import Literal
 
-import uvicorn
 from fastapi import FastAPI
 from pydantic import BaseModel
+
+from signoff.serving import listening_socket, run_server
 
 
 class EchoBody(BaseModel):
@@ -55,18 +57,8 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
-    # The same settings as `signoff serve` (src/signoff/cli.py).
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        loop="uvloop",
-        http="httptools",
-        log_level="info",
-        access_log=False,
-        proxy_headers=True,
-        timeout_graceful_shutdown=10,
-    )
+    # Served as `signoff serve` serves (src/signoff/serving.py).
+    run_server(app, listening_socket(args.host, args.port))
 
 
 if __name__ == "__main__":

@@ -242,9 +242,8 @@ def serve(
     ] = False,
 ) -> None:
     """Serve the API with its background work (expiry sweep)."""
-    import uvicorn
-
     from signoff.app import create_app
+    from signoff.serving import listening_socket, run_server
 
     settings = get_settings()
     try:
@@ -252,6 +251,10 @@ def serve(
     except SchemaBehind as exc:
         raise _fail(str(exc)) from None
     configure_logging(settings)
+    try:
+        listener = listening_socket(host, port)
+    except OSError as exc:
+        raise _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     application = create_app(settings, background=not no_worker)
     freeze_startup_objects()
     err.print(
@@ -260,18 +263,7 @@ def serve(
         highlight=False,
         soft_wrap=True,
     )
-    uvicorn.run(
-        application,
-        host=host,
-        port=port,
-        loop="uvloop",
-        http="httptools",
-        log_level=settings.log_level,
-        log_config=None,  # keep the structured logging configured above
-        access_log=False,
-        proxy_headers=True,
-        timeout_graceful_shutdown=10,
-    )
+    run_server(application, listener, log_level=settings.log_level)
 
 
 @app.command()

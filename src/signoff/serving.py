@@ -1,0 +1,155 @@
+"""uvicorn's server, accepting every waiting connection at once.
+
+Why: the libuv inside uvloop accepts one connection per turn of the event loop. A
+busy turn runs every request that is ready, so under load a turn lasts tens of
+milliseconds, and clients that connect together wait in line: the 32nd of 32
+connections opened at once was accepted 0.6 s after the first, while the 31 before it
+were already being answered (measured with strace and tcpdump; docs/performance.md).
+This server listens on its own socket and, each time it is readable, accepts what is
+waiting, as asyncio's own loop does. Everything else (protocols, signals, graceful
+shutdown) is uvicorn's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+
+logger = logging.getLogger(__name__)
+
+# At most this many connections are accepted per readiness: a flood of new clients
+# takes turns with the requests already in flight instead of holding the loop.
+ACCEPT_BATCH = 128
+# Out of file descriptors: stop accepting for a moment rather than spin on a socket
+# that stays readable (asyncio does the same).
+ACCEPT_RETRY_SECONDS = 1.0
+_OUT_OF_DESCRIPTORS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+
+
+class PendingAcceptor:
+    """Accepts every connection waiting on ``listener`` and hands it to the loop."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        listener: socket.socket,
+        protocol_factory: Callable[[], asyncio.Protocol],
+    ) -> None:
+        self.loop = loop
+        self.listener = listener
+        self.protocol_factory = protocol_factory
+        self._closed = False
+        self._starting: set[asyncio.Task[object]] = set()
+
+    def start(self) -> None:
+        self.listener.setblocking(False)
+        self.loop.add_reader(self.listener.fileno(), self.accept_pending)
+
+    def accept_pending(self) -> int:
+        """Accept what is waiting (up to ``ACCEPT_BATCH``); how many were accepted."""
+        accepted = 0
+        while accepted < ACCEPT_BATCH and not self._closed:
+            try:
+                connection, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                break
+            except ConnectionAbortedError:
+                continue  # the client gave up before we got to it
+            except OSError as exc:
+                if exc.errno not in _OUT_OF_DESCRIPTORS:
+                    raise
+                logger.warning("cannot accept connections (%s); retrying shortly", exc)
+                self.loop.remove_reader(self.listener.fileno())
+                self.loop.call_later(ACCEPT_RETRY_SECONDS, self._resume)
+                break
+            accepted += 1
+            connection.setblocking(False)
+            task = self.loop.create_task(self._serve(connection))
+            self._starting.add(task)
+            task.add_done_callback(self._starting.discard)
+        return accepted
+
+    async def _serve(self, connection: socket.socket) -> None:
+        try:
+            await self.loop.connect_accepted_socket(self.protocol_factory, connection)
+        except OSError:
+            connection.close()  # reset before its transport was made: nothing to answer
+
+    def _resume(self) -> None:
+        if not self._closed:
+            self.loop.add_reader(self.listener.fileno(), self.accept_pending)
+
+    # What uvicorn's shutdown calls on each of its servers.
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.loop.remove_reader(self.listener.fileno())
+        self.listener.close()
+
+    async def wait_closed(self) -> None:
+        if self._starting:
+            await asyncio.wait(set(self._starting))
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server on ``listener``, with a ``PendingAcceptor`` in place of the
+    loop's own accepting (see the module's docstring)."""
+
+    def __init__(self, config: uvicorn.Config, listener: socket.socket) -> None:
+        super().__init__(config)
+        self.listener = listener
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        # No sockets for uvicorn to serve itself: the acceptor below serves ours.
+        await super().startup(sockets=[])
+        if self.should_exit:
+            return
+        config = self.config
+
+        def protocol_factory() -> asyncio.Protocol:
+            # As uvicorn's startup makes them (its protocol classes take these keywords).
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=self.server_state, app_state=self.lifespan.state
+            )
+
+        acceptor = PendingAcceptor(asyncio.get_running_loop(), self.listener, protocol_factory)
+        acceptor.start()
+        self.servers.append(acceptor)  # type: ignore[arg-type]  # closed on shutdown
+
+
+def listening_socket(host: str, port: int, backlog: int = 2048) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` (IPv4 or IPv6) and listening."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(backlog)
+    except OSError:
+        listener.close()
+        raise
+    return listener
+
+
+def run_server(application: Any, listener: socket.socket, *, log_level: str = "info") -> None:
+    """Serve ``application`` on ``listener`` until a signal stops it: what ``signoff
+    serve`` runs, and the bench's baselines with it, so that both measure one serving."""
+    config = uvicorn.Config(
+        application,
+        loop="uvloop",
+        http="httptools",
+        log_level=log_level,
+        log_config=None,  # keep the logging the caller configured
+        access_log=False,
+        proxy_headers=True,
+        timeout_graceful_shutdown=10,
+    )
+    Server(config, listener).run()

@@ -1,0 +1,98 @@
+"""The server accepts every waiting connection in one go (signoff/serving.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from signoff.serving import ACCEPT_BATCH, PendingAcceptor, listening_socket
+
+
+class Recorder(asyncio.Protocol):
+    made: list[asyncio.Transport]
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        Recorder.made.append(transport)
+
+
+def connect(port: int, count: int) -> list[socket.socket]:
+    # The kernel completes each handshake at once: the connections wait to be accepted.
+    return [socket.create_connection(("127.0.0.1", port)) for _ in range(count)]
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_every_waiting_connection_is_accepted_in_one_readiness() -> None:
+    Recorder.made = []
+    listener = listening_socket("127.0.0.1", 0)
+    port = listener.getsockname()[1]
+    acceptor = PendingAcceptor(asyncio.get_running_loop(), listener, Recorder)
+    listener.setblocking(False)
+    clients = connect(port, 20)
+    try:
+        assert acceptor.accept_pending() == 20
+        await settle()
+        assert len(Recorder.made) == 20
+        assert acceptor.accept_pending() == 0  # nothing left waiting
+    finally:
+        for transport in Recorder.made:
+            transport.close()
+        for client in clients:
+            client.close()
+        acceptor.close()
+        await acceptor.wait_closed()
+
+
+async def test_a_flood_of_connections_is_taken_in_batches() -> None:
+    Recorder.made = []
+    listener = listening_socket("127.0.0.1", 0)
+    acceptor = PendingAcceptor(asyncio.get_running_loop(), listener, Recorder)
+    listener.setblocking(False)
+    clients = connect(listener.getsockname()[1], ACCEPT_BATCH + 3)
+    try:
+        assert acceptor.accept_pending() == ACCEPT_BATCH
+        assert acceptor.accept_pending() == 3
+        await settle()
+        assert len(Recorder.made) == ACCEPT_BATCH + 3
+    finally:
+        for transport in Recorder.made:
+            transport.close()
+        for client in clients:
+            client.close()
+        acceptor.close()
+
+
+async def test_the_acceptor_serves_through_the_loop_once_started() -> None:
+    Recorder.made = []
+    listener = listening_socket("127.0.0.1", 0)
+    acceptor = PendingAcceptor(asyncio.get_running_loop(), listener, Recorder)
+    acceptor.start()
+    _, writer = await asyncio.open_connection("127.0.0.1", listener.getsockname()[1])
+    try:
+        for _ in range(100):
+            if Recorder.made:
+                break
+            await asyncio.sleep(0.01)
+        assert len(Recorder.made) == 1
+    finally:
+        writer.close()
+        for transport in Recorder.made:
+            transport.close()
+        acceptor.close()
+    with pytest.raises(OSError):
+        listener.getsockname()  # closed with the acceptor
+
+
+def test_a_port_in_use_is_refused() -> None:
+    first = listening_socket("127.0.0.1", 0)
+    try:
+        with pytest.raises(OSError):
+            listening_socket("127.0.0.1", first.getsockname()[1])
+    finally:
+        first.close()

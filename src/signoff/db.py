@@ -14,10 +14,21 @@ timeout, with asyncio sleeps: SQLite calls run on the event loop's thread (see
 
 On PostgreSQL the same service code takes row locks with ``SELECT ... FOR UPDATE``
 (SQLAlchemy drops that clause on SQLite, where the whole transaction is already exclusive).
+
+PostgreSQL connections
+----------------------
+A pooled connection that sat idle for ``IDLE_PING_SECONDS`` is pinged before use, and
+replaced if the server dropped it (a restart, a failover, an idle timeout): the request
+never sees the dead connection. One in use a moment ago is not pinged. SQLAlchemy's
+``pool_pre_ping`` would ping on every checkout, three round trips each (BEGIN, a query,
+ROLLBACK), more than the statements of a get. If the server goes away *under* load,
+the requests in flight then and the next one on each stale connection fail, and the
+pool replaces all its connections at once.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -25,6 +36,7 @@ from typing import Any
 from sqlalchemy import Table, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -38,6 +50,9 @@ from signoff.prepared import QueryRunner
 from signoff.sqlite_driver import Checkpointer, begin_transaction, inline_connector
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+# A PostgreSQL connection idle this long is pinged before use (see the module docstring).
+IDLE_PING_SECONDS = 10.0
+_CHECKED_IN_AT = "signoff.checked_in_at"
 
 
 def _configure_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
@@ -54,6 +69,26 @@ def _configure_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Connection) -> None:
         begin_transaction(conn, "BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def _ping_idle_connections(engine: AsyncEngine, idle_seconds: float) -> None:
+    """SQLAlchemy's "pessimistic disconnect handling" on checkout, for connections that
+    sat in the pool for ``idle_seconds`` or more."""
+
+    @event.listens_for(engine.sync_engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info[_CHECKED_IN_AT] = time.monotonic()
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        checked_in_at = record.info.get(_CHECKED_IN_AT)
+        if checked_in_at is None or time.monotonic() - checked_in_at < idle_seconds:
+            return  # new, or in use a moment ago
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            # The pool discards this connection and checks out another (a new one).
+            raise DisconnectionError("pooled connection found dead") from exc
 
 
 class Database:
@@ -85,15 +120,20 @@ class Database:
             _configure_sqlite(self.read_engine, immediate=False)
             _configure_sqlite(self.write_engine, immediate=True)
         else:
-            engine = create_async_engine(
-                url, echo=echo, pool_size=20, max_overflow=10, pool_pre_ping=True
-            )
+            engine = create_async_engine(url, echo=echo, pool_size=20, max_overflow=10)
+            _ping_idle_connections(engine, IDLE_PING_SECONDS)
             self.read_engine = self.write_engine = engine
             self.group_commit = None
             self.checkpointer = None
         # The hot path's reads, outside any session (prepared.py).
         self.queries = QueryRunner(
-            self.read_engine, url if self.is_sqlite else None, SQLITE_BUSY_TIMEOUT_MS / 1000
+            # On PostgreSQL in autocommit: a read outside any session needs no BEGIN and
+            # ROLLBACK around it (two round trips; the isolation is the same, below).
+            self.read_engine
+            if self.is_sqlite
+            else self.read_engine.execution_options(isolation_level="AUTOCOMMIT"),
+            url if self.is_sqlite else None,
+            SQLITE_BUSY_TIMEOUT_MS / 1000,
         )
         self._read_sessions = async_sessionmaker(self.read_engine, expire_on_commit=False)
         self._write_sessions = async_sessionmaker(self.write_engine, expire_on_commit=False)

@@ -12,7 +12,8 @@ dialect; only the execution is direct:
   ``sqlite_driver``), so one connection serves every concurrent request. Values are
   converted with the very bind and result processors SQLAlchemy would use, so rows read
   here equal rows read through the ORM.
-- PostgreSQL: as a Core execution on a pooled connection. Rows carry the same names.
+- PostgreSQL: as a Core execution on a pooled connection in autocommit mode, so a read
+  is one round trip. Rows carry the same names.
 
 Writes (``execute_in``, ``count_in``) run inside a session's transaction, on its own
 connection: they commit or roll back with the rest of the unit of work.
@@ -142,9 +143,9 @@ class QueryRunner:
     async def all_in_one_read(
         self, *statements: tuple[PreparedQuery, Mapping[str, Any]]
     ) -> list[list[Any]]:
-        """The rows of each statement, read in one transaction: on SQLite one snapshot
-        (a page and its total agree); on PostgreSQL one connection, at its default
-        isolation (READ COMMITTED), as a session's reads would be."""
+        """The rows of each statement: on SQLite in one transaction, one snapshot (a page
+        and its total agree); on PostgreSQL on one connection, each statement with a
+        snapshot of its own, as in a READ COMMITTED transaction (a session's reads)."""
         if self._sqlite_url is None:
             async with self._engine.connect() as pooled:
                 return [

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    FromClause,
     Table,
     Text,
     and_,
@@ -38,20 +39,22 @@ _REQUESTS: Table = ApprovalRequest.__table__  # type: ignore[assignment]
 _Column = ColumnElement[Any]
 
 
-def is_past_expiry() -> ColumnElement[bool]:
+def is_past_expiry(rows: FromClause = _REQUESTS) -> ColumnElement[bool]:
     """A deadline reached at the read time: with ``status = 'pending'``, a request that
     reads as expired. The one SQL form of ``state.is_past_expiry``, shared by the
-    rendering and the list filters."""
-    r = _REQUESTS.c
+    rendering and the list filters. ``rows``: the requests table, or a selection of its
+    columns."""
+    r = rows.c
     return and_(r.expires_at.is_not(None), r.expires_at <= NOW)
 
 
-def request_json(dialect: str) -> ColumnElement[str]:
+def request_json(dialect: str, rows: FromClause = _REQUESTS) -> ColumnElement[str]:
     """The request of each row as a JSON object (text), with the keys and values of
-    ``request_to_dict``; ``callback_headers`` is never rendered."""
+    ``request_to_dict``; ``callback_headers`` is never rendered. ``rows``: the requests
+    table, or a selection of its columns (a subquery)."""
     render: _Renderer = _SQLite if dialect == "sqlite" else _PostgreSQL
-    r = _REQUESTS.c
-    expired = and_(r.status == _sql("pending"), is_past_expiry())
+    r = rows.c
+    expired = and_(r.status == _sql("pending"), is_past_expiry(rows))
     fields: list[tuple[str, ColumnElement[Any]]] = [
         ("id", render.uuid(r.id)),
         ("org_id", render.uuid(r.org_id)),

@@ -483,24 +483,55 @@ def _page_queries(
     """A list page's query (rows with one field, ``json``) and its total's, prepared once
     per shape of filters: the values are all parameters."""
     conditions = [ApprovalRequest.org_id == bindparam("org_id"), *_conditions(statuses, filters)]
-    rows_query = select(request_json(dialect).label("json"))
     count_query = select(func.count().label("total")).select_from(ApprovalRequest)
-    order: list[Any] = [ApprovalRequest.created_at.desc(), ApprovalRequest.id.desc()]
     if search:
-        rows_query, rank = _with_search(dialect, rows_query)
         count_query, _ = _with_search(dialect, count_query)
-        order = [rank, *order]
-    page = PreparedQuery(
-        rows_query.where(*conditions)
-        .order_by(*order)
-        .offset(bindparam("offset"))
-        .limit(bindparam("limit"))
-    )
+    if dialect == "postgresql":
+        page = PreparedQuery(_page_rendered_after_choosing(conditions, search))
+    else:
+        # SQLite renders only the rows it returns: the rows OFFSET skips cost a step each.
+        rows_query = select(request_json(dialect).label("json"))
+        order: list[Any] = [ApprovalRequest.created_at.desc(), ApprovalRequest.id.desc()]
+        if search:
+            rows_query, rank = _with_search(dialect, rows_query)
+            order = [rank, *order]
+        page = PreparedQuery(
+            rows_query.where(*conditions)
+            .order_by(*order)
+            .offset(bindparam("offset"))
+            .limit(bindparam("limit"))
+        )
     if dialect == "sqlite" and len(conditions) == 1 and not search:
         # The org's whole count, kept by triggers (migration 0005): an unfiltered page
         # need not count the org's history.
         return page, _UNFILTERED_TOTAL
     return page, PreparedQuery(count_query.where(*conditions))
+
+
+def _page_rendered_after_choosing(
+    conditions: list[ColumnElement[bool]], search: bool
+) -> Select[Any]:
+    """PostgreSQL's page query: the page's rows are chosen in a subquery, and only they are
+    rendered. Why: PostgreSQL evaluates the select list for every row that OFFSET then
+    skips; rendering in the same query made page 25 render 500 objects to answer 20
+    (11.6 ms on a database of 3,000 requests, against 1 ms for the count)."""
+    chosen = select(*ApprovalRequest.__table__.columns)
+    order: list[Any] = [ApprovalRequest.created_at.desc(), ApprovalRequest.id.desc()]
+    if search:
+        chosen, rank = _with_search("postgresql", chosen)
+        chosen = chosen.add_columns(rank.element.label("rank"))
+        order = [rank, *order]
+    page = (
+        chosen.where(*conditions)
+        .order_by(*order)
+        .offset(bindparam("offset"))
+        .limit(bindparam("limit"))
+        .subquery("page")
+    )
+    outer_order: list[Any] = [page.c.created_at.desc(), page.c.id.desc()]
+    if search:
+        outer_order = [page.c.rank.desc(), *outer_order]
+    return select(request_json("postgresql", page).label("json")).order_by(*outer_order)
 
 
 def _conditions(statuses: tuple[str, ...], filters: frozenset[str]) -> list[ColumnElement[bool]]:

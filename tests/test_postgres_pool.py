@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from sqlalchemy import func, select, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from signoff import db as db_module
@@ -66,36 +67,42 @@ async def test_an_idle_connection_the_server_dropped_is_replaced_unseen(
     assert second != first
 
 
-async def test_a_connection_in_use_a_moment_ago_is_not_pinged(
-    database: Database, monkeypatch: pytest.MonkeyPatch
+async def test_a_connection_dropped_while_busy_fails_once_then_the_pool_recovers(
+    database: Database, postgres_url: str
 ) -> None:
-    pings: list[object] = []
+    first = await backend_pid(database)
+    await terminate(postgres_url, first)
+    with pytest.raises(DBAPIError):
+        await backend_pid(database)  # used a moment ago: not pinged, and found dead
+    second = await backend_pid(database)
+    assert second != first
+
+
+@pytest.fixture
+def pings(database: Database, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The connections pinged on checkout, in order."""
+    pinged: list[object] = []
     dialect = database.read_engine.dialect
     ping = dialect.do_ping
 
     def counting_ping(dbapi_connection: object) -> bool:
-        pings.append(dbapi_connection)
+        pinged.append(dbapi_connection)
         return ping(dbapi_connection)
 
     monkeypatch.setattr(dialect, "do_ping", counting_ping)
+    return pinged
+
+
+async def test_a_connection_in_use_a_moment_ago_is_not_pinged(
+    database: Database, pings: list[object]
+) -> None:
     for _ in range(3):
         await backend_pid(database)
     assert pings == []
 
 
 @pytest.mark.parametrize("database", [0.0], indirect=True)
-async def test_an_idle_connection_is_pinged(
-    database: Database, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    pings: list[object] = []
-    dialect = database.read_engine.dialect
-    ping = dialect.do_ping
-
-    def counting_ping(dbapi_connection: object) -> bool:
-        pings.append(dbapi_connection)
-        return ping(dbapi_connection)
-
-    monkeypatch.setattr(dialect, "do_ping", counting_ping)
+async def test_an_idle_connection_is_pinged(database: Database, pings: list[object]) -> None:
     await backend_pid(database)  # a new connection: nothing to ping
     await backend_pid(database)
     assert len(pings) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -23,49 +24,52 @@ def connect(port: int, count: int) -> list[socket.socket]:
     return [socket.create_connection(("127.0.0.1", port)) for _ in range(count)]
 
 
+def close_all(clients: list[socket.socket]) -> None:
+    for client in clients:
+        client.close()
+
+
 async def settle() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
 
 
-async def test_every_waiting_connection_is_accepted_in_one_readiness() -> None:
+@pytest.fixture
+async def acceptor() -> AsyncIterator[PendingAcceptor]:
+    """An acceptor on a loopback port, not started: the tests call it as readiness would."""
     Recorder.made = []
     listener = listening_socket("127.0.0.1", 0)
-    port = listener.getsockname()[1]
-    acceptor = PendingAcceptor(asyncio.get_running_loop(), listener, Recorder)
     listener.setblocking(False)
-    clients = connect(port, 20)
-    try:
-        assert acceptor.accept_pending() == 20
-        await settle()
-        assert len(Recorder.made) == 20
-        assert acceptor.accept_pending() == 0  # nothing left waiting
-    finally:
-        for transport in Recorder.made:
-            transport.close()
-        for client in clients:
-            client.close()
-        acceptor.close()
-        await acceptor.wait_closed()
+    acceptor = PendingAcceptor(asyncio.get_running_loop(), listener, Recorder)
+    yield acceptor
+    for transport in Recorder.made:
+        transport.close()
+    acceptor.close()
+    await acceptor.wait_closed()
 
 
-async def test_a_flood_of_connections_is_taken_in_batches() -> None:
-    Recorder.made = []
-    listener = listening_socket("127.0.0.1", 0)
-    acceptor = PendingAcceptor(asyncio.get_running_loop(), listener, Recorder)
-    listener.setblocking(False)
-    clients = connect(listener.getsockname()[1], ACCEPT_BATCH + 3)
-    try:
-        assert acceptor.accept_pending() == ACCEPT_BATCH
-        assert acceptor.accept_pending() == 3
-        await settle()
-        assert len(Recorder.made) == ACCEPT_BATCH + 3
-    finally:
-        for transport in Recorder.made:
-            transport.close()
-        for client in clients:
-            client.close()
-        acceptor.close()
+def port_of(acceptor: PendingAcceptor) -> int:
+    return int(acceptor.listener.getsockname()[1])
+
+
+async def test_every_waiting_connection_is_accepted_in_one_readiness(
+    acceptor: PendingAcceptor,
+) -> None:
+    clients = connect(port_of(acceptor), 20)
+    assert acceptor.accept_pending() == 20
+    await settle()
+    assert len(Recorder.made) == 20
+    assert acceptor.accept_pending() == 0  # nothing left waiting
+    close_all(clients)
+
+
+async def test_a_flood_of_connections_is_taken_in_batches(acceptor: PendingAcceptor) -> None:
+    clients = connect(port_of(acceptor), ACCEPT_BATCH + 3)
+    assert acceptor.accept_pending() == ACCEPT_BATCH
+    assert acceptor.accept_pending() == 3
+    await settle()
+    assert len(Recorder.made) == ACCEPT_BATCH + 3
+    close_all(clients)
 
 
 async def test_the_acceptor_serves_through_the_loop_once_started() -> None:

@@ -96,7 +96,12 @@ class DeliveryWorker:
         self.in_flight: set[asyncio.Task[None]] = set()
         self.per_target_in_flight: Counter[str] = Counter()
         self._waiting_for_slot = False
+        # What the loop did, logged when it stops (the bench reads it): attempts started,
+        # claim transactions, due-time lookups, and looks again after a short wait.
         self.attempts_made = 0
+        self.claims_made = 0
+        self.due_lookups = 0
+        self.short_waits = 0
         self.listener: PostgresListener | None = None
         if not ctx.db.is_sqlite:
             self.listener = PostgresListener(settings.database_url, self.dispatcher.wakeup.set)
@@ -125,7 +130,13 @@ class DeliveryWorker:
             await self._drain()
             if self.listener:
                 await self.listener.close()
-            logger.info("delivery worker stopped: attempts=%d", self.attempts_made)
+            logger.info(
+                "delivery worker stopped: attempts=%d claims=%d due_lookups=%d short_waits=%d",
+                self.attempts_made,
+                self.claims_made,
+                self.due_lookups,
+                self.short_waits,
+            )
 
     async def _step(self) -> float:
         """Claim and start what is due; answer how long to sleep before the next step."""
@@ -134,6 +145,7 @@ class DeliveryWorker:
         self._waiting_for_slot = free <= 0 or bool(saturated)
         if free <= 0:
             return self._poll_cap()  # a finishing attempt wakes us
+        self.claims_made += 1
         claimed = await self.dispatcher.claim_due(free, self.per_target_in_flight)
         self._start(claimed)
         if len(claimed) == free:
@@ -142,12 +154,14 @@ class DeliveryWorker:
         self._waiting_for_slot = bool(saturated)
         # Due work for receivers at their cap waits for one of their attempts to finish
         # (which wakes us); the sleep is until the next delivery we could take.
+        self.due_lookups += 1
         seconds = await self.dispatcher.next_due_at_seconds(saturated)
         if seconds is None:
             return self._poll_cap()
         if seconds <= 0:
             # Due, yet not ours: another worker took it a moment ago, or its candidate
             # window was full of a busy receiver's backlog. Look again shortly.
+            self.short_waits += 1
             return min(self._poll_cap(), 0.05)
         # Retries fall due one by one, spread over time: waking a little after the next one
         # takes those due shortly after it in the same claim (one transaction, and their

@@ -22,8 +22,9 @@ replaced if the server dropped it (a restart, a failover, an idle timeout): the 
 never sees the dead connection. One in use a moment ago is not pinged. SQLAlchemy's
 ``pool_pre_ping`` would ping on every checkout, three round trips each (BEGIN, a query,
 ROLLBACK), more than the statements of a get. If the server goes away *under* load,
-the requests in flight then and the next one on each stale connection fail, and the
-pool replaces all its connections at once.
+the requests in flight then fail, and so does the first one to use a dropped
+connection; the pool then replaces all its connections at once
+(``tests/test_postgres_pool.py``).
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ class Database:
         # The hot path's reads, outside any session (prepared.py).
         self.queries = QueryRunner(
             # On PostgreSQL in autocommit: a read outside any session needs no BEGIN and
-            # ROLLBACK around it (two round trips; the isolation is the same, below).
+            # ROLLBACK around it, two round trips (what it reads: prepared.py).
             self.read_engine
             if self.is_sqlite
             else self.read_engine.execution_options(isolation_level="AUTOCOMMIT"),

@@ -66,7 +66,8 @@ class Outbox:
     """Deliveries written by one transaction, held by it until its caller acts."""
 
     lease_seconds: float = DEFAULT_LEASE_SECONDS
-    token: uuid.UUID = field(default_factory=uuid.uuid4)
+    # Unique, not secret: the lease's owner. new_id draws no system call per transaction.
+    token: uuid.UUID = field(default_factory=new_id)
     claimed: list[ClaimedDelivery] = field(default_factory=list)
     # Signing secrets by connection: a batch (an emergency stop) reads each once.
     secrets: dict[uuid.UUID, ConnectionSecrets] = field(default_factory=dict)

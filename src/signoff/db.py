@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+import orjson
 from sqlalchemy import Table, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
@@ -54,6 +55,16 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 # A PostgreSQL connection idle this long is pinged before use (see the module docstring).
 IDLE_PING_SECONDS = 10.0
 _CHECKED_IN_AT = "signoff.checked_in_at"
+
+
+def _json_text(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+# JSON columns on SQLite are text converted in Python: orjson does it in a tenth of the
+# time of the standard library, which SQLAlchemy uses by default (a create wrote its
+# metadata through ``json.dumps``). PostgreSQL's driver converts JSONB itself.
+SQLITE_JSON: dict[str, Any] = {"json_serializer": _json_text, "json_deserializer": orjson.loads}
 
 
 def _configure_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
@@ -109,6 +120,7 @@ class Database:
                 pool_size=8,
                 max_overflow=8,
                 async_creator=inline_connector(url, busy_timeout),
+                **SQLITE_JSON,
             )
             # One connection suffices for writers: they are serialized anyway.
             self.write_engine = create_async_engine(
@@ -117,6 +129,7 @@ class Database:
                 pool_size=1,
                 max_overflow=0,
                 async_creator=inline_connector(url, busy_timeout, self.checkpointer),
+                **SQLITE_JSON,
             )
             _configure_sqlite(self.read_engine, immediate=False)
             _configure_sqlite(self.write_engine, immediate=True)

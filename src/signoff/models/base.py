@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,6 +43,37 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+    # On SQLite, one function each way in place of two chained ones. Why: every create
+    # and decision binds three or four timestamps, and every read converts some back;
+    # SQLAlchemy's SQLite DATETIME formats through a dict of seven fields and parses with
+    # a regular expression, some 2 µs a value. The text is the same: naive UTC as
+    # ``YYYY-MM-DD HH:MM:SS.ffffff``, as ``tests/unit/test_column_types.py`` holds it.
+
+    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
+        if dialect.name != "sqlite":
+            return super().bind_processor(dialect)
+        return _sqlite_utc_text
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any] | None:
+        if dialect.name != "sqlite":
+            return super().result_processor(dialect, coltype)
+        return _sqlite_utc_datetime
+
+
+def _sqlite_utc_text(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        raise ValueError("naive datetimes are not stored; use an aware UTC value")
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
+def _sqlite_utc_datetime(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    parsed = datetime.fromisoformat(value)
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")

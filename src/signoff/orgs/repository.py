@@ -119,7 +119,7 @@ def principal_from_row(
         user_id=row[6],
         user_email=row[7],
         user_name=row[8],
-        role=cast(Literal["admin", "member"], row[9]),
+        role=cast("Literal['admin', 'member']", row[9]),  # a string: not evaluated per call
         scopes=scopes,
         auth_method=auth_method,
     )

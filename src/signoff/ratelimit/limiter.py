@@ -12,13 +12,25 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
-from limits.aio.storage import MemoryStorage, RedisStorage, Storage
+from limits.aio.storage import RedisStorage
+
+from signoff.ratelimit.memory import MemoryCounters
 
 logger = logging.getLogger(__name__)
 
 Window = Literal["hour", "minute"]
+
+
+class CounterStore(Protocol):
+    """What the limiter asks of a store: ``MemoryCounters``, or ``limits``' Redis one."""
+
+    async def incr(self, key: str, expiry: int, amount: int = 1) -> int: ...
+    async def get(self, key: str) -> int: ...
+    async def get_expiry(self, key: str) -> float: ...
+    async def reset(self) -> int | None: ...
+    async def check(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -64,12 +76,12 @@ class RateLimiter:
     """
 
     def __init__(self, redis_url: str | None = None, key_prefix: str = "signoff") -> None:
-        self.storage: Storage
+        self.storage: CounterStore
         if redis_url:
             uri = "async+" + redis_url if not redis_url.startswith("async+") else redis_url
             self.storage = RedisStorage(uri, implementation="redispy", key_prefix=key_prefix)
         else:
-            self.storage = MemoryStorage()
+            self.storage = MemoryCounters()
 
     async def hit(self, key: str, limit: int, window: Window = "hour") -> RateLimitDecision:
         counter = f"{window}/{key}"

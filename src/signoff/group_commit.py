@@ -33,7 +33,12 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from signoff.prepared import SQLITE_CONNECTION_KEY, SQLiteTransaction, inline_driver
+from signoff.prepared import (
+    SQLITE_CONNECTION_KEY,
+    SQLiteTransaction,
+    has_unflushed_changes,
+    inline_driver,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +87,7 @@ class GroupCommit:
             failed = True
             try:
                 yield batch.session
-                if _has_unflushed_changes(batch.session):
+                if has_unflushed_changes(batch.session):
                     await batch.session.flush()
                 failed = False
             finally:
@@ -193,14 +198,6 @@ class GroupCommit:
                 batch.committed.set_exception(error)
                 if batch.writers == 0:
                     batch.committed.exception()  # nobody waits for it: the error is seen
-
-
-def _has_unflushed_changes(session: AsyncSession) -> bool:
-    """Whether ``flush`` has anything to write. Why ask: a flush with nothing to write
-    still runs in a greenlet of its own (SQLAlchemy's async bridge), whose stack is
-    mapped and unmapped by two system calls, and the hot writers (a create, a vote)
-    write through prepared statements only, leaving the session empty."""
-    return bool(session.new or session.deleted or session.dirty)
 
 
 async def _execute(batch: _Batch, sql: str) -> None:

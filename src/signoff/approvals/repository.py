@@ -43,7 +43,14 @@ from signoff.common.ids import new_id
 from signoff.common.time import utcnow
 from signoff.db import insert_ignoring_conflicts
 from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, User, Vote
-from signoff.prepared import PreparedQuery, QueryRunner, count_in, entity_columns, execute_in
+from signoff.prepared import (
+    PreparedQuery,
+    QueryRunner,
+    count_in,
+    entity_columns,
+    execute_in,
+    has_unflushed_changes,
+)
 
 _SEARCH_TERM = re.compile(r"[^\W_]+", re.UNICODE)
 MAX_SEARCH_TERMS = 16
@@ -169,6 +176,16 @@ _VOTES_ON_REQUEST = PreparedQuery(
     .where(Vote.request_id == bindparam("request_id"))
     .order_by(Vote.created_at, Vote.id)
 )
+
+
+@functools.lru_cache(maxsize=64)
+def _org_users_among(count: int) -> PreparedQuery:
+    """Which of ``count`` user ids (parameters ``user_0`` ...) belong to the org: one
+    statement per count of approvers a chain has (at most ``SIGNOFF_MAX_STEPS``)."""
+    candidates = [bindparam(f"user_{index}", type_=User.id.type) for index in range(count)]
+    return PreparedQuery(
+        select(User.id).where(User.org_id == bindparam("org_id"), User.id.in_(candidates))
+    )
 
 
 @functools.cache
@@ -420,10 +437,10 @@ class ApprovalRepository:
     async def org_user_ids(
         self, org_id: uuid.UUID, user_ids: set[uuid.UUID]
     ) -> frozenset[uuid.UUID]:
-        result = await self.session.scalars(
-            select(User.id).where(User.org_id == org_id, User.id.in_(user_ids))
-        )
-        return frozenset(result.all())
+        params: dict[str, Any] = {f"user_{i}": user_id for i, user_id in enumerate(user_ids)}
+        params["org_id"] = org_id
+        rows = await execute_in(self.session, _org_users_among(len(user_ids)), params)
+        return frozenset(row.id for row in rows)
 
     # ---- comments and events ----
 
@@ -460,7 +477,8 @@ class ApprovalRepository:
         return result.all()
 
     async def flush(self) -> None:
-        await self.session.flush()
+        if has_unflushed_changes(self.session):
+            await self.session.flush()
 
 
 # List filters compared with a value of their own, passed as a parameter of that name.

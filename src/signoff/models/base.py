@@ -66,7 +66,9 @@ def _sqlite_utc_text(value: datetime | None) -> str | None:
         return None
     if value.tzinfo is None:
         raise ValueError("naive datetimes are not stored; use an aware UTC value")
-    return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    return value.replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
 def _sqlite_utc_datetime(value: str | None) -> datetime | None:

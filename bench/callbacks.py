@@ -56,6 +56,7 @@ from tests.webhooks.receiver import Receiver, Reply
 
 from bench.run import (
     DEFAULT_POSTGRES_URL,
+    KEEPALIVE_EXPIRY,
     RATE_LIMIT_CEILING,
     RESULTS_DIR,
     SIGNOFF,
@@ -69,6 +70,10 @@ from bench.run import (
     running,
     signoff_cli,
 )
+
+# Idle connections are dropped before the API's keep-alive timeout can close them under a
+# request just sent (bench.run.KEEPALIVE_EXPIRY).
+CLIENT_LIMITS = httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -123,7 +128,7 @@ async def create_requests(
 async def bench_latency(base_url: str, headers: dict[str, str], count: int) -> dict[str, Any]:
     async with (
         WallClockReceiver() as receiver,
-        httpx.AsyncClient(base_url=base_url, timeout=30) as client,
+        httpx.AsyncClient(base_url=base_url, timeout=30, limits=CLIENT_LIMITS) as client,
     ):
         ids = await create_requests(client, headers, [receiver.url] * count)
         commit_to_receipt: list[float] = []
@@ -198,7 +203,9 @@ async def bench_throughput(
     for receiver in good + bad:
         await receiver.__aenter__()
     try:
-        async with httpx.AsyncClient(base_url=base_url, timeout=120) as client:
+        async with httpx.AsyncClient(
+            base_url=base_url, timeout=120, limits=CLIENT_LIMITS
+        ) as client:
             urls = [r.url for r in good + bad for _ in range(per_receiver)]
             await create_requests(client, admin_headers, urls)
             started = time.monotonic()
@@ -355,10 +362,8 @@ async def bench_steady(
     for receiver in good + bad:
         await receiver.__aenter__()
     try:
-        # Idle connections are dropped before uvicorn's keep-alive timeout (5 s) can close
-        # them under a request just sent.
         limits = httpx.Limits(
-            max_connections=200, max_keepalive_connections=200, keepalive_expiry=2.0
+            max_connections=200, max_keepalive_connections=200, keepalive_expiry=KEEPALIVE_EXPIRY
         )
         async with httpx.AsyncClient(base_url=base_url, timeout=60, limits=limits) as client:
             healthy_count = round(rate * seconds)

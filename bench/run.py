@@ -54,6 +54,10 @@ HOST = "127.0.0.1"
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 # The operator's ceiling for this run; the bench connection's limit is raised up to it.
 RATE_LIMIT_CEILING = 100_000_000
+# The bench's own HTTP clients drop a connection idle this long, before uvicorn's
+# keep-alive timeout (5 s) can close it under a request just sent (an httpx.ReadError
+# that ended a callbacks bench after its 22nd drain).
+KEEPALIVE_EXPIRY = 2.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SCENARIOS = ("create", "get", "list", "decide")
 # Which baseline each scenario is compared with.
@@ -374,7 +378,9 @@ def approval_body(index: int) -> dict[str, Any]:
 async def _create_many(base_url: str, api_key: str, start: int, count: int) -> list[str]:
     ids: list[str] = []
     indexes = iter(range(start, start + count))
-    limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
+    limits = httpx.Limits(
+        max_connections=32, max_keepalive_connections=32, keepalive_expiry=KEEPALIVE_EXPIRY
+    )
     headers = {"Authorization": f"Bearer {api_key}"}
     async with httpx.AsyncClient(
         base_url=base_url, headers=headers, limits=limits, timeout=60.0
@@ -409,7 +415,8 @@ def pending_ids(base_url: str, api_key: str) -> list[str]:
     """Every pending request, through the list endpoint (oldest page last)."""
     ids: list[str] = []
     headers = {"Authorization": f"Bearer {api_key}"}
-    with httpx.Client(base_url=base_url, headers=headers, timeout=60.0) as client:
+    limits = httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY)
+    with httpx.Client(base_url=base_url, headers=headers, timeout=60.0, limits=limits) as client:
         page = 1
         while True:
             response = client.get(

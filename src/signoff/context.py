@@ -15,7 +15,7 @@ from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.db import Database
 from signoff.oauth.credentials import hash_token, looks_like_access_token
-from signoff.orgs.repository import find_principal_by_key_hash
+from signoff.orgs.repository import PrincipalsByKey
 from signoff.ratelimit.limiter import RateLimiter
 from signoff.unit_of_work import UnitOfWork
 from signoff.webhooks.dispatcher import WebhookDispatcher
@@ -63,9 +63,12 @@ class AppContext:
     waiters: RequestWaiters = field(default_factory=RequestWaiters)
     # Callback attempts, claims and records (webhooks/dispatcher.py).
     webhooks: WebhookDispatcher = field(init=False)
+    # Who an API key is, read once per state of the database (orgs/repository.py).
+    principals: PrincipalsByKey = field(init=False)
 
     def __post_init__(self) -> None:
         self.webhooks = WebhookDispatcher(self.settings, self.db, self.box)
+        self.principals = PrincipalsByKey(self.db.queries)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AppContext:
@@ -91,7 +94,7 @@ class AppContext:
 
     async def authenticate(self, token: str) -> Principal | None:
         if looks_like_api_key(token):
-            return await find_principal_by_key_hash(self.db.queries, hash_api_key(token))
+            return await self.principals.find(hash_api_key(token))
         if looks_like_access_token(token):
             # An OAuth access token: the consenting user, the token's scopes, and the
             # rate limit of the connection that owns the client (decisions.md section 1).

@@ -124,6 +124,7 @@ class QueryRunner:
         self._sqlite_url = sqlite_url
         self._retrier = Retrier(busy_timeout)
         self._connection: sqlite3.Connection | None = None
+        self._connections_opened = 0
 
     @property
     def dialect_name(self) -> str:
@@ -180,6 +181,21 @@ class QueryRunner:
         rows = await self.all(query, params)
         return rows[0] if rows else None
 
+    def commit_stamp(self) -> tuple[int, int] | None:
+        """On SQLite, a number that changes whenever any other connection commits (or
+        checkpoints): this process's writers, a CLI, another process. Read from this
+        runner's own connection, which only reads, so every commit anywhere changes it
+        (``PRAGMA data_version``, a few µs); the connection's number comes first, as a
+        new connection counts afresh. None on PostgreSQL, which has nothing as cheap, and
+        None if SQLite cannot answer: then the caller reads afresh."""
+        if self._sqlite_url is None:
+            return None
+        try:
+            row = self._sqlite_connection().execute("PRAGMA data_version").fetchone()
+        except sqlite3.Error:
+            return None
+        return self._connections_opened, int(row[0])
+
     def _sqlite_connection(self) -> sqlite3.Connection:
         if self._connection is None:
             assert self._sqlite_url is not None
@@ -188,6 +204,7 @@ class QueryRunner:
             connection.isolation_level = None
             connection.execute("PRAGMA query_only=ON")
             self._connection = connection
+            self._connections_opened += 1
         return self._connection
 
     def close(self) -> None:

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from collections.abc import Callable
+from typing import Any, cast
 
 import httpx
+import pytest
 
 from signoff.common.time import utcnow
+from signoff.config import Settings
 from signoff.context import AppContext
+from signoff.orgs import repository
 from signoff.orgs import service as orgs_service
+from signoff.prepared import QueryRunner
 from tests.conftest import Member, Org, assert_error, create_approval
 
 RATE_HEADERS = ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset")
@@ -122,3 +128,116 @@ async def test_me_shows_each_keys_own_identity(
         assert body["user"]["id"] == who.user_id
         assert body["user"]["role"] == role
         assert body["connection"]["id"] == who.connection_id
+
+
+async def _in_another_process(settings: Settings, org: Org, change: Callable[..., Any]) -> None:
+    """``change`` the member's connection through connections of its own, as a CLI or
+    another replica would: nothing of the app's own process takes part."""
+    other = AppContext.from_settings(settings)
+    try:
+        async with other.transaction() as uow:
+            connection = await orgs_service.get_connection(
+                uow.orgs, uuid.UUID(org.id), org.member.connection_id
+            )
+            await change(connection)
+    finally:
+        await other.close()
+
+
+async def test_what_another_process_changes_about_a_key_bites_at_once(
+    client: httpx.AsyncClient, org: Org, settings: Settings
+) -> None:
+    me = "/api/v1/me"
+    assert (await client.get(me, headers=org.member.headers)).status_code == 200
+
+    async def lower_the_limit(connection: Any) -> None:
+        orgs_service.set_rate_limit(connection, 7, settings)
+
+    await _in_another_process(settings, org, lower_the_limit)
+    response = await client.get(me, headers=org.member.headers)
+    assert response.json()["rate_limit"]["limit"] == 7
+    assert response.headers["x-ratelimit-limit"] == "7"
+
+    async def revoke(connection: Any) -> None:
+        await orgs_service.revoke_connection(connection, utcnow())
+
+    await _in_another_process(settings, org, revoke)
+    _assert_unauthorized(await client.get(me, headers=org.member.headers))
+    assert (await client.get(me, headers=org.admin.headers)).status_code == 200
+
+
+async def test_a_key_is_read_once_until_anything_is_committed(
+    client: httpx.AsyncClient, org: Org, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[str] = []
+    read_principal = repository.find_principal_by_key_hash
+
+    async def counting(queries: Any, key_hash: str) -> Any:
+        reads.append(key_hash)
+        return await read_principal(queries, key_hash)
+
+    monkeypatch.setattr(repository, "find_principal_by_key_hash", counting)
+    for _ in range(3):
+        assert (await client.get("/api/v1/me", headers=org.member.headers)).status_code == 200
+    # SQLite tells at once whether anything was committed since (PRAGMA data_version);
+    # PostgreSQL has no such stamp, so every call reads.
+    assert len(reads) == (1 if backend == "sqlite" else 3)
+    await create_approval(client, org.admin)  # a commit: every key is read afresh
+    reads.clear()
+    assert (await client.get("/api/v1/me", headers=org.member.headers)).status_code == 200
+    assert len(reads) == 1
+
+
+class _Queries:
+    """A QueryRunner with one connection row and a stamp the test moves."""
+
+    def __init__(self, row: tuple[Any, ...]) -> None:
+        self.row = row
+        self.stamp: tuple[int, int] | None = (1, 1)
+        self.reads = 0
+
+    def commit_stamp(self) -> tuple[int, int] | None:
+        return self.stamp
+
+    async def one(self, _query: Any, params: dict[str, Any]) -> Any:
+        self.reads += 1
+        return self.row if params["key_hash"].startswith("known") else None
+
+
+def _principals() -> tuple[repository.PrincipalsByKey, _Queries]:
+    row = (
+        uuid.uuid4(),
+        "conn",
+        100,
+        uuid.uuid4(),
+        "Acme",
+        False,
+        uuid.uuid4(),
+        "a@b.c",
+        "A",
+        "admin",
+    )
+    queries = _Queries(row)
+    return repository.PrincipalsByKey(cast(QueryRunner, queries)), queries
+
+
+async def test_unknown_keys_are_never_kept() -> None:
+    principals, queries = _principals()
+    for _ in range(3):
+        assert await principals.find("unknown") is None
+    assert queries.reads == 3
+
+
+async def test_the_cache_starts_over_past_its_size_and_without_a_stamp() -> None:
+    principals, queries = _principals()
+    for index in range(principals.MAX_KEYS + 1):
+        assert await principals.find(f"known-{index}") is not None
+    assert queries.reads == principals.MAX_KEYS + 1
+    assert await principals.find(f"known-{principals.MAX_KEYS}") is not None
+    assert queries.reads == principals.MAX_KEYS + 1  # the newest stayed
+    assert await principals.find("known-0") is not None
+    assert queries.reads == principals.MAX_KEYS + 2  # the oldest went with the rest
+    queries.stamp = None
+    await principals.find("known-0")
+    await principals.find("known-0")
+    assert queries.reads == principals.MAX_KEYS + 4

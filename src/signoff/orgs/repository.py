@@ -96,10 +96,52 @@ async def find_principal_by_key_hash(queries: QueryRunner, key_hash: str) -> Pri
 
     Every API call asks this, so it runs as a prepared query: no session, and on SQLite
     no SQLAlchemy execution at all (prepared.py). Read afresh on every call, so a revoked
-    key or an emergency stop set by any process (a CLI, another replica) bites at once.
+    key or an emergency stop set by any process (a CLI, another replica) bites at once;
+    ``PrincipalsByKey`` keeps its answers only while nothing is committed.
     """
     row = await queries.one(_PRINCIPAL_BY_KEY_HASH, {"key_hash": key_hash})
     return principal_from_row(row) if row is not None else None
+
+
+class PrincipalsByKey:
+    """API-key principals, each read once per state of the database.
+
+    Why: every API call authenticates, and reading the principal afresh each time cost
+    a create 6 % of its CPU and a get 9 % (side by side, docs/performance.md).
+
+    Kept only until anything at all is committed: the commit stamp
+    (``QueryRunner.commit_stamp``) changes with every commit by any connection or
+    process, and a changed stamp empties the cache. A principal found here is thus what
+    a read now would return, and a revoked key, a new rate limit or an emergency stop
+    bites at once, as decisions.md asks. Without a stamp (PostgreSQL) every call reads.
+    """
+
+    # Keys kept at most between two commits; past it the cache starts over. Unknown keys
+    # are never kept, so guessing keys cannot fill it.
+    MAX_KEYS = 1_024
+
+    def __init__(self, queries: QueryRunner) -> None:
+        self._queries = queries
+        self._stamp: tuple[int, int] | None = None
+        self._principals: dict[str, Principal] = {}
+
+    async def find(self, key_hash: str) -> Principal | None:
+        stamp = self._queries.commit_stamp()
+        if stamp is None:
+            return await find_principal_by_key_hash(self._queries, key_hash)
+        if stamp != self._stamp:
+            self._principals.clear()
+            self._stamp = stamp
+        elif (cached := self._principals.get(key_hash)) is not None:
+            return cached
+        principal = await find_principal_by_key_hash(self._queries, key_hash)
+        # Kept only if no other call moved the stamp on while this read waited (a busy
+        # database): the read may then be older than the stamp the cache is at.
+        if principal is not None and self._stamp == stamp:
+            if len(self._principals) >= self.MAX_KEYS:
+                self._principals.clear()
+            self._principals[key_hash] = principal
+        return principal
 
 
 def principal_from_row(

@@ -182,12 +182,12 @@ class QueryRunner:
         return rows[0] if rows else None
 
     def commit_stamp(self) -> tuple[int, int] | None:
-        """On SQLite, a number that changes whenever any other connection commits (or
-        checkpoints): this process's writers, a CLI, another process. Read from this
-        runner's own connection, which only reads, so every commit anywhere changes it
-        (``PRAGMA data_version``, a few µs); the connection's number comes first, as a
-        new connection counts afresh. None on PostgreSQL, which has nothing as cheap, and
-        None if SQLite cannot answer: then the caller reads afresh."""
+        """On SQLite, a stamp that changes whenever any other connection commits (or
+        checkpoints): this process's writers, a CLI, another process. It is
+        ``PRAGMA data_version`` (a few µs) read on this runner's own connection, which
+        only reads, so every commit anywhere changes it; the number of that connection
+        comes first, as a new connection counts afresh. None on PostgreSQL, which has
+        nothing as cheap, and None if SQLite cannot answer: then the caller reads afresh."""
         if self._sqlite_url is None:
             return None
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 import uuid
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import pytest
@@ -15,7 +15,6 @@ from signoff.config import Settings
 from signoff.context import AppContext
 from signoff.orgs import repository
 from signoff.orgs import service as orgs_service
-from signoff.prepared import QueryRunner
 from tests.conftest import Member, Org, assert_error, create_approval
 
 RATE_HEADERS = ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset")
@@ -186,58 +185,3 @@ async def test_a_key_is_read_once_until_anything_is_committed(
     reads.clear()
     assert (await client.get("/api/v1/me", headers=org.member.headers)).status_code == 200
     assert len(reads) == 1
-
-
-class _Queries:
-    """A QueryRunner with one connection row and a stamp the test moves."""
-
-    def __init__(self, row: tuple[Any, ...]) -> None:
-        self.row = row
-        self.stamp: tuple[int, int] | None = (1, 1)
-        self.reads = 0
-
-    def commit_stamp(self) -> tuple[int, int] | None:
-        return self.stamp
-
-    async def one(self, _query: Any, params: dict[str, Any]) -> Any:
-        self.reads += 1
-        return self.row if params["key_hash"].startswith("known") else None
-
-
-def _principals() -> tuple[repository.PrincipalsByKey, _Queries]:
-    row = (
-        uuid.uuid4(),
-        "conn",
-        100,
-        uuid.uuid4(),
-        "Acme",
-        False,
-        uuid.uuid4(),
-        "a@b.c",
-        "A",
-        "admin",
-    )
-    queries = _Queries(row)
-    return repository.PrincipalsByKey(cast(QueryRunner, queries)), queries
-
-
-async def test_unknown_keys_are_never_kept() -> None:
-    principals, queries = _principals()
-    for _ in range(3):
-        assert await principals.find("unknown") is None
-    assert queries.reads == 3
-
-
-async def test_the_cache_starts_over_past_its_size_and_without_a_stamp() -> None:
-    principals, queries = _principals()
-    for index in range(principals.MAX_KEYS + 1):
-        assert await principals.find(f"known-{index}") is not None
-    assert queries.reads == principals.MAX_KEYS + 1
-    assert await principals.find(f"known-{principals.MAX_KEYS}") is not None
-    assert queries.reads == principals.MAX_KEYS + 1  # the newest stayed
-    assert await principals.find("known-0") is not None
-    assert queries.reads == principals.MAX_KEYS + 2  # the oldest went with the rest
-    queries.stamp = None
-    await principals.find("known-0")
-    await principals.find("known-0")
-    assert queries.reads == principals.MAX_KEYS + 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -208,8 +209,20 @@ async def test_priority_action_type_and_source_filters(client: httpx.AsyncClient
     assert _ids(combined) == [deploy["id"]]
 
 
+async def _in_a_later_millisecond() -> None:
+    """Wait past the current millisecond. Answers show times to the millisecond, and
+    these tests build their windows from shown times: on a fast machine two calls in a
+    row can land in one millisecond, and then no shown time falls between them."""
+    await asyncio.sleep(0.002)
+
+
+async def _created_apart(client: httpx.AsyncClient, member: Member) -> dict[str, Any]:
+    await _in_a_later_millisecond()
+    return await create_approval(client, member)
+
+
 async def test_created_after_and_before(client: httpx.AsyncClient, org: Org) -> None:
-    first, second, third = [await create_approval(client, org.member) for _ in range(3)]
+    first, second, third = [await _created_apart(client, org.member) for _ in range(3)]
     middle = second["created_at"]
     # A half-open window: after is inclusive, before exclusive, so windows never overlap.
     assert _ids(await _list(client, org.member, created_after=middle)) == [
@@ -241,6 +254,7 @@ async def test_decided_after_and_before(
     first = await client.patch(
         base + early["id"], headers=org.admin.headers, json={"decision": "approve"}
     )
+    await _in_a_later_millisecond()
     second = await client.delete(base + late["id"], headers=org.admin.headers)
     boundary = second.json()["decided_at"]
     assert first.json()["decided_at"] < boundary

@@ -23,6 +23,7 @@ Rows are tuples whose fields are named by the statement's column labels.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
@@ -59,11 +60,15 @@ class PreparedQuery:
         statement: Select[*tuple[Any, ...]] | UpdateBase,
         *,
         column_keys: Sequence[str] | None = None,
+        sqlite_indexes: Sequence[SQLiteIndex] = (),
     ) -> None:
         """``column_keys``: for an ``INSERT`` without ``values()``, the columns each call
-        gives, as its parameters of the same names."""
+        gives, as its parameters of the same names. ``sqlite_indexes``: how SQLite must read
+        the statement's tables, where its planner would choose worse (SQLAlchemy renders
+        no table hints for SQLite)."""
         self.statement = statement
         self.column_keys = list(column_keys) if column_keys is not None else None
+        self.sqlite_indexes = tuple(sqlite_indexes)
         self.keys = tuple(str(column.key) for column in statement.exported_columns)
         self.row_type: type[tuple[Any, ...]] = namedtuple("Row", self.keys)  # type: ignore[misc]
         self._sqlite: _CompiledSQLite | None = None
@@ -72,6 +77,26 @@ class PreparedQuery:
         if self._sqlite is None:
             self._sqlite = _CompiledSQLite(self, dialect)
         return self._sqlite
+
+
+@dataclass(frozen=True)
+class SQLiteIndex:
+    """How SQLite must read one table of a statement: through the index ``name``
+    (``INDEXED BY``), or with no name, through rowid lookups only (``NOT INDEXED``).
+    ``table`` as the statement's ``FROM`` names it: ``requests`` or ``requests AS r``."""
+
+    table: str
+    name: str | None
+
+    def applied_to(self, sql: str) -> str:
+        """``sql`` with the clause after the table's one ``FROM``; an error if the table
+        is not read exactly once so, where the hint would be ambiguous."""
+        clause = f"INDEXED BY {self.name}" if self.name else "NOT INDEXED"
+        from_table = re.compile(rf"\bFROM {re.escape(self.table)}\b(?! AS)")
+        hinted, count = from_table.subn(f"FROM {self.table} {clause}", sql)
+        if count != 1:
+            raise ValueError(f"expected one FROM {self.table} in: {sql}")
+        return hinted
 
 
 class _CompiledSQLite:
@@ -84,7 +109,10 @@ class _CompiledSQLite:
         if compiled.insert_prefetch or compiled.update_prefetch:
             # Defaults SQLAlchemy computes per execution (ids, timestamps) would be skipped.
             raise TypeError(f"the call must give every column with a default: {compiled}")
-        self.sql = compiled.string
+        sql = compiled.string
+        for index in query.sqlite_indexes:
+            sql = index.applied_to(sql)
+        self.sql = sql
         self.names: tuple[str, ...] = tuple(compiled.positiontup)
         binds = compiled.binds  # by their names in the SQL: anonymous ones made unique
         # Values fixed in the statement itself: a literal in a WHERE clause, a column's

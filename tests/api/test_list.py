@@ -279,6 +279,38 @@ async def test_decided_filters_see_expiry_before_the_sweep(
     assert _ids(await _list(client, org.member, decided_before=before)) == []
 
 
+async def test_decided_window_keeps_to_the_org_and_combines_with_filters(
+    client: httpx.AsyncClient, org: Org, other_org: Org, ctx: AppContext
+) -> None:
+    """Both ways into the window (a decision, a deadline passed unswept) stay within the
+    org, and other filters narrow what the window chose."""
+
+    async def decided_and_expired(who: Member, admin: Member) -> tuple[str, str]:
+        approved = await create_approval(client, who, priority="high")
+        await client.patch(
+            f"/api/v1/approvals/{approved['id']}",
+            headers=admin.headers,
+            json={"decision": "approve"},
+        )
+        stale = await create_approval(client, who, priority="low", expires_at=_in_an_hour())
+        await backdate_expiry(ctx, stale["id"])
+        return approved["id"], stale["id"]
+
+    ours = await decided_and_expired(org.member, org.admin)
+    theirs = await decided_and_expired(other_org.member, other_org.admin)
+    await create_approval(client, org.member, priority="low")  # pending: never in a window
+    window = {"decided_after": "2000-01-01T00:00:00Z", "decided_before": _in_an_hour()}
+
+    ours_listed = await _list(client, org.member, **window)
+    assert sorted(_ids(ours_listed)) == sorted(ours) and ours_listed["total"] == 2
+    theirs_listed = await _list(client, other_org.member, **window)
+    assert sorted(_ids(theirs_listed)) == sorted(theirs) and theirs_listed["total"] == 2
+    low = await _list(client, org.member, priority="low", **window)
+    assert _ids(low) == [ours[1]] and low["total"] == 1
+    approved = await _list(client, org.member, status="approved", **window)
+    assert _ids(approved) == [ours[0]] and approved["total"] == 1
+
+
 # ---- full-text search ----
 
 

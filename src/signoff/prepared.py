@@ -175,35 +175,48 @@ class QueryRunner:
         """The rows of each statement: on SQLite in one transaction, one snapshot (a page
         and its total agree); on PostgreSQL on one connection, each statement with a
         snapshot of its own, as in a READ COMMITTED transaction (a session's reads)."""
+        return await self.all_in_one_read_then(list(statements), lambda _: [])
+
+    async def all_in_one_read_then(
+        self,
+        first: Sequence[tuple[PreparedQuery, Mapping[str, Any]]],
+        then: Callable[[list[list[Any]]], Sequence[tuple[PreparedQuery, Mapping[str, Any]]]],
+    ) -> list[list[Any]]:
+        """As ``all_in_one_read``: the rows of ``first``'s statements, then of the
+        statements ``then`` chooses from those rows, in the same read. ``then`` must not
+        block: on SQLite it runs inside the read."""
         if self._sqlite_url is None:
             async with self._engine.connect() as pooled:
-                return [
+                results = [
                     list((await pooled.execute(query.statement, params)).all())
-                    for query, params in statements
+                    for query, params in first
                 ]
-        compiled = [query.for_sqlite(self._dialect) for query, _ in statements]
-        values = [
-            query.parameters(params)
-            for query, (_, params) in zip(compiled, statements, strict=True)
-        ]
+                for query, params in then(results):
+                    results.append(list((await pooled.execute(query.statement, params)).all()))
+                return results
         sqlite = self._sqlite_connection()
+        dialect = self._dialect
+
+        def rows_of(
+            statements: Sequence[tuple[PreparedQuery, Mapping[str, Any]]],
+        ) -> list[list[Any]]:
+            results = []
+            for query, params in statements:
+                compiled = query.for_sqlite(dialect)
+                raw_rows = sqlite.execute(compiled.sql, compiled.parameters(params)).fetchall()
+                results.append([compiled.row(raw) for raw in raw_rows])
+            return results
 
         def read() -> list[list[Any]]:
             # One synchronous call: no other coroutine's read can join this transaction.
             sqlite.execute("BEGIN")
             try:
-                return [
-                    sqlite.execute(query.sql, query_values).fetchall()
-                    for query, query_values in zip(compiled, values, strict=True)
-                ]
+                results = rows_of(first)
+                return results + rows_of(then(results))
             finally:
                 sqlite.execute("COMMIT")  # ends a read: nothing to write
 
-        raw_results = await self._retrier.run(read)
-        return [
-            [query.row(raw) for raw in raw_rows]
-            for query, raw_rows in zip(compiled, raw_results, strict=True)
-        ]
+        return await self._retrier.run(read)
 
     async def one(self, query: PreparedQuery, params: Mapping[str, Any]) -> Any | None:
         rows = await self.all(query, params)

@@ -1,7 +1,7 @@
 """A filtered list page on SQLite reads the matching requests, not the org's history.
 
 SQLite's planner keeps no statistics here and once read a page of a rare filter value by
-walking the org's whole history (``approvals/repository.py``: ``_sqlite_filter_index``,
+walking the org's whole history (``approvals/listing.py``: ``_sqlite_filter_index``,
 ``ListQueries``). These tests pin what users rely on: a filtered page costs about the same
 whether the org holds a few requests or thousands more that do not match, either way of
 reading a page gives the same rows, and no list query scans the requests table. SQLite
@@ -26,11 +26,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from signoff import prepared
-from signoff.approvals.repository import (
-    ApprovalReads,
-    ListFilters,
-    _page_queries,
-)
+from signoff.approvals.listing import ListFilters, page_queries, read_page
 from signoff.prepared import PreparedQuery, QueryRunner
 from tests.conftest import Org, create_approval
 
@@ -65,17 +61,17 @@ def _shapes(assignee: str) -> dict[str, ListFilters]:
 
 @dataclass
 class CountingReads:
-    """List pages read through a ``QueryRunner`` whose SQLite connection counts the
-    virtual machine's steps (in ticks of ``_STEPS_PER_TICK``): a measure of the rows
-    read that no machine's speed changes."""
+    """List pages read (``read_page``) through a ``QueryRunner`` whose SQLite connection
+    counts the virtual machine's steps (in ticks of ``_STEPS_PER_TICK``): a measure of
+    the rows read that no machine's speed changes."""
 
-    reads: ApprovalReads
+    queries: QueryRunner
     ticks: list[int]
 
     async def steps_of(self, org_id: str, filters: ListFilters) -> int:
         before = self.ticks[0]
-        await self.reads.list_page(
-            uuid.UUID(org_id), filters, now=datetime.now(UTC), offset=0, limit=20
+        await read_page(
+            self.queries, uuid.UUID(org_id), filters, now=datetime.now(UTC), offset=0, limit=20
         )
         return self.ticks[0] - before
 
@@ -99,7 +95,7 @@ async def counting_reads(
     engine = create_async_engine(database_url)
     runner = QueryRunner(engine, database_url, busy_timeout=1.0)
     try:
-        yield CountingReads(ApprovalReads(runner), ticks)
+        yield CountingReads(runner, ticks)
     finally:
         runner.close()
         await engine.dispose()
@@ -213,7 +209,7 @@ async def test_both_ways_of_reading_a_page_give_the_same_pages(
     ]
     with closing(sqlite3.connect(_path(database_url))) as connection:
         for statuses, filters in shapes:
-            queries = _page_queries("sqlite", tuple(sorted(statuses)), filters, False)
+            queries = page_queries("sqlite", tuple(sorted(statuses)), filters, False)
             assert queries.page_of_few is not None
             for offset in (0, 20, 40):
                 values["offset"] = offset
@@ -246,7 +242,7 @@ def test_no_list_query_scans_the_requests_table(database_url: str) -> None:
         for statuses in statuses_kinds:
             for filters in filter_kinds:
                 for search in (False, True):
-                    queries = _page_queries("sqlite", statuses, filters, search)
+                    queries = page_queries("sqlite", statuses, filters, search)
                     for query in queries.every():
                         compiled = query.for_sqlite(_DIALECT)
                         plan = connection.execute(

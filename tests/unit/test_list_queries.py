@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from signoff.approvals.repository import ListQueries
+from signoff.approvals.listing import ListQueries
 from signoff.prepared import PreparedQuery
 
 

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from signoff.approvals import service
+from signoff.approvals.listing import ListFilters
 from signoff.approvals.presenters import (
     comment_to_dict,
     event_to_dict,
@@ -22,7 +23,7 @@ from signoff.approvals.presenters import (
     step_to_dict,
     vote_to_dict,
 )
-from signoff.approvals.repository import ApprovalReads, ListFilters, RequestRecord
+from signoff.approvals.repository import ApprovalReads, RequestRecord
 from signoff.approvals.schemas import (
     AddComment,
     ApprovalListOut,

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from signoff.approvals import state
+from signoff.approvals.listing import ListFilters, read_page
 from signoff.approvals.repository import (
     ApprovalReads,
     ApprovalRepository,
-    ListFilters,
     LockedRequest,
     NewEvent,
     NewVote,
@@ -134,8 +134,13 @@ async def list_requests(
     now: datetime,
 ) -> tuple[list[str], int]:
     """A page of the caller's org's requests as rendered JSON objects, and the total."""
-    return await reads.list_page(
-        principal.org_id, filters, now=now, offset=(page - 1) * page_size, limit=page_size
+    return await read_page(
+        reads.queries,
+        principal.org_id,
+        filters,
+        now=now,
+        offset=(page - 1) * page_size,
+        limit=page_size,
     )
 
 

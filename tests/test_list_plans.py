@@ -48,6 +48,8 @@ def _shapes(assignee: str) -> dict[str, ListFilters]:
         "approved": ListFilters(statuses=["approved"]),
         "expired": ListFilters(statuses=["expired"]),
         "approved or cancelled": ListFilters(statuses=["approved", "cancelled"]),
+        "pending or approved": ListFilters(statuses=["pending", "approved"]),
+        "pending or expired": ListFilters(statuses=["pending", "expired"]),
         "pending and critical": ListFilters(statuses=["pending"], priority="critical"),
         "critical": ListFilters(priority="critical"),
         "an action type": ListFilters(action_type="rare.action"),
@@ -167,9 +169,10 @@ async def test_a_filtered_page_reads_no_more_for_a_longer_history(
     _add_history(database_url, template, _HISTORY, history)
     after = {name: await counting_reads.steps_of(org.id, f) for name, f in shapes.items()}
 
-    # Pending requests nobody voted on are in every approver's inbox: that page's
-    # matches grow with such a history, by design.
-    exempt = {"an approver's inbox"} if history == "pending" else set()
+    # Pending requests match these filters: with such a history their matches grow, by
+    # design (pending requests nobody voted on are in every approver's inbox).
+    with_pending = {"an approver's inbox", "pending or approved", "pending or expired"}
+    exempt = with_pending if history == "pending" else set()
     grew = {
         name: (before[name], after[name])
         for name in before.keys() - exempt
@@ -203,6 +206,8 @@ async def test_both_ways_of_reading_a_page_give_the_same_pages(
     shapes = [
         (("approved", "rejected"), frozenset()),
         (("expired", "rejected"), frozenset()),
+        (("pending", "rejected"), frozenset()),
+        (("expired", "pending"), frozenset()),
         ((), frozenset({"decided_after"})),
         ((), frozenset({"decided_before"})),
         (("rejected", "approved"), frozenset({"decided_after", "decided_before"})),
@@ -216,7 +221,7 @@ async def test_both_ways_of_reading_a_page_give_the_same_pages(
                 walked = _rows(connection, queries.page, values)
                 sorted_ = _rows(connection, queries.page_of_few, values)
                 assert walked == sorted_, (statuses, sorted(filters), offset)
-                assert walked or offset == 40, (statuses, sorted(filters), offset)
+                assert walked or offset > 0, (statuses, sorted(filters), offset)
 
 
 def test_no_list_query_scans_the_requests_table(database_url: str) -> None:

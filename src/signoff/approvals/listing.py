@@ -300,6 +300,7 @@ _DECIDED = ApprovalRequest.__table__.alias("decided")
 _EXPIRING = ApprovalRequest.__table__.alias("expiring")
 _BY_STATUS = ApprovalRequest.__table__.alias("by_status")
 _OVERDUE = ApprovalRequest.__table__.alias("overdue")
+_LIVE = ApprovalRequest.__table__.alias("live")
 # The index each alias reads its rows through: SQLite's planner would walk the org's
 # history by ``org_id`` instead.
 _ROW_SET_INDEX = {
@@ -309,6 +310,7 @@ _ROW_SET_INDEX = {
         (_EXPIRING, "ix_approval_requests_pending_expiry"),
         (_BY_STATUS, "ix_approval_requests_org_status_created"),
         (_OVERDUE, "ix_approval_requests_pending_expiry"),
+        (_LIVE, "ix_approval_requests_org_status_created"),
     )
 }
 
@@ -454,28 +456,42 @@ def _sqlite_decided_window(filters: frozenset[str]) -> list[_RowSet]:
 
 
 def _reads_statuses_by_rowid(statuses: tuple[str, ...]) -> bool:
-    """Whether SQLite reads a status filter by ``_sqlite_status_set``: several statuses, or
-    expired, without pending (pending requests may be most of an org's recent ones)."""
-    return "pending" not in statuses and (len(statuses) > 1 or statuses == ("expired",))
+    """Whether SQLite reads a status filter by ``_sqlite_status_set``: several statuses,
+    or expired. One other status has an index that gives the list order."""
+    return len(statuses) > 1 or statuses == ("expired",)
 
 
 def _sqlite_status_set(statuses: tuple[str, ...]) -> list[_RowSet]:
-    """The requests ``_status_condition`` chooses for ``statuses``, as sets SQLite can read
-    through indexes: the org's requests stored with one of them (by the status index)
-    and, for expired, the pending ones past their deadline (by the partial index of
-    pending deadlines)."""
-    stored = [
-        _BY_STATUS.c.org_id == bindparam("org_id"),
-        or_(*(_BY_STATUS.c.status == status for status in statuses)),
-    ]
-    if "expired" not in statuses:
-        return [(_BY_STATUS, stored)]
-    overdue = [
-        _OVERDUE.c.status == literal_column("'pending'"),  # a literal: see above
-        _is_past_expiry(_OVERDUE),
-        _OVERDUE.c.org_id == bindparam("org_id"),
-    ]
-    return [(_BY_STATUS, stored), (_OVERDUE, overdue)]
+    """The requests ``_status_condition`` chooses for ``statuses``, as disjoint sets
+    SQLite can read through indexes: the org's requests stored with one of them (by the
+    status index), and the pending ones whose reading depends on their deadline: for
+    pending without expired, those not past it (by the status index again); for expired
+    without pending, those past it (by the partial index of pending deadlines). With
+    both, every pending request is one of them, whatever its deadline."""
+    pending, expired = "pending" in statuses, "expired" in statuses
+    stored = [s for s in statuses if s != "pending" or expired]
+    sets: list[_RowSet] = []
+    if stored:
+        by_status = [
+            _BY_STATUS.c.org_id == bindparam("org_id"),
+            or_(*(_BY_STATUS.c.status == status for status in stored)),
+        ]
+        sets.append((_BY_STATUS, by_status))
+    if pending and not expired:
+        live = [
+            _LIVE.c.org_id == bindparam("org_id"),
+            _LIVE.c.status == "pending",
+            ~_is_past_expiry(_LIVE),
+        ]
+        sets.append((_LIVE, live))
+    if expired and not pending:
+        overdue = [
+            _OVERDUE.c.status == literal_column("'pending'"),  # a literal: see above
+            _is_past_expiry(_OVERDUE),
+            _OVERDUE.c.org_id == bindparam("org_id"),
+        ]
+        sets.append((_OVERDUE, overdue))
+    return sets
 
 
 def _rowids_in(sets: list[_RowSet]) -> ColumnElement[bool]:

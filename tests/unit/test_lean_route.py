@@ -106,6 +106,16 @@ async def test_a_lean_endpoint_gets_what_fastapi_would_pass() -> None:
         assert (await client.get("/lean/abc?wait=")).json()["wait"] == ""
 
 
+async def test_without_a_query_string_every_query_parameter_takes_its_default() -> None:
+    transport = httpx.ASGITransport(app=_app(("approvals:read",)))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        answer = (await client.get("/lean/abc")).json()
+        assert (answer["wait"], answer["tag"]) == (None, "none")
+        # A query string naming neither parameter: the defaults again.
+        answer = (await client.get("/lean/abc?other=1")).json()
+        assert (answer["wait"], answer["tag"]) == (None, "none")
+
+
 async def test_a_lean_endpoint_still_refuses_a_missing_scope() -> None:
     transport = httpx.ASGITransport(app=_app(("comments:write",)))
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:

@@ -57,10 +57,15 @@ def _lean_handler(dependant: Dependant) -> Handler | None:
         path_params = request.path_params
         for name, alias in path_names:
             arguments[name] = path_params[alias]
-        if query_names:
+        if query_names and request.scope.get("query_string"):
             query_params = request.query_params
             for name, alias, default in query_names:
                 arguments[name] = query_params.get(alias, default)
+        else:
+            # No query string: every parameter takes its default, and Starlette's parsing
+            # of the empty string is left out (7 % of a get's CPU, docs/performance.md).
+            for name, _, default in query_names:
+                arguments[name] = default
         response: Response = await endpoint(**arguments)
         return response
 

@@ -182,55 +182,82 @@ def page_queries(
     if dialect == "postgresql":
         page = PreparedQuery(_page_rendered_after_choosing(conditions, search))
         return ListQueries(page, PreparedQuery(count_query.where(*conditions)))
-    # SQLite renders only the rows it returns: the rows OFFSET skips cost a step each,
-    # unless they go through a sorter (``_sqlite_page_by_rowids``).
-    rows_query = select(request_json(dialect).label("json"))
-    if len(conditions) == 1 and not search:
-        # The org's whole count, kept by triggers (migration 0005): an unfiltered page
-        # need not count the org's history.
-        return ListQueries(_page_of(rows_query, conditions, search), _UNFILTERED_TOTAL)
     if search:
         return ListQueries(
-            _page_of(rows_query, conditions, search), PreparedQuery(count_query.where(*conditions))
+            _sqlite_search_page(conditions), PreparedQuery(count_query.where(*conditions))
         )
+    if len(conditions) == 1:
+        # The org's whole count, kept by triggers (migration 0005): an unfiltered page
+        # need not count the org's history.
+        return ListQueries(_page_of(conditions), _UNFILTERED_TOTAL)
     row_sets = _sqlite_row_sets(statuses, filters)
     if row_sets:
-        chosen = [
-            ApprovalRequest.org_id == bindparam("org_id"),
-            *_conditions(statuses, filters, rowid_sets=True),
-        ]
-        by_rowid = [
-            SQLiteIndex("approval_requests", None),
-            *(_ROW_SET_INDEX[alias.name] for sets in row_sets for alias, _ in sets),
-        ]
-        # With nothing else to filter by (``chosen``: the org, and the one set), the
-        # set's rows are counted in their indexes alone.
-        only_sets = len(row_sets) == 1 and len(chosen) == 2
-        return ListQueries(
-            page=_page_of(rows_query, conditions, search, [_ORG_CREATED_INDEX]),
-            count=_count_of(row_sets[0])
-            if only_sets
-            else PreparedQuery(count_query.where(*chosen), sqlite_indexes=by_rowid),
-            page_of_few=_sqlite_page_by_rowids(chosen, by_rowid),
-        )
+        return _sqlite_or_shaped(statuses, filters, conditions, count_query, row_sets)
     index = _sqlite_filter_index(statuses, filters)
     return ListQueries(
-        _sqlite_page_by_rowids(conditions, index)
-        if index
-        else _page_of(rows_query, conditions, search),
+        _sqlite_page_by_rowids(conditions, index) if index else _page_of(conditions),
         PreparedQuery(count_query.where(*conditions), sqlite_indexes=index),
     )
 
 
-def _page_of(
-    rows_query: Select[Any],
+def _sqlite_or_shaped(
+    statuses: tuple[str, ...],
+    filters: frozenset[str],
     conditions: list[ColumnElement[bool]],
-    search: bool,
-    indexes: Sequence[SQLiteIndex] = (),
-) -> PreparedQuery:
-    return PreparedQuery(
-        _one_page("sqlite", rows_query, conditions, search)[0], sqlite_indexes=indexes
+    count_query: Select[Any],
+    row_sets: list[list[_RowSet]],
+) -> ListQueries:
+    """The queries of a filter that is an OR of two sets of rows (``ListQueries``)."""
+    chosen = [
+        ApprovalRequest.org_id == bindparam("org_id"),
+        *_conditions(statuses, filters, rowid_sets=True),
+    ]
+    by_rowid = [
+        SQLiteIndex("approval_requests", None),
+        *(_ROW_SET_INDEX[alias.name] for sets in row_sets for alias, _ in sets),
+    ]
+    # With nothing else to filter by (``chosen``: the org, and the one set), the set's
+    # rows are counted in their indexes alone.
+    only_sets = len(row_sets) == 1 and len(chosen) == 2
+    return ListQueries(
+        page=_page_of(conditions, indexes=[_ORG_CREATED_INDEX]),
+        count=_count_of(row_sets[0])
+        if only_sets
+        else PreparedQuery(count_query.where(*chosen), sqlite_indexes=by_rowid),
+        page_of_few=_sqlite_page_by_rowids(chosen, by_rowid),
     )
+
+
+def _page_of(
+    conditions: list[ColumnElement[bool]], *, indexes: Sequence[SQLiteIndex] = ()
+) -> PreparedQuery:
+    """A page read in list order through an index, with no sorter: SQLite renders only
+    the rows it returns, and the rows OFFSET skips cost a step each."""
+    rows_query = select(request_json("sqlite").label("json"))
+    return PreparedQuery(
+        _one_page("sqlite", rows_query, conditions, False)[0], sqlite_indexes=indexes
+    )
+
+
+def _sqlite_search_page(conditions: list[ColumnElement[bool]]) -> PreparedQuery:
+    """A searched page on SQLite: the matches are ranked in a subquery that carries only
+    their rowids and their order, and only the page's rows are rendered, as
+    ``_sqlite_page_by_rowids`` does for sorted pages. Rendered before the sort, a search
+    that matched all of 27,000 requests took 290 ms."""
+    keys: list[ColumnElement[Any]] = [
+        literal_column("approval_requests.rowid").label("row_id"),
+        ApprovalRequest.created_at.label("created_at"),
+        ApprovalRequest.id.label("id"),
+    ]
+    ranked, rank = _one_page("sqlite", select(*keys), conditions, True)
+    assert rank is not None  # a searched page is ranked
+    chosen = ranked.add_columns(rank.element.label("rank")).subquery("chosen")
+    page = (
+        select(request_json("sqlite", _PAGE).label("json"))
+        .select_from(chosen.join(_PAGE, literal_column("page.rowid") == chosen.c.row_id))
+        .order_by(chosen.c.rank, chosen.c.created_at.desc(), chosen.c.id.desc())
+    )
+    return PreparedQuery(page)
 
 
 def _sqlite_page_by_rowids(

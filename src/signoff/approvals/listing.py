@@ -190,9 +190,9 @@ def page_queries(
         # The org's whole count, kept by triggers (migration 0005): an unfiltered page
         # need not count the org's history.
         return ListQueries(_page_of(conditions), _UNFILTERED_TOTAL)
-    row_sets = _sqlite_row_sets(statuses, filters)
-    if row_sets:
-        return _sqlite_or_shaped(statuses, filters, conditions, count_query, row_sets)
+    or_shaped = _sqlite_or_shaped_sets(statuses, filters)
+    if or_shaped.decided or or_shaped.statuses:
+        return _sqlite_or_shaped(statuses, filters, conditions, count_query, or_shaped)
     index = _sqlite_filter_index(statuses, filters)
     return ListQueries(
         _sqlite_page_by_rowids(conditions, index) if index else _page_of(conditions),
@@ -205,23 +205,24 @@ def _sqlite_or_shaped(
     filters: frozenset[str],
     conditions: list[ColumnElement[bool]],
     count_query: Select[Any],
-    row_sets: list[list[_RowSet]],
+    or_shaped: _OrShapedSets,
 ) -> ListQueries:
     """The queries of a filter that is an OR of two sets of rows (``ListQueries``)."""
     chosen = [
         ApprovalRequest.org_id == bindparam("org_id"),
-        *_conditions(statuses, filters, rowid_sets=True),
+        *_conditions(statuses, filters, or_shaped=or_shaped),
     ]
+    sets = or_shaped.decided + or_shaped.statuses
     by_rowid = [
         SQLiteIndex("approval_requests", None),
-        *(_ROW_SET_INDEX[alias.name] for sets in row_sets for alias, _ in sets),
+        *(_ROW_SET_INDEX[alias.name] for alias, _ in sets),
     ]
-    # With nothing else to filter by (``chosen``: the org, and the one set), the set's
-    # rows are counted in their indexes alone.
-    only_sets = len(row_sets) == 1 and len(chosen) == 2
+    # With nothing else to filter by (``chosen``: the org, and one filter's sets), the
+    # sets' rows are counted in their indexes alone.
+    only_sets = len(chosen) == 2
     return ListQueries(
         page=_page_of(conditions, indexes=[_ORG_CREATED_INDEX]),
-        count=_count_of(row_sets[0])
+        count=_count_of(sets)
         if only_sets
         else PreparedQuery(count_query.where(*chosen), sqlite_indexes=by_rowid),
         page_of_few=_sqlite_page_by_rowids(chosen, by_rowid),
@@ -342,15 +343,21 @@ _ROW_SET_INDEX = {
 }
 
 
-def _sqlite_row_sets(statuses: tuple[str, ...], filters: frozenset[str]) -> list[list[_RowSet]]:
-    """The filters that are an OR of two sets of rows, for which no index gives the list
-    order (``ListQueries``): a decided window, a status set of ``_sqlite_status_set``."""
-    row_sets = []
-    if "decided_after" in filters or "decided_before" in filters:
-        row_sets.append(_sqlite_decided_window(filters))
-    if _reads_statuses_by_rowid(statuses):
-        row_sets.append(_sqlite_status_set(statuses))
-    return row_sets
+@dataclass(frozen=True)
+class _OrShapedSets:
+    """On SQLite, the filters that are an OR of two sets of rows, as those sets (empty
+    when the filter is not given): no index gives their list order (``ListQueries``)."""
+
+    decided: list[_RowSet]
+    statuses: list[_RowSet]
+
+
+def _sqlite_or_shaped_sets(statuses: tuple[str, ...], filters: frozenset[str]) -> _OrShapedSets:
+    decided_window = "decided_after" in filters or "decided_before" in filters
+    return _OrShapedSets(
+        decided=_sqlite_decided_window(filters) if decided_window else [],
+        statuses=_sqlite_status_set(statuses) if _reads_statuses_by_rowid(statuses) else [],
+    )
 
 
 def _one_page(
@@ -392,14 +399,17 @@ def _page_rendered_after_choosing(
 
 
 def _conditions(
-    statuses: tuple[str, ...], filters: frozenset[str], *, rowid_sets: bool = False
+    statuses: tuple[str, ...],
+    filters: frozenset[str],
+    *,
+    or_shaped: _OrShapedSets | None = None,
 ) -> list[ColumnElement[bool]]:
-    """The filters' conditions. ``rowid_sets`` (SQLite): those that are an OR of two sets
-    of rows as the rowids of those sets, each chosen through an index; they choose the
-    same requests (``_sqlite_decided_window``, ``_sqlite_status_set``)."""
+    """The filters' conditions. With ``or_shaped`` (SQLite), those that are an OR of two
+    sets of rows are the rowids of those sets, which choose the same requests
+    (``_sqlite_decided_window``, ``_sqlite_status_set``)."""
     conditions: list[ColumnElement[bool]] = []
-    if rowid_sets and _reads_statuses_by_rowid(statuses):
-        conditions.append(_rowids_in(_sqlite_status_set(statuses)))
+    if or_shaped is not None and or_shaped.statuses:
+        conditions.append(_rowids_in(or_shaped.statuses))
     elif statuses:
         conditions.append(or_(*(_status_condition(status) for status in statuses)))
     for name in ("priority", "action_type", "source"):
@@ -409,8 +419,8 @@ def _conditions(
         conditions.append(ApprovalRequest.created_at >= bindparam("created_after"))
     if "created_before" in filters:
         conditions.append(ApprovalRequest.created_at < bindparam("created_before"))
-    if rowid_sets and ("decided_after" in filters or "decided_before" in filters):
-        conditions.append(_rowids_in(_sqlite_decided_window(filters)))
+    if or_shaped is not None and or_shaped.decided:
+        conditions.append(_rowids_in(or_shaped.decided))
     else:
         if "decided_after" in filters:
             conditions.append(_decided_at_condition(operator.ge, bindparam("decided_after")))

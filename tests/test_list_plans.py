@@ -248,7 +248,8 @@ def test_no_list_query_scans_the_requests_table(database_url: str) -> None:
             for filters in filter_kinds:
                 for search in (False, True):
                     queries = page_queries("sqlite", statuses, filters, search)
-                    for query in queries.every():
+                    every = [queries.page, queries.count, queries.page_of_few]
+                    for query in (query for query in every if query is not None):
                         compiled = query.for_sqlite(_DIALECT)
                         plan = connection.execute(
                             f"EXPLAIN QUERY PLAN {compiled.sql}", compiled.parameters(values)

@@ -165,9 +165,6 @@ class ListQueries:
             return self.page
         return self.page_of_few
 
-    def every(self) -> list[PreparedQuery]:
-        return [self.page, self.count, *([self.page_of_few] if self.page_of_few else [])]
-
 
 @functools.lru_cache(maxsize=256)
 def page_queries(

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite
 from sqlalchemy.engine import make_url
@@ -181,6 +182,42 @@ async def test_a_filtered_page_reads_no_more_for_a_longer_history(
         if after[name] > 2 * before[name] + 50
     }
     assert not grew, f"ticks before and after {_HISTORY} more requests: {grew}"
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [
+        ListFilters(search="deploy"),
+        ListFilters(search="deploy gateway", statuses=["pending"]),
+        ListFilters(search="deploy", priority="critical"),
+    ],
+    ids=["search", "search and status", "search and priority"],
+)
+async def test_a_search_reads_no_more_for_another_orgs_matches(
+    client: httpx.AsyncClient,
+    org: Org,
+    other_org: Org,
+    database_url: str,
+    counting_reads: CountingReads,
+    filters: ListFilters,
+) -> None:
+    """The search index holds every org's requests: a search must find the caller's org's
+    matches without reading those of the others (migration 0006)."""
+    ours = await create_approval(client, org.member, title="Deploy gateway", priority="critical")
+    theirs = await create_approval(client, other_org.member, title="Deploy gateway")
+    page, total = await read_page(
+        counting_reads.queries,
+        uuid.UUID(org.id),
+        filters,
+        now=datetime.now(UTC),
+        offset=0,
+        limit=20,
+    )
+    assert [orjson.loads(row)["id"] for row in page] == [ours["id"]] and total == 1
+    before = await counting_reads.steps_of(org.id, filters)
+    _add_history(database_url, theirs["id"], _HISTORY, "pending")
+    after = await counting_reads.steps_of(org.id, filters)
+    assert after <= 2 * before + 50, (before, after)
 
 
 def _rows(connection: sqlite3.Connection, query: PreparedQuery, values: dict[str, Any]) -> Any:

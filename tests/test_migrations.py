@@ -125,17 +125,8 @@ def test_request_counts_start_from_the_requests_already_stored(tmp_path: Path) -
     command.upgrade(alembic_config(url), "0004")
     orgs = [uuid.uuid4().hex, uuid.uuid4().hex]
     path = url.split(":///", 1)[1]
-    with sqlite3.connect(path) as db:  # foreign keys off: only the requests matter here
-        for org_id, how_many in zip(orgs, (3, 1), strict=True):
-            for _ in range(how_many):
-                db.execute(
-                    "INSERT INTO approval_requests (id, org_id, connection_id, title, "
-                    "description, status, priority, metadata, required_approvals, "
-                    "current_approvals, is_sequential, created_at, updated_at, "
-                    "comments_count, has_steps) VALUES (?, ?, ?, 't', 'd', 'pending', 'low', "
-                    "'{}', 1, 0, 0, '2026-01-01 00:00:00', '2026-01-01 00:00:00', 0, 0)",
-                    (uuid.uuid4().hex, org_id, uuid.uuid4().hex),
-                )
+    for org_id, how_many in zip(orgs, (3, 1), strict=True):
+        _insert_requests(path, org_id, how_many)
     upgrade_to_head(url)
     with sqlite3.connect(path) as db:
         counts = dict(db.execute("SELECT org_id, total FROM approval_request_counts"))
@@ -143,3 +134,51 @@ def test_request_counts_start_from_the_requests_already_stored(tmp_path: Path) -
         db.execute("DELETE FROM approval_requests WHERE org_id = ?", (orgs[1],))
         counts = dict(db.execute("SELECT org_id, total FROM approval_request_counts"))
     assert counts == {orgs[0]: 3, orgs[1]: 0}
+
+
+def test_search_by_org_indexes_the_requests_already_stored(tmp_path: Path) -> None:
+    """0006 fills its search table from the requests stored before it, with their org and
+    creation time; going back to 0005 restores 0001's table, every request in it."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'search.db'}"
+    command.upgrade(alembic_config(url), "0005")
+    path = url.split(":///", 1)[1]
+    ours, theirs = uuid.uuid4().hex, uuid.uuid4().hex
+    _insert_requests(path, ours, 2, title="Rotate vendor keys")
+    _insert_requests(path, theirs, 1, title="Rotate vendor keys")
+    upgrade_to_head(url)
+    with sqlite3.connect(path) as db:
+        indexed = set(
+            db.execute(
+                "SELECT request_id, org_id, created_at FROM approval_requests_fts "
+                "WHERE approval_requests_fts MATCH ?",
+                (f'{{org_id}} : "{ours}" AND {{title description}} : ("rotate"*)',),
+            )
+        )
+        stored = set(
+            db.execute(
+                "SELECT id, org_id, created_at FROM approval_requests WHERE org_id = ?", (ours,)
+            )
+        )
+    assert indexed == stored and len(stored) == 2
+
+    command.downgrade(alembic_config(url), "0005")
+    with sqlite3.connect(path) as db:
+        found = db.execute(
+            "SELECT count(*) FROM approval_requests_fts WHERE approval_requests_fts MATCH 'rotate'"
+        ).fetchone()
+        columns = [row[1] for row in db.execute("PRAGMA table_info(approval_requests_fts)")]
+    assert found == (3,) and columns == ["title", "description", "request_id"]
+
+
+def _insert_requests(path: str, org_id: str, how_many: int, title: str = "t") -> None:
+    """Requests written straight into the table, as an older version stored them."""
+    with sqlite3.connect(path) as db:  # foreign keys off: only the requests matter here
+        for i in range(how_many):
+            db.execute(
+                "INSERT INTO approval_requests (id, org_id, connection_id, title, "
+                "description, status, priority, metadata, required_approvals, "
+                "current_approvals, is_sequential, created_at, updated_at, "
+                "comments_count, has_steps) VALUES (?, ?, ?, ?, 'd', 'pending', 'low', "
+                "'{}', 1, 0, 0, ?, '2026-01-01 00:00:00', 0, 0)",
+                (uuid.uuid4().hex, org_id, uuid.uuid4().hex, title, f"2026-01-0{i + 1} 00:00:00"),
+            )

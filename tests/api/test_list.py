@@ -383,6 +383,25 @@ async def test_search_combines_with_filters(client: httpx.AsyncClient, org: Org)
     assert (await _list(client, org.member, search="payout", status="pending"))["total"] == 1
 
 
+async def test_search_finds_only_the_callers_org(
+    client: httpx.AsyncClient, org: Org, other_org: Org
+) -> None:
+    ours = await create_approval(client, org.member, title="Rotate vendor keys")
+    theirs = [
+        await create_approval(client, other_org.member, title="Rotate vendor keys")
+        for _ in range(3)
+    ]
+    body = await _list(client, org.member, search="rotate vendor")
+    assert _ids(body) == [ours["id"]] and body["total"] == 1
+    body = await _list(client, other_org.member, search="rotate", priority="high")
+    assert sorted(_ids(body)) == sorted(request["id"] for request in theirs)
+    assert body["total"] == 3
+    # SQLite's search index keeps each request's org id beside its words (to find an
+    # org's matches alone), but an org id is no word of a request.
+    for words in (org.id.replace("-", ""), other_org.id.replace("-", "")[:8]):
+        assert (await _list(client, org.member, search=words))["total"] == 0, words
+
+
 OPERATOR_QUERIES = [
     '"',
     "*",

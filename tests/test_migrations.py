@@ -4,7 +4,10 @@ again; and the migrated schema is the schema the models describe."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,6 +171,53 @@ def test_search_by_org_indexes_the_requests_already_stored(tmp_path: Path) -> No
         ).fetchone()
         columns = [row[1] for row in db.execute("PRAGMA table_info(approval_requests_fts)")]
     assert found == (3,) and columns == ["title", "description", "request_id"]
+
+
+def test_sqlite_upgrades_started_together_wait_for_each_other(tmp_path: Path) -> None:
+    """Every ``signoff`` command migrates a SQLite file itself, so ``serve`` and ``worker``
+    started together both upgrade it: each must start, and the upgrade happen once."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'together.db'}"
+    command.upgrade(alembic_config(url), "0005")
+    path = url.split(":///", 1)[1]
+    # Enough requests that 0006's rebuild of the search index takes a while.
+    _insert_requests(path, uuid.uuid4().hex, 20_000, title="Rotate vendor keys")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SIGNOFF_")}
+    env["SIGNOFF_DATABASE_URL"] = url
+    signoff = str(Path(sys.executable).with_name("signoff"))
+    upgrades = [
+        subprocess.Popen(
+            [signoff, "db", "upgrade"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        for _ in range(4)
+    ]
+    outputs = [upgrade.communicate(timeout=120)[0].decode() for upgrade in upgrades]
+    assert [upgrade.returncode for upgrade in upgrades] == [0] * 4, "\n".join(outputs)
+    assert asyncio.run(current_revisions(url)) == head_revisions()
+    with sqlite3.connect(path) as db:
+        indexed = db.execute("SELECT count(*) FROM approval_requests_fts").fetchone()
+    assert indexed == (20_000,)
+
+
+def test_a_sqlite_upgrade_that_fails_leaves_the_database_as_it_was(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'failed.db'}"
+    command.upgrade(alembic_config(url), "0005")
+    path = url.split(":///", 1)[1]
+    _insert_requests(path, uuid.uuid4().hex, 3, title="Rotate vendor keys")
+    with sqlite3.connect(path) as db:
+        # 0006's work is done by the time alembic records its revision: fail there.
+        db.execute(
+            "CREATE TRIGGER refuse_revision BEFORE UPDATE ON alembic_version "
+            "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+    with pytest.raises(Exception, match="refused"):
+        upgrade_to_head(url)
+    assert asyncio.run(current_revisions(url)) == frozenset({"0005"})
+    with sqlite3.connect(path) as db:
+        columns = [row[1] for row in db.execute("PRAGMA table_info(approval_requests_fts)")]
+        found = db.execute(
+            "SELECT count(*) FROM approval_requests_fts WHERE approval_requests_fts MATCH 'rotate'"
+        ).fetchone()
+    assert columns == ["title", "description", "request_id"] and found == (3,)
 
 
 def _insert_requests(path: str, org_id: str, how_many: int, title: str = "t") -> None:

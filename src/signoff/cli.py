@@ -79,7 +79,9 @@ def prepare_database(settings: Settings) -> None:
     from signoff.migrations import is_at_head, upgrade_to_head
 
     if settings.is_sqlite:
-        upgrade_to_head(settings.database_url)
+        # Read first: an upgrade takes the file's write lock, even with nothing to do.
+        if not is_at_head(settings.database_url):
+            upgrade_to_head(settings.database_url)
     elif not is_at_head(settings.database_url):
         raise SchemaBehind(
             f"The database {redacted_url(settings.database_url)} is not at the latest "

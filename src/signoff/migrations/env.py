@@ -14,21 +14,45 @@ from signoff.models import Base
 
 # Any number from our namespace; concurrent `db upgrade` runs on PostgreSQL queue on it.
 MIGRATION_LOCK_ID = 0x5160FF
+# How long a SQLite migration waits for another process's to finish (``_run_sqlite``).
+SQLITE_MIGRATION_WAIT_MS = 300_000
 
 
-def _run(connection: Connection) -> None:
-    is_sqlite = connection.dialect.name == "sqlite"
+def _configure(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=Base.metadata,
-        render_as_batch=is_sqlite,
+        render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
         include_object=is_described_by_models,
     )
+
+
+def _run(connection: Connection) -> None:
+    if connection.dialect.name == "sqlite":
+        _run_sqlite(connection)
+        return
+    _configure(connection)
     with context.begin_transaction():
-        if not is_sqlite:
-            connection.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": MIGRATION_LOCK_ID})
+        connection.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": MIGRATION_LOCK_ID})
         context.run_migrations()
+
+
+def _run_sqlite(connection: Connection) -> None:
+    """Every pending migration in one SQLite transaction that holds the write lock from
+    before the current revision is read. Why: Python's sqlite3 opens no transaction for
+    DDL, so alembic's own transactions left each CREATE and DROP committed at once. Two
+    processes that started together (``serve`` and ``worker``: every command migrates
+    SQLite itself) both read the old revision and ran the same migration over each other:
+    0006 then left an empty search index, and both but one process failed to start. Now
+    the second waits for the first, then finds the file at head; and a migration killed
+    part-way leaves nothing behind."""
+    connection.exec_driver_sql(f"PRAGMA busy_timeout = {SQLITE_MIGRATION_WAIT_MS}")
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+    # Configured inside that transaction, alembic opens none of its own.
+    _configure(connection)
+    context.run_migrations()
+    connection.commit()
 
 
 async def _run_async(url: str) -> None:

@@ -3,9 +3,10 @@
 SQLite's planner keeps no statistics here and once read a page of a rare filter value by
 walking the org's whole history (``approvals/listing.py``: ``_sqlite_filter_index``,
 ``ListQueries``). These tests pin what users rely on: a filtered page costs about the same
-whether the org holds a few requests or thousands more that do not match, either way of
-reading a page gives the same rows, and no list query scans the requests table. SQLite
-only: PostgreSQL's planner works from the statistics it keeps itself.
+whether the org holds a few requests or thousands more that do not match, a search costs
+the same whatever other orgs' requests match it, either way of reading a page gives the
+same rows, and no list query scans the requests table. SQLite only: PostgreSQL's planner
+works from the statistics it keeps itself.
 """
 
 from __future__ import annotations

@@ -617,7 +617,7 @@ def check_targets(figures: list[Figure], target: str) -> list[dict[str, Any]]:
             {
                 "target": target,
                 "check": f"{scenario} >= {minimum:.0%} of {BASELINE_OF[scenario]}",
-                "measured": f"{ratio:.0%}",
+                "measured": f"{ratio:.1%}",
                 "met": ratio >= minimum,
             }
         )

@@ -44,7 +44,7 @@ def _run_sqlite(connection: Connection) -> None:
     DDL, so alembic's own transactions left each CREATE and DROP committed at once. Two
     processes that started together (``serve`` and ``worker``: every command migrates
     SQLite itself) both read the old revision and ran the same migration over each other:
-    0006 then left an empty search index, and both but one process failed to start. Now
+    0006 then left an empty search index, and all but one process failed to start. Now
     the second waits for the first, then finds the file at head; and a migration killed
     part-way leaves nothing behind."""
     connection.exec_driver_sql(f"PRAGMA busy_timeout = {SQLITE_MIGRATION_WAIT_MS}")

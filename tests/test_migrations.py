@@ -154,7 +154,7 @@ def test_search_by_org_indexes_the_requests_already_stored(tmp_path: Path) -> No
             db.execute(
                 "SELECT request_id, org_id, created_at FROM approval_requests_fts "
                 "WHERE approval_requests_fts MATCH ?",
-                (f'{{org_id}} : "{ours}" AND {{title description}} : ("rotate"*)',),
+                (f'{{org_id}} : "{ours}" AND {{title description}} : "rotate"*',),
             )
         )
         stored = set(

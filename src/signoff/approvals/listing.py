@@ -497,8 +497,10 @@ def _search_query(dialect: str, terms: list[str], org_id: uuid.UUID) -> str:
     alone; the words are looked for in the title and the description only."""
     if dialect == "postgresql":
         return " & ".join(f"{term}:*" for term in terms)
-    words = " ".join('"' + term.replace('"', '""') + '"*' for term in terms)
-    return f'{{org_id}} : "{org_id.hex}" AND {{title description}} : ({words})'
+    # A column filter on each phrase, not on a parenthesized group: FTS5 has read that
+    # form since its first release.
+    words = ('{title description} : "' + term.replace('"', '""') + '"*' for term in terms)
+    return " AND ".join((f'{{org_id}} : "{org_id.hex}"', *words))
 
 
 def _decided_at_condition(

@@ -175,15 +175,14 @@ def page_queries(
     parameters."""
     conditions = [ApprovalRequest.org_id == bindparam("org_id"), *_conditions(statuses, filters)]
     count_query = select(func.count().label("total")).select_from(ApprovalRequest)
+    if search:
+        count_query, _ = _with_search(dialect, count_query)
     if dialect == "postgresql":
-        if search:
-            count_query, _ = _with_search(dialect, count_query)
         page = PreparedQuery(_page_rendered_after_choosing(conditions, search))
         return ListQueries(page, PreparedQuery(count_query.where(*conditions)))
     if search and len(conditions) == 1:
         return _sqlite_org_search()
     if search:
-        count_query, _ = _with_search(dialect, count_query)
         return ListQueries(
             _sqlite_search_page(conditions), PreparedQuery(count_query.where(*conditions))
         )

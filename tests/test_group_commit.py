@@ -9,18 +9,23 @@ one writer's failure never undoes another's writes; nothing waits forever.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import uuid
+from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
+from signoff.approvals import service as approvals_service
+from signoff.approvals.schemas import CreateApprovalRequest
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.db import Database
 from signoff.group_commit import GroupCommit
-from signoff.models import Organization
+from signoff.models import ApprovalRequest, Organization
 from signoff.sqlite_driver import InlineConnection
+from tests.conftest import Org, approval_body
 
 
 class Refused(Exception):
@@ -229,3 +234,39 @@ async def test_the_log_is_checkpointed_by_writes_not_by_transactions(
     # would hold all 20 rounds (some 200 frames here). Counted by writes, it was copied
     # back after each round of 40, and holds about one round's.
     assert 0 < log_frames < 60
+
+
+def _sqlite_temporary_files_open() -> list[str]:
+    """Files this process holds open that SQLite made for temporary data: named
+    ``etilqs_*`` and deleted as soon as they are opened, so only their descriptors show."""
+    targets = []
+    for descriptor in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(descriptor)
+        except OSError:  # closed since the listing
+            continue
+        if "etilqs_" in target:
+            targets.append(target)
+    return targets
+
+
+@sqlite_only
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs Linux's /proc/self/fd")
+async def test_a_shared_transactions_statement_journal_stays_in_memory(
+    ctx: AppContext, org: Org
+) -> None:
+    """Every create in a shared transaction copies the pages it changes into a statement
+    journal (so that it alone can be undone). Spilled to a file, that journal cost a third
+    of a create's insert in write() calls; kept in memory, it costs a copy."""
+    principal = await ctx.authenticate(org.admin.api_key)
+    assert principal is not None
+    now = utcnow()
+    async with ctx.transaction() as uow:
+        for index in range(60):
+            payload = CreateApprovalRequest.model_validate(approval_body(title=f"Deploy {index}"))
+            await approvals_service.create_request(uow.approvals, principal, payload, ctx.box, now)
+        # Still inside the transaction: a spilled journal would be open now.
+        assert _sqlite_temporary_files_open() == []
+    async with ctx.reading() as uow:
+        created = select(func.count()).where(ApprovalRequest.org_id == principal.org_id)
+        assert await uow.session.scalar(created) == 60

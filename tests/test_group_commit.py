@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import threading
 import uuid
 from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
 
+from signoff import sqlite_driver
 from signoff.approvals import service as approvals_service
 from signoff.approvals.schemas import CreateApprovalRequest
 from signoff.common.time import utcnow
@@ -24,7 +26,7 @@ from signoff.context import AppContext
 from signoff.db import Database
 from signoff.group_commit import GroupCommit
 from signoff.models import ApprovalRequest, Organization
-from signoff.sqlite_driver import InlineConnection
+from signoff.sqlite_driver import CHECKPOINT_EVERY_WRITES, Checkpointer, InlineConnection
 from tests.conftest import Org, approval_body
 
 
@@ -234,6 +236,75 @@ async def test_the_log_is_checkpointed_by_writes_not_by_transactions(
     # would hold all 20 rounds (some 200 frames here). Counted by writes, it was copied
     # back after each round of 40, and holds about one round's.
     assert 0 < log_frames < 60
+
+
+@sqlite_only
+async def test_writers_go_on_while_a_checkpoint_runs(
+    ctx: AppContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint syncs the log and the database file: milliseconds on a good disk, far
+    more on a slow one. Writers must not wait for it."""
+    checkpointer = ctx.db.checkpointer
+    assert checkpointer is not None
+    under_way, go_on = threading.Event(), threading.Event()
+    checkpoint = Checkpointer._checkpoint
+
+    def held_checkpoint(self: Checkpointer) -> int:
+        under_way.set()
+        go_on.wait(10)
+        return checkpoint(self)
+
+    monkeypatch.setattr(Checkpointer, "_checkpoint", held_checkpoint)
+    await asyncio.gather(*(_add_org(ctx.db, f"org-{i}") for i in range(CHECKPOINT_EVERY_WRITES)))
+    assert await asyncio.to_thread(under_way.wait, 5)
+    try:
+        await asyncio.wait_for(_add_org(ctx.db, "during the checkpoint"), timeout=2)
+    finally:
+        go_on.set()
+        await checkpointer.close()
+    assert "during the checkpoint" in await _names(ctx)
+
+
+@sqlite_only
+async def test_the_log_starts_over_under_writes_that_never_stop(
+    ctx: AppContext, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writers going on during checkpoints keep adding to the log, so it is never all
+    copied when the next writer begins: left to itself it would grow without end. Once a
+    checkpoint leaves ``RESTART_LOG_FRAMES`` behind, writers pause for one more, and the
+    log starts over. The log file keeps the size of its longest run, which shows it."""
+    monkeypatch.setattr(sqlite_driver, "RESTART_LOG_FRAMES", 100)
+    checkpointer = ctx.db.checkpointer
+    assert checkpointer is not None
+    stop = asyncio.Event()
+
+    async def keep_writing(writer: int) -> None:
+        for i in range(10_000):
+            if stop.is_set():
+                return
+            await _add_org(ctx.db, f"org-{writer}-{i}")
+
+    writers = [asyncio.create_task(keep_writing(w)) for w in range(8)]
+    await asyncio.sleep(0)
+    checkpoints = 0
+    while checkpoints < 60:  # each ran while the writers went on
+        if checkpointer._task is not None:
+            await asyncio.shield(checkpointer._task)
+            checkpoints += 1
+        await asyncio.sleep(0)
+    stop.set()
+    await asyncio.gather(*writers)
+    await checkpointer.close()
+
+    # Some 3 frames a write here, 60 checkpoints of 40 writes: 7,000 frames or so if the
+    # log never started over; 100 and what came during a checkpoint (some 70) if it did.
+    assert _log_file_frames(database_url) < 400
+
+
+def _log_file_frames(database_url: str) -> int:
+    """How many frames the WAL file has room for: a frame is a 24-byte header and a page."""
+    log_bytes = Path(database_url.split("///", 1)[1] + "-wal").stat().st_size
+    return (log_bytes - 32) // (24 + 4096)  # after the log's own 32-byte header
 
 
 def _sqlite_temporary_files_open() -> list[str]:

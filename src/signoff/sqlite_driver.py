@@ -49,10 +49,12 @@ _RETRIED_ERROR_CODES = frozenset({5, 261})
 _FIRST_PAUSE = 0.001
 _LONGEST_PAUSE = 0.05
 # Counted in writers' blocks, not commits: a create committed alone adds some 22 pages to
-# the log, one in a shared transaction (group_commit) some 3. Every 40 writes keeps the
-# log under SQLite's own checkpoint size of 1,000 pages; checkpoints further apart copy
-# more at a time, and writers wait that much longer (docs/performance.md).
+# the log, one in a shared transaction (group_commit) some 3. Checkpoints every 40 writes
+# copy the log back in small steps, while writers go on.
 CHECKPOINT_EVERY_WRITES = 40
+# The log is started over once a checkpoint leaves it this long (SQLite's own checkpoint
+# size): writers then pause for a last checkpoint of what they added meanwhile.
+RESTART_LOG_FRAMES = 1_000
 
 
 def _is_busy(error: sqlite3.OperationalError) -> bool:
@@ -87,11 +89,14 @@ class Retrier:
 class Checkpointer:
     """Checkpoints the WAL of one database file in a worker thread, every so many writes.
 
-    It keeps this process's writers out meanwhile (``writers_paused``): the checkpoint then
-    copies the whole log, so the next writer starts the log over instead of appending to it
-    (with writers going on during a checkpoint the log would never be fully copied, and
-    never restart). Reads go on; writes queue for the milliseconds it takes, as they did
-    behind SQLite's own checkpoint in the committing call.
+    Writers go on during a checkpoint: it copies the log as far as it was when it began,
+    and syncs the log and the database file, a few milliseconds that writers used to wait
+    out every 40 writes (a quarter of the time under load; a slow disk's sync stalled every
+    write). The log starts over only when a writer begins while all of it has been copied,
+    which under steady writes never happens by itself: so once a checkpoint leaves
+    ``RESTART_LOG_FRAMES`` or more in the log, this process's writers are kept out
+    (``writers_paused``) for one more checkpoint, of the little they added meanwhile, and
+    the next writer starts the log over. Reads go on throughout.
     """
 
     def __init__(
@@ -113,21 +118,27 @@ class Checkpointer:
 
     async def _run(self) -> None:
         try:
-            async with self._writers_paused():
-                await asyncio.to_thread(self._checkpoint)
+            log_frames = await asyncio.to_thread(self._checkpoint)
+            if log_frames >= RESTART_LOG_FRAMES:
+                async with self._writers_paused():
+                    await asyncio.to_thread(self._checkpoint)
         except Exception as error:
             logger.warning("WAL checkpoint failed (the next one retries): %s", error)
         finally:
             self._task = None
 
-    def _checkpoint(self) -> None:
+    def _checkpoint(self) -> int:
+        """One passive checkpoint; how many frames the log holds (copied or not)."""
         # One connection kept for every checkpoint (they never overlap: ``_task``). Why:
         # opening one took some 0.7 ms, far more than a checkpoint of a short log.
         if self._connection is None:
             self._connection = _open_sqlite(*self._args, **self._kwargs)
             self._connection.execute("PRAGMA busy_timeout=1000")
         try:
-            self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            _busy, log_frames, _copied = self._connection.execute(
+                "PRAGMA wal_checkpoint(PASSIVE)"
+            ).fetchone()
+            return int(log_frames)
         except BaseException:
             self._close_connection()  # the next checkpoint starts on a fresh one
             raise

@@ -341,3 +341,70 @@ async def test_a_shared_transactions_statement_journal_stays_in_memory(
     async with ctx.reading() as uow:
         created = select(func.count()).where(ApprovalRequest.org_id == principal.org_id)
         assert await uow.session.scalar(created) == 60
+
+
+class _HeldCommits:
+    """Holds the commits of this process's writer connection inside SQLite, as a slow
+    disk does (a commit writes the log, and the first after the log starts over syncs
+    it), until ``release``."""
+
+    def __init__(self) -> None:
+        self.under_way = threading.Event()
+        self._released = threading.Event()
+
+    async def install(self, db: Database) -> None:
+        async with db.write_engine.connect() as connection:
+            driver = (await connection.get_raw_connection()).driver_connection
+            assert isinstance(driver, InlineConnection)
+            driver._conn.set_trace_callback(self._traced)
+
+    def _traced(self, statement: str) -> None:
+        if statement == "COMMIT":
+            self.under_way.set()
+            self._released.wait(5)
+
+    def release(self) -> None:
+        self._released.set()
+
+
+@sqlite_only
+async def test_reads_go_on_while_a_commit_waits_for_the_disk(ctx: AppContext) -> None:
+    """A commit on the event loop's thread stopped every request for as long as the disk
+    took to write and sync the log (0.3 s was seen). Reads must be answered meanwhile."""
+    await _add_org(ctx.db, "before")
+    held = _HeldCommits()
+    await held.install(ctx.db)
+    writer = asyncio.create_task(_add_org(ctx.db, "held"))
+    try:
+        assert await asyncio.to_thread(held.under_way.wait, 5)
+        names = await asyncio.wait_for(_names(ctx), timeout=2)
+        assert names == {"before"}  # the held commit is not visible yet
+        assert not writer.done()
+    finally:
+        held.release()
+    await asyncio.wait_for(writer, timeout=5)
+    assert await _names(ctx) == {"before", "held"}
+
+
+@sqlite_only
+async def test_a_writer_cancelled_while_its_commit_is_under_way(ctx: AppContext) -> None:
+    """The commit goes on in its thread: the cancelled writer's write is committed (as the
+    writers it shares the transaction with are told), writers queued behind it wait for
+    that commit and then write, and the connection is never used by two at once."""
+    held = _HeldCommits()
+    await held.install(ctx.db)
+    cancelled = asyncio.create_task(_add_org(ctx.db, "cancelled"))
+    try:
+        assert await asyncio.to_thread(held.under_way.wait, 5)
+        queued = asyncio.create_task(_add_org(ctx.db, "queued"))
+        await asyncio.sleep(0.01)
+        cancelled.cancel()
+        await asyncio.sleep(0.01)
+        assert not queued.done()
+    finally:
+        held.release()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(cancelled, timeout=5)
+    await asyncio.wait_for(queued, timeout=5)
+    await asyncio.wait_for(_add_org(ctx.db, "after"), timeout=5)
+    assert await _names(ctx) == {"cancelled", "queued", "after"}

@@ -1,4 +1,4 @@
-"""SQLite connections for the async engine that run each call on the event loop's thread.
+"""SQLite connections for the async engine that run their calls on the event loop's thread.
 
 Why: aiosqlite gives every connection a thread of its own and hands each call over to it
 and back: opening a cursor, executing, fetching, closing the cursor, committing are each
@@ -16,14 +16,17 @@ What would otherwise block the event loop:
   SQLite's busy handler sleeps inside the call. These connections have none
   (``busy_timeout`` 0); a statement refused with SQLITE_BUSY is retried after an asyncio
   sleep until the same deadline the busy timeout would have given, so the loop keeps
-  serving meanwhile. Writers of this process never get there: they queue on the
-  ``asyncio.Lock`` of ``db.Database`` first.
+  serving meanwhile. Writers of this process never get there: they queue for their
+  turn (``group_commit``) first.
 - Slow statements: they hold the loop for their duration. Every query on the request path
   is indexed (DESIGN.md), so that is microseconds to a few milliseconds.
 - WAL checkpoints: SQLite copies the log back into the database (and syncs the file) inside
   the commit that crosses ``wal_autocheckpoint``, milliseconds at a time. Writer
   connections made here turn that off and leave it to a ``Checkpointer``, which runs the
   checkpoint in a worker thread every ``CHECKPOINT_EVERY_WRITES`` writes.
+- Writing the log: a commit writes its pages into the log, and the first one after the log
+  starts over syncs its header. The writer connection's commits run in a worker thread
+  (``InlineConnection.commit``).
 """
 
 from __future__ import annotations
@@ -73,17 +76,54 @@ class Retrier:
         except sqlite3.OperationalError as error:
             if not _is_busy(error):
                 raise
+        return await self._until_not_busy(lambda: _at_once(call))
+
+    async def run_in_thread(self, call: Callable[[], T]) -> T:
+        """``run``, each attempt in a worker thread (``_off_the_loop``)."""
+        try:
+            return await _off_the_loop(call)
+        except sqlite3.OperationalError as error:
+            if not _is_busy(error):
+                raise
+        return await self._until_not_busy(lambda: _off_the_loop(call))
+
+    async def _until_not_busy(self, attempt: Callable[[], Awaitable[T]]) -> T:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.busy_timeout
         pause = _FIRST_PAUSE
         while True:
             await asyncio.sleep(pause)
             try:
-                return call()
+                return await attempt()
             except sqlite3.OperationalError as error:
                 if not _is_busy(error) or loop.time() >= deadline:
                     raise
             pause = min(pause * 2, _LONGEST_PAUSE)
+
+
+async def _at_once(call: Callable[[], T]) -> T:
+    return call()
+
+
+async def _off_the_loop(call: Callable[[], T]) -> T:
+    """``call`` in a worker thread, awaited to its end even if the caller is cancelled
+    meanwhile: until it returns, its connection is in use, and whether a commit happened
+    is not known. The cancellation is then delivered at the caller's next wait."""
+    future = asyncio.ensure_future(asyncio.to_thread(call))
+    cancelled = False
+    try:
+        while True:
+            try:
+                return await asyncio.shield(future)
+            except asyncio.CancelledError:
+                if future.cancelled():
+                    raise
+                cancelled = True
+                if future.done():
+                    return future.result()
+    finally:
+        if cancelled and (task := asyncio.current_task()) is not None:
+            task.cancel()
 
 
 class Checkpointer:
@@ -256,8 +296,18 @@ class InlineConnection:
 
     async def commit(self, writers: int = 1) -> None:
         """Commit; ``writers``: how many writers' blocks the transaction held
-        (``group_commit``), which is what the log grows by."""
-        await self._retrier.run(self._conn.commit)
+        (``group_commit``), which is what the log grows by.
+
+        The writer connection (the one with a ``checkpointer``) commits in a worker thread:
+        its commit writes the transaction's pages into the log, and the first commit after
+        the log starts over also syncs the log's header, for as long as the disk takes.
+        On the event loop's thread that stopped every request meanwhile (a slow disk held
+        it for up to 0.3 s, docs/performance.md). Writers wait for it either way: the
+        next transaction begins after this one's commit (``group_commit``)."""
+        if self._checkpointer is None:
+            await self._retrier.run(self._conn.commit)
+            return
+        await self._retrier.run_in_thread(self._conn.commit)
         if self._checkpointer is not None:
             self._checkpointer.committed(writers)
 

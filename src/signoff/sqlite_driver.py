@@ -301,15 +301,14 @@ class InlineConnection:
         The writer connection (the one with a ``checkpointer``) commits in a worker thread:
         its commit writes the transaction's pages into the log, and the first commit after
         the log starts over also syncs the log's header, for as long as the disk takes.
-        On the event loop's thread that stopped every request meanwhile (a slow disk held
-        it for up to 0.3 s, docs/performance.md). Writers wait for it either way: the
-        next transaction begins after this one's commit (``group_commit``)."""
+        On the event loop's thread that stopped every request meanwhile (a throttled disk
+        held it 60 to 110 ms at a time, docs/performance.md). Writers wait for it either
+        way: the next transaction begins after this one's commit (``group_commit``)."""
         if self._checkpointer is None:
             await self._retrier.run(self._conn.commit)
             return
         await self._retrier.run_in_thread(self._conn.commit)
-        if self._checkpointer is not None:
-            self._checkpointer.committed(writers)
+        self._checkpointer.committed(writers)
 
     async def rollback(self) -> None:
         self._conn.rollback()

@@ -173,6 +173,28 @@ def test_search_by_org_indexes_the_requests_already_stored(tmp_path: Path) -> No
     assert found == (3,) and columns == ["title", "description", "request_id"]
 
 
+def test_search_queue_is_indexed_when_going_back_to_0006(tmp_path: Path) -> None:
+    """0007 queues new requests for the search index, which signoff's commits catch up;
+    going back to 0006 indexes what a program that does not catch up left queued, and new
+    requests are indexed as they are inserted again."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'queue.db'}"
+    command.upgrade(alembic_config(url), "0007")
+    path = url.split(":///", 1)[1]
+    org_id = uuid.uuid4().hex
+    match = "SELECT count(*) FROM approval_requests_fts WHERE approval_requests_fts MATCH 'rotate'"
+    _insert_requests(path, org_id, 2, title="Rotate vendor keys")
+    with sqlite3.connect(path) as db:
+        assert db.execute(match).fetchone() == (0,)
+        assert db.execute("SELECT count(*) FROM approval_requests_fts_pending").fetchone() == (2,)
+
+    command.downgrade(alembic_config(url), "0006")
+    _insert_requests(path, org_id, 1, title="Rotate vendor keys")
+    with sqlite3.connect(path) as db:
+        found = db.execute(match).fetchone()
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    assert found == (3,) and "approval_requests_fts_pending" not in tables
+
+
 def test_sqlite_upgrades_started_together_wait_for_each_other(tmp_path: Path) -> None:
     """Every ``signoff`` command migrates a SQLite file itself, so ``serve`` and ``worker``
     started together both upgrade it: each must start, and the upgrade happen once."""

@@ -47,6 +47,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.sql.dml import Insert
 
+from signoff.approvals.search_index import SQLITE_CATCH_UP
 from signoff.group_commit import GroupCommit
 from signoff.prepared import QueryRunner
 from signoff.sqlite_driver import Checkpointer, begin_transaction, inline_connector
@@ -119,7 +120,7 @@ class Database:
                 echo=echo,
                 pool_size=8,
                 max_overflow=8,
-                async_creator=inline_connector(url, busy_timeout),
+                async_creator=inline_connector(url, busy_timeout, before_commit=SQLITE_CATCH_UP),
                 **SQLITE_JSON,
             )
             # One connection suffices for writers: they are serialized anyway.
@@ -128,7 +129,9 @@ class Database:
                 echo=echo,
                 pool_size=1,
                 max_overflow=0,
-                async_creator=inline_connector(url, busy_timeout, self.checkpointer),
+                async_creator=inline_connector(
+                    url, busy_timeout, self.checkpointer, before_commit=SQLITE_CATCH_UP
+                ),
                 **SQLITE_JSON,
             )
             _configure_sqlite(self.read_engine, immediate=False)

@@ -26,7 +26,9 @@ What would otherwise block the event loop:
   checkpoint in a worker thread every ``CHECKPOINT_EVERY_WRITES`` writes.
 - Writing the log: a commit writes its pages into the log, and the first one after the log
   starts over syncs its header. The writer connection's commits run in a worker thread
-  (``InlineConnection.commit``).
+  (``InlineConnection.commit``), and so do the statements a connection runs just before
+  it commits a transaction that wrote (``before_commit``: the search index's catch-up,
+  ``approvals.search_index``).
 """
 
 from __future__ import annotations
@@ -277,6 +279,7 @@ class InlineConnection:
         connection: sqlite3.Connection,
         busy_timeout: float,
         checkpointer: Checkpointer | None = None,
+        before_commit: Sequence[str] = (),
     ) -> None:
         # The attribute names are the ones SQLAlchemy's aiosqlite adapter reads.
         self._conn = connection
@@ -284,6 +287,10 @@ class InlineConnection:
         self._tx = _InlineQueue()
         self._retrier = Retrier(busy_timeout)
         self._checkpointer = checkpointer
+        self._before_commit = before_commit
+        # SQLite's count of rows this connection changed, as it was when its last
+        # transaction ended: a transaction that leaves it as it was wrote nothing.
+        self._changes_at_end = connection.total_changes
 
     def cursor(self) -> InlineCursor:
         return InlineCursor(self._conn.cursor(), self._retrier)
@@ -306,13 +313,28 @@ class InlineConnection:
         held it 60 to 110 ms at a time, docs/performance.md). Writers wait for it either
         way: the next transaction begins after this one's commit (``group_commit``)."""
         if self._checkpointer is None:
-            await self._retrier.run(self._conn.commit)
+            await self._retrier.run(self._commit)
             return
-        await self._retrier.run_in_thread(self._conn.commit)
+        await self._retrier.run_in_thread(self._commit)
         self._checkpointer.committed(writers)
+
+    def _commit(self) -> None:
+        """``before_commit``'s statements, if the transaction wrote, then the commit.
+
+        Run again in full if the commit is refused as busy: the statements find nothing
+        left to do the second time (``approvals.search_index``)."""
+        if self._before_commit and self._wrote():
+            for statement in self._before_commit:
+                self._conn.execute(statement)
+        self._conn.commit()
+        self._changes_at_end = self._conn.total_changes
+
+    def _wrote(self) -> bool:
+        return self._conn.in_transaction and self._conn.total_changes != self._changes_at_end
 
     async def rollback(self) -> None:
         self._conn.rollback()
+        self._changes_at_end = self._conn.total_changes
 
     async def close(self) -> None:
         self._conn.close()
@@ -360,18 +382,22 @@ def open_sqlite(url: str) -> sqlite3.Connection:
 
 
 def inline_connector(
-    url: str, busy_timeout: float, checkpointer: Checkpointer | None = None
+    url: str,
+    busy_timeout: float,
+    checkpointer: Checkpointer | None = None,
+    before_commit: Sequence[str] = (),
 ) -> Callable[[], Awaitable[InlineConnection]]:
     """The ``async_creator`` for an async engine on the SQLite ``url``.
 
     With a ``checkpointer`` (the engine that commits this process's writes), the WAL
-    checkpoints are left to it (see above).
+    checkpoints are left to it (see above). ``before_commit``: statements each connection
+    runs just before it commits a transaction that wrote.
     """
 
     async def connect() -> InlineConnection:
         connection = open_sqlite(url)
         if checkpointer is not None:
             connection.execute("PRAGMA wal_autocheckpoint=0")
-        return InlineConnection(connection, busy_timeout, checkpointer)
+        return InlineConnection(connection, busy_timeout, checkpointer, before_commit)
 
     return connect

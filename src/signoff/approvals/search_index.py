@@ -1,9 +1,9 @@
 """The SQLite search index of approval requests, brought up to date as a transaction commits.
 
 Why not a trigger that writes the FTS5 table as each request is inserted (0001 to 0006):
-FTS5 keeps new terms in memory until the transaction ends, but it must write them out
-whenever a savepoint begins or ends, and every writer of a shared transaction runs in a
-savepoint of its own (``group_commit``). Each create thus wrote a segment of one request
+FTS5 keeps new terms in memory until the transaction ends, but it writes them out at
+every savepoint, and every writer of a shared transaction runs in a savepoint of its own
+(``group_commit``). Each create thus wrote a segment of one request
 to the index, and FTS5 merged those small segments as they piled up, all on the event
 loop's thread: a create's SQLite work took 102 to 106 µs against 69 to 75 µs with the
 index written once per transaction, and now and then a merge held the loop for 30 to

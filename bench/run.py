@@ -62,7 +62,9 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SCENARIOS = ("create", "get", "list", "decide")
 # Which baseline each scenario is compared with.
 BASELINE_OF = {"create": "echo", "decide": "echo", "get": "constant", "list": "constant"}
-# Targets of the issue, checked on SQLite (and shown for PostgreSQL).
+# Targets of the issue, set for SQLite, the embedded default. PostgreSQL's figures are
+# checked against them too, for comparison, but a miss there is no failure of a target.
+TARGETED_DATABASES = frozenset({"sqlite"})
 TARGET_RATIOS = {"create": 0.30, "get": 0.40}
 TARGET_P99_MS = 50.0
 TARGET_RSS_MB = 150.0
@@ -651,6 +653,15 @@ def check_targets(figures: list[Figure], target: str) -> list[dict[str, Any]]:
     return checks
 
 
+def target_verdict(check: dict[str, Any]) -> str:
+    """How a check reads: a miss is a MISSED target only where the issue sets one."""
+    if check["met"]:
+        return "met"
+    if check["target"] in TARGETED_DATABASES:
+        return "MISSED"
+    return "below (target is for SQLite)"
+
+
 def print_report(report: Report, best: dict[str, float]) -> None:
     print()
     print(
@@ -676,7 +687,7 @@ def print_report(report: Report, best: dict[str, float]) -> None:
     )
     print()
     for check in report.targets:
-        verdict = "met" if check["met"] else "MISSED"
+        verdict = target_verdict(check)
         print(f"{check['target']:<11}{check['check']:<36}{check['measured']:<28}{verdict}")
 
 

@@ -650,6 +650,9 @@ def check_targets(figures: list[Figure], target: str) -> list[dict[str, Any]]:
             "met": errors == 0,
         }
     )
+    # The verdict is part of each check, so that the printed report and latest.json agree.
+    for check in checks:
+        check["verdict"] = target_verdict(check)
     return checks
 
 
@@ -687,8 +690,7 @@ def print_report(report: Report, best: dict[str, float]) -> None:
     )
     print()
     for check in report.targets:
-        verdict = target_verdict(check)
-        print(f"{check['target']:<11}{check['check']:<36}{check['measured']:<28}{verdict}")
+        print(f"{check['target']:<11}{check['check']:<36}{check['measured']:<28}{check['verdict']}")
 
 
 def machine_info() -> dict[str, Any]:

@@ -137,7 +137,16 @@ class Database:
             _configure_sqlite(self.read_engine, immediate=False)
             _configure_sqlite(self.write_engine, immediate=True)
         else:
-            engine = create_async_engine(url, echo=echo, pool_size=20, max_overflow=10)
+            engine = create_async_engine(
+                url,
+                echo=echo,
+                pool_size=20,
+                max_overflow=10,
+                # JSONB prints a number stored from 1.5e300 with all its digits; orjson reads
+                # such an integer back as the float it was, where json.loads would make an
+                # integer no encoder here can write again.
+                json_deserializer=orjson.loads,
+            )
             _ping_idle_connections(engine, IDLE_PING_SECONDS)
             self.read_engine = self.write_engine = engine
             self.group_commit = None

@@ -62,9 +62,10 @@ def _json_text(value: Any) -> str:
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
-# JSON columns on SQLite are text converted in Python: orjson does it in a tenth of the
-# time of the standard library, which SQLAlchemy uses by default (a create wrote its
-# metadata through ``json.dumps``). PostgreSQL's driver converts JSONB itself.
+# JSON columns on SQLite are text converted in Python: orjson does it far faster than the
+# standard library, which SQLAlchemy uses by default (a create wrote its metadata through
+# ``json.dumps``; docs/engineering-log.md, *The sixth round*). PostgreSQL's driver
+# converts JSONB itself.
 SQLITE_JSON: dict[str, Any] = {"json_serializer": _json_text, "json_deserializer": orjson.loads}
 
 

@@ -36,7 +36,8 @@ from signoff.prepared import (
 )
 
 # The reads of every get and decide: built once, since building a statement (and its cache
-# key) costs more than SQLite takes to answer it (docs/performance.md).
+# key) costs more than SQLite takes to answer it (``make bench``, scenarios get and decide;
+# docs/engineering-log.md, *The first round*).
 _GET = select(ApprovalRequest).where(
     ApprovalRequest.id == bindparam("request_id"), ApprovalRequest.org_id == bindparam("org_id")
 )
@@ -393,7 +394,8 @@ class ApprovalRepository:
 
     async def add_event(self, event: AuditEvent | NewEvent) -> None:
         """Written at once with a prepared insert: every create and decision writes one,
-        and the ORM's unit-of-work flush cost three times the insert (docs/performance.md)."""
+        and the ORM's unit-of-work flush cost more than the insert itself (``make bench``,
+        scenarios create and decide; docs/engineering-log.md, *The first round*)."""
         values = _new_row_values(event, _INSERT_EVENT)
         values["data"] = event.data if event.data is not None else {}
         await execute_in(self.session, _INSERT_EVENT, values)

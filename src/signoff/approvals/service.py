@@ -199,8 +199,8 @@ async def cancel(
 
 
 # Requests cancelled per transaction by the hard stop: each batch holds the writer (SQLite)
-# or its rows' locks (PostgreSQL) for a bounded time (some 2 to 3 ms a request on SQLite),
-# so other writers go on in between.
+# or its rows' locks (PostgreSQL) for a bounded time, so other writers go on in between
+# (docs/operations.md, *Emergency stop*).
 CANCEL_BATCH_SIZE = 100
 
 

@@ -23,7 +23,8 @@ from signoff.approvals.presenters import (
     step_to_dict,
     vote_to_dict,
 )
-from signoff.approvals.repository import ApprovalReads, RequestRecord
+from signoff.approvals.record import RequestRecord
+from signoff.approvals.repository import ApprovalReads
 from signoff.approvals.schemas import (
     AddComment,
     ApprovalListOut,

@@ -19,12 +19,8 @@ import orjson
 
 from signoff.approvals import effects, state
 from signoff.approvals.listing import ListFilters, read_page
-from signoff.approvals.repository import (
-    ApprovalReads,
-    ApprovalRepository,
-    LockedRequest,
-    RequestRecord,
-)
+from signoff.approvals.record import RequestRecord
+from signoff.approvals.repository import ApprovalReads, ApprovalRepository
 from signoff.approvals.schemas import CreateApprovalRequest, DecideApprovalRequest
 from signoff.auth.principal import Principal
 from signoff.common.ids import new_id
@@ -32,7 +28,7 @@ from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.crypto import SecretBox
 from signoff.errors import NotFound, RequestNotPending, ValidationFailed
-from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, Vote
+from signoff.models import ApprovalStep, AuditEvent, Comment, Vote
 
 if TYPE_CHECKING:
     from signoff.unit_of_work import UnitOfWork
@@ -105,7 +101,7 @@ async def create_request(
 
 async def find_replayed_request(
     repo: ApprovalRepository, principal: Principal, idempotency_key: object
-) -> ApprovalRequest | None:
+) -> RequestRecord | None:
     """The org's request created under this idempotency key, if the key is one.
 
     Called with a body that failed validation, so the key itself is checked first: one
@@ -120,7 +116,7 @@ async def find_replayed_request(
 
 async def get_request(
     repo: ApprovalRepository | ApprovalReads, principal: Principal, request_id: uuid.UUID
-) -> ApprovalRequest:
+) -> RequestRecord:
     row = await repo.get(principal.org_id, request_id)
     if row is None:
         raise NotFound("No approval request with this id.")
@@ -168,7 +164,7 @@ async def _transition(
 ) -> TransitionResult:
     """Ask the state machine about ``action`` on the locked ``row``, and apply its answer."""
     transition = state.apply(await _view(uow.approvals, row), action, now)
-    await effects.apply_transition(uow, row, transition, author_of(principal), now)
+    row = await effects.apply_transition(uow, row, transition, author_of(principal), now)
     return TransitionResult(row, transition)
 
 
@@ -304,7 +300,7 @@ async def add_comment(
     # Every writer of a request locks its row first, so two writers can never hold
     # weaker locks and wait for each other's upgrade (a deadlock on PostgreSQL).
     row = await _get_locked(repo, principal, request_id)
-    comment = await effects.add_comment(repo, row, principal.user_id, body, now)
+    _, comment = await effects.add_comment(repo, row, principal.user_id, body, now)
     await repo.flush()
     return comment
 
@@ -394,7 +390,7 @@ async def vote_step(
     result = await _transition(uow, row, action, principal, now)
     step = await uow.approvals.get_step(row.id, step_id)
     assert step is not None  # the state machine found it in the locked chain
-    return StepVoteResult(row, step, result.transition)
+    return StepVoteResult(result.request, step, result.transition)
 
 
 async def steps_and_votes(
@@ -415,7 +411,7 @@ async def steps_and_votes(
 
 async def _get_locked(
     repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
-) -> LockedRequest:
+) -> RequestRecord:
     row = await repo.get_locked(principal.org_id, request_id)
     if row is None:
         raise NotFound("No approval request with this id.")

@@ -54,7 +54,7 @@ def _no_long_collection_pauses() -> None:
     Why: by the end of the suite the test process holds a large heap, and a full
     collection of it paused the event loop for up to 0.5 s (measured over tests/api),
     long enough to make a timed retry late (the retry-schedule tests failed so, twice
-    in CI). ``signoff serve`` does the same with its startup objects (cli.py). What a
+    in CI). ``signoff serve`` does the same with its startup objects (cli/serve.py). What a
     module's tests allocate is still collected; the collection first clears what earlier
     modules left behind.
     """

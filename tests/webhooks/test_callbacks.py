@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from bench.receiver import Receiver, Reply, free_port
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from signoff.common.ids import parse_id
@@ -23,7 +24,6 @@ from signoff.common.time import parse_timestamp, utcnow
 from signoff.context import AppContext
 from signoff.orgs import service as orgs_service
 from tests.conftest import Member, Org, assert_error, create_approval
-from tests.webhooks.receiver import Receiver, Reply, free_port
 
 FAST = {
     "delivery_retry_delays_seconds": [0.2, 0.3, 0.4],

@@ -14,6 +14,7 @@ import ssl
 from pathlib import Path
 
 import pytest
+from bench.receiver import Receiver
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -24,7 +25,6 @@ from signoff.webhooks.delivery import ClientPool, send_attempt
 from signoff.webhooks.service import target_of
 from signoff.webhooks.urlpolicy import AddressPolicy
 from tests.conftest import make_settings
-from tests.webhooks.receiver import Receiver
 
 
 class TlsReceiver(Receiver):

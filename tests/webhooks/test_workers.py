@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from bench.receiver import Received, Receiver, Reply
 from sqlalchemy import func, select
 
 from signoff.app import create_app
@@ -31,7 +32,6 @@ from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.models import WebhookAttempt, WebhookDelivery
 from tests.conftest import SECRET_KEY, Org, create_approval
-from tests.webhooks.receiver import Received, Receiver, Reply
 
 WORKER_SETTINGS = {
     "delivery_retry_delays_seconds": [0.1, 0.2, 0.4],

@@ -1,4 +1,7 @@
-"""A real HTTP/1.1 callback receiver on a loopback port, for tests and benchmarks.
+"""A real HTTP/1.1 callback receiver on a loopback port, for benchmarks and tests.
+
+It lives in bench/ so that ``make bench-callbacks`` needs nothing from tests/; the tests
+import it from here.
 
 Small on purpose (raw asyncio streams): it records every request as received, answers
 with what the test scripts (a status sequence, a slow or hanging answer, a redirect, a big

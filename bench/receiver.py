@@ -132,7 +132,7 @@ class Receiver:
                 if reply.hang:
                     await self._released.wait()
                     return
-                if reply.delay:
+                if reply.delay:  # a slow receiver, as the test scripts it
                     await asyncio.sleep(reply.delay)
                 writer.write(_render(reply))
                 await writer.drain()

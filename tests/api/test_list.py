@@ -417,7 +417,6 @@ OPERATOR_QUERIES = [
     "^deploy",
     "'",
     "\\",
-    "deploy\x00",
     "déploiement",
     "部署",
     "a" * 500,

@@ -18,9 +18,11 @@ from signoff.logs import configure_logging
 def freeze_startup_objects() -> None:
     """Leave what startup built (modules, the app, its schemas) out of garbage collection.
 
-    Why: a full collection walks every object the process holds once the app is built,
-    and paused every answer in flight about once a second under load. Those objects live
-    as long as the process; what requests allocate is still collected.
+    Why: a full collection walks every object the process holds, most of them built at
+    startup, and under load such collections paused every request in flight: they made
+    the slowest answers of every ``make bench`` scenario (docs/engineering-log.md, *The
+    third round*). Those objects live as long as the process; what requests allocate is
+    still collected.
     """
     gc.collect()
     gc.freeze()

@@ -67,8 +67,8 @@ Writer = Annotated[Principal, Depends(require_scope("approvals:write"))]
 Commenter = Annotated[Principal, Depends(require_scope("comments:write"))]
 
 # Query parameters as documented; the handlers read strings and validate them (400).
-PAGE = {"type": "integer", "minimum": 1, "default": 1}
-PAGE_SIZE = {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}
+PAGE = {"type": "integer", "minimum": 1}
+PAGE_SIZE = {"type": "integer", "minimum": 1, "maximum": 100}
 STATUS_FILTER = {"type": "array", "items": {"type": "string", "enum": list(REQUEST_STATUSES)}}
 PRIORITY_FILTER = {"type": "string", "enum": ["low", "medium", "high", "critical"]}
 LABEL_FILTER = {"type": "string", "maxLength": default_setting("max_label_length")}
@@ -78,7 +78,6 @@ WAIT = {
     "type": "number",
     "minimum": 0,
     "maximum": default_setting("long_poll_max_seconds"),
-    "default": 0,
 }
 
 

@@ -49,7 +49,7 @@ async def list_deliveries(
     ] = None,
     limit: Annotated[
         str | None,
-        documented_as({"type": "integer", "minimum": 1, "maximum": MAX_LOG_LIMIT, "default": 20}),
+        documented_as({"type": "integer", "minimum": 1, "maximum": MAX_LOG_LIMIT}),
         Query(description="1 to 100, default 20."),
     ] = None,
 ) -> Response:

@@ -47,7 +47,7 @@ from tests.conftest import (
 )
 
 # Per operation and generation mode (valid, invalid): about 20 operations in all.
-MAX_EXAMPLES = 25
+MAX_EXAMPLES = 40
 STARTUP_SECONDS = 30.0
 CHECKS = (
     "not_a_server_error",
@@ -116,10 +116,17 @@ class LiveServer:
             self.reused["delivery"] = log.json()["data"][0]["delivery_id"]
         return self.reused["delivery"]
 
-    def readable_request_id(self) -> str:
+    def shared_request_id(self) -> str:
+        """One request every call may read or change: soon decided or cancelled."""
         if "request" not in self.reused:
-            self.reused["request"] = self.create_request()["id"]
+            self.reused["request"] = self.create_request(required_approvals=2)["id"]
         return self.reused["request"]
+
+    def shared_step(self) -> tuple[str, str]:
+        """One step every call may vote on: after the first vote it is no longer pending."""
+        if "step" not in self.reused:
+            self.reused["step_request"], self.reused["step"] = self.request_with_step()
+        return self.reused["step_request"], self.reused["step"]
 
 
 def _database(backend: str, directory: Path) -> Iterator[str]:
@@ -255,20 +262,34 @@ def test_operation_keeps_its_contract(
 
 
 def _aim_at_real_resources(case: Any, live: LiveServer) -> None:
-    """Every other call with ids names real resources; URLs always point at loopback."""
+    """Make generated calls reach real resources (random ids only ever name nothing).
+
+    Calls with ids take turns: a fresh resource, one shared by earlier calls (so decided,
+    cancelled or voted: the 409s), and the generated id. Steps name a real approver; URLs
+    always point at the loopback receiver.
+    """
     body = case.body if isinstance(case.body, dict) else None
     if body is not None:
         for key in ("callback_url", "url"):
             if isinstance(body.get(key), str) and body[key].startswith(("http://", "https://")):
                 body[key] = live.receiver_url
+        for step in body.get("steps") or []:
+            if isinstance(step, dict) and isinstance(step.get("approver_id"), str):
+                step["approver_id"] = live.user_id
+    turn = next(live.turns) % 3
+    if body is not None and case.path == "/api/v1/approvals" and turn == 0:
+        body["idempotency_key"] = "contract-replay"  # so creates are also replayed (200)
     params = case.path_parameters or {}
-    if not any(name in params for name in IDS_IN_PATHS) or next(live.turns) % 2:
+    if turn == 2 or not any(name in params for name in IDS_IN_PATHS):
         return
-    if "step_id" in params:
-        params["request_id"], params["step_id"] = live.request_with_step()
-    elif "delivery_id" in params:
+    if "delivery_id" in params:
         params["delivery_id"] = live.delivery_id()
+    elif "step_id" in params:
+        fresh = live.request_with_step()
+        params["request_id"], params["step_id"] = fresh if turn == 0 else live.shared_step()
     elif case.method == "GET":
-        params["request_id"] = live.readable_request_id()
+        params["request_id"] = live.shared_request_id()
     else:
-        params["request_id"] = live.create_request()["id"]
+        params["request_id"] = (
+            live.create_request()["id"] if turn == 0 else live.shared_request_id()
+        )

@@ -6,10 +6,11 @@ valid and invalid calls for each operation from the document, makes them with an
 API key, and fails on any 5xx, any status the operation does not document, and any answer
 (body, content type, headers) that does not match what is documented.
 
-Random ids only ever name nothing (404), so half of the calls that take a request id get a
-real one, freshly created for writes; callbacks and test webhooks are sent to a receiver
-on loopback, never to a generated host. Examples per operation are bounded (CI time), and
-so are the server's long-poll and callback timeouts.
+Random ids only ever name nothing (404), so calls with ids take turns on fresh resources,
+shared ones (decided or voted by then: the 409s) and the generated ids; some creates reuse
+one idempotency key (the 200 replay). Callbacks and test webhooks go to a receiver on
+loopback, never to a generated host. Examples are bounded and derandomized (CI time, and a
+failure reproduces), and so are the server's long-poll and callback timeouts.
 """
 
 from __future__ import annotations

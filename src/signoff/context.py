@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from signoff.auth.principal import Principal
 from signoff.auth.secrets import hash_api_key, looks_like_api_key
+from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
@@ -61,13 +62,15 @@ class AppContext:
     box: SecretBox
     limiter: RateLimiter
     waiters: RequestWaiters = field(default_factory=RequestWaiters)
+    # Rows background jobs could not process, parked so they hold no batch (poison.py).
+    poisoned: PoisonedRows = field(default_factory=PoisonedRows)
     # Callback attempts, claims and records (webhooks/dispatcher.py).
     webhooks: WebhookDispatcher = field(init=False)
     # Who an API key is, read once per state of the database (orgs/repository.py).
     principals: PrincipalsByKey = field(init=False)
 
     def __post_init__(self) -> None:
-        self.webhooks = WebhookDispatcher(self.settings, self.db, self.box)
+        self.webhooks = WebhookDispatcher(self.settings, self.db, self.box, self.poisoned)
         self.principals = PrincipalsByKey(self.db.queries)
 
     @classmethod

@@ -62,9 +62,10 @@ def _json_text(value: Any) -> str:
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
-# JSON columns on SQLite are text converted in Python: orjson does it in a tenth of the
-# time of the standard library, which SQLAlchemy uses by default (a create wrote its
-# metadata through ``json.dumps``). PostgreSQL's driver converts JSONB itself.
+# JSON columns on SQLite are text converted in Python: orjson does it far faster than the
+# standard library, which SQLAlchemy uses by default (a create wrote its metadata through
+# ``json.dumps``; docs/engineering-log.md, *The sixth round*). PostgreSQL's driver
+# converts JSONB itself.
 SQLITE_JSON: dict[str, Any] = {"json_serializer": _json_text, "json_deserializer": orjson.loads}
 
 
@@ -137,7 +138,16 @@ class Database:
             _configure_sqlite(self.read_engine, immediate=False)
             _configure_sqlite(self.write_engine, immediate=True)
         else:
-            engine = create_async_engine(url, echo=echo, pool_size=20, max_overflow=10)
+            engine = create_async_engine(
+                url,
+                echo=echo,
+                pool_size=20,
+                max_overflow=10,
+                # JSONB prints a number stored from 1.5e300 with all its digits; orjson reads
+                # such an integer back as the float it was, where json.loads would make an
+                # integer no encoder here can write again.
+                json_deserializer=orjson.loads,
+            )
             _ping_idle_connections(engine, IDLE_PING_SECONDS)
             self.read_engine = self.write_engine = engine
             self.group_commit = None

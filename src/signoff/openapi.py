@@ -66,7 +66,7 @@ it can answer. Every response carries `X-RateLimit-Limit`, `X-RateLimit-Remainin
 `X-RateLimit-Reset`; a 429 adds `Retry-After`.
 
 Limits shown in the schemas (text lengths, counts) are the defaults; an operator may
-change them (docs/configuration.md).
+change them (docs/configuration.md). What each field accepts: docs/input-rules.md.
 """
 
 

@@ -25,6 +25,7 @@ from signoff.approvals.presenters import (
 )
 from signoff.approvals.repository import ApprovalReads, RequestRecord
 from signoff.approvals.schemas import (
+    MAX_PAGE,
     AddComment,
     ApprovalListOut,
     ApprovalRequestDetailOut,
@@ -67,7 +68,7 @@ Writer = Annotated[Principal, Depends(require_scope("approvals:write"))]
 Commenter = Annotated[Principal, Depends(require_scope("comments:write"))]
 
 # Query parameters as documented; the handlers read strings and validate them (400).
-PAGE = {"type": "integer", "minimum": 1}
+PAGE = {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}
 PAGE_SIZE = {"type": "integer", "minimum": 1, "maximum": 100}
 STATUS_FILTER = {"type": "array", "items": {"type": "string", "enum": list(REQUEST_STATUSES)}}
 PRIORITY_FILTER = {"type": "string", "enum": ["low", "medium", "high", "critical"]}

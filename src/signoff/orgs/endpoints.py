@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -40,8 +40,8 @@ class MeOut(BaseModel):
 class EmergencyStopIn(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    active: bool = Field(description="A JSON boolean.")
-    cancel_pending: bool = Field(
+    active: StrictBool = Field(description="A JSON boolean.")
+    cancel_pending: StrictBool = Field(
         False, description="With `active: true`: also cancel every pending request."
     )
 
@@ -127,7 +127,7 @@ async def put_emergency_stop(
             await ctx.webhooks.hand_off(batch.outbox)
 
         cancelled = await approvals_service.cancel_all_pending(
-            ctx.transaction, principal.org_id, principal, committed
+            ctx.transaction, principal.org_id, principal, committed, poisoned=ctx.poisoned
         )
     return json_response(
         {

@@ -13,6 +13,9 @@ from signoff.approvals.state import RequestStatus
 from signoff.common.openapi import default_setting, schema_only
 from signoff.common.validation import settings_from
 
+# Orders are positions, not ids: room for gaps (10, 20, 30), and within every integer column.
+MAX_STEP_ORDER = 1_000_000
+
 
 class StepIn(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -20,7 +23,7 @@ class StepIn(BaseModel):
     approver_id: Annotated[str, schema_only(format="uuid")] = Field(
         description="A user of the organization."
     )
-    step_order: Annotated[Count, schema_only(minimum=1)] = Field(
+    step_order: Annotated[Count, schema_only(minimum=1, maximum=MAX_STEP_ORDER)] = Field(
         description="Position in the chain; distinct positive integers."
     )
 
@@ -36,8 +39,8 @@ class StepIn(BaseModel):
     @field_validator("step_order")
     @classmethod
     def _step_order(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError("must be a positive integer")
+        if not 1 <= value <= MAX_STEP_ORDER:
+            raise ValueError(f"must be an integer from 1 to {MAX_STEP_ORDER}")
         return value
 
 

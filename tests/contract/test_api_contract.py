@@ -276,7 +276,8 @@ def _aim_at_real_resources(case: Any, live: LiveServer) -> None:
         for key in ("callback_url", "url"):
             if isinstance(body.get(key), str) and body[key].startswith(("http://", "https://")):
                 body[key] = live.receiver_url
-        for step in body.get("steps") or []:
+        steps = body.get("steps")
+        for step in steps if isinstance(steps, list) else []:
             if isinstance(step, dict) and isinstance(step.get("approver_id"), str):
                 step["approver_id"] = live.user_id
     turn = next(live.turns) % 3

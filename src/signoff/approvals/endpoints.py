@@ -125,7 +125,7 @@ async def create_approval(request: Request, principal: Writer) -> Response:
         await check_callback_url(ctx.webhooks.policy, payload.callback_url)
     now = utcnow()
     async with ctx.transaction() as uow:
-        result = await service.create_request(uow.approvals, principal, payload, ctx.box, now)
+        result = await service.create_request(uow, principal, payload, ctx.box, now)
     if not result.created:
         return _replay(result.request)
     return json_response(request_to_dict(result.request, now), 201)
@@ -318,9 +318,7 @@ async def decide_approval(request: Request, request_id: UuidPath, principal: Wri
     payload = await parse_json_body(request, DecideApprovalRequest, ctx.settings)
     now = utcnow()
     async with ctx.transaction() as uow:
-        result = await service.decide(uow.approvals, principal, rid, payload, now)
-    if result.transition.is_final:
-        ctx.waiters.notify(rid)
+        result = await service.decide(uow, principal, rid, payload, now)
     body = request_to_dict(result.request, now)
     # Attempt 1 runs now that the decision is committed; the answer reports its outcome.
     body["callback_delivered"] = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
@@ -340,8 +338,7 @@ async def cancel_approval(request: Request, request_id: UuidPath, principal: Wri
     rid = path_id(request_id)
     now = utcnow()
     async with ctx.transaction() as uow:
-        result = await service.cancel(uow.approvals, principal, rid, now)
-    ctx.waiters.notify(rid)
+        result = await service.cancel(uow, principal, rid, now)
     body = request_to_dict(result.request, now)
     body["callback_delivered"] = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
     return json_response(body)

@@ -14,9 +14,8 @@ from pydantic import (
     model_validator,
 )
 
-from signoff.approvals.schemas import MAX_URL_LENGTH, Count, validate_callback_url
 from signoff.common.time import format_timestamp
-from signoff.common.validation import settings_from
+from signoff.common.validation import MAX_URL_LENGTH, Count, settings_from, validate_callback_url
 from signoff.models.webhooks import WebhookAttempt
 
 MAX_LOG_LIMIT = 100

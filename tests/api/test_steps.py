@@ -168,6 +168,20 @@ async def test_request_level_decisions_on_a_chain_are_admin_overrides(
     assert override and override[0]["data"]["override"] is True
 
 
+async def test_who_may_configure_a_chain(client: httpx.AsyncClient, org: Org) -> None:
+    """An admin, or the connection that created the request (decisions.md section 2)."""
+    creator, other = org.members[0], org.members[1]
+    request = await create_approval(client, creator)
+    refused = await client.post(
+        f"/api/v1/approvals/{request['id']}/steps",
+        headers=other.headers,
+        json={"steps": [{"approver_id": other.user_id, "step_order": 1}]},
+    )
+    assert_error(refused, 403, "FORBIDDEN")
+    await set_chain(client, creator, request["id"], [other])
+    await set_chain(client, org.admin, request["id"], [other, creator])
+
+
 @pytest.mark.parametrize(
     ("steps", "field"),
     [

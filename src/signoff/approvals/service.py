@@ -31,7 +31,13 @@ from signoff.auth.principal import Principal
 from signoff.common.ids import new_id
 from signoff.common.time import utcnow
 from signoff.crypto import SecretBox
-from signoff.errors import NotFound, RequestNotPending, StepsLocked, ValidationFailed
+from signoff.errors import (
+    Forbidden,
+    NotFound,
+    RequestNotPending,
+    StepsLocked,
+    ValidationFailed,
+)
 from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, Vote
 from signoff.webhooks import service as webhooks
 from signoff.webhooks.repository import WebhookRepository
@@ -333,6 +339,7 @@ async def set_steps(
 ) -> Sequence[ApprovalStep]:
     """Replace the request's chain: allowed while it is pending and nobody has voted."""
     row = await _get_locked(repo, principal, request_id)
+    _check_may_configure_steps(principal, row)
     status = state.effective_status(await _view(repo, row), now)
     if status != "pending":
         raise RequestNotPending(status)
@@ -375,6 +382,12 @@ async def set_steps(
     )
     await repo.flush()
     return steps
+
+
+def _check_may_configure_steps(principal: Principal, row: LockedRequest) -> None:
+    """An admin, or the connection that created the request (decisions.md section 2)."""
+    if not principal.is_admin and row.connection_id != principal.connection_id:
+        raise Forbidden("Only an admin or the connection that created the request may set steps.")
 
 
 async def _check_approvers(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -209,6 +210,8 @@ def build_server(client_for: ClientFactory, *, name: str = "signoff") -> MCPServ
 
 
 async def serve_stdio() -> None:
+    # httpx logs every request at INFO; the host shows our stderr to people, keep it short.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     async with AsyncSignoffClient.from_env() as client:
         await build_server(lambda _ctx: client).run_stdio_async()
 

@@ -341,9 +341,7 @@ class FaultProxy:
 
     def wait_for_connections(self, count: int, timeout: float = 15) -> None:
         with self.new_connection:
-            assert self.new_connection.wait_for(lambda: len(self.seen) >= count, timeout), (
-                self.seen
-            )
+            assert self.new_connection.wait_for(lambda: len(self.seen) >= count, timeout), self.seen
 
     def _accept(self) -> None:
         while not self.closed:

@@ -8,8 +8,8 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from conftest import LiveServer
 
+from conftest import LiveServer
 from signoff_client import (
     AlreadyVoted,
     AsyncSignoffClient,

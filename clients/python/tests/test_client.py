@@ -6,8 +6,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import LiveServer
 
+from conftest import LiveServer
 from signoff_client import Approval, Comment, SignoffClient, StepVote
 
 

@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable
 
 import pytest
-from conftest import LiveServer, in_thread, join_ok
 
+from conftest import LiveServer, in_thread, join_ok
 from signoff_client import (
     Approval,
     ApprovalRejected,
@@ -33,9 +33,7 @@ def decide_when_asked(
     return act
 
 
-def test_approved_runs_the_function(
-    admin: SignoffClient, member: SignoffClient, tag: str
-) -> None:
+def test_approved_runs_the_function(admin: SignoffClient, member: SignoffClient, tag: str) -> None:
     ran: list[tuple[str, bool]] = []
 
     @requires_approval(admin, title="Delete {path}", priority="critical",

@@ -6,8 +6,8 @@ import time
 import uuid
 
 import pytest
-from conftest import FaultProxy, LiveServer
 
+from conftest import FaultProxy, LiveServer
 from signoff_client import (
     AlreadyVoted,
     APIConnectionError,
@@ -48,9 +48,7 @@ def test_validation_error_names_the_fields(admin: SignoffClient) -> None:
         admin.decide(admin.create_approval("t", "d", "low").id, "maybe")
 
 
-def test_request_not_pending_and_already_voted(
-    admin: SignoffClient, member: SignoffClient
-) -> None:
+def test_request_not_pending_and_already_voted(admin: SignoffClient, member: SignoffClient) -> None:
     two = admin.create_approval("Two keys", "d", "high", required_approvals=2)
     member.decide(two.id, "approve")
     with pytest.raises(AlreadyVoted) as voted:
@@ -61,7 +59,9 @@ def test_request_not_pending_and_already_voted(
     admin.decide(two.id, "approve")
     with pytest.raises(RequestNotPending) as caught:
         admin.cancel(two.id)
-    assert caught.value.request_status == "approved" and caught.value.details["status"] == "approved"
+    assert (
+        caught.value.request_status == "approved" and caught.value.details["status"] == "approved"
+    )
 
 
 def test_forbidden_and_unauthorized(
@@ -72,13 +72,15 @@ def test_forbidden_and_unauthorized(
         member.set_steps(created.id, [live.member.user_id])
     assert (caught.value.status_code, caught.value.code) == (403, "FORBIDDEN")
 
-    with SignoffClient(live.base_url, "gk_" + "0" * 64) as stranger, pytest.raises(
-        Unauthorized
-    ) as refused:
+    with (
+        SignoffClient(live.base_url, "gk_" + "0" * 64) as stranger,
+        pytest.raises(Unauthorized) as refused,
+    ):
         stranger.get_approval(created.id)
     assert (refused.value.status_code, refused.value.code) == (401, "UNAUTHORIZED")
-    with SignoffClient(live.base_url, oauth_token="not-a-token") as stranger, pytest.raises(
-        Unauthorized
+    with (
+        SignoffClient(live.base_url, oauth_token="not-a-token") as stranger,
+        pytest.raises(Unauthorized),
     ):
         stranger.get_approval(created.id)
 
@@ -169,6 +171,9 @@ def test_a_create_with_a_key_is_retried_and_made_once(
 def test_connection_refused_is_a_connection_error() -> None:
     from conftest import free_port
 
-    with SignoffClient(f"http://127.0.0.1:{free_port()}", "gk_" + "1" * 64, retries=1) as client:
-        with pytest.raises(APIConnectionError):
-            client.create_approval("Nobody home", "d", "low")
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    with (
+        SignoffClient(nowhere, "gk_" + "1" * 64, retries=1) as client,
+        pytest.raises(APIConnectionError),
+    ):
+        client.create_approval("Nobody home", "d", "low")

@@ -9,10 +9,10 @@ import uuid
 from typing import Any
 
 import pytest
-from conftest import LiveServer, _script
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from conftest import LiveServer, _script
 from signoff_client import AsyncSignoffClient, SignoffClient
 
 pytestmark = pytest.mark.anyio
@@ -76,9 +76,7 @@ async def test_request_decide_and_read_back(live: LiveServer, member: SignoffCli
         waited = structured(await mcp.call_tool("wait_for_decision", {"id": asked["id"]}))
         assert waited["status"] == "approved"
 
-        listed = structured(
-            await mcp.call_tool("list_approvals", {"search": "payment workers"})
-        )
+        listed = structured(await mcp.call_tool("list_approvals", {"search": "payment workers"}))
         assert asked["id"] in [item["id"] for item in listed["approvals"]]
         approved = structured(await mcp.call_tool("list_approvals", {"status": "approved"}))
         assert all(item["status"] == "approved" for item in approved["approvals"])
@@ -99,7 +97,9 @@ async def test_waiting_reports_progress(live: LiveServer, member: SignoffClient)
             if not decided.is_set():
                 # The tool is waiting (it says so): now a human decides.
                 decided.set()
-                pending = [a async for a in human.list_approvals(search="Rotate TLS", status="pending")]
+                pending = [
+                    a async for a in human.list_approvals(search="Rotate TLS", status="pending")
+                ]
                 await human.decide(pending[0].id, "reject", "wait for the window")
 
         async with Client(stdio_server(live), read_timeout_seconds=60) as mcp:

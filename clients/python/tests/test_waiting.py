@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import FaultProxy, LiveServer, in_thread, join_ok
 
+from conftest import FaultProxy, LiveServer, in_thread, join_ok
 from signoff_client import SignoffClient, WaitTimeout
 
 
@@ -32,9 +32,7 @@ def test_returns_when_someone_decides(
     assert len(proxy.seen) == 1  # one held request, not a polling loop
 
 
-def test_returns_at_once_for_a_decided_request(
-    admin: SignoffClient, member: SignoffClient
-) -> None:
+def test_returns_at_once_for_a_decided_request(admin: SignoffClient, member: SignoffClient) -> None:
     created = admin.create_approval("Already done", "d", "low")
     member.decide(created.id, "approve")
     started = time.monotonic()

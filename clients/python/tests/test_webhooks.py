@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from conftest import LiveServer, Received, Receiver
 
+from conftest import LiveServer, Received, Receiver
 from signoff_client import InvalidSignature, SignoffClient, verify_webhook
 
 
 @pytest.fixture
-def callback(admin: SignoffClient, member: SignoffClient, receiver: Receiver) -> tuple[str, Received]:
+def callback(
+    admin: SignoffClient, member: SignoffClient, receiver: Receiver
+) -> tuple[str, Received]:
     created = admin.create_approval(
         "Pay the invoice", "ACME, 1200 EUR", "high",
         callback_url=receiver.url, metadata={"invoice": 42},

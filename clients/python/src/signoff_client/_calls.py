@@ -52,7 +52,7 @@ class RetryPolicy:
 
     def delay(self, attempt: int) -> float:
         """Seconds before retry ``attempt`` (1-based): 0.5, 1, 2, ... with +-25 % jitter."""
-        base = min(self.max_backoff_seconds, self.backoff_seconds * 2 ** (attempt - 1))
+        base = min(self.max_backoff_seconds, self.backoff_seconds * 2.0 ** (attempt - 1))
         return base * random.uniform(0.75, 1.25)  # noqa: S311 - jitter, not security
 
 
@@ -271,6 +271,4 @@ def read_timeout(base: httpx.Timeout, hold_seconds: float) -> httpx.Timeout:
     if not hold_seconds:
         return base
     read = (base.read or 0.0) + math.ceil(hold_seconds)
-    return httpx.Timeout(
-        connect=base.connect, read=read, write=base.write, pool=base.pool
-    )
+    return httpx.Timeout(connect=base.connect, read=read, write=base.write, pool=base.pool)

@@ -111,8 +111,7 @@ class _DecisionWait:
 
     def _timeout(self, why: str) -> WaitTimeout:
         return WaitTimeout(
-            f"no decision on approval request {self.approval_id} within "
-            f"{self.timeout:g} s ({why})",
+            f"no decision on approval request {self.approval_id} within {self.timeout:g} s ({why})",
             self.last,
         )
 

@@ -98,8 +98,8 @@ def requires_approval(
             if not isinstance(client, AsyncSignoffClient):
                 raise TypeError("an async function needs an AsyncSignoffClient")
             return cast(
-                Callable[P, R], _async_gate(cast(Any, fn), client, request, options, timeout,
-                                            cancel_on_timeout)
+                Callable[P, R],
+                _async_gate(cast(Any, fn), client, request, options, timeout, cancel_on_timeout),
             )
         if not isinstance(client, SignoffClient):
             raise TypeError("a plain (not async) function needs a SignoffClient")

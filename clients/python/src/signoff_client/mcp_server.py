@@ -152,14 +152,14 @@ def build_server(client_for: ClientFactory, *, name: str = "signoff") -> MCPServ
         return summarize(approval)
 
     @server.tool(annotations=read_only)
-    async def get_approval(id: ApprovalId, ctx: Context[Any, Any]) -> dict[str, Any]:  # noqa: A002
+    async def get_approval(id: ApprovalId, ctx: Context[Any, Any]) -> dict[str, Any]:
         """Read an approval request: its status, and the decision once there is one."""
         with api_errors():
             return summarize(await client_for(ctx).get_approval(id))
 
     @server.tool(annotations=read_only)
     async def wait_for_decision(
-        id: ApprovalId,  # noqa: A002
+        id: ApprovalId,
         ctx: Context[Any, Any],
         timeout_seconds: Annotated[
             float, Field(description="Longest wait in seconds.", ge=0, le=MAX_WAIT_SECONDS)
@@ -190,14 +190,14 @@ def build_server(client_for: ClientFactory, *, name: str = "signoff") -> MCPServ
         return {"approvals": requests, "count": len(requests)}
 
     @server.tool(annotations=ToolAnnotations(destructiveHint=True, idempotentHint=True))
-    async def cancel_approval(id: ApprovalId, ctx: Context[Any, Any]) -> dict[str, Any]:  # noqa: A002
+    async def cancel_approval(id: ApprovalId, ctx: Context[Any, Any]) -> dict[str, Any]:
         """Withdraw a pending approval request you no longer need."""
         with api_errors():
             return summarize(await client_for(ctx).cancel(id))
 
     @server.tool(annotations=ToolAnnotations(destructiveHint=False))
     async def add_comment(
-        id: ApprovalId,  # noqa: A002
+        id: ApprovalId,
         body: Annotated[str, Field(description="The comment; approvers see it.")],
         ctx: Context[Any, Any],
     ) -> dict[str, Any]:

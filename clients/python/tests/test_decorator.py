@@ -38,13 +38,13 @@ def test_approved_runs_the_function(admin: SignoffClient, member: SignoffClient,
 
     @requires_approval(admin, title="Delete {path}", priority="critical",
                        action_type=f"files.{tag}")  # fmt: skip
-    def delete(path: str, recursive: bool = False) -> str:
+    def delete(path: str, recursive: bool = False, options: dict[str, int] | None = None) -> str:
         """Deletes a path from the shared volume."""
         ran.append((path, recursive))
         return f"deleted {path}"
 
     human = in_thread(decide_when_asked(member, f"files.{tag}", "approve"))
-    assert delete("/srv/old", recursive=True) == "deleted /srv/old"
+    assert delete("/srv/old", recursive=True, options={"depth": 3}) == "deleted /srv/old"
     join_ok(human)
     assert ran == [("/srv/old", True)]
 
@@ -52,7 +52,12 @@ def test_approved_runs_the_function(admin: SignoffClient, member: SignoffClient,
     assert request.title == "Delete /srv/old" and request.priority == "critical"
     assert "delete(" in request.description and '"/srv/old"' in request.description
     assert "Deletes a path" in request.description
-    assert request.metadata["arguments"] == {"path": "/srv/old", "recursive": True}
+    assert request.metadata["arguments"] == {
+        "path": "/srv/old",
+        "recursive": True,
+        "options": {"depth": 3},
+    }
+    assert '{"depth": 3}' in request.description
     assert request.metadata["function"].endswith("delete")
     assert delete.__name__ == "delete"  # wraps keeps the tool's name and docstring
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
@@ -411,7 +411,7 @@ class AsyncSignoffClient:
     async def get_approval(self, approval_id: str) -> Approval:
         return await self._send(calls.get_approval(approval_id))
 
-    async def list_approvals(self, **filters: Any) -> AsyncIterator[Approval]:
+    async def list_approvals(self, **filters: Any) -> AsyncGenerator[Approval, None]:
         """See ``SignoffClient.list_approvals``."""
         seen: set[str] = set()
         page = 1

@@ -39,14 +39,16 @@ class _Request:
         bound.apply_defaults()
         arguments = {name: _jsonable(value) for name, value in bound.arguments.items()}
         call = ", ".join(f"{name}={json.dumps(value)}" for name, value in arguments.items())
-        title = (self.title or f"Run {self.fn.__name__}").format_map(_Lenient(bound.arguments))
-        doc = inspect.getdoc(self.fn)
-        description = self.description or "\n\n".join(
-            part for part in (f"{self.name}({call})", doc) if part
-        )
+        named = _Lenient(bound.arguments)
+        title = self.title.format_map(named) if self.title else f"Run {self.fn.__name__}"
+        if self.description:
+            description = self.description.format_map(named)
+        else:  # generated: its JSON braces are not placeholders
+            doc = inspect.getdoc(self.fn)
+            description = "\n\n".join(part for part in (f"{self.name}({call})", doc) if part)
         return {
             "title": title,
-            "description": description.format_map(_Lenient(bound.arguments)),
+            "description": description,
             "metadata": {**self.metadata, "function": self.name, "arguments": arguments},
         }
 

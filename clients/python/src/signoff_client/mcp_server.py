@@ -182,11 +182,13 @@ def build_server(client_for: ClientFactory, *, name: str = "signoff") -> MCPServ
     ) -> dict[str, Any]:
         """List approval requests, newest first (at most 50)."""
         requests: list[dict[str, Any]] = []
+        pages = client_for(ctx).list_approvals(status=status, search=search)
         with api_errors():
-            async for approval in client_for(ctx).list_approvals(status=status, search=search):
-                requests.append(summarize(approval))
-                if len(requests) == LIST_LIMIT:
-                    break
+            async with contextlib.aclosing(pages):
+                async for approval in pages:
+                    requests.append(summarize(approval))
+                    if len(requests) == LIST_LIMIT:
+                        break
         return {"approvals": requests, "count": len(requests)}
 
     @server.tool(annotations=ToolAnnotations(destructiveHint=True, idempotentHint=True))

@@ -165,6 +165,8 @@ def _environment(cwd: Path) -> dict[str, str]:
 
 def _start(server: LiveServer) -> None:
     port = free_port()
+    # OAuth's issuer and endpoints are built from the public URL (test_oauth.py uses them).
+    server.env["SIGNOFF_PUBLIC_URL"] = f"http://127.0.0.1:{port}"
     with (server.cwd / "serve.log").open("wb") as sink:
         server.process = subprocess.Popen(
             [_script("signoff"), "serve", "--host", "127.0.0.1", "--port", str(port)],

@@ -63,7 +63,7 @@ from signoff.errors import (
     RequestNotPending,
     ValidationFailed,
 )
-from signoff.webhooks.service import check_callback_url, delivered
+from signoff.webhooks.service import all_succeeded, check_callback_url
 
 router = APIRouter(prefix="/api/v1", tags=["approvals"], route_class=LeanRoute)
 
@@ -256,7 +256,7 @@ async def decide_approval(request: Request, request_id: UuidPath, principal: Wri
         result = await service.decide(uow, principal, rid, payload, now)
     body = request_to_dict(result.request, now)
     # Attempt 1 runs now that the decision is committed; the answer reports its outcome.
-    body["callback_delivered"] = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
+    body["callback_delivered"] = all_succeeded(await ctx.webhooks.deliver_outbox(uow.outbox))
     return json_response(body)
 
 
@@ -275,7 +275,7 @@ async def cancel_approval(request: Request, request_id: UuidPath, principal: Wri
     async with ctx.transaction() as uow:
         result = await service.cancel(uow, principal, rid, now)
     body = request_to_dict(result.request, now)
-    body["callback_delivered"] = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
+    body["callback_delivered"] = all_succeeded(await ctx.webhooks.deliver_outbox(uow.outbox))
     return json_response(body)
 
 

@@ -27,7 +27,7 @@ from signoff.approvals.repository import (
     RequestRecord,
 )
 from signoff.approvals.schemas import CreateApprovalRequest, DecideApprovalRequest
-from signoff.auth.principal import Principal
+from signoff.auth.principal import OrgMember, Principal
 from signoff.common.ids import new_id
 from signoff.common.time import utcnow
 from signoff.crypto import SecretBox
@@ -116,7 +116,7 @@ async def find_replayed_request(
 
 
 async def get_request(
-    repo: ApprovalRepository | ApprovalReads, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository | ApprovalReads, principal: OrgMember, request_id: uuid.UUID
 ) -> ApprovalRequest:
     row = await repo.get(principal.org_id, request_id)
     if row is None:
@@ -126,7 +126,7 @@ async def get_request(
 
 async def list_requests(
     reads: ApprovalReads,
-    principal: Principal,
+    principal: OrgMember,
     filters: ListFilters,
     *,
     page: int,
@@ -146,7 +146,7 @@ async def list_requests(
 
 async def decide(
     repo: ApprovalRepository,
-    principal: Principal,
+    principal: OrgMember,
     request_id: uuid.UUID,
     payload: DecideApprovalRequest,
     now: datetime,
@@ -158,7 +158,7 @@ async def decide(
 
 async def _vote(
     repo: ApprovalRepository,
-    principal: Principal,
+    principal: OrgMember,
     request_id: uuid.UUID,
     action: state.Decide | state.VoteStep,
     payload: DecideApprovalRequest,
@@ -182,7 +182,7 @@ async def _vote(
 
 
 async def cancel(
-    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID, now: datetime
+    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID, now: datetime
 ) -> TransitionResult:
     return await _cancel(repo, principal.org_id, principal, request_id, now)
 
@@ -196,7 +196,7 @@ CANCEL_BATCH_SIZE = 100
 async def cancel_all_pending(
     transaction: Callable[[], AbstractAsyncContextManager[UnitOfWork]],
     org_id: uuid.UUID,
-    principal: Principal | None,
+    principal: OrgMember | None,
     committed: Callable[[UnitOfWork, list[TransitionResult]], Awaitable[None]],
     *,
     batch_size: int | None = None,
@@ -235,7 +235,7 @@ async def cancel_all_pending(
 async def cancel_pending(
     repo: ApprovalRepository,
     org_id: uuid.UUID,
-    principal: Principal | None,
+    principal: OrgMember | None,
     request_ids: Sequence[uuid.UUID],
     now: datetime,
 ) -> list[TransitionResult]:
@@ -254,7 +254,7 @@ async def cancel_pending(
 async def _cancel(
     repo: ApprovalRepository,
     org_id: uuid.UUID,
-    principal: Principal | None,
+    principal: OrgMember | None,
     request_id: uuid.UUID,
     now: datetime,
 ) -> TransitionResult:
@@ -281,7 +281,7 @@ async def expire_due(
 
 async def add_comment(
     repo: ApprovalRepository,
-    principal: Principal,
+    principal: OrgMember,
     request_id: uuid.UUID,
     body: str,
     now: datetime,
@@ -295,14 +295,14 @@ async def add_comment(
 
 
 async def list_comments(
-    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID
 ) -> Sequence[Comment]:
     await get_request(repo, principal, request_id)
     return await repo.list_comments(request_id)
 
 
 async def list_events(
-    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID
 ) -> Sequence[AuditEvent]:
     await get_request(repo, principal, request_id)
     return await repo.list_events(request_id)
@@ -326,7 +326,7 @@ class StepVoteResult:
 
 async def set_steps(
     repo: ApprovalRepository,
-    principal: Principal,
+    principal: OrgMember,
     request_id: uuid.UUID,
     specs: Sequence[StepSpec],
     now: datetime,
@@ -396,7 +396,7 @@ async def _check_approvers(
 
 
 async def list_steps(
-    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID
 ) -> Sequence[ApprovalStep]:
     await get_request(repo, principal, request_id)
     return await repo.list_steps(request_id)
@@ -404,7 +404,7 @@ async def list_steps(
 
 async def vote_step(
     repo: ApprovalRepository,
-    principal: Principal,
+    principal: OrgMember,
     request_id: uuid.UUID,
     step_id: uuid.UUID,
     payload: DecideApprovalRequest,
@@ -434,7 +434,7 @@ async def steps_and_votes(
 
 
 async def _get_locked(
-    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID
 ) -> LockedRequest:
     row = await repo.get_locked(principal.org_id, request_id)
     if row is None:
@@ -461,7 +461,7 @@ async def _record_transition(
     repo: ApprovalRepository,
     row: RequestRecord,
     transition: state.Transition,
-    principal: Principal | None,
+    principal: OrgMember | None,
     now: datetime,
     *,
     decision: str | None = None,
@@ -538,7 +538,7 @@ async def _enqueue_callback(
     repo: ApprovalRepository,
     row: RequestRecord,
     transition: state.Transition,
-    principal: Principal | None,
+    principal: OrgMember | None,
     comment: str | None,
     now: datetime,
 ) -> None:
@@ -552,7 +552,7 @@ async def _enqueue_callback(
 
 def _final_fields(
     transition: state.Transition,
-    principal: Principal | None,
+    principal: OrgMember | None,
     now: datetime,
     row: RequestRecord,
     comment: str | None,

@@ -68,7 +68,9 @@ class _PostgresRelay:
 
     def __init__(self, database_url: str, on_signal: Any) -> None:
         self.dsn = (
-            make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
+            make_url(database_url)
+            .set(drivername="postgresql")
+            .render_as_string(hide_password=False)
         )
         self.on_signal = on_signal
         self._connection: Any = None

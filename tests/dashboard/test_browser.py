@@ -158,6 +158,7 @@ async def assert_accessible(page: Any) -> None:
 
 async def screenshot(page: Any, name: str) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
+    await page.evaluate("window.scrollTo(0, 0)")  # a sticky header stays at the top
     await page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 

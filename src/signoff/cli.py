@@ -92,10 +92,11 @@ def prepare_database(settings: Settings) -> None:
 def freeze_startup_objects() -> None:
     """Leave what startup built (modules, the app, its schemas) out of garbage collection.
 
-    Why: a full collection walks every object the process holds, some 150,000 once the
-    app is built, and took 100 to 130 ms on the bench machine, about once a second under
-    load: the slowest answers of every scenario, and a tenth of the process's time. Those
-    objects live as long as the process; what requests allocate is still collected.
+    Why: a full collection walks every object the process holds, most of them built at
+    startup, and under load such collections paused every request in flight: they made
+    the slowest answers of every ``make bench`` scenario (docs/engineering-log.md, *The
+    third round*). Those objects live as long as the process; what requests allocate is
+    still collected.
     """
     gc.collect()
     gc.freeze()

@@ -8,16 +8,18 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
+from signoff.approvals.search_index import SQLITE_CATCH_UP
 from signoff.auth.principal import Principal
 from signoff.auth.secrets import hash_api_key, looks_like_api_key
+from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.dashboard.live import OrgSignals
-from signoff.db import Database
 from signoff.oauth.credentials import hash_token, looks_like_access_token
 from signoff.orgs.repository import PrincipalsByKey
 from signoff.ratelimit.limiter import RateLimiter
+from signoff.storage import Database
 from signoff.unit_of_work import UnitOfWork
 from signoff.webhooks.dispatcher import WebhookDispatcher
 from signoff.webhooks.service import outbox_of, start_outbox
@@ -62,6 +64,8 @@ class AppContext:
     box: SecretBox
     limiter: RateLimiter
     waiters: RequestWaiters = field(default_factory=RequestWaiters)
+    # Rows background jobs could not process, parked so they hold no batch (poison.py).
+    poisoned: PoisonedRows = field(default_factory=PoisonedRows)
     # Callback attempts, claims and records (webhooks/dispatcher.py).
     webhooks: WebhookDispatcher = field(init=False)
     # Who an API key is, read once per state of the database (orgs/repository.py).
@@ -70,7 +74,7 @@ class AppContext:
     live: OrgSignals = field(init=False)
 
     def __post_init__(self) -> None:
-        self.webhooks = WebhookDispatcher(self.settings, self.db, self.box)
+        self.webhooks = WebhookDispatcher(self.settings, self.db, self.box, self.poisoned)
         self.principals = PrincipalsByKey(self.db.queries)
         postgres = self.db.dialect == "postgresql"
         self.live = OrgSignals(self.settings.database_url if postgres else None)
@@ -79,7 +83,7 @@ class AppContext:
     def from_settings(cls, settings: Settings) -> AppContext:
         return cls(
             settings=settings,
-            db=Database(settings.database_url),
+            db=Database(settings.database_url, sqlite_before_commit=SQLITE_CATCH_UP),
             box=SecretBox.from_settings(settings),
             limiter=RateLimiter(settings.redis_url),
         )

@@ -416,7 +416,6 @@ OPERATOR_QUERIES = [
     "^deploy",
     "'",
     "\\",
-    "deploy\x00",
     "déploiement",
     "部署",
     "a" * 500,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import SimpleNamespace
@@ -23,19 +24,20 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from signoff.common.ids import new_id
 from signoff.common.time import utcnow
-from signoff.db import insert_ignoring_conflicts
 from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, User, Vote
-from signoff.prepared import (
+from signoff.storage import (
     PreparedQuery,
     QueryRunner,
     count_in,
     entity_columns,
     execute_in,
     has_unflushed_changes,
+    insert_ignoring_conflicts,
 )
 
 # The reads of every get and decide: built once, since building a statement (and its cache
-# key) costs more than SQLite takes to answer it (docs/performance.md).
+# key) costs more than SQLite takes to answer it (``make bench``, scenarios get and decide;
+# docs/engineering-log.md, *The first round*).
 _GET = select(ApprovalRequest).where(
     ApprovalRequest.id == bindparam("request_id"), ApprovalRequest.org_id == bindparam("org_id")
 )
@@ -268,8 +270,11 @@ class ApprovalRepository:
             else:
                 setattr(row, key, value)
 
-    async def due_for_expiry(self, now: datetime, limit: int) -> Sequence[ApprovalRequest]:
-        """Pending requests past their deadline, oldest deadline first, locked for us.
+    async def due_for_expiry(
+        self, now: datetime, limit: int, skip: Collection[uuid.UUID] = ()
+    ) -> Sequence[ApprovalRequest]:
+        """Pending requests past their deadline, oldest deadline first, locked for us;
+        ``skip``: rows parked after failing (common/poison.py).
 
         SKIP LOCKED lets several workers sweep at once on PostgreSQL without waiting on or
         double-processing each other's rows.
@@ -280,12 +285,22 @@ class ApprovalRepository:
                 ApprovalRequest.status == "pending",
                 ApprovalRequest.expires_at.is_not(None),
                 ApprovalRequest.expires_at <= now,
+                *([ApprovalRequest.id.not_in(skip)] if skip else []),
             )
             .order_by(ApprovalRequest.expires_at)
             .limit(limit)
             .with_for_update(skip_locked=True)
         )
         return (await self.session.scalars(statement)).all()
+
+    @contextlib.asynccontextmanager
+    async def savepoint(self) -> AsyncIterator[None]:
+        """A savepoint: what a block writes inside it is undone alone if the block raises."""
+        async with self.session.begin_nested():
+            # SQLAlchemy emits SAVEPOINT when the session next uses its connection, and the
+            # prepared writes here bypass the session: ask for the connection, so it is set.
+            await self.session.connection()
+            yield
 
     async def pending_ids(self, org_id: uuid.UUID) -> Sequence[uuid.UUID]:
         result = await self.session.scalars(
@@ -379,7 +394,8 @@ class ApprovalRepository:
 
     async def add_event(self, event: AuditEvent | NewEvent) -> None:
         """Written at once with a prepared insert: every create and decision writes one,
-        and the ORM's unit-of-work flush cost three times the insert (docs/performance.md)."""
+        and the ORM's unit-of-work flush cost more than the insert itself (``make bench``,
+        scenarios create and decide; docs/engineering-log.md, *The first round*)."""
         values = _new_row_values(event, _INSERT_EVENT)
         values["data"] = event.data if event.data is not None else {}
         await execute_in(self.session, _INSERT_EVENT, values)

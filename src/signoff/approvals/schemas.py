@@ -18,6 +18,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -49,6 +50,11 @@ RESERVED_CALLBACK_HEADERS = frozenset(
     }
 )
 MAX_URL_LENGTH = 2048
+# RFC 9110 section 5.5: a field value is visible ASCII, with spaces and tabs only inside.
+# Refused as well: obs-text (bytes above 0x7E), which HTTP clients encode inconsistently.
+HEADER_VALUE_PATTERN = re.compile(r"^(?:[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?)?$")
+# The highest page a list reads: far past any real history, and within every offset type.
+MAX_PAGE = 10_000_000
 _UNENCODED_PLUS_OFFSET = re.compile(r" (\d{2}:?\d{2})$")
 
 
@@ -60,6 +66,22 @@ def _reject_bool(value: Any) -> Any:
 
 
 Count = Annotated[int, BeforeValidator(_reject_bool)]
+
+
+def nesting_depth(value: Any) -> int:
+    """How many objects and arrays lie inside one another in ``value`` (a scalar: 0)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+    return deepest
 
 
 def _drop_absent(data: Any, optional: frozenset[str]) -> Any:
@@ -111,7 +133,7 @@ class CreateApprovalRequest(BaseModel):
     metadata: dict[str, Any] | None = Field(None, description="Passed through to the callback.")
     expires_at: datetime | None = Field(None, description="RFC 3339 with a time zone; future.")
     required_approvals: Count = Field(1, description="Distinct approvals needed (1 to 20).")
-    is_sequential: bool = False
+    is_sequential: StrictBool = False
     idempotency_key: str | None = Field(
         None, description="Same key in the same org answers 200 with the first request."
     )
@@ -161,9 +183,19 @@ class CreateApprovalRequest(BaseModel):
     @field_validator("metadata")
     @classmethod
     def _metadata(cls, value: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
-        limit = settings_from(info.context).max_metadata_bytes
-        if value is not None and len(orjson.dumps(value)) > limit:
-            raise ValueError(f"must be at most {limit} bytes as JSON")
+        if value is None:
+            return None
+        settings = settings_from(info.context)
+        depth = nesting_depth(value)
+        if depth > settings.max_metadata_depth:
+            raise ValueError(f"is nested deeper than {settings.max_metadata_depth} levels")
+        try:
+            size = len(orjson.dumps(value))
+        except orjson.JSONEncodeError as exc:
+            # Whatever cannot be encoded now could never be sent in a callback.
+            raise ValueError(f"cannot be stored as JSON: {exc}") from None
+        if size > settings.max_metadata_bytes:
+            raise ValueError(f"must be at most {settings.max_metadata_bytes} bytes as JSON")
         return value
 
     @field_validator("callback_url")
@@ -190,8 +222,11 @@ class CreateApprovalRequest(BaseModel):
                 raise ValueError(f"{name!r} is set by signoff and cannot be overridden")
             if len(header_value) > settings.max_callback_header_value_length:
                 raise ValueError(f"the value of {name!r} is too long")
-            if any(ch in header_value for ch in "\r\n\0"):
-                raise ValueError(f"the value of {name!r} contains a line break")
+            if not HEADER_VALUE_PATTERN.fullmatch(header_value):
+                raise ValueError(
+                    f"the value of {name!r} must be visible ASCII characters, with spaces "
+                    "or tabs only between them (RFC 9110)"
+                )
         return value
 
     @field_validator("expires_at", mode="before")
@@ -316,8 +351,8 @@ class ListApprovalsQuery(BaseModel):
     @field_validator("page")
     @classmethod
     def _page(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError("must be 1 or more")
+        if not 1 <= value <= MAX_PAGE:
+            raise ValueError(f"must be between 1 and {MAX_PAGE}")
         return value
 
     @field_validator("page_size")

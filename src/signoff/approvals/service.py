@@ -29,15 +29,20 @@ from signoff.approvals.repository import (
 from signoff.approvals.schemas import CreateApprovalRequest, DecideApprovalRequest
 from signoff.auth.principal import OrgMember, Principal
 from signoff.common.ids import new_id
+from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.crypto import SecretBox
-from signoff.errors import NotFound, RequestNotPending, StepsLocked, ValidationFailed
+from signoff.errors import Forbidden, NotFound, RequestNotPending, StepsLocked, ValidationFailed
 from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, Vote
 from signoff.webhooks import service as webhooks
 from signoff.webhooks.repository import WebhookRepository
 
 if TYPE_CHECKING:
     from signoff.unit_of_work import UnitOfWork
+
+
+# No stored idempotency key is longer: the column's size, whatever the operator's limit.
+MAX_STORED_KEY_LENGTH = 255
 
 
 @dataclass(frozen=True)
@@ -109,8 +114,14 @@ async def create_request(
 async def find_replayed_request(
     repo: ApprovalRepository, principal: Principal, idempotency_key: object
 ) -> ApprovalRequest | None:
-    """The org's request created under this idempotency key, if the key is one."""
+    """The org's request created under this idempotency key, if the key is one.
+
+    Called with a body that failed validation, so the key itself is checked first: one
+    that could never have been stored (too long, a NUL) is not looked up.
+    """
     if not isinstance(idempotency_key, str) or not idempotency_key:
+        return None
+    if len(idempotency_key) > MAX_STORED_KEY_LENGTH or "\x00" in idempotency_key:
         return None
     return await repo.find_by_idempotency_key(principal.org_id, idempotency_key)
 
@@ -188,8 +199,8 @@ async def cancel(
 
 
 # Requests cancelled per transaction by the hard stop: each batch holds the writer (SQLite)
-# or its rows' locks (PostgreSQL) for a bounded time (some 2 to 3 ms a request on SQLite),
-# so other writers go on in between.
+# or its rows' locks (PostgreSQL) for a bounded time, so other writers go on in between
+# (docs/operations.md, *Emergency stop*).
 CANCEL_BATCH_SIZE = 100
 
 
@@ -199,6 +210,7 @@ async def cancel_all_pending(
     principal: OrgMember | None,
     committed: Callable[[UnitOfWork, list[TransitionResult]], Awaitable[None]],
     *,
+    poisoned: PoisonedRows | None = None,
     batch_size: int | None = None,
     clock: Callable[[], datetime] = utcnow,
 ) -> int:
@@ -227,7 +239,9 @@ async def cancel_all_pending(
             batch = pending[start : start + size]
             tried.update(batch)
             async with transaction() as uow:
-                results = await cancel_pending(uow.approvals, org_id, principal, batch, clock())
+                results = await cancel_pending(
+                    uow.approvals, org_id, principal, batch, clock(), poisoned
+                )
             cancelled += len(results)
             await committed(uow, results)
 
@@ -238,16 +252,24 @@ async def cancel_pending(
     principal: OrgMember | None,
     request_ids: Sequence[uuid.UUID],
     now: datetime,
+    poisoned: PoisonedRows | None = None,
 ) -> list[TransitionResult]:
-    """Cancel those of ``request_ids`` still pending (one batch of the hard stop)."""
+    """Cancel those of ``request_ids`` still pending (one batch of the hard stop).
+
+    Each in a savepoint of its own, as the sweep does: a request that cannot be cancelled
+    is parked and the rest of the batch commits.
+    """
     results = []
     for request_id in request_ids:
         try:
-            results.append(await _cancel(repo, org_id, principal, request_id, now))
+            async with repo.savepoint():
+                results.append(await _cancel(repo, org_id, principal, request_id, now))
         except (RequestNotPending, NotFound):
             # Decided, cancelled or expired meanwhile (or past its deadline already: the
             # sweep expires it).
             continue
+        except Exception as exc:  # one bad row must not keep the others from stopping
+            (poisoned or PoisonedRows()).park(CANCEL_JOB, request_id, exc)
     return results
 
 
@@ -267,14 +289,27 @@ async def _cancel(
     return TransitionResult(row, transition)
 
 
+EXPIRY_JOB = "expiry"
+CANCEL_JOB = "emergency_stop"
+
+
 async def expire_due(
-    repo: ApprovalRepository, now: datetime, batch_size: int
+    repo: ApprovalRepository, now: datetime, batch_size: int, poisoned: PoisonedRows
 ) -> list[TransitionResult]:
-    """Mark pending requests past their deadline as expired (the sweep's one step)."""
+    """Mark pending requests past their deadline as expired (the sweep's one step).
+
+    Each request is expired in a savepoint of its own: one that cannot be (say, its
+    callback cannot be built) is rolled back alone and parked, and the rest commit.
+    """
     results = []
-    for row in await repo.due_for_expiry(now, batch_size):
-        transition = state.apply(await _view(repo, row), state.Expire(), now)
-        await _record_transition(repo, row, transition, None, now)
+    for row in await repo.due_for_expiry(now, batch_size, poisoned.parked(EXPIRY_JOB)):
+        try:
+            async with repo.savepoint():
+                transition = state.apply(await _view(repo, row), state.Expire(), now)
+                await _record_transition(repo, row, transition, None, now)
+        except Exception as exc:  # one bad row must not hold every other org's expiries
+            poisoned.park(EXPIRY_JOB, row.id, exc)
+            continue
         results.append(TransitionResult(row, transition))
     return results
 
@@ -326,18 +361,24 @@ class StepVoteResult:
 
 async def set_steps(
     repo: ApprovalRepository,
-    principal: OrgMember,
+    principal: Principal,
     request_id: uuid.UUID,
     specs: Sequence[StepSpec],
     now: datetime,
 ) -> Sequence[ApprovalStep]:
-    """Replace the request's chain: allowed while it is pending and nobody has voted."""
+    """Replace the request's chain: allowed while it is pending and nobody has voted.
+
+    Only an admin, or the connection that created the request, may configure its chain;
+    only an admin may make it need fewer approvals than it does now (decisions.md 2).
+    """
     row = await _get_locked(repo, principal, request_id)
+    _check_may_configure_steps(principal, row)
     status = state.effective_status(await _view(repo, row), now)
     if status != "pending":
         raise RequestNotPending(status)
     if await repo.has_votes(row.id):
         raise StepsLocked("Votes have been cast on this request; its chain can no longer change.")
+    _check_keeps_the_bar(principal, row, len(specs))
     await _check_approvers(repo, principal.org_id, specs)
     steps = [
         ApprovalStep(
@@ -375,6 +416,24 @@ async def set_steps(
     )
     await repo.flush()
     return steps
+
+
+def _check_may_configure_steps(principal: Principal, row: RequestRecord) -> None:
+    # An OAuth token acts as its user, not as the connection: only an admin's may.
+    created_it = principal.auth_method == "api_key" and principal.connection_id == row.connection_id
+    if not (principal.is_admin or created_it):
+        raise Forbidden(
+            "Only an admin, or the connection that created the request, may configure its steps."
+        )
+
+
+def _check_keeps_the_bar(principal: Principal, row: RequestRecord, step_count: int) -> None:
+    if step_count < row.required_approvals and not principal.is_admin:
+        raise ValidationFailed.for_field(
+            "steps",
+            f"the request needs {row.required_approvals} approvals; only an admin may "
+            "configure fewer steps than that",
+        )
 
 
 async def _check_approvers(

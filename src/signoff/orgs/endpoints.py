@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, StrictBool
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -39,8 +39,8 @@ class MeOut(BaseModel):
 class EmergencyStopIn(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    active: bool
-    cancel_pending: bool = False
+    active: StrictBool
+    cancel_pending: StrictBool = False
 
 
 class EmergencyStopOut(BaseModel):
@@ -123,7 +123,7 @@ async def put_emergency_stop(
             await ctx.webhooks.hand_off(batch.outbox)
 
         cancelled = await approvals_service.cancel_all_pending(
-            ctx.transaction, principal.org_id, principal, committed
+            ctx.transaction, principal.org_id, principal, committed, poisoned=ctx.poisoned
         )
     return json_response(
         {

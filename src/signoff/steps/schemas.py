@@ -11,6 +11,9 @@ from signoff.approvals.schemas import Count
 from signoff.approvals.schemas import StepSummaryOut as StepOut
 from signoff.common.validation import settings_from
 
+# Orders are positions, not ids: room for gaps (10, 20, 30), and within every integer column.
+MAX_STEP_ORDER = 1_000_000
+
 
 class StepIn(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -30,8 +33,8 @@ class StepIn(BaseModel):
     @field_validator("step_order")
     @classmethod
     def _step_order(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError("must be a positive integer")
+        if not 1 <= value <= MAX_STEP_ORDER:
+            raise ValueError(f"must be an integer from 1 to {MAX_STEP_ORDER}")
         return value
 
 

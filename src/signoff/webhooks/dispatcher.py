@@ -26,11 +26,12 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from signoff.auth.principal import Principal
 from signoff.common.ids import new_id
+from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
-from signoff.db import Database
 from signoff.errors import Conflict, NotFound
+from signoff.storage import Database
 from signoff.webhooks import service
 from signoff.webhooks.delivery import AttemptResult, ClientPool, send_attempt
 from signoff.webhooks.receivers import ReceiverRecord
@@ -41,6 +42,7 @@ from signoff.webhooks.urlpolicy import AddressPolicy
 
 logger = logging.getLogger(__name__)
 
+DELIVERY_JOB = "delivery"
 # Attempt records written at once per process (each holds a connection briefly).
 RECORD_CONCURRENCY = 8
 RECORD_RETRY_PAUSES = (0.2, 1.0, 3.0)
@@ -89,8 +91,11 @@ class _RecordBatcher:
 
 
 class WebhookDispatcher:
-    def __init__(self, settings: Settings, db: Database, box: SecretBox) -> None:
+    def __init__(
+        self, settings: Settings, db: Database, box: SecretBox, poisoned: PoisonedRows
+    ) -> None:
         self.settings = settings
+        self.poisoned = poisoned
         self.db = db
         self.box = box
         self.policy = AddressPolicy.from_settings(settings)
@@ -135,10 +140,11 @@ class WebhookDispatcher:
                 body=claimed.body,
                 extra=service.callback_headers(self.box, claimed.headers_encrypted),
             )
-        except ValueError:
-            # A secret that no longer decrypts (SIGNOFF_SECRET_KEY changed): nothing can
-            # be signed; the attempt fails and says why instead of looping forever.
-            logger.exception("cannot sign delivery %s", claimed.id)
+        except Exception as exc:
+            # A delivery that cannot even be signed (a secret that no longer decrypts after
+            # SIGNOFF_SECRET_KEY changed, headers that do not decode): the attempt fails and
+            # says why, so the delivery ends as failed on its schedule instead of looping.
+            self.poisoned.park(DELIVERY_JOB, claimed.id, exc)
             result = AttemptResult(False, 0, 0, None, "signing failed")
         else:
             result = await send_attempt(

@@ -72,7 +72,8 @@ async def retry_delivery(request: Request, delivery_id: str, principal: Writer) 
     openapi_extra=json_body_doc(TestWebhook),
     summary="Send a signed sample callback to a URL",
     description='A sample `approval.decided` payload with `"test": true`, signed with the '
-    "caller's connection secret, sent once (not retried, not logged).",
+    "caller's connection secret, sent once (not retried, not logged). `response_body` (the "
+    "receiver's answer) is shown to admins only; for others it is null.",
 )
 async def test_webhook(request: Request, principal: Writer) -> Response:
     ctx = context_of(request)
@@ -85,6 +86,7 @@ async def test_webhook(request: Request, principal: Writer) -> Response:
             "status_code": result.status_code,
             "duration_ms": result.duration_ms,
             "error": result.error,
-            "response_body": result.response_body,
+            # The receiver may be an internal service: what it answers is for admins only.
+            "response_body": result.response_body if principal.is_admin else None,
         }
     )

@@ -1,10 +1,10 @@
 """Statements of the hot request path, compiled once and run past the ORM.
 
 Why: on a get, SQLAlchemy's execution machinery (session, pool checkout, execution
-context, result and entity loading) cost about ten times what SQLite takes to answer the
-query, and as much again for the authentication query of every call
-(docs/performance.md). The SQL is still written with SQLAlchemy Core and compiled by the
-dialect; only the execution is direct:
+context, result and entity loading) cost many times what SQLite takes to answer the
+query, and as much again for the authentication query of every call (``make bench``,
+scenario get; docs/engineering-log.md, *The second round*). The SQL is still written
+with SQLAlchemy Core and compiled by the dialect; only the execution is direct:
 
 - SQLite: on one connection kept for these reads, in autocommit mode, so each statement
   reads the latest committed state (WAL) in a transaction of its own. Calls complete on
@@ -35,7 +35,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.sql.dml import UpdateBase
 
-from signoff.sqlite_driver import InlineConnection, Retrier, open_sqlite
+from signoff.storage.sqlite_driver import InlineConnection, Retrier, open_sqlite
 
 Processor = Callable[[Any], Any] | None
 
@@ -225,7 +225,7 @@ class QueryRunner:
     def commit_stamp(self) -> tuple[int, int] | None:
         """On SQLite, a stamp that changes whenever any other connection commits (or
         checkpoints): this process's writers, a CLI, another process. It is
-        ``PRAGMA data_version`` (a few µs) read on this runner's own connection, which
+        ``PRAGMA data_version`` (it reads no table) read on this runner's own connection, which
         only reads, so every commit anywhere changes it; the number of that connection
         comes first, as a new connection counts afresh. None on PostgreSQL, which has
         nothing as cheap, and None if SQLite cannot answer: then the caller reads afresh."""
@@ -289,9 +289,9 @@ async def execute_in(
 async def count_in(session: AsyncSession, query: PreparedQuery, params: Mapping[str, Any]) -> int:
     """Run a write without RETURNING in the session's transaction; the rows it changed.
 
-    On SQLite, ``RETURNING`` costs more than the insert it returns from (measured: an
-    insert of a request 50 µs, with ``RETURNING id`` 95 µs), so writes whose caller
-    already holds the values ask only whether a row was written.
+    On SQLite, ``RETURNING`` costs more than the insert it returns from
+    (docs/engineering-log.md, *The second round*), so writes whose caller already holds
+    the values ask only whether a row was written.
     """
     sqlite = await sqlite_transaction_of(session)
     if sqlite is None:
@@ -306,7 +306,8 @@ async def sqlite_transaction_of(session: AsyncSession) -> SQLiteTransaction | No
     """The SQLite connection under the session's transaction (None on PostgreSQL).
 
     A write transaction names it in the session (``SQLITE_CONNECTION_KEY``): asking
-    SQLAlchemy for it each time took a tenth of a decision's time (five statements).
+    SQLAlchemy for it before each statement was a visible share of a decision's time
+    (``make bench``, scenario decide; docs/engineering-log.md, *The third round*).
     """
     named = session.info.get(SQLITE_CONNECTION_KEY)
     if named is not None:

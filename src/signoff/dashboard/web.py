@@ -251,6 +251,9 @@ def _flash_of(request: Request) -> dict[str, str] | None:
 
 async def waiting_count(ctx: AppContext, viewer: Viewer) -> int:
     """How many requests wait for this person now (the navigation's and title's count)."""
+    cached = ctx.live.counts.get(viewer.org.id, viewer.user.id)
+    if cached is not None:
+        return cached
     _, total = await read_page(
         ctx.db.queries,
         viewer.org.id,
@@ -259,6 +262,7 @@ async def waiting_count(ctx: AppContext, viewer: Viewer) -> int:
         offset=0,
         limit=1,
     )
+    ctx.live.counts.put(viewer.org.id, viewer.user.id, total)
     return total
 
 

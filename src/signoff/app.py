@@ -22,6 +22,7 @@ from signoff.common.openapi import errors
 from signoff.common.validation import validation_failed_from
 from signoff.config import Settings, get_settings
 from signoff.context import AppContext
+from signoff.dashboard.endpoints import install_dashboard
 from signoff.errors import AppError, MethodNotAllowed, NotFound, ServiceUnavailable
 from signoff.middleware import ApiGuard, BodySizeLimit, StripTrailingSlash
 from signoff.oauth.endpoints import api_router as oauth_api_router
@@ -194,6 +195,7 @@ def create_app(
     )
     _install_health(app, ctx)
     install_docs(app)
+    install_dashboard(app)  # the server-rendered pages, after the API's routes
     # Added inner first: the guard wraps the size limit, so a 413 carries rate headers too.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(ApiGuard, ctx=ctx)

@@ -23,6 +23,7 @@ from signoff.common.http import DOCUMENTED_BODIES, json_response
 from signoff.common.validation import validation_failed_from
 from signoff.config import Settings, get_settings
 from signoff.context import AppContext
+from signoff.dashboard.endpoints import install_dashboard
 from signoff.errors import AppError, MethodNotAllowed, NotFound, ServiceUnavailable
 from signoff.middleware import ApiGuard, BodySizeLimit, StripTrailingSlash
 from signoff.oauth.endpoints import api_router as oauth_api_router
@@ -237,6 +238,7 @@ def create_app(
         webhooks_router,
     )
     _install_health(app, ctx)
+    install_dashboard(app)  # the server-rendered pages, after the API's routes
     app.openapi = lambda: _custom_openapi(app)  # type: ignore[method-assign]
     # Added inner first: the guard wraps the size limit, so a 413 carries rate headers too.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)

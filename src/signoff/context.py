@@ -14,6 +14,7 @@ from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
+from signoff.dashboard.live import OrgSignals
 from signoff.db import Database
 from signoff.oauth.credentials import hash_token, looks_like_access_token
 from signoff.orgs.repository import PrincipalsByKey
@@ -68,10 +69,14 @@ class AppContext:
     webhooks: WebhookDispatcher = field(init=False)
     # Who an API key is, read once per state of the database (orgs/repository.py).
     principals: PrincipalsByKey = field(init=False)
+    # Wakes the dashboard's open pages of an org when one of its requests changes.
+    live: OrgSignals = field(init=False)
 
     def __post_init__(self) -> None:
         self.webhooks = WebhookDispatcher(self.settings, self.db, self.box, self.poisoned)
         self.principals = PrincipalsByKey(self.db.queries)
+        postgres = self.db.dialect == "postgresql"
+        self.live = OrgSignals(self.settings.database_url if postgres else None)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AppContext:
@@ -108,5 +113,6 @@ class AppContext:
         return None
 
     async def close(self) -> None:
+        await self.live.close()
         await self.webhooks.close()
         await self.db.dispose()

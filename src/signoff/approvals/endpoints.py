@@ -90,6 +90,7 @@ async def create_approval(request: Request, principal: Writer) -> Response:
         result = await service.create_request(uow.approvals, principal, payload, ctx.box, now)
     if not result.created:
         return _replay(result.request)
+    ctx.live.request_changed(principal.org_id)  # live-update hook: a new request
     return json_response(request_to_dict(result.request, now), 201)
 
 
@@ -248,6 +249,7 @@ async def decide_approval(request: Request, request_id: str, principal: Writer) 
         result = await service.decide(uow.approvals, principal, rid, payload, now)
     if result.transition.is_final:
         ctx.waiters.notify(rid)
+    ctx.live.request_changed(principal.org_id)  # live-update hook: a vote or a decision
     body = request_to_dict(result.request, now)
     # Attempt 1 runs now that the decision is committed; the answer reports its outcome.
     body["callback_delivered"] = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
@@ -268,6 +270,7 @@ async def cancel_approval(request: Request, request_id: str, principal: Writer) 
     async with ctx.transaction() as uow:
         result = await service.cancel(uow.approvals, principal, rid, now)
     ctx.waiters.notify(rid)
+    ctx.live.request_changed(principal.org_id)  # live-update hook: cancelled
     body = request_to_dict(result.request, now)
     body["callback_delivered"] = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
     return json_response(body)

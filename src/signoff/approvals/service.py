@@ -27,7 +27,7 @@ from signoff.approvals.repository import (
     RequestRecord,
 )
 from signoff.approvals.schemas import CreateApprovalRequest, DecideApprovalRequest
-from signoff.auth.principal import Principal
+from signoff.auth.principal import OrgMember, Principal
 from signoff.common.ids import new_id
 from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
@@ -127,7 +127,7 @@ async def find_replayed_request(
 
 
 async def get_request(
-    repo: ApprovalRepository | ApprovalReads, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository | ApprovalReads, principal: OrgMember, request_id: uuid.UUID
 ) -> ApprovalRequest:
     row = await repo.get(principal.org_id, request_id)
     if row is None:
@@ -137,7 +137,7 @@ async def get_request(
 
 async def list_requests(
     reads: ApprovalReads,
-    principal: Principal,
+    principal: OrgMember,
     filters: ListFilters,
     *,
     page: int,
@@ -157,7 +157,7 @@ async def list_requests(
 
 async def decide(
     repo: ApprovalRepository,
-    principal: Principal,
+    principal: OrgMember,
     request_id: uuid.UUID,
     payload: DecideApprovalRequest,
     now: datetime,
@@ -169,7 +169,7 @@ async def decide(
 
 async def _vote(
     repo: ApprovalRepository,
-    principal: Principal,
+    principal: OrgMember,
     request_id: uuid.UUID,
     action: state.Decide | state.VoteStep,
     payload: DecideApprovalRequest,
@@ -193,7 +193,7 @@ async def _vote(
 
 
 async def cancel(
-    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID, now: datetime
+    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID, now: datetime
 ) -> TransitionResult:
     return await _cancel(repo, principal.org_id, principal, request_id, now)
 
@@ -207,7 +207,7 @@ CANCEL_BATCH_SIZE = 100
 async def cancel_all_pending(
     transaction: Callable[[], AbstractAsyncContextManager[UnitOfWork]],
     org_id: uuid.UUID,
-    principal: Principal | None,
+    principal: OrgMember | None,
     committed: Callable[[UnitOfWork, list[TransitionResult]], Awaitable[None]],
     *,
     poisoned: PoisonedRows | None = None,
@@ -249,7 +249,7 @@ async def cancel_all_pending(
 async def cancel_pending(
     repo: ApprovalRepository,
     org_id: uuid.UUID,
-    principal: Principal | None,
+    principal: OrgMember | None,
     request_ids: Sequence[uuid.UUID],
     now: datetime,
     poisoned: PoisonedRows | None = None,
@@ -276,7 +276,7 @@ async def cancel_pending(
 async def _cancel(
     repo: ApprovalRepository,
     org_id: uuid.UUID,
-    principal: Principal | None,
+    principal: OrgMember | None,
     request_id: uuid.UUID,
     now: datetime,
 ) -> TransitionResult:
@@ -316,7 +316,7 @@ async def expire_due(
 
 async def add_comment(
     repo: ApprovalRepository,
-    principal: Principal,
+    principal: OrgMember,
     request_id: uuid.UUID,
     body: str,
     now: datetime,
@@ -330,14 +330,14 @@ async def add_comment(
 
 
 async def list_comments(
-    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID
 ) -> Sequence[Comment]:
     await get_request(repo, principal, request_id)
     return await repo.list_comments(request_id)
 
 
 async def list_events(
-    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID
 ) -> Sequence[AuditEvent]:
     await get_request(repo, principal, request_id)
     return await repo.list_events(request_id)
@@ -361,7 +361,7 @@ class StepVoteResult:
 
 async def set_steps(
     repo: ApprovalRepository,
-    principal: Principal,
+    principal: OrgMember,
     request_id: uuid.UUID,
     specs: Sequence[StepSpec],
     now: datetime,
@@ -455,7 +455,7 @@ async def _check_approvers(
 
 
 async def list_steps(
-    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID
 ) -> Sequence[ApprovalStep]:
     await get_request(repo, principal, request_id)
     return await repo.list_steps(request_id)
@@ -463,7 +463,7 @@ async def list_steps(
 
 async def vote_step(
     repo: ApprovalRepository,
-    principal: Principal,
+    principal: OrgMember,
     request_id: uuid.UUID,
     step_id: uuid.UUID,
     payload: DecideApprovalRequest,
@@ -493,7 +493,7 @@ async def steps_and_votes(
 
 
 async def _get_locked(
-    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID
 ) -> LockedRequest:
     row = await repo.get_locked(principal.org_id, request_id)
     if row is None:
@@ -520,7 +520,7 @@ async def _record_transition(
     repo: ApprovalRepository,
     row: RequestRecord,
     transition: state.Transition,
-    principal: Principal | None,
+    principal: OrgMember | None,
     now: datetime,
     *,
     decision: str | None = None,
@@ -597,7 +597,7 @@ async def _enqueue_callback(
     repo: ApprovalRepository,
     row: RequestRecord,
     transition: state.Transition,
-    principal: Principal | None,
+    principal: OrgMember | None,
     comment: str | None,
     now: datetime,
 ) -> None:
@@ -611,7 +611,7 @@ async def _enqueue_callback(
 
 def _final_fields(
     transition: state.Transition,
-    principal: Principal | None,
+    principal: OrgMember | None,
     now: datetime,
     row: RequestRecord,
     comment: str | None,

@@ -42,6 +42,7 @@ async def set_steps(request: Request, request_id: str, principal: Writer) -> Res
     specs = [service.StepSpec(uuid.UUID(s.approver_id), s.step_order) for s in payload.steps]
     async with ctx.transaction() as uow:
         steps = await service.set_steps(uow.approvals, principal, rid, specs, utcnow())
+    ctx.live.request_changed(principal.org_id)  # live-update hook: new approvers
     return json_response(
         {
             "data": [
@@ -87,6 +88,7 @@ async def vote_step(request: Request, request_id: str, step_id: str, principal: 
         result = await service.vote_step(uow.approvals, principal, rid, sid, payload, utcnow())
     if result.transition.is_final:
         ctx.waiters.notify(rid)
+    ctx.live.request_changed(principal.org_id)  # live-update hook: the next step's turn
     # The vote that decides the request makes attempt 1 of its callback, as PATCH does.
     callback_delivered = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
     return json_response(

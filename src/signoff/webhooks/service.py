@@ -24,7 +24,7 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.approvals.repository import RequestRecord
-from signoff.auth.principal import Principal
+from signoff.auth.principal import OrgMember, Principal
 from signoff.common.ids import new_id
 from signoff.common.time import format_timestamp
 from signoff.crypto import SecretBox
@@ -119,7 +119,7 @@ def delivered(outcomes: Sequence[RecordedAttempt | None]) -> bool:
 
 
 def decision_payload(
-    row: RequestRecord, principal: Principal | None, comment: str | None
+    row: RequestRecord, principal: OrgMember | None, comment: str | None
 ) -> dict[str, Any]:
     """interface.md 6.3, plus ``id``, ``decided_by_name`` and ``decision_comment`` (decisions.md
     section 13). Expiry and operator cancellations have no deciding user: ``decided_by`` null.
@@ -211,7 +211,7 @@ async def check_callback_url(policy: AddressPolicy, url: str, field: str = "call
 async def enqueue_decision_callback(
     repo: WebhookRepository,
     row: RequestRecord,
-    principal: Principal | None,
+    principal: OrgMember | None,
     comment: str | None,
     now: datetime,
 ) -> ClaimedDelivery | None:
@@ -410,6 +410,6 @@ async def record_attempts(
 
 
 async def list_attempts(
-    repo: WebhookRepository, principal: Principal, request_id: uuid.UUID | None, limit: int
+    repo: WebhookRepository, principal: OrgMember, request_id: uuid.UUID | None, limit: int
 ) -> Sequence[WebhookAttempt]:
     return await repo.list_attempts(principal.org_id, request_id, limit)

@@ -24,6 +24,7 @@ async def sweep_expired_once(ctx: AppContext) -> int:
         results = await service.expire_due(uow.approvals, utcnow(), BATCH_SIZE, ctx.poisoned)
     for result in results:
         ctx.waiters.notify(result.request.id)
+        ctx.live.request_changed(result.request.org_id)  # live-update hook: expired
     # The expiry callbacks committed with the expiries; the delivery workers send them.
     await ctx.webhooks.hand_off(uow.outbox)
     return len(results) + ctx.poisoned.counts[service.EXPIRY_JOB] - parked_before

@@ -33,6 +33,7 @@ from signoff.orgs.endpoints import router as orgs_router
 from signoff.steps.endpoints import router as steps_router
 from signoff.webhooks.endpoints import router as webhooks_router
 from signoff.worker.deliveries import run_delivery_worker
+from signoff.worker.notifications import run_notification_sender
 from signoff.worker.sweeper import run_expiry_sweep
 
 logger = logging.getLogger(__name__)
@@ -207,6 +208,7 @@ def create_app(
             [
                 asyncio.create_task(run_expiry_sweep(ctx, stop)),
                 asyncio.create_task(run_delivery_worker(ctx, stop)),
+                asyncio.create_task(run_notification_sender(ctx, stop)),
             ]
             if background
             else []

@@ -299,8 +299,9 @@ def _first_run_setup_link(settings: Settings, host: str, port: int) -> str | Non
 
 @app.command()
 def worker() -> None:
-    """Run only the background work (delivery worker, expiry sweep), for scale-out."""
+    """Run only the background work (deliveries, notifications, expiry sweep), for scale-out."""
     from signoff.worker.deliveries import run_delivery_worker
+    from signoff.worker.notifications import run_notification_sender
     from signoff.worker.sweeper import run_expiry_sweep
 
     settings = get_settings()
@@ -319,7 +320,11 @@ def worker() -> None:
         freeze_startup_objects()
         err.print(f"signoff {__version__} worker started", highlight=False)
         try:
-            await asyncio.gather(run_expiry_sweep(ctx, stop), run_delivery_worker(ctx, stop))
+            await asyncio.gather(
+                run_expiry_sweep(ctx, stop),
+                run_delivery_worker(ctx, stop),
+                run_notification_sender(ctx, stop),
+            )
         finally:
             await ctx.close()
 

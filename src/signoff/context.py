@@ -16,6 +16,8 @@ from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.dashboard.live import OrgSignals
 from signoff.db import Database
+from signoff.notifications.repository import WROTE_NOTIFICATIONS
+from signoff.notifications.sender import NotificationSender
 from signoff.oauth.credentials import hash_token, looks_like_access_token
 from signoff.orgs.repository import PrincipalsByKey
 from signoff.ratelimit.limiter import RateLimiter
@@ -71,10 +73,15 @@ class AppContext:
     principals: PrincipalsByKey = field(init=False)
     # Wakes the dashboard's open pages of an org when one of its requests changes.
     live: OrgSignals = field(init=False)
+    # Notifications: claims, sends and records (notifications/sender.py).
+    notifications: NotificationSender = field(init=False)
 
     def __post_init__(self) -> None:
         self.webhooks = WebhookDispatcher(self.settings, self.db, self.box, self.poisoned)
         self.principals = PrincipalsByKey(self.db.queries)
+        self.notifications = NotificationSender(
+            self.settings, self.db, self.box, self.webhooks.clients, self.webhooks.policy
+        )
         postgres = self.db.dialect == "postgresql"
         self.live = OrgSignals(self.settings.database_url if postgres else None)
 
@@ -94,6 +101,8 @@ class AppContext:
             # Callbacks written by this transaction are held by it for this long.
             outbox = start_outbox(session, self.settings.delivery_lease_seconds)
             yield UnitOfWork(session, self.db.dialect, outbox)
+        if session.info.pop(WROTE_NOTIFICATIONS, False):
+            self.notifications.wakeup.set()  # committed: send them now
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[UnitOfWork]:

@@ -292,6 +292,13 @@ class DecideApprovalRequest(BaseModel):
         return value
 
 
+class RelayedDecision(DecideApprovalRequest):
+    """A decision made from a notification (a one-click link, a Slack button). Built in
+    code, never parsed from an API body: ``via`` goes into the audit event."""
+
+    via: Literal["email", "slack", "teams", "discord"]
+
+
 class ListApprovalsQuery(BaseModel):
     """Query of ``GET /api/v1/approvals``; unknown parameters are ignored."""
 

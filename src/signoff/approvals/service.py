@@ -26,7 +26,11 @@ from signoff.approvals.repository import (
     NewVote,
     RequestRecord,
 )
-from signoff.approvals.schemas import CreateApprovalRequest, DecideApprovalRequest
+from signoff.approvals.schemas import (
+    CreateApprovalRequest,
+    DecideApprovalRequest,
+    RelayedDecision,
+)
 from signoff.auth.principal import OrgMember, Principal
 from signoff.common.ids import new_id
 from signoff.common.poison import PoisonedRows
@@ -34,6 +38,8 @@ from signoff.common.time import utcnow
 from signoff.crypto import SecretBox
 from signoff.errors import Forbidden, NotFound, RequestNotPending, StepsLocked, ValidationFailed
 from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, Vote
+from signoff.notifications import service as notifications
+from signoff.notifications.repository import NotificationRepository, facts_of
 from signoff.webhooks import service as webhooks
 from signoff.webhooks.repository import WebhookRepository
 
@@ -108,6 +114,8 @@ async def create_request(
             {"title": created.title, "priority": created.priority, "source": created.source},
         )
     )
+    # Notification hook: rows only, in this transaction; sending comes after the commit.
+    await notifications.on_request_created(_notification_repo(repo), facts_of(created), now)
     return CreateResult(created, created=True)
 
 
@@ -188,6 +196,7 @@ async def _vote(
         comment=payload.comment,
         source=payload.source,
         step_id=action.step_id if isinstance(action, state.VoteStep) else None,
+        via=payload.via if isinstance(payload, RelayedDecision) else None,
     )
     return row, transition
 
@@ -414,6 +423,11 @@ async def set_steps(
             },
         )
     )
+    # Notification hook: the chain's first step (every step, unless sequential) opens.
+    opened = steps[:1] if row.is_sequential else steps
+    await notifications.on_step_opened(
+        _notification_repo(repo), facts_of(row), [s.approver_id for s in opened], now
+    )
     await repo.flush()
     return steps
 
@@ -527,6 +541,7 @@ async def _record_transition(
     comment: str | None = None,
     source: str | None = None,
     step_id: uuid.UUID | None = None,
+    via: str | None = None,
 ) -> None:
     """Write everything a transition implies, in the caller's transaction."""
     actor_id = principal.user_id if principal else None
@@ -575,6 +590,8 @@ async def _record_transition(
         data["comment"] = comment
     if source:
         data["source"] = source
+    if via:
+        data["via"] = via  # decided from a notification: a one-click link, a Slack button
     if transition.is_override:
         data["override"] = True
         data["skipped_steps"] = [str(sid) for sid, _ in transition.step_changes]
@@ -590,7 +607,29 @@ async def _record_transition(
     if transition.event != "step.approved":
         await repo.add_event(_event(row, transition.event, actor_id, now, data))
     await _enqueue_callback(repo, row, transition, principal, comment, now)
+    await _notify_transition(repo, row, transition, step_id, now)
     await repo.flush()
+
+
+async def _notify_transition(
+    repo: ApprovalRepository,
+    row: RequestRecord,
+    transition: state.Transition,
+    step_id: uuid.UUID | None,
+    now: datetime,
+) -> None:
+    """Notification hooks of a transition: a request that left pending voids its
+    scheduled reminders; a vote that moved a sequential chain on opens the next step."""
+    if transition.is_final:
+        await notifications.on_request_left_pending(_notification_repo(repo), row.id, now)
+    elif step_id is not None and row.is_sequential:
+        nrepo = _notification_repo(repo)
+        approvers = await nrepo.open_step_approvers(row.id, sequential=True)
+        await notifications.on_step_opened(nrepo, facts_of(row), approvers, now)
+
+
+def _notification_repo(repo: ApprovalRepository) -> NotificationRepository:
+    return NotificationRepository(repo.session, repo.dialect)
 
 
 async def _enqueue_callback(

@@ -26,6 +26,8 @@ from signoff.context import AppContext
 from signoff.dashboard.endpoints import install_dashboard
 from signoff.errors import AppError, MethodNotAllowed, NotFound, ServiceUnavailable
 from signoff.middleware import ApiGuard, BodySizeLimit, StripTrailingSlash
+from signoff.notifications.endpoints import pages as notification_pages
+from signoff.notifications.endpoints import router as notifications_router
 from signoff.oauth.endpoints import api_router as oauth_api_router
 from signoff.oauth.endpoints import router as oauth_router
 from signoff.oauth.pages import SCOPE_DESCRIPTIONS
@@ -238,6 +240,8 @@ def create_app(
         oauth_api_router,
         steps_router,
         webhooks_router,
+        notifications_router,
+        notification_pages,
     )
     _install_health(app, ctx)
     install_dashboard(app)  # the server-rendered pages, after the API's routes

@@ -30,6 +30,7 @@ from signoff.crypto import generate_secret_key
 from signoff.errors import AppError
 from signoff.logs import configure_logging
 from signoff.models import Connection, Organization, User
+from signoff.notifications.cli import routing_app
 from signoff.oauth.cli import oauth_client_app
 from signoff.orgs import service as orgs_service
 from signoff.unit_of_work import UnitOfWork
@@ -54,6 +55,7 @@ app.add_typer(org_app, name="org")
 app.add_typer(user_app, name="user")
 app.add_typer(connection_app, name="connection")
 app.add_typer(oauth_client_app, name="oauth-client")
+app.add_typer(routing_app, name="routing")
 delivery_app = typer.Typer(
     help="Callback deliveries: logs and manual retries.", no_args_is_help=True
 )

@@ -184,6 +184,7 @@ def _slack_buttons(item: Item, interactive: bool) -> dict[str, Any]:
             "type": "button",
             "text": {"type": "plain_text", "text": "Open"},
             "action_id": "open",
+            "value": rid,
             "url": item.links.open,
         }
     )

@@ -255,6 +255,11 @@ class NotificationRepository:
         )
         return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
+    async def org_of_request(self, request_id: uuid.UUID) -> uuid.UUID | None:
+        return await self.session.scalar(
+            select(ApprovalRequest.org_id).where(ApprovalRequest.id == request_id)
+        )
+
     async def request_facts(
         self, org_id: uuid.UUID, request_id: uuid.UUID
     ) -> tuple[RequestFacts, Any] | None:

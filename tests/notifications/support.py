@@ -45,6 +45,15 @@ class MailBox:
 
     def __init__(self) -> None:
         self.mails: list[Mail] = []
+        self._arrived = asyncio.Condition()
+
+    async def wait_for(self, count: int, timeout: float = 10.0) -> list[Mail]:
+        """Wait until ``count`` mails have arrived (a readiness signal, not a sleep)."""
+        async with self._arrived:
+            await asyncio.wait_for(
+                self._arrived.wait_for(lambda: len(self.mails) >= count), timeout
+            )
+        return list(self.mails)
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         assert isinstance(envelope.content, bytes)
@@ -53,6 +62,8 @@ class MailBox:
         self.mails.append(
             Mail(str(envelope.mail_from), [str(r) for r in envelope.rcpt_tos], parsed)
         )
+        async with self._arrived:
+            self._arrived.notify_all()
         return "250 OK"
 
 

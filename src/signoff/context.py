@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
+from signoff.approvals.search_index import SQLITE_CATCH_UP
 from signoff.auth.principal import Principal
 from signoff.auth.secrets import hash_api_key, looks_like_api_key
 from signoff.common.poison import PoisonedRows
@@ -15,12 +16,12 @@ from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.dashboard.live import OrgSignals
-from signoff.db import Database
 from signoff.notifications.repository import WROTE_NOTIFICATIONS
 from signoff.notifications.sender import NotificationSender
 from signoff.oauth.credentials import hash_token, looks_like_access_token
 from signoff.orgs.repository import PrincipalsByKey
 from signoff.ratelimit.limiter import RateLimiter
+from signoff.storage import Database
 from signoff.unit_of_work import UnitOfWork
 from signoff.webhooks.dispatcher import WebhookDispatcher
 from signoff.webhooks.service import outbox_of, start_outbox
@@ -89,7 +90,7 @@ class AppContext:
     def from_settings(cls, settings: Settings) -> AppContext:
         return cls(
             settings=settings,
-            db=Database(settings.database_url),
+            db=Database(settings.database_url, sqlite_before_commit=SQLITE_CATCH_UP),
             box=SecretBox.from_settings(settings),
             limiter=RateLimiter(settings.redis_url),
         )

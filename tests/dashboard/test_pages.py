@@ -503,3 +503,16 @@ async def test_account_password_change_and_authorizations(
         "/api/v1/approvals", headers={"Authorization": f"Bearer {tokens['access_token']}"}
     )
     assert api.status_code == 401
+
+
+async def test_pages_stay_light(ctx: AppContext, client: httpx.AsyncClient, org: Org) -> None:
+    """No page over 100 KB before compression (HTML, CSS and script), user data aside."""
+    request = await create_approval(client, org.admin, title="t", description="d")
+    await signed_in(ctx, client, org.member)
+    for url in ("/", f"/requests/{request['id']}", "/history", "/account"):
+        page = await client.get(url)
+        assert page.status_code == 200
+        size = len(page.content)
+        for asset in re.findall(r'(?:href|src)="(/static/[^"]+)"', page.text):
+            size += len((await client.get(asset)).content)
+        assert size < 100_000, (url, size)

@@ -45,7 +45,7 @@ from sqlalchemy.sql.selectable import FromClause, NamedFromClause
 from signoff.approvals.rendered import is_past_expiry as _is_past_expiry
 from signoff.approvals.rendered import request_json
 from signoff.models import ApprovalRequest, ApprovalStep, Vote
-from signoff.prepared import PreparedQuery, QueryRunner, SQLiteIndex
+from signoff.storage import PreparedQuery, QueryRunner, SQLiteIndex
 
 _SEARCH_TERM = re.compile(r"[^\W_]+", re.UNICODE)
 MAX_SEARCH_TERMS = 16

@@ -24,15 +24,15 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from signoff.common.ids import new_id
 from signoff.common.time import utcnow
-from signoff.db import insert_ignoring_conflicts
 from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, User, Vote
-from signoff.prepared import (
+from signoff.storage import (
     PreparedQuery,
     QueryRunner,
     count_in,
     entity_columns,
     execute_in,
     has_unflushed_changes,
+    insert_ignoring_conflicts,
 )
 
 # The reads of every get and decide: built once, since building a statement (and its cache

@@ -370,7 +370,7 @@ class StepVoteResult:
 
 async def set_steps(
     repo: ApprovalRepository,
-    principal: OrgMember,
+    principal: Principal,
     request_id: uuid.UUID,
     specs: Sequence[StepSpec],
     now: datetime,

@@ -33,7 +33,7 @@ from signoff.oauth import credentials
 from signoff.oauth.repository import OAuthRepository
 from signoff.orgs import service as orgs
 from signoff.orgs.repository import OrgRepository
-from signoff.prepared import QueryRunner
+from signoff.storage import QueryRunner
 from signoff.unit_of_work import UnitOfWork
 
 PAGE_SIZE = 25

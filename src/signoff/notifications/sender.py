@@ -31,12 +31,12 @@ from signoff.common.ids import new_id
 from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
-from signoff.db import Database
 from signoff.models.notifications import NotificationAttempt
 from signoff.notifications import messages, service
 from signoff.notifications.channels import HttpChannels, SmtpServer, send_mail
 from signoff.notifications.repository import ClaimedRow, NotificationRepository
 from signoff.notifications.routing import CHAT_TYPES, plan_chat_messages
+from signoff.storage import Database
 from signoff.webhooks.delivery import AttemptResult, ClientPool
 from signoff.webhooks.urlpolicy import AddressPolicy
 

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.auth.principal import ALL_SCOPES, Principal
 from signoff.models import Connection, Organization, SetupToken, User
-from signoff.prepared import PreparedQuery, QueryRunner
+from signoff.storage import PreparedQuery, QueryRunner
 
 # Every API call runs this: built once, since building a statement (and its cache key)
 # costs more than SQLite takes to answer it (``make bench``, every scenario;

@@ -30,8 +30,8 @@ from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
-from signoff.db import Database
 from signoff.errors import Conflict, NotFound
+from signoff.storage import Database
 from signoff.webhooks import service
 from signoff.webhooks.delivery import AttemptResult, ClientPool, send_attempt
 from signoff.webhooks.receivers import ReceiverRecord

@@ -3,14 +3,20 @@
   "use strict";
 
   // Times: shown in the viewer's time zone; the exact UTC stays in the title (hover).
-  var dateFormat = new Intl.DateTimeFormat(undefined, {
+  var withYear = new Intl.DateTimeFormat(undefined, {
     year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit"
+  });
+  var thisYear = new Intl.DateTimeFormat(undefined, {
+    month: "short", day: "numeric", hour: "2-digit", minute: "2-digit"
   });
   function localizeTimes(root) {
     var times = root.querySelectorAll("time[datetime][data-local]");
+    var year = new Date().getFullYear();
     for (var i = 0; i < times.length; i++) {
       var moment = new Date(times[i].getAttribute("datetime"));
-      if (!isNaN(moment)) { times[i].textContent = dateFormat.format(moment); }
+      if (isNaN(moment)) { continue; }
+      var format = moment.getFullYear() === year ? thisYear : withYear;
+      times[i].textContent = format.format(moment);
     }
   }
 

@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from signoff import sqlite_driver
 from signoff.approvals import service as approvals_service
 from signoff.approvals.schemas import CreateApprovalRequest
 from signoff.common.time import utcnow
 from signoff.context import AppContext
-from signoff.db import Database
-from signoff.group_commit import GroupCommit
 from signoff.models import ApprovalRequest, Organization
-from signoff.sqlite_driver import CHECKPOINT_EVERY_WRITES, Checkpointer, InlineConnection
+from signoff.storage import sqlite_driver
+from signoff.storage.database import Database
+from signoff.storage.group_commit import GroupCommit
+from signoff.storage.sqlite_driver import CHECKPOINT_EVERY_WRITES, Checkpointer, InlineConnection
 from tests.conftest import Org, approval_body
 
 

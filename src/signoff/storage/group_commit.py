@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from signoff.prepared import (
+from signoff.storage.prepared import (
     SQLITE_CONNECTION_KEY,
     SQLiteTransaction,
     has_unflushed_changes,

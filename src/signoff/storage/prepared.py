@@ -35,7 +35,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.sql.dml import UpdateBase
 
-from signoff.sqlite_driver import InlineConnection, Retrier, open_sqlite
+from signoff.storage.sqlite_driver import InlineConnection, Retrier, open_sqlite
 
 Processor = Callable[[Any], Any] | None
 

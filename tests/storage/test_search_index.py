@@ -20,7 +20,7 @@ from signoff.approvals import service as approvals_service
 from signoff.approvals.schemas import CreateApprovalRequest
 from signoff.common.time import utcnow
 from signoff.context import AppContext
-from signoff.sqlite_driver import InlineConnection
+from signoff.storage.sqlite_driver import InlineConnection
 from tests.conftest import Org, approval_body
 
 pytestmark = pytest.mark.parametrize("test_database", ["sqlite"], indirect=True)

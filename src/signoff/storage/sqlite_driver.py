@@ -37,13 +37,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
-from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import Connection
 from sqlalchemy.util import await_only
+
+from signoff.storage.aiosqlite_shape import AiosqliteShaped, sqlite_connect_args
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -147,7 +148,7 @@ class Checkpointer:
     def __init__(
         self, url: str, writers_paused: Callable[[], AbstractAsyncContextManager[None]]
     ) -> None:
-        args, kwargs = _connect_args(url)
+        args, kwargs = sqlite_connect_args(url)
         self._args = args
         self._kwargs = {**kwargs, "check_same_thread": False}
         self._writers_paused = writers_paused
@@ -257,24 +258,7 @@ class InlineCursor:
         self._cursor.arraysize = value
 
 
-class _InlineQueue:
-    """Stands in for aiosqlite's call queue, which the dialect uses directly to set
-    ``isolation_level``: the call runs at once and settles its future."""
-
-    def put_nowait(self, item: tuple[asyncio.Future[Any] | None, Callable[[], Any]]) -> None:
-        future, function = item
-        try:
-            result = function()
-        except BaseException as error:
-            if future is None:
-                raise
-            future.set_exception(error)
-        else:
-            if future is not None:
-                future.set_result(result)
-
-
-class InlineConnection:
+class InlineConnection(AiosqliteShaped):
     """An aiosqlite-shaped connection over a ``sqlite3`` connection, used on one thread."""
 
     def __init__(
@@ -284,10 +268,7 @@ class InlineConnection:
         checkpointer: Checkpointer | None = None,
         before_commit: Sequence[str] = (),
     ) -> None:
-        # The attribute names are the ones SQLAlchemy's aiosqlite adapter reads.
-        self._conn = connection
-        self._connection = connection
-        self._tx = _InlineQueue()
+        super().__init__(connection)  # what SQLAlchemy's adapter reads (aiosqlite_shape)
         self._retrier = Retrier(busy_timeout)
         self._checkpointer = checkpointer
         self._before_commit = before_commit
@@ -364,14 +345,9 @@ def begin_transaction(connection: Connection, statement: str) -> None:
     await_only(driver.begin(statement))
 
 
-def _connect_args(url: str) -> tuple[Sequence[Any], Mapping[str, Any]]:
-    args, kwargs = SQLiteDialect_aiosqlite().create_connect_args(make_url(url))
-    return args, kwargs
-
-
 def open_sqlite(url: str) -> sqlite3.Connection:
     """A connection to the SQLite ``url`` for use on the event loop's thread."""
-    args, kwargs = _connect_args(url)
+    args, kwargs = sqlite_connect_args(url)
     connection = _open_sqlite(*args, **{**kwargs, "check_same_thread": False})
     # No busy handler: it would sleep on the event loop's thread (see above).
     connection.execute("PRAGMA busy_timeout=0")

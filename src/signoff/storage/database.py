@@ -47,10 +47,9 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.sql.dml import Insert
 
-from signoff.approvals.search_index import SQLITE_CATCH_UP
-from signoff.group_commit import GroupCommit
-from signoff.prepared import QueryRunner
-from signoff.sqlite_driver import Checkpointer, begin_transaction, inline_connector
+from signoff.storage.group_commit import GroupCommit
+from signoff.storage.prepared import QueryRunner
+from signoff.storage.sqlite_driver import Checkpointer, begin_transaction, inline_connector
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 # A PostgreSQL connection idle this long is pinged before use (see the module docstring).
@@ -108,7 +107,11 @@ def _ping_idle_connections(engine: AsyncEngine, idle_seconds: float) -> None:
 class Database:
     """Owns the engines of one process and hands out transactional sessions."""
 
-    def __init__(self, url: str, *, echo: bool = False) -> None:
+    def __init__(
+        self, url: str, *, echo: bool = False, sqlite_before_commit: Sequence[str] = ()
+    ) -> None:
+        """``sqlite_before_commit``: statements each SQLite connection runs just before it
+        commits a transaction that wrote (the search index's catch-up)."""
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
         if self.is_sqlite:
@@ -121,7 +124,9 @@ class Database:
                 echo=echo,
                 pool_size=8,
                 max_overflow=8,
-                async_creator=inline_connector(url, busy_timeout, before_commit=SQLITE_CATCH_UP),
+                async_creator=inline_connector(
+                    url, busy_timeout, before_commit=sqlite_before_commit
+                ),
                 **SQLITE_JSON,
             )
             # One connection suffices for writers: they are serialized anyway.
@@ -131,7 +136,7 @@ class Database:
                 pool_size=1,
                 max_overflow=0,
                 async_creator=inline_connector(
-                    url, busy_timeout, self.checkpointer, before_commit=SQLITE_CATCH_UP
+                    url, busy_timeout, self.checkpointer, before_commit=sqlite_before_commit
                 ),
                 **SQLITE_JSON,
             )

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from signoff.sqlite_driver import Retrier, open_sqlite
+from signoff.storage.sqlite_driver import Retrier, open_sqlite
 
 Runner = Callable[[Retrier, Callable[[], sqlite3.Cursor]], Awaitable[sqlite3.Cursor]]
 RUNNERS: dict[str, Runner] = {

@@ -20,8 +20,8 @@ from tests.webhooks.receiver import Received, Receiver, Reply
 
 pytestmark = pytest.mark.anyio
 
-SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"  # noqa: S105 - a test secret
-BOT_TOKEN = "xoxb-17653672481-19874698323-pdFZKVeTuE8sk7oOcBrzbqgy"  # noqa: S105
+SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+BOT_TOKEN = "xoxb-17653672481-19874698323-pdFZKVeTuE8sk7oOcBrzbqgy"
 SLACK_USERS = {"U_MEMBER": "member1@acme.example", "U_STRANGER": "nobody@elsewhere.example"}
 
 
@@ -130,7 +130,7 @@ async def test_bad_signatures_and_stale_timestamps_get_401(
         request_id = await setup(api, ctx, org, webhook.url)
         body = press("U_MEMBER", "approve", request_id, response_url.url)
         for headers in (
-            signed(body, secret="not-the-secret"),  # noqa: S106
+            signed(body, secret="not-the-secret"),
             signed(body, age=301),
             {"Content-Type": "application/x-www-form-urlencoded"},
         ):

@@ -215,3 +215,27 @@ async def test_secrets_are_masked_and_kept_when_sent_back_masked(
     slack = next(c for c in channels if c.name == "ops-slack")
     assert secret_url not in slack.config_encrypted
     assert channel_settings(ctx.box, slack)["webhook_url"] == secret_url
+
+
+async def test_the_webhook_channel_sends_a_signed_event(
+    api: httpx.AsyncClient, ctx: AppContext, org: Org
+) -> None:
+    from standardwebhooks.webhooks import Webhook
+
+    secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    async with Receiver() as receiver:
+        document = {
+            "channels": {"events": {"type": "webhook", "url": receiver.url, "secret": secret}},
+            "rules": [{"channels": ["events"], "match": {"priority": ["high"]}}],
+        }
+        response = await api.put("/api/v1/routing", json=document, headers=org.admin.headers)
+        assert response.status_code == 200
+        assert secret not in response.text
+        created = await create_approval(api, org.member, metadata={"ticket": "OPS-1"})
+        await ctx.notifications.run_once()
+        [call] = receiver.received
+    event = Webhook(secret).verify(call.body, call.headers)
+    assert event["type"] == "approval.created"
+    assert event["data"]["request_id"] == created["id"]
+    assert event["data"]["metadata"] == {"ticket": "OPS-1"}
+    assert event["data"]["url"] == f"http://signoff.test/requests/{created['id']}"

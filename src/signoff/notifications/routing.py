@@ -8,6 +8,8 @@ every case is unit-tested in milliseconds.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import fnmatch
 import uuid
 from collections.abc import Iterable, Sequence
@@ -95,7 +97,9 @@ class ChannelSpec(_Strict):
     type: ChannelType
     webhook_url: str | None = Field(None, max_length=2000)
     url: str | None = Field(None, max_length=2000, description="webhook channels")
-    secret: str | None = Field(None, max_length=200, description="webhook channels: whsec_...")
+    secret: str | None = Field(
+        None, max_length=200, description="webhook channels: whsec_ + base64 (Standard Webhooks)"
+    )
     bot_token: str | None = Field(None, max_length=500, description="Slack app (optional)")
     signing_secret: str | None = Field(None, max_length=200, description="Slack app")
 
@@ -103,8 +107,10 @@ class ChannelSpec(_Strict):
     def _needs_its_address(self) -> ChannelSpec:
         if self.type in CHAT_TYPES and not self.webhook_url:
             raise ValueError(f"a {self.type} channel needs webhook_url")
-        if self.type == "webhook" and not self.url:
-            raise ValueError("a webhook channel needs url")
+        if self.type == "webhook" and not (self.url and self.secret):
+            raise ValueError("a webhook channel needs url and secret")
+        if self.secret and "…" not in self.secret and not _is_standard_secret(self.secret):
+            raise ValueError("secret must be whsec_ followed by base64 (Standard Webhooks)")
         if (self.bot_token is None) != (self.signing_secret is None) or (
             self.bot_token is not None and self.type != "slack"
         ):
@@ -113,6 +119,15 @@ class ChannelSpec(_Strict):
 
     def secrets(self) -> dict[str, str]:
         return {key: value for key in SECRET_KEYS if (value := getattr(self, key)) is not None}
+
+
+def _is_standard_secret(secret: str) -> bool:
+    if not secret.startswith("whsec_"):
+        return False
+    try:
+        return len(base64.b64decode(secret.removeprefix("whsec_"), validate=True)) >= 16
+    except (binascii.Error, ValueError):
+        return False
 
 
 class RoutingDocument(_Strict):

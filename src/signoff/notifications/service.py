@@ -152,8 +152,6 @@ def _merge_secrets(spec: ChannelSpec, stored: dict[str, str], name: str) -> dict
                 f"channels.{name}.{key}", "is masked; send the whole value to change it"
             )
         settings[key] = stored[key] if MASK in given else given
-    if spec.type == "webhook" and "secret" not in settings:
-        settings["secret"] = "whsec_" + secrets.token_urlsafe(24)
     return settings
 
 

@@ -4,10 +4,12 @@ did (API), the one-click confirmation pages, and Slack's interactivity endpoint.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Annotated
 
+import yaml
 from fastapi import APIRouter, Depends
-from jinja2 import ChoiceLoader, Environment, FileSystemLoader, select_autoescape
+from jinja2 import ChoiceLoader, FileSystemLoader
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -19,7 +21,7 @@ from signoff.common.time import utcnow
 from signoff.common.validation import read_json_object
 from signoff.context import AppContext
 from signoff.dashboard import web
-from signoff.errors import AppError, RequestNotPending, Unauthorized
+from signoff.errors import AppError, RequestNotPending, Unauthorized, ValidationFailed
 from signoff.notifications import links, messages, service, slack
 from signoff.notifications.repository import NotificationRepository
 from signoff.notifications.routing import RoutingDocument
@@ -31,6 +33,7 @@ pages = APIRouter(include_in_schema=False)
 
 Reader = Annotated[Principal, Depends(require_scope("approvals:read"))]
 Writer = Annotated[Principal, Depends(require_scope("approvals:write"))]
+Admin = Depends(web.require_admin)
 
 
 # ---- the routing document ----
@@ -92,19 +95,11 @@ async def list_notifications(request: Request, request_id: str, principal: Reade
 
 # ---- one-click confirmation pages ----
 
-_templates = Environment(
-    loader=ChoiceLoader(
-        [
-            FileSystemLoader(str(web.HERE.parent / "notifications" / "templates")),
-            FileSystemLoader(str(web.HERE / "templates")),
-        ]
-    ),
-    autoescape=select_autoescape(default=True),
-    trim_blocks=True,
-    lstrip_blocks=True,
+# The notification pages render inside the dashboard's layout, with its helpers: its
+# template environment also finds this package's templates.
+web.templates.loader = ChoiceLoader(
+    [web.templates.loader, FileSystemLoader(str(Path(__file__).parent / "templates"))]  # type: ignore[list-item]
 )
-_templates.globals.update(web.templates.globals)
-_templates.filters.update(web.templates.filters)
 
 _STATE_PAGES: dict[str, tuple[int, str, str]] = {
     "unknown": (404, "Link not valid", "This link is not valid. Open the request from the inbox."),
@@ -134,13 +129,11 @@ async def _link_page(
     else:
         status_code, heading, message = _STATE_PAGES[view.state]
     q = view.request if view.state != "unknown" else None
-    html = _templates.get_template("link.html").render(
-        viewer=viewer,
-        flash=None,
-        path=request.url.path,
-        csrf_field=lambda: "",
-        now=utcnow(),
-        waiting=0,
+    return await web.render(
+        request,
+        "link.html",
+        viewer,
+        status_code,
         heading=heading,
         message=message,
         state=view.state,
@@ -149,7 +142,6 @@ async def _link_page(
         details=messages.key_metadata(q) if q else [],
         action=f"/links/{token}",
     )
-    return HTMLResponse(html, status_code, headers=dict(web.PAGE_HEADERS))
 
 
 def _heading(decision: str | None) -> str:
@@ -200,22 +192,87 @@ async def link_confirm(request: Request, token: str) -> Response:
     message = f"You {verb} this request." + (" The caller has been told." if callback else "")
     if viewer is not None:
         return web.redirect(f"/requests/{view.request.id}", flash=message)
-    html = _templates.get_template("link.html").render(
-        viewer=None,
-        flash={"kind": "success", "message": message},
-        path=request.url.path,
-        csrf_field=lambda: "",
-        now=utcnow(),
-        waiting=0,
+    return await web.render(
+        request,
+        "link.html",
+        None,
         heading="Done",
-        message=None,
+        message=message,
         state="done",
         decision=None,
         q=view.request,
         details=[],
         action="",
     )
-    return HTMLResponse(html, 200, headers=dict(web.PAGE_HEADERS))
+
+
+# ---- the routing editor (admins) ----
+
+
+async def _routing_page(
+    request: Request,
+    viewer: web.Viewer,
+    *,
+    text: str | None = None,
+    error: str | None = None,
+) -> HTMLResponse:
+    ctx = context_of(request)
+    async with ctx.reading() as uow:
+        repo = NotificationRepository(uow.session, uow.dialect)
+        document = await service.read_routing(repo, ctx.box, viewer.org.id)
+    if text is None:
+        text = yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
+    return await web.render(
+        request,
+        "routing.html",
+        viewer,
+        400 if error else 200,
+        document=document,
+        text=text,
+        error=error,
+    )
+
+
+@pages.get("/settings/notifications")
+async def routing_page(request: Request, viewer: web.Viewer = Admin) -> Response:
+    return await _routing_page(request, viewer)
+
+
+@pages.post("/settings/notifications")
+async def routing_save(request: Request, viewer: web.Viewer = Admin) -> Response:
+    ctx = context_of(request)
+    fields = await web.checked_form(request, viewer)
+    text = fields.get("document", "")
+    try:
+        data = yaml.safe_load(text) if text.strip() else {}
+        async with ctx.transaction() as uow:
+            repo = NotificationRepository(uow.session, uow.dialect)
+            await service.write_routing(repo, ctx.box, viewer.member, viewer.org.id, data, utcnow())
+    except yaml.YAMLError as exc:
+        return await _routing_page(request, viewer, text=text, error=f"Not valid YAML: {exc}")
+    except ValidationFailed as exc:
+        return await _routing_page(request, viewer, text=text, error=exc.message)
+    return web.redirect("/settings/notifications", flash="Routing saved.")
+
+
+@pages.post("/settings/notifications/test")
+async def routing_test(request: Request, viewer: web.Viewer = Admin) -> Response:
+    """Sends a sample message on one channel now (not stored, nothing to decide)."""
+    ctx = context_of(request)
+    fields = await web.checked_form(request, viewer)
+    result = await ctx.notifications.send_test(
+        viewer.org.id, fields.get("channel", ""), viewer.member
+    )
+    back = "/settings/notifications"
+    if result is None:
+        return web.redirect(back, flash="No such channel.", kind="error")
+    if result.success:
+        return web.redirect(back, flash=f"Test notification sent to {fields['channel']}.")
+    return web.redirect(
+        back,
+        flash=f"The test notification failed: {result.error or result.status_code}.",
+        kind="error",
+    )
 
 
 # ---- Slack interactivity ----

@@ -27,15 +27,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from signoff.auth.principal import OrgMember
 from signoff.common.ids import new_id
 from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
-from signoff.models.notifications import NotificationAttempt
+from signoff.models.notifications import Notification, NotificationAttempt
 from signoff.notifications import messages, service
 from signoff.notifications.channels import HttpChannels, SmtpServer, send_mail
 from signoff.notifications.repository import ClaimedRow, NotificationRepository
-from signoff.notifications.routing import CHAT_TYPES, plan_chat_messages
+from signoff.notifications.routing import CHAT_TYPES, RequestFacts, plan_chat_messages
 from signoff.storage import Database
 from signoff.webhooks.delivery import AttemptResult, ClientPool
 from signoff.webhooks.urlpolicy import AddressPolicy
@@ -244,6 +245,40 @@ class NotificationSender:
             )
         )
         self.messages_sent += result.success
+
+    async def send_test(
+        self, org_id: uuid.UUID, channel_name: str, member: OrgMember
+    ) -> AttemptResult | None:
+        """The routing page's "send a test notification": a sample, now, not stored.
+        E-mail channels mail the admin who asked. None if the org has no such channel."""
+        async with self.db.read_session() as session:
+            channels = await NotificationRepository(session, self.db.dialect).channels(org_id)
+        channel = next((c for c in channels if c.name == channel_name), None)
+        if channel is None:
+            return None
+        now = self.clock()
+        sample = RequestFacts(
+            id=new_id(),
+            org_id=org_id,
+            title="Test notification from signoff",
+            description=f"{member.user_name} sent this to check the channel {channel_name}.",
+            priority="low",
+            action_type="signoff.test",
+            source="signoff",
+            metadata={},
+            has_steps=False,
+            created_at=now,
+            expires_at=None,
+        )
+        notification = Notification(
+            id=sample.id,
+            kind="created",
+            recipient=member.user_email if channel.type == "email" else channel_name,
+            attempts=0,
+        )
+        row = ClaimedRow(notification, channel, sample, "pending")
+        links = messages.Links(f"{self.settings.public_url}/", None, None)
+        return await self._send(Outgoing((row,), (messages.Item(sample, "created", links),)))
 
     async def next_due_seconds(self) -> float | None:
         async with self.db.read_session() as session:

@@ -172,3 +172,35 @@ def test_secrets_are_masked_beyond_use() -> None:
     assert mask_secret(url) == "https://hooks.slack.com/…cret"
     assert mask_secret("xoxb-1234567890-abcdef") == "xoxb-…cdef"
     assert mask_secret("short") == "…"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("smtp://relay.local", ("relay.local", 25, None, None, False, False)),
+        (
+            "smtp://me%40acme:p%40ss@mail.acme:587?starttls=true",
+            ("mail.acme", 587, "me@acme", "p@ss", False, True),
+        ),
+        ("smtps://u:p@mail.acme", ("mail.acme", 465, "u", "p", True, False)),
+    ],
+)
+def test_smtp_urls(url: str, expected: tuple[object, ...]) -> None:
+    from signoff.notifications.channels import SmtpServer
+
+    server = SmtpServer.from_url(url)
+    assert (
+        server.host,
+        server.port,
+        server.username,
+        server.password,
+        server.implicit_tls,
+        server.starttls,
+    ) == expected
+
+
+def test_an_smtp_url_must_be_one() -> None:
+    from signoff.notifications.channels import SmtpServer
+
+    with pytest.raises(ValueError, match="SIGNOFF_SMTP_URL"):
+        SmtpServer.from_url("http://mail.acme")

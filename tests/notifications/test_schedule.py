@@ -171,3 +171,85 @@ async def test_the_background_sender_mails_right_after_the_commit(
             await create_approval(api, org.member)
             await mailbox.wait_for(1)
     assert mailbox.mails[0].recipients == ["admin0@acme.example"]
+
+
+async def test_a_failed_send_is_retried_with_backoff_and_logged_per_attempt(
+    api: httpx.AsyncClient, ctx: AppContext, org: Org
+) -> None:
+    from tests.webhooks.receiver import Receiver, Reply
+
+    clock = Clock()
+    ctx.notifications.clock = clock
+    async with Receiver(replies=[Reply(500), Reply(503)], default=Reply(200)) as teams:
+        document = {
+            "channels": {"t": {"type": "teams", "webhook_url": teams.url}},
+            "rules": [{"channels": ["t"]}],
+        }
+        assert (
+            await api.put("/api/v1/routing", json=document, headers=org.admin.headers)
+        ).status_code == 200
+        created = await create_approval(api, org.member)
+        url = f"/api/v1/approvals/{created['id']}/notifications"
+        await ctx.notifications.run_once()
+        [row] = (await api.get(url, headers=org.admin.headers)).json()["data"]
+        assert (row["status"], row["attempts"], row["error"]) == ("pending", 1, "non-2xx status")
+        await ctx.notifications.run_once()
+        assert len(teams.received) == 1  # not due again yet
+        clock.advance(5 / 60 + 0.01)  # the first retry comes after 5 s
+        await ctx.notifications.run_once()
+        clock.advance(30 / 60 + 0.01)  # the second after 30 s more
+        await ctx.notifications.run_once()
+        assert len(teams.received) == 3
+    [row] = (await api.get(url, headers=org.admin.headers)).json()["data"]
+    assert (row["status"], row["attempts"], row["error"]) == ("sent", 3, None)
+
+
+async def test_a_burst_becomes_one_slack_digest_per_interval_and_nothing_is_lost(
+    api: httpx.AsyncClient, ctx: AppContext, org: Org
+) -> None:
+    import orjson
+
+    from tests.notifications.support import check_slack_message
+    from tests.webhooks.receiver import Receiver
+
+    clock = Clock()
+    ctx.notifications.clock = clock
+    async with Receiver() as slack:
+        document = {
+            "channels": {"s": {"type": "slack", "webhook_url": slack.url}},
+            "rules": [{"channels": ["s"]}],
+        }
+        assert (
+            await api.put("/api/v1/routing", json=document, headers=org.admin.headers)
+        ).status_code == 200
+        for number in range(30):
+            await create_approval(api, org.member, title=f"Burst {number}")
+        await ctx.notifications.run_once()
+        [digest] = slack.received
+        for number in range(30, 33):
+            await create_approval(api, org.member, title=f"Burst {number}")
+        await ctx.notifications.run_once()
+        assert len(slack.received) == 1  # within the interval: they wait
+        clock.advance(1.1 / 60)
+        await ctx.notifications.run_once()
+        [_, second] = slack.received
+    first = orjson.loads(digest.body)
+    check_slack_message(first)
+    assert first["text"] == "30 requests wait for a decision"
+    assert "…and 10 more in the inbox." in digest.body.decode()
+    later = orjson.loads(second.body)
+    check_slack_message(later)
+    assert later["text"] == "3 requests wait for a decision"
+    async with ctx.reading() as uow:
+        from sqlalchemy import func, select
+
+        from signoff.models import Notification
+
+        counts = dict(
+            (
+                await uow.session.execute(
+                    select(Notification.status, func.count()).group_by(Notification.status)
+                )
+            ).all()
+        )
+    assert counts == {"sent": 33}

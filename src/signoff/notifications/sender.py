@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -75,7 +74,7 @@ class NotificationSender:
         self.smtp = SmtpServer.from_url(settings.smtp_url) if settings.smtp_url else None
         # Set after a commit that wrote notifications (``AppContext.transaction``).
         self.wakeup = asyncio.Event()
-        # When each chat channel last got a message from this process (loop seconds).
+        # When each chat channel last got a message from this process (clock seconds).
         self.last_chat_message: dict[uuid.UUID, float] = {}
         self.messages_sent = 0
 
@@ -127,7 +126,7 @@ class NotificationSender:
         """E-mail and webhook rows go one by one; chat rows one message per channel."""
         single = [[r] for r in rows if r.channel.type not in CHAT_TYPES]
         chat = {r.notification.id: r for r in rows if r.channel.type in CHAT_TYPES}
-        loop_now = time.monotonic()
+        loop_now = self.clock().timestamp()  # the injected clock: digests are tested too
         planned, held_ids = plan_chat_messages(
             [(r.notification.id, r.channel.id) for r in chat.values()],
             self.last_chat_message,

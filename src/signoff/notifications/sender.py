@@ -145,7 +145,9 @@ class NotificationSender:
         for row in rows:
             n, channel = row.notification, row.channel
             approve = reject = None
-            if channel.type != "webhook" and not _interactive_slack(self.box, row):
+            # A digest lists requests with their Open link only: no decision links.
+            digest = len(rows) > 1
+            if channel.type != "webhook" and not digest and not _interactive_slack(self.box, row):
                 issued = service.issue_links(
                     repo,
                     row.request,

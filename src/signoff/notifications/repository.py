@@ -11,9 +11,9 @@ import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select, text, update
+from sqlalchemy import Table, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.models import ApprovalRequest, ApprovalStep, User
@@ -31,6 +31,17 @@ SCHEDULED_KINDS = ("reminder", "escalated", "expiry_warning")
 # Set in a session's ``info`` when it wrote notifications: after its commit, the
 # process's sender is woken (``AppContext.transaction``).
 WROTE_NOTIFICATIONS = "signoff.notifications.written"
+
+
+@dataclass(frozen=True)
+class ChannelRef:
+    """What the create path needs of a channel: no secrets, nothing decrypted."""
+
+    id: uuid.UUID
+    type: str
+
+
+_NOTIFICATIONS = cast(Table, Notification.__table__)
 
 
 @dataclass(frozen=True)
@@ -82,6 +93,25 @@ class NotificationRepository:
             existing.updated_by = user_id
         await self.session.flush()
 
+    async def routing_rules(self, org_id: uuid.UUID) -> tuple[list[Any], datetime] | None:
+        """The org's stored rules and their version (when they last changed)."""
+        row = (
+            await self.session.execute(
+                select(RoutingConfig.document, RoutingConfig.updated_at).where(
+                    RoutingConfig.org_id == org_id
+                )
+            )
+        ).first()
+        return None if row is None else (list(row[0].get("rules", [])), row[1])
+
+    async def channel_refs(self, org_id: uuid.UUID) -> dict[str, ChannelRef]:
+        rows = await self.session.execute(
+            select(
+                NotificationChannel.name, NotificationChannel.id, NotificationChannel.type
+            ).where(NotificationChannel.org_id == org_id)
+        )
+        return {name: ChannelRef(channel_id, kind) for name, channel_id, kind in rows}
+
     async def channels(self, org_id: uuid.UUID) -> Sequence[NotificationChannel]:
         result = await self.session.scalars(
             select(NotificationChannel)
@@ -131,10 +161,9 @@ class NotificationRepository:
 
     # ---- the outbox ----
 
-    def add_notifications(self, rows: Sequence[Notification]) -> None:
-        if not rows:
-            return
-        self.session.add_all(rows)
+    async def insert_notifications(self, rows: Sequence[dict[str, Any]]) -> None:
+        """One multi-row insert, past the ORM's unit of work (nothing tracks these)."""
+        await self.session.execute(insert(_NOTIFICATIONS), list(rows))
         self.session.info[WROTE_NOTIFICATIONS] = True
 
     async def notify_workers(self) -> None:

@@ -29,8 +29,8 @@ from signoff.common.ids import new_id
 from signoff.common.validation import validation_failed_from
 from signoff.crypto import SecretBox
 from signoff.errors import Forbidden, NotFound, ValidationFailed
-from signoff.models.notifications import DecisionLink, Notification, NotificationChannel
-from signoff.notifications.repository import NotificationRepository
+from signoff.models.notifications import DecisionLink, NotificationChannel
+from signoff.notifications.repository import ChannelRef, NotificationRepository
 from signoff.notifications.routing import (
     SECRET_KEYS,
     Audience,
@@ -177,11 +177,24 @@ async def _check_named_users(
         raise ValidationFailed.for_fields(wrong)
 
 
+# Parsed rules by (org, version): the create path validates an org's document once per
+# change, not once per request.
+_PARSED: dict[tuple[uuid.UUID, datetime], RoutingDocument] = {}
+_PARSED_MAX = 1024
+
+
 async def load_document(repo: NotificationRepository, org_id: uuid.UUID) -> RoutingDocument | None:
-    config = await repo.get_routing(org_id)
-    if config is None or not config.document.get("rules"):
+    stored = await repo.routing_rules(org_id)
+    if stored is None or not stored[0]:
         return None
-    return RoutingDocument.model_validate({"channels": {}, "rules": config.document["rules"]})
+    rules, version = stored
+    key = (org_id, version)
+    document = _PARSED.get(key)
+    if document is None:
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        document = _PARSED[key] = RoutingDocument.model_validate({"rules": rules})
+    return document
 
 
 # ---- the hooks (each in the transaction of the change it reports) ----
@@ -194,17 +207,14 @@ async def on_request_created(
     rule = first_matching_rule(document, request) if document else None
     if rule is None:
         return
-    plan = _Planner(repo, request, rule, await _channels_by_name(repo, request.org_id), now)
-    members = await repo.active_members(request.org_id)
-    plan.add("created", now, rule.channels, audience_members(rule.audience, members, ()))
+    plan = await _Planner.start(repo, request, rule, now)
+    plan.add("created", now, rule.channels, rule.audience)
     for scheduled in schedule(rule, request, now):
         channels, audience = rule.channels, rule.audience
         if scheduled.kind == "escalated" and rule.escalation:
             channels = rule.escalation.channels or rule.channels
             audience = rule.escalation.audience or rule.audience
-        plan.add(
-            scheduled.kind, scheduled.due_at, channels, audience_members(audience, members, ())
-        )
+        plan.add(scheduled.kind, scheduled.due_at, channels, audience)
     await plan.write()
 
 
@@ -222,10 +232,8 @@ async def on_step_opened(
     rule = first_matching_rule(document, request) if document else None
     if rule is None:
         return
-    plan = _Planner(repo, request, rule, await _channels_by_name(repo, request.org_id), now)
-    members = await repo.active_members(request.org_id)
-    approvers = audience_members("step_approvers", members, approver_ids)
-    plan.add("step_opened", now, rule.channels, approvers)
+    plan = await _Planner.start(repo, request, rule, now, approver_ids)
+    plan.add("step_opened", now, rule.channels, "step_approvers")
     await plan.write()
 
 
@@ -235,59 +243,82 @@ async def on_request_left_pending(
     await repo.cancel_scheduled(request_id, now)
 
 
-async def _channels_by_name(
-    repo: NotificationRepository, org_id: uuid.UUID
-) -> dict[str, NotificationChannel]:
-    return {c.name: c for c in await repo.channels(org_id)}
-
-
 @dataclass
 class _Planner:
+    """The rows one hook writes: one per person for e-mail, one per chat or webhook."""
+
     repo: NotificationRepository
     request: RequestFacts
     rule: Rule
-    channels: dict[str, NotificationChannel]
+    channels: dict[str, ChannelRef]
     now: datetime
+    members: list[Member] | None
+    approvers: Sequence[uuid.UUID]
+    rows: list[dict[str, Any]]
 
-    def __post_init__(self) -> None:
-        self.rows: list[Notification] = []
+    @classmethod
+    async def start(
+        cls,
+        repo: NotificationRepository,
+        request: RequestFacts,
+        rule: Rule,
+        now: datetime,
+        approvers: Sequence[uuid.UUID] = (),
+    ) -> _Planner:
+        channels = await repo.channel_refs(request.org_id)
+        # People are read only when someone is mailed, or an audience may be empty.
+        needs_people = any(c.type == "email" for c in channels.values()) or not (
+            rule.audience == "all"
+            and (rule.escalation is None or rule.escalation.audience in (None, "all"))
+        )
+        members = await repo.active_members(request.org_id) if needs_people else None
+        return cls(repo, request, rule, channels, now, members, approvers, [])
+
+    def _people(self, audience: Audience) -> list[Member] | None:
+        if self.members is None:
+            return None  # everyone, not read: no e-mail channel needs their addresses
+        return audience_members(audience, self.members, self.approvers)
 
     def add(
-        self, kind: str, due_at: datetime, channel_names: Sequence[str], people: Sequence[Member]
+        self, kind: str, due_at: datetime, channel_names: Sequence[str], audience: Audience
     ) -> None:
         sign_in = self.rule.require_sign_in_for_critical and self.request.priority == "critical"
+        people = self._people(audience)
         for name in channel_names:
             channel = self.channels.get(name)
             if channel is None:  # pragma: no cover - PUT refuses rules naming no channel
                 continue
             targets: list[tuple[str, uuid.UUID | None]]
             if channel.type == "email":
-                targets = [(p.email, p.id) for p in people]
+                targets = [(p.email, p.id) for p in people or ()]
             else:
                 # A channel is told once; whoever opens its links signs in (see links).
-                targets = [(name, None)] if people else []
-            for recipient, user_id in targets:
-                self.rows.append(
-                    Notification(
-                        id=new_id(),
-                        org_id=self.request.org_id,
-                        request_id=self.request.id,
-                        channel_id=channel.id,
-                        kind=kind,
-                        recipient=recipient,
-                        recipient_user_id=user_id,
-                        require_sign_in=sign_in or user_id is None,
-                        status="pending",
-                        attempts=0,
-                        due_at=due_at,
-                        created_at=self.now,
-                        updated_at=self.now,
-                    )
-                )
+                targets = [(name, None)] if people is None or people else []
+            self.rows += [
+                {
+                    "id": new_id(),
+                    "org_id": self.request.org_id,
+                    "request_id": self.request.id,
+                    "channel_id": channel.id,
+                    "kind": kind,
+                    "recipient": recipient,
+                    "recipient_user_id": user_id,
+                    "require_sign_in": sign_in or user_id is None,
+                    "status": "pending",
+                    "attempts": 0,
+                    "due_at": due_at,
+                    "claim_token": None,
+                    "created_at": self.now,
+                    "updated_at": self.now,
+                    "sent_at": None,
+                    "last_error": None,
+                }
+                for recipient, user_id in targets
+            ]
 
     async def write(self) -> None:
-        self.repo.add_notifications(self.rows)
         if self.rows:
+            await self.repo.insert_notifications(self.rows)
             await self.repo.notify_workers()
 
 

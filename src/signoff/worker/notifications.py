@@ -26,6 +26,9 @@ from signoff.worker.deliveries import (
 
 logger = logging.getLogger(__name__)
 
+# How long a woken sender waits for more commits before it claims.
+WAKEUP_GATHER_SECONDS = 0.05
+
 
 async def run_notification_sender(ctx: AppContext, stop: asyncio.Event) -> None:
     sender: NotificationSender = ctx.notifications
@@ -52,6 +55,9 @@ async def run_notification_sender(ctx: AppContext, stop: asyncio.Event) -> None:
             sleep = cap if due is None else min(cap, due)
             if sleep > 0:
                 await _wait_either(stop, sender.wakeup, sleep)
+                if sender.wakeup.is_set():
+                    # Woken by a commit: the commits of a burst share the next claim.
+                    await _wait_either(stop, asyncio.Event(), WAKEUP_GATHER_SECONDS)
     finally:
         if listener:
             await listener.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
@@ -22,7 +22,7 @@ from signoff.oauth.credentials import hash_token, looks_like_access_token
 from signoff.orgs.repository import PrincipalsByKey
 from signoff.ratelimit.limiter import RateLimiter
 from signoff.storage import Database
-from signoff.unit_of_work import UnitOfWork
+from signoff.unit_of_work import RequestChange, UnitOfWork
 from signoff.webhooks.dispatcher import WebhookDispatcher
 from signoff.webhooks.service import outbox_of, start_outbox
 
@@ -101,9 +101,19 @@ class AppContext:
         async with self.db.write_transaction() as session:
             # Callbacks written by this transaction are held by it for this long.
             outbox = start_outbox(session, self.settings.delivery_lease_seconds)
-            yield UnitOfWork(session, self.db.dialect, outbox)
+            uow = UnitOfWork(session, self.db.dialect, outbox)
+            yield uow
+        self.publish(uow.changes)
         if session.info.pop(WROTE_NOTIFICATIONS, False):
             self.notifications.wakeup.set()  # committed: send them now
+
+    def publish(self, changes: Sequence[RequestChange]) -> None:
+        """Tell this process's watchers (long polls) of requests a commit changed, and the
+        dashboard's live pages of their orgs (every replica's, on PostgreSQL)."""
+        for change in changes:
+            self.waiters.notify(change.request_id)
+        for org_id in {change.org_id for change in changes}:
+            self.live.request_changed(org_id)
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[UnitOfWork]:

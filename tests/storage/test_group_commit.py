@@ -335,7 +335,7 @@ async def test_a_shared_transactions_statement_journal_stays_in_memory(
     async with ctx.transaction() as uow:
         for index in range(60):
             payload = CreateApprovalRequest.model_validate(approval_body(title=f"Deploy {index}"))
-            await approvals_service.create_request(uow.approvals, principal, payload, ctx.box, now)
+            await approvals_service.create_request(uow, principal, payload, ctx.box, now)
         # Still inside the transaction: a spilled journal would be open now.
         assert _sqlite_temporary_files_open() == []
     async with ctx.reading() as uow:

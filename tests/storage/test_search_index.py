@@ -35,9 +35,7 @@ async def _create(ctx: AppContext, org: Org, title: str, *, fail: bool = False) 
     assert principal is not None
     payload = CreateApprovalRequest.model_validate(approval_body(title=title))
     async with ctx.transaction() as uow:
-        result = await approvals_service.create_request(
-            uow.approvals, principal, payload, ctx.box, utcnow()
-        )
+        result = await approvals_service.create_request(uow, principal, payload, ctx.box, utcnow())
         if fail:
             raise Refused(title)
     return result.request.id.hex

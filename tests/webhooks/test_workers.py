@@ -171,11 +171,9 @@ async def test_a_notification_wakes_an_idle_postgres_worker_at_once(
             {"title": "t", "description": "d", "priority": "low", "callback_url": receiver.url}
         )
         async with ctx.transaction() as uow:
-            await approvals_service.create_request(
-                uow.approvals, principal, payload, ctx.box, utcnow()
-            )
+            await approvals_service.create_request(uow, principal, payload, ctx.box, utcnow())
             await approvals_service.cancel_pending(
-                uow.approvals, org_id, None, await uow.approvals.pending_ids(org_id), utcnow()
+                uow, org_id, None, await uow.approvals.pending_ids(org_id), utcnow()
             )
         started = time.monotonic()
         await ctx.webhooks.hand_off(uow.outbox)  # commits with NOTIFY
@@ -208,11 +206,11 @@ async def test_two_workers_drain_a_thousand_deliveries_each_exactly_once(
             async with ctx.transaction() as uow:
                 for _ in range(total):
                     await approvals_service.create_request(
-                        uow.approvals, principal, payload, ctx.box, utcnow()
+                        uow, principal, payload, ctx.box, utcnow()
                     )
                 # All in one transaction, handed off at once: the workers compete for it.
                 cancelled = await approvals_service.cancel_pending(
-                    uow.approvals, org_id, None, await uow.approvals.pending_ids(org_id), utcnow()
+                    uow, org_id, None, await uow.approvals.pending_ids(org_id), utcnow()
                 )
             assert len(cancelled) == total
             started = time.monotonic()

@@ -23,7 +23,8 @@ from signoff.approvals.presenters import (
     step_to_dict,
     vote_to_dict,
 )
-from signoff.approvals.repository import ApprovalReads, RequestRecord
+from signoff.approvals.record import RequestRecord
+from signoff.approvals.repository import ApprovalReads
 from signoff.approvals.schemas import (
     AddComment,
     ApprovalListOut,
@@ -87,10 +88,9 @@ async def create_approval(request: Request, principal: Writer) -> Response:
         await check_callback_url(ctx.webhooks.policy, payload.callback_url)
     now = utcnow()
     async with ctx.transaction() as uow:
-        result = await service.create_request(uow.approvals, principal, payload, ctx.box, now)
+        result = await service.create_request(uow, principal, payload, ctx.box, now)
     if not result.created:
         return _replay(result.request)
-    ctx.live.request_changed(principal.org_id)  # live-update hook: a new request
     return json_response(request_to_dict(result.request, now), 201)
 
 
@@ -246,10 +246,7 @@ async def decide_approval(request: Request, request_id: str, principal: Writer) 
     payload = await parse_json_body(request, DecideApprovalRequest, ctx.settings)
     now = utcnow()
     async with ctx.transaction() as uow:
-        result = await service.decide(uow.approvals, principal, rid, payload, now)
-    if result.transition.is_final:
-        ctx.waiters.notify(rid)
-    ctx.live.request_changed(principal.org_id)  # live-update hook: a vote or a decision
+        result = await service.decide(uow, principal, rid, payload, now)
     body = request_to_dict(result.request, now)
     # Attempt 1 runs now that the decision is committed; the answer reports its outcome.
     body["callback_delivered"] = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
@@ -268,9 +265,7 @@ async def cancel_approval(request: Request, request_id: str, principal: Writer) 
     rid = path_id(request_id)
     now = utcnow()
     async with ctx.transaction() as uow:
-        result = await service.cancel(uow.approvals, principal, rid, now)
-    ctx.waiters.notify(rid)
-    ctx.live.request_changed(principal.org_id)  # live-update hook: cancelled
+        result = await service.cancel(uow, principal, rid, now)
     body = request_to_dict(result.request, now)
     body["callback_delivered"] = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
     return json_response(body)

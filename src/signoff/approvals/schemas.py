@@ -10,12 +10,11 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import orjson
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -25,7 +24,7 @@ from pydantic import (
 )
 
 from signoff.common.time import parse_timestamp, utcnow
-from signoff.common.validation import settings_from
+from signoff.common.validation import Count, settings_from, validate_callback_url
 
 Priority = Literal["low", "medium", "high", "critical"]
 ACTION_TYPE_PATTERN = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
@@ -49,23 +48,12 @@ RESERVED_CALLBACK_HEADERS = frozenset(
         "user-agent",
     }
 )
-MAX_URL_LENGTH = 2048
 # RFC 9110 section 5.5: a field value is visible ASCII, with spaces and tabs only inside.
 # Refused as well: obs-text (bytes above 0x7E), which HTTP clients encode inconsistently.
 HEADER_VALUE_PATTERN = re.compile(r"^(?:[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?)?$")
 # The highest page a list reads: far past any real history, and within every offset type.
 MAX_PAGE = 10_000_000
 _UNENCODED_PLUS_OFFSET = re.compile(r" (\d{2}:?\d{2})$")
-
-
-def _reject_bool(value: Any) -> Any:
-    # Pydantic's lax mode reads true as 1; a boolean where a count belongs is a mistake.
-    if isinstance(value, bool):
-        raise ValueError("must be an integer, not a boolean")
-    return value
-
-
-Count = Annotated[int, BeforeValidator(_reject_bool)]
 
 
 def nesting_depth(value: Any) -> int:
@@ -95,24 +83,6 @@ def _require_text(value: str, field: str, limit: int) -> str:
         raise ValueError(f"{field} must not be empty")
     if len(value) > limit:
         raise ValueError(f"must be at most {limit} characters")
-    return value
-
-
-def validate_callback_url(value: str, *, https_only: bool) -> str:
-    if len(value) > MAX_URL_LENGTH:
-        raise ValueError(f"must be at most {MAX_URL_LENGTH} characters")
-    import httpx
-
-    try:
-        url = httpx.URL(value)
-    except (httpx.InvalidURL, ValueError) as exc:
-        raise ValueError(f"is not a valid URL: {exc}") from None
-    if url.scheme not in ("http", "https") or not url.host:
-        raise ValueError("must be an absolute http or https URL")
-    if https_only and url.scheme != "https":
-        raise ValueError("must use https in production")
-    if url.userinfo:
-        raise ValueError("must not carry credentials; use callback_headers instead")
     return value
 
 

@@ -1,8 +1,9 @@
 """Use cases of approval requests. Services never commit: the caller's unit of work does.
 
-Every status change goes through ``state.apply`` and then ``_record_transition``, the one
-place that writes a transition's consequences (row, vote, audit event, and the outbox rows
-that come with callbacks) in the caller's transaction.
+Every status change locks the request, asks ``state.apply`` for the transition, and hands
+it to ``effects.apply_transition``, the one place that writes what a transition causes
+(row, vote, steps, comment, audit events, the callback's outbox row, live-update signals)
+in the caller's transaction.
 """
 
 from __future__ import annotations
@@ -16,16 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from signoff.approvals import state
+from signoff.approvals import effects, state
 from signoff.approvals.listing import ListFilters, read_page
-from signoff.approvals.repository import (
-    ApprovalReads,
-    ApprovalRepository,
-    LockedRequest,
-    NewEvent,
-    NewVote,
-    RequestRecord,
-)
+from signoff.approvals.record import RequestRecord
+from signoff.approvals.repository import ApprovalReads, ApprovalRepository
 from signoff.approvals.schemas import (
     CreateApprovalRequest,
     DecideApprovalRequest,
@@ -36,12 +31,10 @@ from signoff.common.ids import new_id
 from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.crypto import SecretBox
-from signoff.errors import Forbidden, NotFound, RequestNotPending, StepsLocked, ValidationFailed
-from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, Vote
+from signoff.errors import NotFound, RequestNotPending, ValidationFailed
+from signoff.models import ApprovalStep, AuditEvent, Comment, Vote
 from signoff.notifications import service as notifications
 from signoff.notifications.repository import NotificationRepository, facts_of
-from signoff.webhooks import service as webhooks
-from signoff.webhooks.repository import WebhookRepository
 
 if TYPE_CHECKING:
     from signoff.unit_of_work import UnitOfWork
@@ -64,7 +57,7 @@ class TransitionResult:
 
 
 async def create_request(
-    repo: ApprovalRepository,
+    uow: UnitOfWork,
     principal: Principal,
     payload: CreateApprovalRequest,
     box: SecretBox,
@@ -98,6 +91,7 @@ async def create_request(
         "comments_count": 0,
         "has_steps": False,
     }
+    repo = uow.approvals
     created = await repo.insert_unless_key_taken(values)
     if created is None:
         assert payload.idempotency_key is not None  # only a key can conflict
@@ -105,23 +99,17 @@ async def create_request(
         if existing is None:  # pragma: no cover - the conflicting row cannot vanish
             raise NotFound("The request holding this idempotency key no longer exists.")
         return CreateResult(existing, created=False)
-    await repo.add_event(
-        _event(
-            created,
-            "request.created",
-            principal.user_id,
-            now,
-            {"title": created.title, "priority": created.priority, "source": created.source},
-        )
-    )
+    data = {"title": created.title, "priority": created.priority, "source": created.source}
+    await repo.add_event(effects.event(created, "request.created", principal.user_id, now, data))
+    uow.request_changed(created.org_id, created.id, final=False)
     # Notification hook: rows only, in this transaction; sending comes after the commit.
-    await notifications.on_request_created(_notification_repo(repo), facts_of(created), now)
+    await notifications.on_request_created(_notification_repo(uow), facts_of(created), now)
     return CreateResult(created, created=True)
 
 
 async def find_replayed_request(
     repo: ApprovalRepository, principal: Principal, idempotency_key: object
-) -> ApprovalRequest | None:
+) -> RequestRecord | None:
     """The org's request created under this idempotency key, if the key is one.
 
     Called with a body that failed validation, so the key itself is checked first: one
@@ -136,7 +124,7 @@ async def find_replayed_request(
 
 async def get_request(
     repo: ApprovalRepository | ApprovalReads, principal: OrgMember, request_id: uuid.UUID
-) -> ApprovalRequest:
+) -> RequestRecord:
     row = await repo.get(principal.org_id, request_id)
     if row is None:
         raise NotFound("No approval request with this id.")
@@ -145,7 +133,7 @@ async def get_request(
 
 async def list_requests(
     reads: ApprovalReads,
-    principal: OrgMember,
+    principal: Principal,
     filters: ListFilters,
     *,
     page: int,
@@ -164,47 +152,69 @@ async def list_requests(
 
 
 async def decide(
-    repo: ApprovalRepository,
+    uow: UnitOfWork,
     principal: OrgMember,
     request_id: uuid.UUID,
     payload: DecideApprovalRequest,
     now: datetime,
 ) -> TransitionResult:
-    action = state.Decide(principal.actor, payload.decision)
-    row, transition = await _vote(repo, principal, request_id, action, payload, now)
+    action = state.Decide(
+        principal.actor, payload.decision, payload.comment, payload.source, _via(payload)
+    )
+    row = await _get_locked(uow.approvals, principal, request_id)
+    return await _transition(uow, row, action, principal, now)
+
+
+async def _transition(
+    uow: UnitOfWork,
+    row: RequestRecord,
+    action: state.Action,
+    principal: OrgMember | None,
+    now: datetime,
+) -> TransitionResult:
+    """Ask the state machine about ``action`` on the locked ``row``, and apply its answer."""
+    transition = state.apply(await _view(uow.approvals, row), action, now)
+    row = await effects.apply_transition(uow, row, transition, author_of(principal), now)
+    await _notify_transition(uow, row, transition, action, now)
     return TransitionResult(row, transition)
 
 
-async def _vote(
-    repo: ApprovalRepository,
-    principal: OrgMember,
-    request_id: uuid.UUID,
-    action: state.Decide | state.VoteStep,
-    payload: DecideApprovalRequest,
+async def _notify_transition(
+    uow: UnitOfWork,
+    row: RequestRecord,
+    transition: state.Transition,
+    action: state.Action,
     now: datetime,
-) -> tuple[RequestRecord, state.Transition]:
-    """A request-level decision or a step vote: lock, ask the state machine, record."""
-    row = await _get_locked(repo, principal, request_id)
-    transition = state.apply(await _view(repo, row), action, now)
-    await _record_transition(
-        repo,
-        row,
-        transition,
-        principal,
-        now,
-        decision=payload.decision,
-        comment=payload.comment,
-        source=payload.source,
-        step_id=action.step_id if isinstance(action, state.VoteStep) else None,
-        via=payload.via if isinstance(payload, RelayedDecision) else None,
-    )
-    return row, transition
+) -> None:
+    """Notification hooks of a transition: a request that left pending voids its
+    scheduled reminders; a vote that moved a sequential chain on opens the next step."""
+    if transition.is_final:
+        await notifications.on_request_left_pending(_notification_repo(uow), row.id, now)
+    elif isinstance(action, state.VoteStep) and row.is_sequential:
+        repo = _notification_repo(uow)
+        approvers = await repo.open_step_approvers(row.id, sequential=True)
+        await notifications.on_step_opened(repo, facts_of(row), approvers, now)
+
+
+def _notification_repo(uow: UnitOfWork) -> NotificationRepository:
+    return NotificationRepository(uow.session, uow.dialect)
+
+
+def _via(payload: DecideApprovalRequest) -> str | None:
+    """A decision made from a notification says so in its audit event."""
+    return payload.via if isinstance(payload, RelayedDecision) else None
+
+
+def author_of(principal: OrgMember | None) -> effects.Author | None:
+    if principal is None:
+        return None
+    return effects.Author(principal.user_id, principal.user_email, principal.user_name)
 
 
 async def cancel(
-    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID, now: datetime
+    uow: UnitOfWork, principal: OrgMember, request_id: uuid.UUID, now: datetime
 ) -> TransitionResult:
-    return await _cancel(repo, principal.org_id, principal, request_id, now)
+    return await _cancel(uow, principal.org_id, principal, request_id, now)
 
 
 # Requests cancelled per transaction by the hard stop: each batch holds the writer (SQLite)
@@ -248,15 +258,13 @@ async def cancel_all_pending(
             batch = pending[start : start + size]
             tried.update(batch)
             async with transaction() as uow:
-                results = await cancel_pending(
-                    uow.approvals, org_id, principal, batch, clock(), poisoned
-                )
+                results = await cancel_pending(uow, org_id, principal, batch, clock(), poisoned)
             cancelled += len(results)
             await committed(uow, results)
 
 
 async def cancel_pending(
-    repo: ApprovalRepository,
+    uow: UnitOfWork,
     org_id: uuid.UUID,
     principal: OrgMember | None,
     request_ids: Sequence[uuid.UUID],
@@ -271,8 +279,8 @@ async def cancel_pending(
     results = []
     for request_id in request_ids:
         try:
-            async with repo.savepoint():
-                results.append(await _cancel(repo, org_id, principal, request_id, now))
+            async with uow.approvals.savepoint():
+                results.append(await _cancel(uow, org_id, principal, request_id, now))
         except (RequestNotPending, NotFound):
             # Decided, cancelled or expired meanwhile (or past its deadline already: the
             # sweep expires it).
@@ -283,19 +291,17 @@ async def cancel_pending(
 
 
 async def _cancel(
-    repo: ApprovalRepository,
+    uow: UnitOfWork,
     org_id: uuid.UUID,
     principal: OrgMember | None,
     request_id: uuid.UUID,
     now: datetime,
 ) -> TransitionResult:
-    row = await repo.get_locked(org_id, request_id)
+    row = await uow.approvals.get_locked(org_id, request_id)
     if row is None:
         raise NotFound("No approval request with this id.")
-    actor = principal.actor if principal else None
-    transition = state.apply(await _view(repo, row), state.Cancel(actor), now)
-    await _record_transition(repo, row, transition, principal, now)
-    return TransitionResult(row, transition)
+    action = state.Cancel(principal.actor if principal else None)
+    return await _transition(uow, row, action, principal, now)
 
 
 EXPIRY_JOB = "expiry"
@@ -303,7 +309,7 @@ CANCEL_JOB = "emergency_stop"
 
 
 async def expire_due(
-    repo: ApprovalRepository, now: datetime, batch_size: int, poisoned: PoisonedRows
+    uow: UnitOfWork, now: datetime, batch_size: int, poisoned: PoisonedRows
 ) -> list[TransitionResult]:
     """Mark pending requests past their deadline as expired (the sweep's one step).
 
@@ -311,15 +317,13 @@ async def expire_due(
     callback cannot be built) is rolled back alone and parked, and the rest commit.
     """
     results = []
+    repo = uow.approvals
     for row in await repo.due_for_expiry(now, batch_size, poisoned.parked(EXPIRY_JOB)):
         try:
             async with repo.savepoint():
-                transition = state.apply(await _view(repo, row), state.Expire(), now)
-                await _record_transition(repo, row, transition, None, now)
+                results.append(await _transition(uow, row, state.Expire(), None, now))
         except Exception as exc:  # one bad row must not hold every other org's expiries
             poisoned.park(EXPIRY_JOB, row.id, exc)
-            continue
-        results.append(TransitionResult(row, transition))
     return results
 
 
@@ -333,7 +337,7 @@ async def add_comment(
     # Every writer of a request locks its row first, so two writers can never hold
     # weaker locks and wait for each other's upgrade (a deadlock on PostgreSQL).
     row = await _get_locked(repo, principal, request_id)
-    comment = await _add_comment(repo, row, principal.user_id, body, now)
+    _, comment = await effects.add_comment(repo, row, principal.user_id, body, now)
     await repo.flush()
     return comment
 
@@ -355,10 +359,7 @@ async def list_events(
 # ---- approval chains (decisions.md section 2) ----
 
 
-@dataclass(frozen=True)
-class StepSpec:
-    approver_id: uuid.UUID
-    step_order: int
+StepSpec = state.StepSpec
 
 
 @dataclass(frozen=True)
@@ -369,85 +370,27 @@ class StepVoteResult:
 
 
 async def set_steps(
-    repo: ApprovalRepository,
+    uow: UnitOfWork,
     principal: Principal,
     request_id: uuid.UUID,
     specs: Sequence[StepSpec],
     now: datetime,
 ) -> Sequence[ApprovalStep]:
-    """Replace the request's chain: allowed while it is pending and nobody has voted.
-
-    Only an admin, or the connection that created the request, may configure its chain;
-    only an admin may make it need fewer approvals than it does now (decisions.md 2).
-    """
-    row = await _get_locked(repo, principal, request_id)
-    _check_may_configure_steps(principal, row)
-    status = state.effective_status(await _view(repo, row), now)
-    if status != "pending":
-        raise RequestNotPending(status)
-    if await repo.has_votes(row.id):
-        raise StepsLocked("Votes have been cast on this request; its chain can no longer change.")
-    _check_keeps_the_bar(principal, row, len(specs))
-    await _check_approvers(repo, principal.org_id, specs)
-    steps = [
-        ApprovalStep(
-            id=new_id(),
-            request_id=row.id,
-            step_order=spec.step_order,
-            approver_id=spec.approver_id,
-            status="pending",
-            created_at=now,
-        )
-        for spec in sorted(specs, key=lambda spec: spec.step_order)
-    ]
-    await repo.replace_steps(row.id, steps)
-    # With steps, the request needs every step approved (decisions.md section 2).
-    changes = {
-        "required_approvals": len(steps),
-        "current_approvals": 0,
-        "has_steps": True,
-        "updated_at": now,
-    }
-    await repo.update_if_pending(row.id, changes)
-    repo.show_written(row, changes)
-    await repo.add_event(
-        _event(
-            row,
-            "steps.configured",
-            principal.user_id,
-            now,
-            {
-                "steps": [
-                    {"step_order": s.step_order, "approver_id": str(s.approver_id)} for s in steps
-                ]
-            },
-        )
-    )
+    """Replace the request's chain; who may, and when, is the state machine's to say
+    (``state.ConfigureSteps``)."""
+    row = await _get_locked(uow.approvals, principal, request_id)
+    action = state.ConfigureSteps(principal.actor, tuple(specs))
+    # Refusals first: a stranger learns nothing of which approvers exist.
+    transition = state.apply(await _view(uow.approvals, row), action, now)
+    await _check_approvers(uow.approvals, principal.org_id, specs)
+    row = await effects.apply_transition(uow, row, transition, author_of(principal), now)
+    steps = await uow.approvals.list_steps(row.id)
     # Notification hook: the chain's first step (every step, unless sequential) opens.
     opened = steps[:1] if row.is_sequential else steps
     await notifications.on_step_opened(
-        _notification_repo(repo), facts_of(row), [s.approver_id for s in opened], now
+        _notification_repo(uow), facts_of(row), [s.approver_id for s in opened], now
     )
-    await repo.flush()
     return steps
-
-
-def _check_may_configure_steps(principal: Principal, row: RequestRecord) -> None:
-    # An OAuth token acts as its user, not as the connection: only an admin's may.
-    created_it = principal.auth_method == "api_key" and principal.connection_id == row.connection_id
-    if not (principal.is_admin or created_it):
-        raise Forbidden(
-            "Only an admin, or the connection that created the request, may configure its steps."
-        )
-
-
-def _check_keeps_the_bar(principal: Principal, row: RequestRecord, step_count: int) -> None:
-    if step_count < row.required_approvals and not principal.is_admin:
-        raise ValidationFailed.for_field(
-            "steps",
-            f"the request needs {row.required_approvals} approvals; only an admin may "
-            "configure fewer steps than that",
-        )
 
 
 async def _check_approvers(
@@ -476,18 +419,21 @@ async def list_steps(
 
 
 async def vote_step(
-    repo: ApprovalRepository,
+    uow: UnitOfWork,
     principal: OrgMember,
     request_id: uuid.UUID,
     step_id: uuid.UUID,
     payload: DecideApprovalRequest,
     now: datetime,
 ) -> StepVoteResult:
-    action = state.VoteStep(principal.actor, step_id, payload.decision)
-    row, transition = await _vote(repo, principal, request_id, action, payload, now)
-    step = await repo.get_step(row.id, step_id)
+    action = state.VoteStep(
+        principal.actor, step_id, payload.decision, payload.comment, payload.source, _via(payload)
+    )
+    row = await _get_locked(uow.approvals, principal, request_id)
+    result = await _transition(uow, row, action, principal, now)
+    step = await uow.approvals.get_step(row.id, step_id)
     assert step is not None  # the state machine found it in the locked chain
-    return StepVoteResult(row, step, transition)
+    return StepVoteResult(result.request, step, result.transition)
 
 
 async def steps_and_votes(
@@ -508,7 +454,7 @@ async def steps_and_votes(
 
 async def _get_locked(
     repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID
-) -> LockedRequest:
+) -> RequestRecord:
     row = await repo.get_locked(principal.org_id, request_id)
     if row is None:
         raise NotFound("No approval request with this id.")
@@ -527,179 +473,6 @@ async def _view(repo: ApprovalRepository, row: RequestRecord) -> state.RequestVi
         is_sequential=row.is_sequential,
         voters=await repo.count_based_voters(row.id) if count_based_pending else frozenset(),
         steps=tuple(state.StepView(s.id, s.step_order, s.approver_id, s.status) for s in steps),
-    )
-
-
-async def _record_transition(
-    repo: ApprovalRepository,
-    row: RequestRecord,
-    transition: state.Transition,
-    principal: OrgMember | None,
-    now: datetime,
-    *,
-    decision: str | None = None,
-    comment: str | None = None,
-    source: str | None = None,
-    step_id: uuid.UUID | None = None,
-    via: str | None = None,
-) -> None:
-    """Write everything a transition implies, in the caller's transaction."""
-    actor_id = principal.user_id if principal else None
-    values: dict[str, Any] = {
-        "status": transition.status,
-        "current_approvals": transition.current_approvals,
-        "updated_at": now,
-    }
-    if transition.is_final:
-        values.update(_final_fields(transition, principal, now, row, comment))
-    if not await repo.update_if_pending(row.id, values):
-        # The row lock (PostgreSQL) or the write lock (SQLite) makes this unreachable;
-        # should it ever happen, refusing is right and nothing has been written.
-        raise RequestNotPending(row.status)
-    repo.show_written(row, values)
-    if principal is not None and decision is not None and (transition.records_vote or step_id):
-        await repo.add_vote(
-            NewVote(
-                request_id=row.id,
-                step_id=step_id,
-                user_id=principal.user_id,
-                decision=decision,
-                comment=comment,
-                created_at=now,
-            )
-        )
-    for changed_step_id, step_status in transition.step_changes:
-        voted = changed_step_id == step_id
-        await repo.update_step(
-            changed_step_id,
-            status=step_status,
-            decided_at=now,
-            decided_by=actor_id if voted else None,
-            comment=comment if voted else None,
-        )
-    if comment and principal is not None:
-        await _add_comment(repo, row, principal.user_id, comment, now)
-    data: dict[str, Any] = {
-        "status": transition.status,
-        "current_approvals": transition.current_approvals,
-        "required_approvals": row.required_approvals,
-    }
-    if decision:
-        data["decision"] = decision
-    if comment:
-        data["comment"] = comment
-    if source:
-        data["source"] = source
-    if via:
-        data["via"] = via  # decided from a notification: a one-click link, a Slack button
-    if transition.is_override:
-        data["override"] = True
-        data["skipped_steps"] = [str(sid) for sid, _ in transition.step_changes]
-    if step_id is not None:
-        step_data = {
-            **data,
-            "step_id": str(step_id),
-            "step_status": dict(transition.step_changes)[step_id],
-        }
-        await repo.add_event(
-            _event(row, f"step.{step_data['step_status']}", actor_id, now, step_data)
-        )
-    if transition.event != "step.approved":
-        await repo.add_event(_event(row, transition.event, actor_id, now, data))
-    await _enqueue_callback(repo, row, transition, principal, comment, now)
-    await _notify_transition(repo, row, transition, step_id, now)
-    await repo.flush()
-
-
-async def _notify_transition(
-    repo: ApprovalRepository,
-    row: RequestRecord,
-    transition: state.Transition,
-    step_id: uuid.UUID | None,
-    now: datetime,
-) -> None:
-    """Notification hooks of a transition: a request that left pending voids its
-    scheduled reminders; a vote that moved a sequential chain on opens the next step."""
-    if transition.is_final:
-        await notifications.on_request_left_pending(_notification_repo(repo), row.id, now)
-    elif step_id is not None and row.is_sequential:
-        nrepo = _notification_repo(repo)
-        approvers = await nrepo.open_step_approvers(row.id, sequential=True)
-        await notifications.on_step_opened(nrepo, facts_of(row), approvers, now)
-
-
-def _notification_repo(repo: ApprovalRepository) -> NotificationRepository:
-    return NotificationRepository(repo.session, repo.dialect)
-
-
-async def _enqueue_callback(
-    repo: ApprovalRepository,
-    row: RequestRecord,
-    transition: state.Transition,
-    principal: OrgMember | None,
-    comment: str | None,
-    now: datetime,
-) -> None:
-    """The outbox row commits with the decision: an acknowledged decision always has its
-    callback (decisions.md section 9). The caller makes attempt 1 after the commit."""
-    if transition.is_final and row.callback_url:
-        await webhooks.enqueue_decision_callback(
-            WebhookRepository(repo.session, repo.dialect), row, principal, comment, now
-        )
-
-
-def _final_fields(
-    transition: state.Transition,
-    principal: OrgMember | None,
-    now: datetime,
-    row: RequestRecord,
-    comment: str | None,
-) -> dict[str, Any]:
-    if transition.status == "expired":
-        # Expiry happened at the deadline, whenever the sweep notices it.
-        return {"decided_at": row.expires_at or now}
-    fields: dict[str, Any] = {
-        "decided_at": now,
-        "decided_by": principal.user_id if principal else None,
-        "decided_by_name": principal.user_name if principal else None,
-        "decision_comment": comment,
-    }
-    if transition.status == "cancelled":
-        fields["cancelled_at"] = now
-    return fields
-
-
-async def _add_comment(
-    repo: ApprovalRepository, row: RequestRecord, user_id: uuid.UUID, body: str, now: datetime
-) -> Comment:
-    comment = Comment(
-        id=new_id(),
-        org_id=row.org_id,
-        request_id=row.id,
-        user_id=user_id,
-        body=body,
-        created_at=now,
-    )
-    await repo.add_comment(comment)
-    repo.show_written(row, {"comments_count": row.comments_count + 1})
-    await repo.add_event(
-        _event(row, "comment.created", user_id, now, {"comment_id": str(comment.id), "body": body})
-    )
-    return comment
-
-
-def _event(
-    row: RequestRecord,
-    event_type: str,
-    actor_id: uuid.UUID | None,
-    now: datetime,
-    data: dict[str, Any],
-) -> NewEvent:
-    return NewEvent(
-        org_id=row.org_id,
-        request_id=row.id,
-        type=event_type,
-        actor_id=actor_id,
-        data=data,
-        created_at=now,
+        connection_id=row.connection_id,
+        has_callback=bool(row.callback_url),
     )

@@ -34,7 +34,7 @@ class OrgMember:
 
     @property
     def actor(self) -> Actor:
-        return Actor(user_id=self.user_id, is_admin=self.is_admin)
+        return Actor(user_id=self.user_id, is_admin=self.is_admin, connection_id=None)
 
 
 @dataclass(frozen=True)
@@ -47,3 +47,9 @@ class Principal(OrgMember):
     rate_limit_per_hour: int
     scopes: tuple[str, ...] = ALL_SCOPES
     auth_method: Literal["api_key", "oauth"] = "api_key"
+
+    @property
+    def actor(self) -> Actor:
+        # An OAuth token acts as its user, not as the connection that owns its client.
+        connection = self.connection_id if self.auth_method == "api_key" else None
+        return Actor(user_id=self.user_id, is_admin=self.is_admin, connection_id=connection)

@@ -9,16 +9,45 @@ the validation context.
 from __future__ import annotations
 
 import json
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, BeforeValidator, ValidationError
 from starlette.requests import Request
 
 from signoff.config import Settings
 from signoff.errors import ValidationFailed
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+MAX_URL_LENGTH = 2048
+
+
+def _reject_bool(value: Any) -> Any:
+    # Pydantic's lax mode reads true as 1; a boolean where a count belongs is a mistake.
+    if isinstance(value, bool):
+        raise ValueError("must be an integer, not a boolean")
+    return value
+
+
+Count = Annotated[int, BeforeValidator(_reject_bool)]
+
+
+def validate_callback_url(value: str, *, https_only: bool) -> str:
+    if len(value) > MAX_URL_LENGTH:
+        raise ValueError(f"must be at most {MAX_URL_LENGTH} characters")
+    import httpx
+
+    try:
+        url = httpx.URL(value)
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise ValueError(f"is not a valid URL: {exc}") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError("must be an absolute http or https URL")
+    if https_only and url.scheme != "https":
+        raise ValueError("must use https in production")
+    if url.userinfo:
+        raise ValueError("must not carry credentials; use callback_headers instead")
+    return value
 
 
 def _field_name(location: tuple[int | str, ...]) -> str:

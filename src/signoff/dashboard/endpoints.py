@@ -333,7 +333,7 @@ async def decide(request: Request, request_id: str, viewer: Viewer = User) -> Re
         return redirect(back, flash=_field_errors(exc), kind="error")
     try:
         async with ctx.transaction() as uow:
-            decision = await service.decide(uow.approvals, viewer.member, rid, payload, utcnow())
+            decision = await service.decide(uow, viewer.member, rid, payload, utcnow())
     except RequestNotPending:
         # Someone else decided meanwhile: the page says who and when.
         return redirect(back, flash="Someone decided this request before you.", kind="info")
@@ -341,9 +341,7 @@ async def decide(request: Request, request_id: str, viewer: Viewer = User) -> Re
         if exc.status_code == 404:
             raise not_found("This request") from None
         return redirect(back, flash=exc.message, kind="error")
-    if decision.final:
-        ctx.waiters.notify(rid)
-    ctx.live.request_changed(viewer.org.id)  # live-update hook: a vote or a decision
+    # Long polls and live pages were told as the transaction committed (effects.py).
     callback = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
     verb = "approved" if payload.decision == "approve" else "rejected"
     message = f"You {verb} this request." if decision.final else "Your vote is recorded."

@@ -112,6 +112,9 @@ class _PostgresRelay:
             self.on_signal(uuid.UUID(hex=payload))
 
     async def close(self) -> None:
+        # Let signals already on their way go out (a CLI decision right before exit).
+        if self._sends:
+            await asyncio.wait(list(self._sends), timeout=2)
         for task in list(self._sends):
             task.cancel()
         connection, self._connection = self._connection, None

@@ -378,7 +378,7 @@ class Decision:
 
 
 async def decide(
-    repo: ApprovalRepository,
+    uow: UnitOfWork,
     member: OrgMember,
     request_id: uuid.UUID,
     payload: DecideApprovalRequest,
@@ -387,14 +387,15 @@ async def decide(
     """The person's vote or decision, through the API's own services: their votable step
     of a chain (``vote_step``), else the request itself (``decide``: count-based, or an
     admin's override of a chain)."""
-    row = await approvals.get_request(repo, member, request_id)
+    row = await approvals.get_request(uow.approvals, member, request_id)
     step = None
     if row.has_steps:
-        step = _votable_step(await repo.list_steps(row.id), member.user_id, row.is_sequential)
+        steps = await uow.approvals.list_steps(row.id)
+        step = _votable_step(steps, member.user_id, row.is_sequential)
     if step is not None:
-        result = await approvals.vote_step(repo, member, request_id, step.id, payload, now)
+        result = await approvals.vote_step(uow, member, request_id, step.id, payload, now)
         return Decision(request_id, result.transition.is_final)
-    decided = await approvals.decide(repo, member, request_id, payload, now)
+    decided = await approvals.decide(uow, member, request_id, payload, now)
     return Decision(request_id, decided.transition.is_final)
 
 

@@ -175,7 +175,8 @@ async def require_user(request: Request) -> Viewer:
     viewer = await current_viewer(context_of(request), request)
     if viewer is None:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        raise SignInRequired(target)
+        # Back to a page after signing in, never to a form's action (a GET would fail).
+        raise SignInRequired(target if request.method == "GET" else "/")
     return viewer
 
 

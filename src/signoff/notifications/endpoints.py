@@ -185,8 +185,6 @@ async def link_confirm(request: Request, token: str) -> Response:
         ) from None
     if view.state != "ready" or view.request is None:
         return await _link_page(request, view, viewer, token)
-    ctx.waiters.notify(view.request.id)
-    ctx.live.request_changed(view.request.org_id)
     callback = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
     verb = "approved" if view.link and view.link.decision == "approve" else "rejected"
     message = f"You {verb} this request." + (" The caller has been told." if callback else "")

@@ -100,7 +100,7 @@ async def use_link(
     if not await repo.use_link(link.id, now):
         return _with(view, "used")  # another click won the race
     payload = RelayedDecision(decision=link.decision, via=link.via)
-    await dashboard.decide(uow.approvals, member, link.request_id, payload, now)
+    await dashboard.decide(uow, member, link.request_id, payload, now)
     return view
 
 

@@ -118,18 +118,14 @@ async def handle_press(ctx: AppContext, app: SlackApp, press: Press) -> None:
         now = utcnow()
         try:
             async with ctx.transaction() as uow:
-                decision = await dashboard.decide(
-                    uow.approvals, member, press.request_id, payload, now
-                )
+                decision = await dashboard.decide(uow, member, press.request_id, payload, now)
         except RequestNotPending:
             await _respond(ctx, press, _ephemeral("This request was decided already."))
             return
         except AppError as exc:
             await _respond(ctx, press, _ephemeral(f"You may not decide this: {exc.message}"))
             return
-        if decision.final:
-            ctx.waiters.notify(press.request_id)
-        ctx.live.request_changed(app.org_id)
+        # Long polls and live pages were told at the commit (the transition's effects).
         await ctx.webhooks.deliver_outbox(uow.outbox)
         await _respond(ctx, press, await _decided_message(ctx, app, press, member, decision.final))
     except Exception:

@@ -117,8 +117,6 @@ async def put_emergency_stop(
     if payload.active and payload.cancel_pending:
 
         async def committed(batch: UnitOfWork, results: list[TransitionResult]) -> None:
-            for result in results:
-                ctx.waiters.notify(result.request.id)
             # One cancellation callback per request, committed with it; workers send them.
             await ctx.webhooks.hand_off(batch.outbox)
 

@@ -41,8 +41,7 @@ async def set_steps(request: Request, request_id: str, principal: Writer) -> Res
     payload = await parse_json_body(request, SetSteps, ctx.settings)
     specs = [service.StepSpec(uuid.UUID(s.approver_id), s.step_order) for s in payload.steps]
     async with ctx.transaction() as uow:
-        steps = await service.set_steps(uow.approvals, principal, rid, specs, utcnow())
-    ctx.live.request_changed(principal.org_id)  # live-update hook: new approvers
+        steps = await service.set_steps(uow, principal, rid, specs, utcnow())
     return json_response(
         {
             "data": [
@@ -85,10 +84,7 @@ async def vote_step(request: Request, request_id: str, step_id: str, principal: 
     sid = path_id(step_id, "step")
     payload = await parse_json_body(request, DecideApprovalRequest, ctx.settings)
     async with ctx.transaction() as uow:
-        result = await service.vote_step(uow.approvals, principal, rid, sid, payload, utcnow())
-    if result.transition.is_final:
-        ctx.waiters.notify(rid)
-    ctx.live.request_changed(principal.org_id)  # live-update hook: the next step's turn
+        result = await service.vote_step(uow, principal, rid, sid, payload, utcnow())
     # The vote that decides the request makes attempt 1 of its callback, as PATCH does.
     callback_delivered = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
     return json_response(

@@ -7,9 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from signoff.approvals.schemas import Count
 from signoff.approvals.schemas import StepSummaryOut as StepOut
-from signoff.common.validation import settings_from
+from signoff.common.validation import Count, settings_from
 
 # Orders are positions, not ids: room for gaps (10, 20, 30), and within every integer column.
 MAX_STEP_ORDER = 1_000_000

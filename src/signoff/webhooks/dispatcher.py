@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import orjson
 from sqlalchemy.exc import SQLAlchemyError
 
-from signoff.auth.principal import Principal
 from signoff.common.ids import new_id
 from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
@@ -277,16 +276,19 @@ class WebhookDispatcher:
             raise Conflict("The delivery was taken over while it was being retried.")
         return recorded
 
-    async def send_test(self, principal: Principal, url: str) -> AttemptResult:
-        """``POST /api/v1/test-webhook``: a signed sample payload, sent once, not stored."""
+    async def send_test(
+        self, connection_id: uuid.UUID, decider: service.Decider, url: str
+    ) -> AttemptResult:
+        """``POST /api/v1/test-webhook``: a signed sample payload, sent once, not stored,
+        signed with ``connection_id``'s secret."""
         async with self.db.read_session() as session:
             secrets = await WebhookRepository(session, self.db.dialect).connection_secrets(
-                principal.connection_id
+                connection_id
             )
         if secrets is None:  # pragma: no cover - the caller's connection exists
             raise NotFound("No connection.")
         now = utcnow()
-        body = orjson.dumps(service.sample_payload(principal, now))
+        body = orjson.dumps(service.sample_payload(decider, now))
         headers = signed_headers(
             service.signing_keys(self.box, secrets, now),
             delivery_id=str(new_id()),

@@ -45,7 +45,9 @@ async def list_deliveries(
     ctx = context_of(request)
     query = validate_model(ListDeliveriesQuery, dict(request.query_params), ctx.settings)
     async with ctx.reading() as uow:
-        rows = await service.list_attempts(uow.webhooks, principal, query.request_id, query.limit)
+        rows = await service.list_attempts(
+            uow.webhooks, principal.org_id, query.request_id, query.limit
+        )
     return json_response({"data": [attempt_to_dict(row) for row in rows]})
 
 
@@ -79,7 +81,11 @@ async def test_webhook(request: Request, principal: Writer) -> Response:
     ctx = context_of(request)
     payload = await parse_json_body(request, TestWebhook, ctx.settings)
     await service.check_callback_url(ctx.webhooks.policy, payload.url, "url")
-    result = await ctx.webhooks.send_test(principal, payload.url)
+    result = await ctx.webhooks.send_test(
+        principal.connection_id,
+        service.Decider(principal.user_id, principal.user_email, principal.user_name),
+        payload.url,
+    )
     return json_response(
         {
             "success": result.success,

@@ -7,9 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
-from signoff.approvals.schemas import Count, validate_callback_url
 from signoff.common.time import format_timestamp
-from signoff.common.validation import settings_from
+from signoff.common.validation import Count, settings_from, validate_callback_url
 from signoff.models.webhooks import WebhookAttempt
 
 MAX_LOG_LIMIT = 100

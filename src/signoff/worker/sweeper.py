@@ -21,10 +21,7 @@ async def sweep_expired_once(ctx: AppContext) -> int:
     """Expire one batch of due requests; returns how many rows it took (expired or parked)."""
     parked_before = ctx.poisoned.counts[service.EXPIRY_JOB]
     async with ctx.transaction() as uow:
-        results = await service.expire_due(uow.approvals, utcnow(), BATCH_SIZE, ctx.poisoned)
-    for result in results:
-        ctx.waiters.notify(result.request.id)
-        ctx.live.request_changed(result.request.org_id)  # live-update hook: expired
+        results = await service.expire_due(uow, utcnow(), BATCH_SIZE, ctx.poisoned)
     # The expiry callbacks committed with the expiries; the delivery workers send them.
     await ctx.webhooks.hand_off(uow.outbox)
     return len(results) + ctx.poisoned.counts[service.EXPIRY_JOB] - parked_before

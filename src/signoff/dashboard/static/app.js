@@ -20,6 +20,26 @@
     }
   }
 
+  // Expiry countdowns, as the server words them ("4 h 38 min left").
+  function duration(seconds) {
+    seconds = Math.max(0, Math.floor(seconds));
+    if (seconds < 60) { return seconds + " s"; }
+    if (seconds < 3600) { return Math.floor(seconds / 60) + " min"; }
+    if (seconds < 86400) {
+      var hours = Math.floor(seconds / 3600), minutes = Math.floor(seconds / 60) % 60;
+      return minutes && hours < 10 ? hours + " h " + minutes + " min" : hours + " h";
+    }
+    var days = Math.floor(seconds / 86400), rest = seconds % 86400;
+    return days < 7 && rest >= 3600 ? days + " d " + Math.floor(rest / 3600) + " h" : days + " d";
+  }
+  function tickCountdowns() {
+    var counters = document.querySelectorAll("[data-countdown]");
+    for (var i = 0; i < counters.length; i++) {
+      var left = (new Date(counters[i].getAttribute("data-countdown")) - new Date()) / 1000;
+      counters[i].textContent = left > 0 ? "(" + duration(left) + " left)" : "(expired)";
+    }
+  }
+
   // The waiting count in the title and the navigation.
   function showWaiting(count) {
     var title = document.title.replace(/^\(\d+\) /, "");
@@ -120,6 +140,7 @@
 
   document.addEventListener("DOMContentLoaded", function () {
     localizeTimes(document);
+    if (document.querySelector("[data-countdown]")) { tickCountdowns(); setInterval(tickCountdowns, 1000); }
     var live = document.querySelector("[data-live-list][data-rows-url]");
     if (live) { liveInbox(live); }
     if (document.querySelector("[data-live-list]")) {

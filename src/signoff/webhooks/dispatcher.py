@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import orjson
 from sqlalchemy.exc import SQLAlchemyError
 
+from signoff import metrics
 from signoff.auth.principal import Principal
 from signoff.common.ids import new_id
 from signoff.common.time import utcnow
@@ -152,6 +153,7 @@ class WebhookDispatcher:
                 read_cap=self.settings.delivery_response_read_bytes,
             )
         self.receivers.note(claimed.target, success=result.success)
+        metrics.count_callback_attempt(result.error or "success", result.duration_ms)
         item = _Record(claimed, result, manual)
         if batched:
             return await self._batcher.submit(item)
@@ -190,6 +192,8 @@ class WebhookDispatcher:
                 )
             elif outcome.status == "pending":
                 self.due_in(self.schedule.delay_after(outcome.attempt) or 0.0)
+            else:
+                metrics.count_finished_delivery(outcome.status)
         return recorded
 
     def due_in(self, seconds: float) -> None:
@@ -227,6 +231,21 @@ class WebhookDispatcher:
             await repo.release([c.id for c in claimed], outbox.token, utcnow())
             await repo.notify_workers()
         self.wakeup.set()
+
+    async def release(self, claimed: Sequence[ClaimedDelivery]) -> int:
+        """Hand deliveries this process holds back to any worker, due at once (a worker
+        shutting down mid-attempt). A delivery whose attempt was recorded meanwhile is no
+        longer held and is left alone. Answers how many were handed back."""
+        by_token: dict[uuid.UUID, list[uuid.UUID]] = {}
+        for delivery in claimed:
+            by_token.setdefault(delivery.token, []).append(delivery.id)
+        released = 0
+        async with self._transaction() as repo:
+            now = utcnow()
+            for token, ids in by_token.items():
+                released += await repo.release(ids, token, now)
+            await repo.notify_workers()
+        return released
 
     # ---- what workers and operators ask for ----
 

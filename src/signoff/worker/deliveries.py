@@ -44,6 +44,9 @@ RECONNECT_SECONDS = 5.0
 ERROR_BACKOFF_SECONDS = 1.0
 # How late a retry may be claimed so that it shares a claim with others due just after it.
 CLAIM_GATHER_SECONDS = 0.1
+# On shutdown, how long attempts in flight may take to finish before their leases are
+# handed back: container runtimes send SIGKILL 10 s after SIGTERM by default.
+SHUTDOWN_GRACE_SECONDS = 5.0
 
 
 class PostgresListener:
@@ -214,7 +217,7 @@ class DeliveryWorker:
         instead of after the lease runs out."""
         if not self.in_flight:
             return
-        grace = self.ctx.settings.delivery_timeout_seconds + 2.0
+        grace = min(self.ctx.settings.delivery_timeout_seconds + 2.0, SHUTDOWN_GRACE_SECONDS)
         _, pending = await asyncio.wait(set(self.in_flight), timeout=grace)
         for task in pending:
             task.cancel()

@@ -31,6 +31,7 @@ from signoff.oauth.pages import SCOPE_DESCRIPTIONS
 from signoff.operations.endpoints import router as metrics_router
 from signoff.operations.service import check_ready
 from signoff.orgs.endpoints import router as orgs_router
+from signoff.retention.service import run_retention
 from signoff.steps.endpoints import router as steps_router
 from signoff.webhooks.endpoints import router as webhooks_router
 from signoff.worker.deliveries import run_delivery_worker
@@ -209,6 +210,8 @@ def create_app(
             if background
             else []
         )
+        if background and settings.retention_days is not None:
+            tasks.append(asyncio.create_task(run_retention(ctx, stop), name="retention"))
         application.state.background = tasks  # /readyz checks they still run
         try:
             yield

@@ -23,6 +23,7 @@ from signoff.common.validation import validation_failed_from
 from signoff.config import Settings, get_settings
 from signoff.context import AppContext
 from signoff.errors import AppError, MethodNotAllowed, NotFound
+from signoff.logs import RequestIdMiddleware
 from signoff.metrics import RequestMetrics
 from signoff.middleware import ApiGuard, BodySizeLimit, StripTrailingSlash
 from signoff.oauth.endpoints import api_router as oauth_api_router
@@ -252,4 +253,6 @@ def create_app(
         # which would hide the route the router picks from the scope it copies.
         app.add_middleware(RequestMetrics, routes=app.router.routes)
     app.add_middleware(StripTrailingSlash)
+    # Outermost: every answer carries X-Request-Id, refusals included.
+    app.add_middleware(RequestIdMiddleware)
     return app

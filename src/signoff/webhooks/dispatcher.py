@@ -32,6 +32,7 @@ from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.db import Database
 from signoff.errors import Conflict, NotFound
+from signoff.logs import current_request_id
 from signoff.webhooks import service
 from signoff.webhooks.delivery import AttemptResult, ClientPool, send_attempt
 from signoff.webhooks.receivers import ReceiverRecord
@@ -135,6 +136,7 @@ class WebhookDispatcher:
                 timestamp=int(time.time()),
                 body=claimed.body,
                 extra=service.callback_headers(self.box, claimed.headers_encrypted),
+                request_id=claimed.request_id_header,
             )
         except ValueError:
             # A secret that no longer decrypts (SIGNOFF_SECRET_KEY changed): nothing can
@@ -306,6 +308,7 @@ class WebhookDispatcher:
             attempt=1,
             timestamp=int(time.time()),
             body=body,
+            request_id=current_request_id(),
         )
         return await send_attempt(
             self.clients,

@@ -24,7 +24,7 @@ from signoff.config import Settings, get_settings
 from signoff.context import AppContext
 from signoff.errors import AppError, MethodNotAllowed, NotFound
 from signoff.logs import RequestIdMiddleware
-from signoff.metrics import RequestMetrics
+from signoff.metrics import HTTP_STATS
 from signoff.middleware import ApiGuard, BodySizeLimit, StripTrailingSlash
 from signoff.oauth.endpoints import api_router as oauth_api_router
 from signoff.oauth.endpoints import router as oauth_router
@@ -243,16 +243,17 @@ def create_app(
     )
     _install_health(app, ctx)
     if settings.metrics_enabled:
-        _add_routes(app, metrics_router)
+        # After the API's routes: a scrape every few seconds need not be tried first.
+        app.router.routes.extend(metrics_router.routes)
     app.openapi = lambda: _custom_openapi(app)  # type: ignore[method-assign]
     # Added inner first: the guard wraps the size limit, so a 413 carries rate headers too.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(ApiGuard, ctx=ctx)
-    if settings.metrics_enabled:
-        # Outside the guard, so its refusals are counted too; inside the slash stripping,
-        # which would hide the route the router picks from the scope it copies.
-        app.add_middleware(RequestMetrics, routes=app.router.routes)
+    # Outside the guard: its refusals carry X-Request-Id and are counted too.
+    app.add_middleware(
+        RequestIdMiddleware,
+        stats=HTTP_STATS if settings.metrics_enabled else None,
+        routes=app.router.routes,
+    )
     app.add_middleware(StripTrailingSlash)
-    # Outermost: every answer carries X-Request-Id, refusals included.
-    app.add_middleware(RequestIdMiddleware)
     return app

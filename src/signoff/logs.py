@@ -13,19 +13,23 @@ callback headers are not passed to any log call.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import logging.config
+import os
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
 import structlog
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from signoff.common.ids import new_id
 from signoff.config import Settings
+from signoff.metrics import HttpStats
 
 REQUEST_ID_HEADER = "X-Request-Id"
 # What a caller's id may look like: printable, no spaces or quotes, bounded (it goes into
@@ -40,8 +44,14 @@ def current_request_id() -> str | None:
     return _request_id.get()
 
 
+# Made ids: 32 hex digits, a random per-process prefix and a counter. Unique enough to
+# find one call in the logs of a fleet, and a tenth of the cost of a UUID per request.
+_ID_PREFIX = os.urandom(6).hex()
+_id_counter = itertools.count(int.from_bytes(os.urandom(4), "big"))
+
+
 def new_request_id() -> str:
-    return new_id().hex
+    return f"{_ID_PREFIX}{next(_id_counter):020x}"
 
 
 @contextmanager
@@ -64,15 +74,30 @@ def _add_request_id(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, An
 
 
 class RequestIdMiddleware:
-    """Takes or makes each HTTP request's id and returns it as ``X-Request-Id``."""
+    """Takes or makes each HTTP request's id and returns it as ``X-Request-Id``.
 
-    def __init__(self, app: ASGIApp) -> None:
+    With ``stats`` (metrics on, ``signoff.metrics``), it also counts and times the request
+    by its route template: one layer for both, since each layer costs a wrapped ``send``
+    per request. It must then sit inside ``StripTrailingSlash``, whose scope copy would
+    hide the route the router picks.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        stats: HttpStats | None = None,
+        routes: Sequence[BaseRoute] = (),
+    ) -> None:
         self.app = app
+        self.stats = stats
+        # The app's own list, read at call time: routes added later count too.
+        self.routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = time.perf_counter()
         request_id: str | None = None
         for name, value in scope["headers"]:
             if name == b"x-request-id":
@@ -82,9 +107,12 @@ class RequestIdMiddleware:
         if request_id is None:
             request_id = new_request_id()
         header = (b"x-request-id", request_id.encode("ascii"))
+        status = 500
 
         async def send_with_id(message: Message) -> None:
+            nonlocal status
             if message["type"] == "http.response.start":
+                status = message["status"]
                 message["headers"] = [*message.get("headers", []), header]
             await send(message)
 
@@ -93,6 +121,10 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send_with_id)
         finally:
             _request_id.reset(token)
+            if self.stats is not None:
+                self.stats.observe_request(
+                    scope, self.routes, status, time.perf_counter() - started
+                )
 
 
 def configure_logging(settings: Settings) -> None:

@@ -1,30 +1,32 @@
 """Prometheus metrics: the process's instruments, and the middleware that times requests.
 
 Counters and histograms live in one registry for the process (``REGISTRY``), updated where
-things happen: a request (``RequestMetrics``), a final transition
+things happen: a request (``logs.RequestIdMiddleware`` into ``HTTP_STATS``), a final transition
 (``count_decision``), a callback attempt (``count_callback_attempt``), a row parked by
 poison-row isolation (``count_poisoned_row``). Values read from the database (queue depth,
 sweep lag) and the pool's use are computed when ``/metrics`` is scraped
 (``operations/endpoints.py``), so nothing on the request path writes them.
 
-Per request the middleware makes one counter increment and one histogram observation,
-through label children cached by (method, route, status): ``labels()`` takes a lock and
-builds a key each call. The route label is the route's template
+Per request the middleware makes one count and one latency observation in plain Python
+numbers (``HttpStats``), turned into Prometheus's counter and histogram when scraped. The
+route label is the route's template
 (``/api/v1/approvals/{request_id}``), never the raw path, so the number of series stays
 bounded whatever callers send.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
-from typing import Any
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+from itertools import accumulate
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
 from starlette.routing import BaseRoute, Match
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 ProcessCollector(registry=REGISTRY)
@@ -38,19 +40,6 @@ KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPT
 # Seconds. Most answers take milliseconds; long polls (``?wait=``) take up to a minute.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0)
 
-HTTP_REQUESTS = Counter(
-    "signoff_http_requests",
-    "HTTP requests answered, by method, route template and status.",
-    ("method", "route", "status"),
-    registry=REGISTRY,
-)
-HTTP_LATENCY = Histogram(
-    "signoff_http_request_duration_seconds",
-    "Time from a request's arrival to the end of its answer, by method and route template.",
-    ("method", "route"),
-    buckets=LATENCY_BUCKETS,
-    registry=REGISTRY,
-)
 DECISIONS = Counter(
     "signoff_decisions",
     "Requests that reached a final status, by outcome (approved, rejected, cancelled, expired).",
@@ -83,6 +72,69 @@ POISONED_ROWS = Counter(
     ("job",),
     registry=REGISTRY,
 )
+
+
+class HttpStats(Collector):
+    """Request counts and latency histograms, kept in plain integers and floats.
+
+    Updated from the event loop's one thread only (the middleware), so no lock is taken
+    per request, unlike ``prometheus_client``'s own metrics, whose every increment and
+    observation takes one (a histogram's observation, three). Turned into Prometheus's
+    counter and histogram families only when scraped.
+    """
+
+    def __init__(self, buckets: Sequence[float] = LATENCY_BUCKETS) -> None:
+        self.buckets = tuple(buckets)
+        # (method, route, status) -> requests answered
+        self.counts: dict[tuple[str, str, int], int] = {}
+        # (method, route) -> [count per bucket (the last one: above every bound), sum]
+        self.latencies: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        key = (method, route, status)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        latency = self.latencies.get((method, route))
+        if latency is None:
+            latency = self.latencies[(method, route)] = ([0] * (len(self.buckets) + 1), [0.0])
+        latency[0][bisect_left(self.buckets, seconds)] += 1
+        latency[1][0] += seconds
+
+    def observe_request(
+        self, scope: Scope, routes: Sequence[BaseRoute], status: int, seconds: float
+    ) -> None:
+        method = scope["method"]
+        self.observe(
+            method if method in KNOWN_METHODS else "other",
+            route_template(scope, routes),
+            status,
+            seconds,
+        )
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "signoff_http_requests",
+            "HTTP requests answered, by method, route template and status.",
+            labels=["method", "route", "status"],
+        )
+        for (method, route, status), count in list(self.counts.items()):
+            requests.add_metric([method, route, str(status)], count)
+        yield requests
+        latency = HistogramMetricFamily(
+            "signoff_http_request_duration_seconds",
+            "Time from a request's arrival to the end of its answer, by method and route template.",
+            labels=["method", "route"],
+        )
+        bounds = [*(str(float(b)) for b in self.buckets), "+Inf"]
+        for (method, route), (counts, total) in list(self.latencies.items()):
+            cumulative = list(accumulate(counts))
+            latency.add_metric(
+                [method, route], list(zip(bounds, cumulative, strict=True)), total[0]
+            )
+        yield latency
+
+
+HTTP_STATS = HttpStats()
+REGISTRY.register(HTTP_STATS)
 
 
 def count_decision(outcome: str) -> None:
@@ -121,45 +173,3 @@ def route_template(scope: Scope, routes: Sequence[BaseRoute]) -> str:
             if isinstance(candidate_path, str):
                 return candidate_path
     return UNMATCHED_ROUTE
-
-
-class RequestMetrics:
-    """Counts and times every HTTP request (pure ASGI, like the rest of the middleware)."""
-
-    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute]) -> None:
-        self.app = app
-        # The app's own list, read at call time: routes added later count too.
-        self.routes = routes
-        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def send_noting_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_noting_status)
-        finally:
-            self._observe(scope, status, time.perf_counter() - started)
-
-    def _observe(self, scope: Scope, status: int, seconds: float) -> None:
-        method = scope["method"] if scope["method"] in KNOWN_METHODS else "other"
-        route = route_template(scope, self.routes)
-        key = (method, route, status)
-        children = self._children.get(key)
-        if children is None:
-            children = self._children[key] = (
-                HTTP_REQUESTS.labels(method, route, str(status)),
-                HTTP_LATENCY.labels(method, route),
-            )
-        counter, histogram = children
-        counter.inc()
-        histogram.observe(seconds)

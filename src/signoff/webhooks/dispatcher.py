@@ -32,7 +32,7 @@ from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.db import Database
 from signoff.errors import Conflict, NotFound
-from signoff.logs import current_request_id
+from signoff.logs import current_request_id, request_id_scope
 from signoff.webhooks import service
 from signoff.webhooks.delivery import AttemptResult, ClientPool, send_attempt
 from signoff.webhooks.receivers import ReceiverRecord
@@ -127,7 +127,15 @@ class WebhookDispatcher:
         ``batched``: the record may share a transaction with other attempts that end at
         about the same time: one commit for many attempts under load, and no wait when
         idle (a manual retry records alone; its caller waits for nothing else).
+
+        The attempt's log lines carry the request id the delivery was written with.
         """
+        with request_id_scope(claimed.request_id_header):
+            return await self._attempt(claimed, manual=manual, batched=batched)
+
+    async def _attempt(
+        self, claimed: ClaimedDelivery, *, manual: bool, batched: bool
+    ) -> RecordedAttempt | None:
         try:
             headers = signed_headers(
                 service.signing_keys(self.box, claimed.secrets, utcnow()),

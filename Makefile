@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve worker test lint format typecheck check bench bench-callbacks clean
+.PHONY: install serve worker test lint format typecheck check bench bench-callbacks bench-longpoll clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,10 @@ bench: $(STAMP)
 # Decision callbacks: decision-to-receipt latency, deliveries per second (docs/performance.md).
 bench-callbacks: $(STAMP)
 	$(BIN)/python -m bench.callbacks $(BENCH_ARGS)
+
+# Long polls woken by a decision: 1,000 waiters answered within 1 s (docs/performance.md).
+bench-longpoll: $(STAMP)
+	$(BIN)/python -m bench.longpoll $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -29,7 +29,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SIGNOFF_", extra="ignore")
 
     env: Literal["development", "production"] = "development"
-    database_url: str = "sqlite+aiosqlite:///./signoff.db"
+    database_url: str = "sqlite+aiosqlite:///./signoff.storage.database"
     redis_url: str | None = None
     # Key for secrets that must be readable again (webhook secrets, callback headers).
     # Unset in development: a key file is created beside the database (see crypto.py).
@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     max_label_length: int = 100
     max_idempotency_key_length: int = 255
     max_metadata_bytes: int = 64 * 1024
+    # Objects and arrays inside one another in metadata (and in any body); deeper nesting
+    # is refused at create, so nothing stored can fail to be encoded again.
+    max_metadata_depth: int = Field(32, ge=1, le=200)
     max_callback_headers: int = 20
     max_callback_header_value_length: int = 1024
     max_required_approvals: int = 20

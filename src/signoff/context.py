@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
+from signoff.approvals.search_index import SQLITE_CATCH_UP
 from signoff.auth.principal import Principal
 from signoff.auth.secrets import hash_api_key, looks_like_api_key
+from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
-from signoff.db import Database
 from signoff.oauth.credentials import hash_token, looks_like_access_token
 from signoff.orgs.repository import PrincipalsByKey
 from signoff.ratelimit.limiter import RateLimiter
-from signoff.unit_of_work import UnitOfWork
+from signoff.storage import Database
+from signoff.unit_of_work import RequestChange, UnitOfWork
 from signoff.webhooks.dispatcher import WebhookDispatcher
 from signoff.webhooks.service import outbox_of, start_outbox
 
@@ -75,20 +77,22 @@ class AppContext:
     box: SecretBox
     limiter: RateLimiter
     waiters: RequestWaiters = field(default_factory=RequestWaiters)
+    # Rows background jobs could not process, parked so they hold no batch (poison.py).
+    poisoned: PoisonedRows = field(default_factory=PoisonedRows)
     # Callback attempts, claims and records (webhooks/dispatcher.py).
     webhooks: WebhookDispatcher = field(init=False)
     # Who an API key is, read once per state of the database (orgs/repository.py).
     principals: PrincipalsByKey = field(init=False)
 
     def __post_init__(self) -> None:
-        self.webhooks = WebhookDispatcher(self.settings, self.db, self.box)
+        self.webhooks = WebhookDispatcher(self.settings, self.db, self.box, self.poisoned)
         self.principals = PrincipalsByKey(self.db.queries)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AppContext:
         return cls(
             settings=settings,
-            db=Database(settings.database_url),
+            db=Database(settings.database_url, sqlite_before_commit=SQLITE_CATCH_UP),
             box=SecretBox.from_settings(settings),
             limiter=RateLimiter(settings.redis_url),
         )
@@ -99,7 +103,14 @@ class AppContext:
         async with self.db.write_transaction() as session:
             # Callbacks written by this transaction are held by it for this long.
             outbox = start_outbox(session, self.settings.delivery_lease_seconds)
-            yield UnitOfWork(session, self.db.dialect, outbox)
+            uow = UnitOfWork(session, self.db.dialect, outbox)
+            yield uow
+        self.publish(uow.changes)
+
+    def publish(self, changes: Sequence[RequestChange]) -> None:
+        """Tell this process's watchers (long polls) of requests a commit changed."""
+        for change in changes:
+            self.waiters.notify(change.request_id)
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[UnitOfWork]:

@@ -1,10 +1,11 @@
 """uvicorn's server, accepting every waiting connection at once.
 
 Why: the libuv inside uvloop accepts one connection per turn of the event loop. A
-busy turn runs every request that is ready, so under load a turn lasts tens of
-milliseconds, and clients that connect together wait in line: the 32nd of 32
-connections opened at once was accepted 0.6 s after the first, while the 31 before it
-were already being answered (measured with strace and tcpdump; docs/performance.md).
+busy turn runs every request that is ready, so under load a turn is long, and clients
+that connect together wait in line: the last of many connections opened at once waits
+one turn for each connection before it, while those are already being answered (``make
+bench`` opens its 32 connections together, so this showed in the p99 of every scenario;
+docs/engineering-log.md, *The fifth round*).
 This server listens on its own socket and, each time it is readable, accepts what is
 waiting, as asyncio's own loop does. Everything else (protocols, signals, graceful
 shutdown) is uvicorn's.

@@ -2,13 +2,36 @@
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.approvals.repository import ApprovalRepository
 from signoff.oauth.repository import OAuthRepository
 from signoff.orgs.repository import OrgRepository
 from signoff.webhooks.repository import WebhookRepository
-from signoff.webhooks.service import Outbox
+from signoff.webhooks.service import DecisionFacts, Outbox, enqueue_decision_callback
+
+
+@dataclass(frozen=True)
+class RequestChange:
+    """A request this transaction created or changed: watchers are told once it commits."""
+
+    org_id: uuid.UUID
+    request_id: uuid.UUID
+    final: bool
+
+
+class DecisionCallbacks:
+    """Decision callbacks written by this transaction into the outbox (webhooks)."""
+
+    def __init__(self, webhooks: WebhookRepository) -> None:
+        self._webhooks = webhooks
+
+    async def enqueue(self, facts: DecisionFacts, now: datetime) -> None:
+        await enqueue_decision_callback(self._webhooks, facts, now)
 
 
 class UnitOfWork:
@@ -20,8 +43,13 @@ class UnitOfWork:
         self.orgs = OrgRepository(session)
         self.webhooks = WebhookRepository(session, dialect)
         self.oauth = OAuthRepository(session)
+        self.callbacks = DecisionCallbacks(self.webhooks)
+        self.changes: list[RequestChange] = []
 
     @property
     def outbox(self) -> Outbox:
         """Callbacks this transaction wrote; after the commit, deliver or hand them off."""
         return self._outbox
+
+    def request_changed(self, org_id: uuid.UUID, request_id: uuid.UUID, *, final: bool) -> None:
+        self.changes.append(RequestChange(org_id, request_id, final))

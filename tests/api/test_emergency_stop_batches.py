@@ -17,6 +17,7 @@ import anyio
 import httpx
 import orjson
 import pytest
+from bench.receiver import Receiver, free_port
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
@@ -31,7 +32,6 @@ from signoff.context import AppContext
 from signoff.models import ApprovalRequest, Organization, WebhookDelivery
 from signoff.unit_of_work import UnitOfWork
 from tests.conftest import SECRET_KEY, Org, create_approval
-from tests.webhooks.receiver import Receiver, free_port
 
 
 class Crash(Exception):
@@ -51,7 +51,7 @@ async def _create(
     async with ctx.transaction() as uow:
         for _ in range(count):
             created = await approvals_service.create_request(
-                uow.approvals,
+                uow,
                 principal,
                 CreateApprovalRequest.model_validate(body),
                 ctx.box,
@@ -174,9 +174,7 @@ async def test_a_request_settled_between_batches_is_not_cancelled_twice(
             done = set().union(*batches.ids)
             settled.append(next(i for i in ids if i not in done))
             async with ctx.transaction() as other:
-                await approvals_service.cancel_pending(
-                    other.approvals, org_id, None, settled, utcnow()
-                )
+                await approvals_service.cancel_pending(other, org_id, None, settled, utcnow())
 
     cancelled = await approvals_service.cancel_all_pending(
         ctx.transaction, org_id, None, committed, batch_size=2

@@ -213,7 +213,14 @@ async def test_chain_is_replaceable_until_someone_votes(
     request = await create_approval(client, org.member)
     a, b = org.members[0], org.members[1]
     await set_chain(client, org.member, request["id"], [a, b])
-    replaced = await set_chain(client, org.member, request["id"], [b])
+    # Two steps made it need two approvals: only an admin may lower that to one.
+    lowered = await client.post(
+        f"/api/v1/approvals/{request['id']}/steps",
+        headers=org.member.headers,
+        json={"steps": [{"approver_id": b.user_id, "step_order": 1}]},
+    )
+    assert_error(lowered, 400, "VALIDATION_ERROR")
+    replaced = await set_chain(client, org.admin, request["id"], [b])
     chain = (await client.get(f"/api/v1/approvals/{request['id']}/steps", headers=a.headers)).json()
     assert [s["id"] for s in chain["data"]] == [replaced[0]["id"]]
     read = (await client.get(f"/api/v1/approvals/{request['id']}", headers=a.headers)).json()

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from bench.receiver import Received, Receiver, Reply, free_port
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 
@@ -28,7 +29,6 @@ from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.models import WebhookDelivery
 from tests.conftest import SECRET_KEY, Org, create_approval
-from tests.webhooks.receiver import Received, Receiver, Reply, free_port
 
 STOP_TIMEOUT = 30
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
+from bench.receiver import Receiver, Reply
 from prometheus_client.parser import text_string_to_metric_families
 
 from signoff.app import create_app
@@ -17,7 +18,6 @@ from signoff.context import AppContext
 from signoff.metrics import count_poisoned_row
 from tests.api.helpers import NO_SWEEP, backdate_expiry
 from tests.conftest import Org, assert_error, create_approval
-from tests.webhooks.receiver import Receiver, Reply
 
 
 @pytest.fixture

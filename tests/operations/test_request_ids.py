@@ -12,12 +12,12 @@ from typing import Any
 
 import httpx
 import pytest
+from bench.receiver import Receiver, Reply
 
 from signoff.config import Settings
 from signoff.logs import configure_logging, request_id_scope
 from tests.api.helpers import backdate_expiry
 from tests.conftest import SECRET_KEY, Org, create_approval
-from tests.webhooks.receiver import Receiver, Reply
 
 GENERATED = re.compile(r"[0-9a-f]{32}")
 

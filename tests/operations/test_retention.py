@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from bench.receiver import Receiver, Reply
 from sqlalchemy import func, select, text, update
 
 from signoff.common.time import utcnow
@@ -35,7 +36,6 @@ from signoff.retention import service
 from tests.api.helpers import NO_SWEEP, backdate_expiry
 from tests.api.test_steps import set_chain, vote
 from tests.conftest import SECRET_KEY, Org, create_approval, create_org
-from tests.webhooks.receiver import Receiver, Reply
 
 CHILDREN = (Vote, ApprovalStep, Comment, AuditEvent, WebhookDelivery, WebhookAttempt)
 

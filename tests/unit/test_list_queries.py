@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from signoff.approvals.listing import ListQueries
-from signoff.prepared import PreparedQuery
+from signoff.storage.prepared import PreparedQuery
 
 
 def test_a_page_is_walked_only_when_most_requests_match() -> None:

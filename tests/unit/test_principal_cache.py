@@ -8,7 +8,7 @@ import uuid
 from typing import Any, cast
 
 from signoff.orgs import repository
-from signoff.prepared import QueryRunner
+from signoff.storage.prepared import QueryRunner
 
 
 class _Queries:

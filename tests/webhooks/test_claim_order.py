@@ -44,10 +44,10 @@ async def _due_deliveries(ctx: AppContext, org: Org, urls: list[str]) -> dict[uu
                 {"title": f"t{index}", "description": "d", "priority": "low", "callback_url": url}
             )
             created = await approvals_service.create_request(
-                uow.approvals, principal, payload, ctx.box, utcnow()
+                uow, principal, payload, ctx.box, utcnow()
             )
             ids.append(created.request.id)
-        await approvals_service.cancel_pending(uow.approvals, org_id, None, ids, utcnow())
+        await approvals_service.cancel_pending(uow, org_id, None, ids, utcnow())
     claimed = list(uow.outbox.claimed)
     start = utcnow() - timedelta(seconds=len(urls) + 1)
     async with ctx.transaction() as uow:

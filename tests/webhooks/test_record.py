@@ -46,10 +46,10 @@ async def _cancelled_with_callbacks(ctx: AppContext, org: Org, count: int) -> li
                 }
             )
             created = await approvals_service.create_request(
-                uow.approvals, principal, payload, ctx.box, utcnow()
+                uow, principal, payload, ctx.box, utcnow()
             )
             ids.append(created.request.id)
-        await approvals_service.cancel_pending(uow.approvals, org_id, None, ids, utcnow())
+        await approvals_service.cancel_pending(uow, org_id, None, ids, utcnow())
     claimed = list(uow.outbox.claimed)
     assert len(claimed) == count and len({c.token for c in claimed}) == 1
     return claimed

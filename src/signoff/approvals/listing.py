@@ -5,8 +5,8 @@ whether searching) is compiled once. PostgreSQL plans each query from the statis
 keeps. SQLite keeps none here, and its planner would read a page of a rare value by
 walking the org's whole history: SQLite is told which index to read (``SQLiteIndex``),
 and a filter that is an OR of two sets of rows is read whichever way costs less once its
-total is known (``ListQueries``). docs/performance.md, *List pages of a large org*, has
-the figures; tests/test_list_plans.py pins the behaviour.
+total is known (``ListQueries``). docs/engineering-log.md, *List pages of a large org*,
+has the figures; tests/test_list_plans.py pins the behaviour.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from sqlalchemy.sql.selectable import NamedFromClause
 from signoff.approvals.rendered import is_past_expiry as _is_past_expiry
 from signoff.approvals.rendered import request_json
 from signoff.models import ApprovalRequest, ApprovalStep, Vote
-from signoff.prepared import PreparedQuery, QueryRunner, SQLiteIndex
+from signoff.storage import PreparedQuery, QueryRunner, SQLiteIndex
 
 _SEARCH_TERM = re.compile(r"[^\W_]+", re.UNICODE)
 MAX_SEARCH_TERMS = 16
@@ -243,8 +243,9 @@ def _page_of(
 def _sqlite_org_search() -> ListQueries:
     """A search with no other filter, on SQLite: the org's matches (``_search_query``) are
     counted and ranked in the search table alone, and only the page's requests are read.
-    Joined to the requests for the ranking, a word that all of 27,000 requests have took
-    90 ms; now 50 ms (docs/performance.md)."""
+    Joined to the requests for the ranking, every match's request was read, a cost that
+    grows with the org (docs/engineering-log.md, *Search, narrowed to the org in the
+    search index*)."""
     match = _fts_match()
     score = _bm25()
     chosen = (
@@ -272,7 +273,8 @@ def _sqlite_search_page(conditions: list[ColumnElement[bool]]) -> PreparedQuery:
     """A searched page on SQLite: the matches are ranked in a subquery that carries only
     their rowids and their order, and only the page's rows are rendered, as
     ``_sqlite_page_by_rowids`` does for sorted pages. Rendered before the sort, a search
-    that matched all of 27,000 requests took 290 ms."""
+    rendered every one of its matches (docs/engineering-log.md, *List pages of a large
+    org*)."""
     keys: list[ColumnElement[Any]] = [
         literal_column("approval_requests.rowid").label("row_id"),
         ApprovalRequest.created_at.label("created_at"),
@@ -294,8 +296,8 @@ def _sqlite_page_by_rowids(
 ) -> PreparedQuery:
     """The page's rowids chosen and sorted, then only its rows rendered: SQLite computes
     the select list of every row that goes through a sorter, the rows OFFSET skips
-    included, and rendering one cost 8 µs (220 ms to sort a window of 27,000 requests,
-    4 ms to skip 500 of a priority), against 0.6 µs to sort its rowid."""
+    included, and rendering a row costs many times what sorting its rowid does
+    (docs/engineering-log.md, *List pages of a large org*)."""
     chosen: Select[Any] = (
         select(literal_column("approval_requests.rowid"))
         .where(*conditions)
@@ -318,10 +320,11 @@ def _sqlite_filter_index(statuses: tuple[str, ...], filters: frozenset[str]) -> 
     help: it cannot know that a value is rare), so it prefers the index that gives the
     list order without a sort, ``..._org_created``, and tests every row of the org's
     history, newest first, against the filter. A page of a rare value then read the whole
-    history: 70 ms for ``status=approved`` among 27,000 pending requests. Read through the
+    history (``status=approved`` among an org's pending requests, say). Read through the
     filter's own index, a page reads only matching rows, newest first (only rows that
     share a ``created_at`` are sorted, for the ``id`` that breaks the tie), and stops at
-    the page's end: 0.3 ms there, and no more when most requests match.
+    the page's end, whether few or most requests match (docs/engineering-log.md, *List
+    pages of a large org*).
 
     The first that applies of: action type, source, one decided status, priority, pending
     (or an approver's inbox, which is pending requests): pending comes last, as most of
@@ -413,7 +416,7 @@ def _page_rendered_after_choosing(
     """PostgreSQL's page query: the page's rows are chosen in a subquery, and only they are
     rendered. Why: PostgreSQL evaluates the select list for every row that OFFSET then
     skips; rendering in the same query made page 25 render 500 objects to answer 20
-    (11.6 ms on a database of 3,000 requests, against 1 ms for the count)."""
+    (docs/engineering-log.md, *The fifth round*)."""
     columns = select(*ApprovalRequest.__table__.columns)
     chosen, rank = _one_page("postgresql", columns, conditions, search)
     if rank is not None:

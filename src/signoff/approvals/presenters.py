@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from signoff.approvals.repository import RequestRecord
+from signoff.approvals.record import RequestRecord
 from signoff.approvals.state import is_past_expiry
 from signoff.common.time import format_timestamp
 from signoff.models import ApprovalStep, AuditEvent, Comment, Vote

@@ -2,10 +2,10 @@
 as one SQL expression per dialect.
 
 Why: a list page holds 20 to 100 requests. Converting each of their columns to Python
-objects (UUIDs, datetimes) and back to text cost a page of 20 about 440 µs, more than
-the query: a third of a list call (docs/performance.md). The JSON functions of SQLite
-(``json_object``) and PostgreSQL (``json_build_object``) do the same work in C, and the
-page is answered with the rendered objects as they are (``orjson.Fragment``).
+objects (UUIDs, datetimes) and back to text cost more than the query itself (``make
+bench``, scenario list; docs/engineering-log.md, *The fourth round*). The JSON functions
+of SQLite (``json_object``) and PostgreSQL (``json_build_object``) do the same work in C,
+and the page is answered with the rendered objects as they are (``orjson.Fragment``).
 
 Both renderings must stay equal: ``tests/api/test_rendered.py`` compares them byte for
 byte, on both databases, with every kind of value a request holds.

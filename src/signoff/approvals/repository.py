@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     Table,
@@ -19,48 +19,41 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm.attributes import set_committed_value
 
+from signoff.approvals.record import RequestRecord, record_written, request_columns
 from signoff.common.ids import new_id
 from signoff.common.time import utcnow
-from signoff.db import insert_ignoring_conflicts
 from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, User, Vote
-from signoff.prepared import (
+from signoff.storage import (
     PreparedQuery,
     QueryRunner,
     count_in,
     entity_columns,
     execute_in,
     has_unflushed_changes,
+    insert_ignoring_conflicts,
 )
 
 # The reads of every get and decide: built once, since building a statement (and its cache
-# key) costs more than SQLite takes to answer it (docs/performance.md).
-_GET = select(ApprovalRequest).where(
-    ApprovalRequest.id == bindparam("request_id"), ApprovalRequest.org_id == bindparam("org_id")
-)
+# key) costs more than SQLite takes to answer it (``make bench``, scenarios get and decide;
+# docs/engineering-log.md, *The first round*). Each answers ``RequestRecord``s, built
+# straight from the rows.
 _REQUEST_FOR_UPDATE = PreparedQuery(
-    select(*entity_columns(ApprovalRequest))
+    select(*request_columns())
     .where(
         ApprovalRequest.id == bindparam("request_id"),
         ApprovalRequest.org_id == bindparam("org_id"),
     )
-    .with_for_update()
+    .with_for_update(),
+    row_type=RequestRecord,
 )
-
-
-class LockedRequest(SimpleNamespace):
-    """A request as read under its lock in a write transaction: the fields of
-    ``ApprovalRequest``, changed in place as the transaction writes them (``show_written``).
-
-    Not an ORM entity: building and tracking one cost a decision more than its statements,
-    and nothing here is written through the ORM's unit of work."""
-
-
-# What services and presenters read a request from: an ORM entity (reads in a session,
-# the sweep's batch) or a LockedRequest (writers). The rows of prepared reads and of a
-# new request (``ApprovalReads``, ``insert_unless_key_taken``) have the same fields.
-RequestRecord = ApprovalRequest | LockedRequest
+_REQUEST_BY_KEY = PreparedQuery(
+    select(*request_columns()).where(
+        ApprovalRequest.org_id == bindparam("org_id"),
+        ApprovalRequest.idempotency_key == bindparam("key"),
+    ),
+    row_type=RequestRecord,
+)
 
 
 # What a new request is created with: every column service.create_request sets.
@@ -79,7 +72,6 @@ def _insert_request(dialect: str) -> PreparedQuery:
 
 
 _INSERT_REQUEST = {dialect: _insert_request(dialect) for dialect in ("sqlite", "postgresql")}
-_ATTRIBUTE_OF_COLUMN = {"metadata": "metadata_"}
 _AUDIT_EVENTS: Table = AuditEvent.__table__  # type: ignore[assignment]
 _INSERT_EVENT = PreparedQuery(
     insert(_AUDIT_EVENTS),
@@ -97,10 +89,11 @@ _COUNT_BASED_VOTERS = PreparedQuery(
 )
 
 _REQUEST_BY_ID = PreparedQuery(
-    select(*entity_columns(ApprovalRequest)).where(
+    select(*request_columns()).where(
         ApprovalRequest.id == bindparam("request_id"),
         ApprovalRequest.org_id == bindparam("org_id"),
-    )
+    ),
+    row_type=RequestRecord,
 )
 _STEPS_OF_REQUEST = PreparedQuery(
     select(*entity_columns(ApprovalStep))
@@ -176,8 +169,9 @@ class ApprovalReads:
     def __init__(self, queries: QueryRunner) -> None:
         self.queries = queries
 
-    async def get(self, org_id: uuid.UUID, request_id: uuid.UUID) -> Any | None:
-        return await self.queries.one(_REQUEST_BY_ID, {"request_id": request_id, "org_id": org_id})
+    async def get(self, org_id: uuid.UUID, request_id: uuid.UUID) -> RequestRecord | None:
+        row = await self.queries.one(_REQUEST_BY_ID, {"request_id": request_id, "org_id": org_id})
+        return cast(RequestRecord | None, row)
 
     async def list_steps(self, request_id: uuid.UUID) -> Sequence[Any]:
         return await self.queries.all(_STEPS_OF_REQUEST, {"request_id": request_id})
@@ -220,9 +214,9 @@ class ApprovalRepository:
 
     # ---- requests ----
 
-    async def insert_unless_key_taken(self, values: dict[str, Any]) -> Any | None:
-        """Insert a request; the row as written (the fields of ``ApprovalRequest``), or None
-        if its idempotency key is already taken in the org.
+    async def insert_unless_key_taken(self, values: dict[str, Any]) -> RequestRecord | None:
+        """Insert a request; the row as written, or None if its idempotency key is already
+        taken in the org.
 
         ``ON CONFLICT DO NOTHING`` against the unique (org_id, idempotency_key) constraint:
         of concurrent creates with one key exactly one inserts, on both databases.
@@ -231,27 +225,24 @@ class ApprovalRepository:
             return None
         # The new row is what was written: the columns a new request leaves empty are
         # NULL, and the values read back as written (UTC timestamps, the same JSON).
-        row = dict.fromkeys(_REQUEST_BY_ID.keys)
-        row.update((_ATTRIBUTE_OF_COLUMN.get(key, key), value) for key, value in values.items())
-        return _REQUEST_BY_ID.row_type(**row)
+        return record_written(values)
 
-    async def find_by_idempotency_key(self, org_id: uuid.UUID, key: str) -> ApprovalRequest | None:
-        return await self.session.scalar(
-            select(ApprovalRequest).where(
-                ApprovalRequest.org_id == org_id, ApprovalRequest.idempotency_key == key
-            )
-        )
+    async def find_by_idempotency_key(self, org_id: uuid.UUID, key: str) -> RequestRecord | None:
+        rows = await execute_in(self.session, _REQUEST_BY_KEY, {"org_id": org_id, "key": key})
+        return cast(RequestRecord, rows[0]) if rows else None
 
-    async def get(self, org_id: uuid.UUID, request_id: uuid.UUID) -> ApprovalRequest | None:
-        return await self.session.scalar(_GET, {"request_id": request_id, "org_id": org_id})
+    async def get(self, org_id: uuid.UUID, request_id: uuid.UUID) -> RequestRecord | None:
+        params = {"request_id": request_id, "org_id": org_id}
+        rows = await execute_in(self.session, _REQUEST_BY_ID, params)
+        return cast(RequestRecord, rows[0]) if rows else None
 
-    async def get_locked(self, org_id: uuid.UUID, request_id: uuid.UUID) -> LockedRequest | None:
+    async def get_locked(self, org_id: uuid.UUID, request_id: uuid.UUID) -> RequestRecord | None:
         """The request, locked for this transaction (``FOR UPDATE`` on PostgreSQL; on
         SQLite the transaction holds the write lock already): where every writer of a
         request starts from."""
         params = {"request_id": request_id, "org_id": org_id}
         rows = await execute_in(self.session, _REQUEST_FOR_UPDATE, params)
-        return LockedRequest(**rows[0]._asdict()) if rows else None
+        return cast(RequestRecord, rows[0]) if rows else None
 
     async def update_if_pending(self, request_id: uuid.UUID, values: dict[str, Any]) -> bool:
         """Compare-and-set: change a request only while it is still pending."""
@@ -259,33 +250,37 @@ class ApprovalRepository:
         params = {f"new_{column}": value for column, value in values.items()}
         return await count_in(self.session, statement, {**params, "request_id": request_id}) == 1
 
-    @staticmethod
-    def show_written(row: RequestRecord, values: dict[str, Any]) -> None:
-        """Make ``row`` show what an update here wrote, without the ORM writing it again."""
-        for key, value in values.items():
-            if isinstance(row, ApprovalRequest):
-                set_committed_value(row, key, value)
-            else:
-                setattr(row, key, value)
-
-    async def due_for_expiry(self, now: datetime, limit: int) -> Sequence[ApprovalRequest]:
-        """Pending requests past their deadline, oldest deadline first, locked for us.
+    async def due_for_expiry(
+        self, now: datetime, limit: int, skip: Collection[uuid.UUID] = ()
+    ) -> list[RequestRecord]:
+        """Pending requests past their deadline, oldest deadline first, locked for us;
+        ``skip``: rows parked after failing (common/poison.py).
 
         SKIP LOCKED lets several workers sweep at once on PostgreSQL without waiting on or
         double-processing each other's rows.
         """
         statement = (
-            select(ApprovalRequest)
+            select(*request_columns())
             .where(
                 ApprovalRequest.status == "pending",
                 ApprovalRequest.expires_at.is_not(None),
                 ApprovalRequest.expires_at <= now,
+                *([ApprovalRequest.id.not_in(skip)] if skip else []),
             )
             .order_by(ApprovalRequest.expires_at)
             .limit(limit)
             .with_for_update(skip_locked=True)
         )
-        return (await self.session.scalars(statement)).all()
+        return [RequestRecord(*row) for row in await self.session.execute(statement)]
+
+    @contextlib.asynccontextmanager
+    async def savepoint(self) -> AsyncIterator[None]:
+        """A savepoint: what a block writes inside it is undone alone if the block raises."""
+        async with self.session.begin_nested():
+            # SQLAlchemy emits SAVEPOINT when the session next uses its connection, and the
+            # prepared writes here bypass the session: ask for the connection, so it is set.
+            await self.session.connection()
+            yield
 
     async def pending_ids(self, org_id: uuid.UUID) -> Sequence[uuid.UUID]:
         result = await self.session.scalars(
@@ -379,7 +374,8 @@ class ApprovalRepository:
 
     async def add_event(self, event: AuditEvent | NewEvent) -> None:
         """Written at once with a prepared insert: every create and decision writes one,
-        and the ORM's unit-of-work flush cost three times the insert (docs/performance.md)."""
+        and the ORM's unit-of-work flush cost more than the insert itself (``make bench``,
+        scenarios create and decide; docs/engineering-log.md, *The first round*)."""
         values = _new_row_values(event, _INSERT_EVENT)
         values["data"] = event.data if event.data is not None else {}
         await execute_in(self.session, _INSERT_EVENT, values)

@@ -15,16 +15,22 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from signoff.common.openapi import default_setting, schema_only
 from signoff.common.time import parse_timestamp, utcnow
-from signoff.common.validation import settings_from
+from signoff.common.validation import (
+    MAX_URL_LENGTH,
+    Count,
+    settings_from,
+    validate_callback_url,
+)
 
 Priority = Literal["low", "medium", "high", "critical"]
 ACTION_TYPE_PATTERN = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
@@ -48,18 +54,28 @@ RESERVED_CALLBACK_HEADERS = frozenset(
         "user-agent",
     }
 )
-MAX_URL_LENGTH = 2048
+# RFC 9110 section 5.5: a field value is visible ASCII, with spaces and tabs only inside.
+# Refused as well: obs-text (bytes above 0x7E), which HTTP clients encode inconsistently.
+HEADER_VALUE_PATTERN = re.compile(r"^(?:[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?)?$")
+# The highest page a list reads: far past any real history, and within every offset type.
+MAX_PAGE = 10_000_000
 _UNENCODED_PLUS_OFFSET = re.compile(r" (\d{2}:?\d{2})$")
 
 
-def _reject_bool(value: Any) -> Any:
-    # Pydantic's lax mode reads true as 1; a boolean where a count belongs is a mistake.
-    if isinstance(value, bool):
-        raise ValueError("must be an integer, not a boolean")
-    return value
-
-
-Count = Annotated[int, BeforeValidator(_reject_bool)]
+def nesting_depth(value: Any) -> int:
+    """How many objects and arrays lie inside one another in ``value`` (a scalar: 0)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+    return deepest
 
 
 def _drop_absent(data: Any, optional: frozenset[str]) -> Any:
@@ -76,22 +92,29 @@ def _require_text(value: str, field: str, limit: int) -> str:
     return value
 
 
-def validate_callback_url(value: str, *, https_only: bool) -> str:
-    if len(value) > MAX_URL_LENGTH:
-        raise ValueError(f"must be at most {MAX_URL_LENGTH} characters")
-    import httpx
-
-    try:
-        url = httpx.URL(value)
-    except (httpx.InvalidURL, ValueError) as exc:
-        raise ValueError(f"is not a valid URL: {exc}") from None
-    if url.scheme not in ("http", "https") or not url.host:
-        raise ValueError("must be an absolute http or https URL")
-    if https_only and url.scheme != "https":
-        raise ValueError("must use https in production")
-    if url.userinfo:
-        raise ValueError("must not carry credentials; use callback_headers instead")
-    return value
+# The limits as the OpenAPI document states them: the defaults of settings the validators
+# below read (decisions.md section 6).
+_NOT_BLANK = r"\S"
+_TITLE = schema_only(minLength=1, maxLength=default_setting("max_title_length"), pattern=_NOT_BLANK)
+_DESCRIPTION = schema_only(
+    minLength=1, maxLength=default_setting("max_description_length"), pattern=_NOT_BLANK
+)
+_COMMENT = schema_only(maxLength=default_setting("max_comment_length"))
+_LABEL = schema_only(maxLength=default_setting("max_label_length"))
+_ACTION_TYPE = schema_only(
+    maxLength=default_setting("max_label_length"), pattern=ACTION_TYPE_PATTERN.pattern
+)
+_IDEMPOTENCY_KEY = schema_only(maxLength=default_setting("max_idempotency_key_length"))
+_CALLBACK_HEADERS = schema_only(
+    maxProperties=default_setting("max_callback_headers"),
+    propertyNames={"pattern": HEADER_NAME_PATTERN.pattern},
+    additionalProperties={
+        "type": "string",
+        "maxLength": default_setting("max_callback_header_value_length"),
+        "pattern": HEADER_VALUE_PATTERN.pattern,
+    },
+)
+_REQUIRED_APPROVALS = schema_only(minimum=1, maximum=default_setting("max_required_approvals"))
 
 
 class CreateApprovalRequest(BaseModel):
@@ -99,20 +122,40 @@ class CreateApprovalRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    title: str = Field(description="Short description of what needs approval.")
-    description: str = Field(description="Detailed context for the approver.")
-    priority: Priority
-    callback_url: str | None = Field(None, description="Where the decision is POSTed.")
-    callback_headers: dict[str, str] | None = Field(
-        None, description="Extra headers added to every callback attempt; never echoed."
+    title: Annotated[str, _TITLE] = Field(description="Short description of what needs approval.")
+    description: Annotated[str, _DESCRIPTION] = Field(
+        description="Detailed context for the approver."
     )
-    action_type: str | None = Field(None, description="Dotted label, e.g. `deploy.production`.")
-    source: str | None = Field(None, description="Name of the calling integration.")
-    metadata: dict[str, Any] | None = Field(None, description="Passed through to the callback.")
+    priority: Priority
+    callback_url: Annotated[str, schema_only(format="uri", maxLength=MAX_URL_LENGTH)] | None = (
+        Field(
+            None,
+            description="Where the decision is POSTed: http or https (https only in "
+            "production); private and loopback addresses are refused in production.",
+        )
+    )
+    callback_headers: Annotated[dict[str, str], _CALLBACK_HEADERS] | None = Field(
+        None,
+        description="Extra headers added to every callback attempt; never echoed. Names are "
+        "HTTP tokens, values at most 1 KiB; signoff's own delivery headers cannot be set.",
+    )
+    action_type: Annotated[str, _ACTION_TYPE] | None = Field(
+        None, description="Dotted label, e.g. `deploy.production`."
+    )
+    source: Annotated[str, _LABEL] | None = Field(
+        None, description="Name of the calling integration."
+    )
+    metadata: dict[str, Any] | None = Field(
+        None,
+        description="Passed through to the callback unchanged: at most 64 KiB as JSON, "
+        "nested at most 32 levels deep, integers within 64 bits, no NUL characters.",
+    )
     expires_at: datetime | None = Field(None, description="RFC 3339 with a time zone; future.")
-    required_approvals: Count = Field(1, description="Distinct approvals needed (1 to 20).")
-    is_sequential: bool = False
-    idempotency_key: str | None = Field(
+    required_approvals: Annotated[Count, _REQUIRED_APPROVALS] = Field(
+        1, description="Distinct approvals needed (1 to 20)."
+    )
+    is_sequential: StrictBool = False
+    idempotency_key: Annotated[str, _IDEMPOTENCY_KEY] | None = Field(
         None, description="Same key in the same org answers 200 with the first request."
     )
 
@@ -161,9 +204,19 @@ class CreateApprovalRequest(BaseModel):
     @field_validator("metadata")
     @classmethod
     def _metadata(cls, value: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
-        limit = settings_from(info.context).max_metadata_bytes
-        if value is not None and len(orjson.dumps(value)) > limit:
-            raise ValueError(f"must be at most {limit} bytes as JSON")
+        if value is None:
+            return None
+        settings = settings_from(info.context)
+        depth = nesting_depth(value)
+        if depth > settings.max_metadata_depth:
+            raise ValueError(f"is nested deeper than {settings.max_metadata_depth} levels")
+        try:
+            size = len(orjson.dumps(value))
+        except orjson.JSONEncodeError as exc:
+            # Whatever cannot be encoded now could never be sent in a callback.
+            raise ValueError(f"cannot be stored as JSON: {exc}") from None
+        if size > settings.max_metadata_bytes:
+            raise ValueError(f"must be at most {settings.max_metadata_bytes} bytes as JSON")
         return value
 
     @field_validator("callback_url")
@@ -190,8 +243,11 @@ class CreateApprovalRequest(BaseModel):
                 raise ValueError(f"{name!r} is set by signoff and cannot be overridden")
             if len(header_value) > settings.max_callback_header_value_length:
                 raise ValueError(f"the value of {name!r} is too long")
-            if any(ch in header_value for ch in "\r\n\0"):
-                raise ValueError(f"the value of {name!r} contains a line break")
+            if not HEADER_VALUE_PATTERN.fullmatch(header_value):
+                raise ValueError(
+                    f"the value of {name!r} must be visible ASCII characters, with spaces "
+                    "or tabs only between them (RFC 9110)"
+                )
         return value
 
     @field_validator("expires_at", mode="before")
@@ -233,8 +289,10 @@ class DecideApprovalRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     decision: Literal["approve", "reject"]
-    comment: str | None = None
-    source: str | None = None
+    comment: Annotated[str, _COMMENT] | None = Field(
+        None, description="Stored in the audit trail and sent in the callback."
+    )
+    source: Annotated[str, _LABEL] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -316,8 +374,8 @@ class ListApprovalsQuery(BaseModel):
     @field_validator("page")
     @classmethod
     def _page(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError("must be 1 or more")
+        if not 1 <= value <= MAX_PAGE:
+            raise ValueError(f"must be between 1 and {MAX_PAGE}")
         return value
 
     @field_validator("page_size")
@@ -350,7 +408,7 @@ class ListApprovalsQuery(BaseModel):
 class AddComment(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    body: str
+    body: Annotated[str, _COMMENT, schema_only(minLength=1, pattern=_NOT_BLANK)]
 
     @field_validator("body")
     @classmethod
@@ -364,7 +422,7 @@ class AddComment(BaseModel):
 class StepSummaryOut(BaseModel):
     id: uuid.UUID
     approval_request_id: uuid.UUID
-    step_order: int
+    step_order: int = Field(ge=1)
     approver_id: uuid.UUID
     status: Literal["pending", "approved", "rejected", "skipped"]
     decided_at: str | None

@@ -5,9 +5,10 @@ FTS5 keeps new terms in memory until the transaction ends, but it writes them ou
 every savepoint, and every writer of a shared transaction runs in a savepoint of its own
 (``group_commit``). Each create thus wrote a segment of one request
 to the index, and FTS5 merged those small segments as they piled up, all on the event
-loop's thread: a create's SQLite work took 102 to 106 µs against 69 to 75 µs with the
-index written once per transaction, and now and then a merge held the loop for 30 to
-54 ms once the index held some 200,000 requests (docs/performance.md).
+loop's thread: a create's SQLite work took markedly longer than with the index written
+once per transaction, and in a large database a merge now and then held the loop long
+enough to show in the creates' p99 (``make bench``, scenario create;
+docs/engineering-log.md, *The eleventh round*).
 
 How, since migration 0007: a trigger notes each new request's rowid in
 ``approval_requests_fts_pending``, a few microseconds. Just before a connection commits a

@@ -1,8 +1,9 @@
 """Use cases of approval requests. Services never commit: the caller's unit of work does.
 
-Every status change goes through ``state.apply`` and then ``_record_transition``, the one
-place that writes a transition's consequences (row, vote, audit event, and the outbox rows
-that come with callbacks) in the caller's transaction.
+Every status change locks the request, asks ``state.apply`` for the transition, and hands
+it to ``effects.apply_transition``, the one place that writes what a transition causes
+(row, vote, steps, comment, audit events, the callback's outbox row, live-update signals)
+in the caller's transaction.
 """
 
 from __future__ import annotations
@@ -16,29 +17,25 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from signoff import metrics
-from signoff.approvals import state
+from signoff.approvals import effects, state
 from signoff.approvals.listing import ListFilters, read_page
-from signoff.approvals.repository import (
-    ApprovalReads,
-    ApprovalRepository,
-    LockedRequest,
-    NewEvent,
-    NewVote,
-    RequestRecord,
-)
+from signoff.approvals.record import RequestRecord
+from signoff.approvals.repository import ApprovalReads, ApprovalRepository
 from signoff.approvals.schemas import CreateApprovalRequest, DecideApprovalRequest
 from signoff.auth.principal import Principal
 from signoff.common.ids import new_id
+from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.crypto import SecretBox
-from signoff.errors import NotFound, RequestNotPending, StepsLocked, ValidationFailed
-from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, Vote
-from signoff.webhooks import service as webhooks
-from signoff.webhooks.repository import WebhookRepository
+from signoff.errors import NotFound, RequestNotPending, ValidationFailed
+from signoff.models import ApprovalStep, AuditEvent, Comment, Vote
 
 if TYPE_CHECKING:
     from signoff.unit_of_work import UnitOfWork
+
+
+# No stored idempotency key is longer: the column's size, whatever the operator's limit.
+MAX_STORED_KEY_LENGTH = 255
 
 
 @dataclass(frozen=True)
@@ -54,7 +51,7 @@ class TransitionResult:
 
 
 async def create_request(
-    repo: ApprovalRepository,
+    uow: UnitOfWork,
     principal: Principal,
     payload: CreateApprovalRequest,
     box: SecretBox,
@@ -88,6 +85,7 @@ async def create_request(
         "comments_count": 0,
         "has_steps": False,
     }
+    repo = uow.approvals
     created = await repo.insert_unless_key_taken(values)
     if created is None:
         assert payload.idempotency_key is not None  # only a key can conflict
@@ -95,30 +93,30 @@ async def create_request(
         if existing is None:  # pragma: no cover - the conflicting row cannot vanish
             raise NotFound("The request holding this idempotency key no longer exists.")
         return CreateResult(existing, created=False)
-    await repo.add_event(
-        _event(
-            created,
-            "request.created",
-            principal.user_id,
-            now,
-            {"title": created.title, "priority": created.priority, "source": created.source},
-        )
-    )
+    data = {"title": created.title, "priority": created.priority, "source": created.source}
+    await repo.add_event(effects.event(created, "request.created", principal.user_id, now, data))
+    uow.request_changed(created.org_id, created.id, final=False)
     return CreateResult(created, created=True)
 
 
 async def find_replayed_request(
     repo: ApprovalRepository, principal: Principal, idempotency_key: object
-) -> ApprovalRequest | None:
-    """The org's request created under this idempotency key, if the key is one."""
+) -> RequestRecord | None:
+    """The org's request created under this idempotency key, if the key is one.
+
+    Called with a body that failed validation, so the key itself is checked first: one
+    that could never have been stored (too long, a NUL) is not looked up.
+    """
     if not isinstance(idempotency_key, str) or not idempotency_key:
+        return None
+    if len(idempotency_key) > MAX_STORED_KEY_LENGTH or "\x00" in idempotency_key:
         return None
     return await repo.find_by_idempotency_key(principal.org_id, idempotency_key)
 
 
 async def get_request(
     repo: ApprovalRepository | ApprovalReads, principal: Principal, request_id: uuid.UUID
-) -> ApprovalRequest:
+) -> RequestRecord:
     row = await repo.get(principal.org_id, request_id)
     if row is None:
         raise NotFound("No approval request with this id.")
@@ -146,51 +144,45 @@ async def list_requests(
 
 
 async def decide(
-    repo: ApprovalRepository,
+    uow: UnitOfWork,
     principal: Principal,
     request_id: uuid.UUID,
     payload: DecideApprovalRequest,
     now: datetime,
 ) -> TransitionResult:
-    action = state.Decide(principal.actor, payload.decision)
-    row, transition = await _vote(repo, principal, request_id, action, payload, now)
+    action = state.Decide(principal.actor, payload.decision, payload.comment, payload.source)
+    row = await _get_locked(uow.approvals, principal, request_id)
+    return await _transition(uow, row, action, principal, now)
+
+
+async def _transition(
+    uow: UnitOfWork,
+    row: RequestRecord,
+    action: state.Action,
+    principal: Principal | None,
+    now: datetime,
+) -> TransitionResult:
+    """Ask the state machine about ``action`` on the locked ``row``, and apply its answer."""
+    transition = state.apply(await _view(uow.approvals, row), action, now)
+    row = await effects.apply_transition(uow, row, transition, author_of(principal), now)
     return TransitionResult(row, transition)
 
 
-async def _vote(
-    repo: ApprovalRepository,
-    principal: Principal,
-    request_id: uuid.UUID,
-    action: state.Decide | state.VoteStep,
-    payload: DecideApprovalRequest,
-    now: datetime,
-) -> tuple[RequestRecord, state.Transition]:
-    """A request-level decision or a step vote: lock, ask the state machine, record."""
-    row = await _get_locked(repo, principal, request_id)
-    transition = state.apply(await _view(repo, row), action, now)
-    await _record_transition(
-        repo,
-        row,
-        transition,
-        principal,
-        now,
-        decision=payload.decision,
-        comment=payload.comment,
-        source=payload.source,
-        step_id=action.step_id if isinstance(action, state.VoteStep) else None,
-    )
-    return row, transition
+def author_of(principal: Principal | None) -> effects.Author | None:
+    if principal is None:
+        return None
+    return effects.Author(principal.user_id, principal.user_email, principal.user_name)
 
 
 async def cancel(
-    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID, now: datetime
+    uow: UnitOfWork, principal: Principal, request_id: uuid.UUID, now: datetime
 ) -> TransitionResult:
-    return await _cancel(repo, principal.org_id, principal, request_id, now)
+    return await _cancel(uow, principal.org_id, principal, request_id, now)
 
 
 # Requests cancelled per transaction by the hard stop: each batch holds the writer (SQLite)
-# or its rows' locks (PostgreSQL) for a bounded time (some 2 to 3 ms a request on SQLite),
-# so other writers go on in between.
+# or its rows' locks (PostgreSQL) for a bounded time, so other writers go on in between
+# (docs/operations.md, *Emergency stop*).
 CANCEL_BATCH_SIZE = 100
 
 
@@ -200,6 +192,7 @@ async def cancel_all_pending(
     principal: Principal | None,
     committed: Callable[[UnitOfWork, list[TransitionResult]], Awaitable[None]],
     *,
+    poisoned: PoisonedRows | None = None,
     batch_size: int | None = None,
     clock: Callable[[], datetime] = utcnow,
 ) -> int:
@@ -228,55 +221,72 @@ async def cancel_all_pending(
             batch = pending[start : start + size]
             tried.update(batch)
             async with transaction() as uow:
-                results = await cancel_pending(uow.approvals, org_id, principal, batch, clock())
+                results = await cancel_pending(uow, org_id, principal, batch, clock(), poisoned)
             cancelled += len(results)
             await committed(uow, results)
 
 
 async def cancel_pending(
-    repo: ApprovalRepository,
+    uow: UnitOfWork,
     org_id: uuid.UUID,
     principal: Principal | None,
     request_ids: Sequence[uuid.UUID],
     now: datetime,
+    poisoned: PoisonedRows | None = None,
 ) -> list[TransitionResult]:
-    """Cancel those of ``request_ids`` still pending (one batch of the hard stop)."""
+    """Cancel those of ``request_ids`` still pending (one batch of the hard stop).
+
+    Each in a savepoint of its own, as the sweep does: a request that cannot be cancelled
+    is parked and the rest of the batch commits.
+    """
     results = []
     for request_id in request_ids:
         try:
-            results.append(await _cancel(repo, org_id, principal, request_id, now))
+            async with uow.approvals.savepoint():
+                results.append(await _cancel(uow, org_id, principal, request_id, now))
         except (RequestNotPending, NotFound):
             # Decided, cancelled or expired meanwhile (or past its deadline already: the
             # sweep expires it).
             continue
+        except Exception as exc:  # one bad row must not keep the others from stopping
+            (poisoned or PoisonedRows()).park(CANCEL_JOB, request_id, exc)
     return results
 
 
 async def _cancel(
-    repo: ApprovalRepository,
+    uow: UnitOfWork,
     org_id: uuid.UUID,
     principal: Principal | None,
     request_id: uuid.UUID,
     now: datetime,
 ) -> TransitionResult:
-    row = await repo.get_locked(org_id, request_id)
+    row = await uow.approvals.get_locked(org_id, request_id)
     if row is None:
         raise NotFound("No approval request with this id.")
-    actor = principal.actor if principal else None
-    transition = state.apply(await _view(repo, row), state.Cancel(actor), now)
-    await _record_transition(repo, row, transition, principal, now)
-    return TransitionResult(row, transition)
+    action = state.Cancel(principal.actor if principal else None)
+    return await _transition(uow, row, action, principal, now)
+
+
+EXPIRY_JOB = "expiry"
+CANCEL_JOB = "emergency_stop"
 
 
 async def expire_due(
-    repo: ApprovalRepository, now: datetime, batch_size: int
+    uow: UnitOfWork, now: datetime, batch_size: int, poisoned: PoisonedRows
 ) -> list[TransitionResult]:
-    """Mark pending requests past their deadline as expired (the sweep's one step)."""
+    """Mark pending requests past their deadline as expired (the sweep's one step).
+
+    Each request is expired in a savepoint of its own: one that cannot be (say, its
+    callback cannot be built) is rolled back alone and parked, and the rest commit.
+    """
     results = []
-    for row in await repo.due_for_expiry(now, batch_size):
-        transition = state.apply(await _view(repo, row), state.Expire(), now)
-        await _record_transition(repo, row, transition, None, now)
-        results.append(TransitionResult(row, transition))
+    repo = uow.approvals
+    for row in await repo.due_for_expiry(now, batch_size, poisoned.parked(EXPIRY_JOB)):
+        try:
+            async with repo.savepoint():
+                results.append(await _transition(uow, row, state.Expire(), None, now))
+        except Exception as exc:  # one bad row must not hold every other org's expiries
+            poisoned.park(EXPIRY_JOB, row.id, exc)
     return results
 
 
@@ -290,7 +300,7 @@ async def add_comment(
     # Every writer of a request locks its row first, so two writers can never hold
     # weaker locks and wait for each other's upgrade (a deadlock on PostgreSQL).
     row = await _get_locked(repo, principal, request_id)
-    comment = await _add_comment(repo, row, principal.user_id, body, now)
+    _, comment = await effects.add_comment(repo, row, principal.user_id, body, now)
     await repo.flush()
     return comment
 
@@ -312,10 +322,7 @@ async def list_events(
 # ---- approval chains (decisions.md section 2) ----
 
 
-@dataclass(frozen=True)
-class StepSpec:
-    approver_id: uuid.UUID
-    step_order: int
+StepSpec = state.StepSpec
 
 
 @dataclass(frozen=True)
@@ -326,56 +333,21 @@ class StepVoteResult:
 
 
 async def set_steps(
-    repo: ApprovalRepository,
+    uow: UnitOfWork,
     principal: Principal,
     request_id: uuid.UUID,
     specs: Sequence[StepSpec],
     now: datetime,
 ) -> Sequence[ApprovalStep]:
-    """Replace the request's chain: allowed while it is pending and nobody has voted."""
-    row = await _get_locked(repo, principal, request_id)
-    status = state.effective_status(await _view(repo, row), now)
-    if status != "pending":
-        raise RequestNotPending(status)
-    if await repo.has_votes(row.id):
-        raise StepsLocked("Votes have been cast on this request; its chain can no longer change.")
-    await _check_approvers(repo, principal.org_id, specs)
-    steps = [
-        ApprovalStep(
-            id=new_id(),
-            request_id=row.id,
-            step_order=spec.step_order,
-            approver_id=spec.approver_id,
-            status="pending",
-            created_at=now,
-        )
-        for spec in sorted(specs, key=lambda spec: spec.step_order)
-    ]
-    await repo.replace_steps(row.id, steps)
-    # With steps, the request needs every step approved (decisions.md section 2).
-    changes = {
-        "required_approvals": len(steps),
-        "current_approvals": 0,
-        "has_steps": True,
-        "updated_at": now,
-    }
-    await repo.update_if_pending(row.id, changes)
-    repo.show_written(row, changes)
-    await repo.add_event(
-        _event(
-            row,
-            "steps.configured",
-            principal.user_id,
-            now,
-            {
-                "steps": [
-                    {"step_order": s.step_order, "approver_id": str(s.approver_id)} for s in steps
-                ]
-            },
-        )
-    )
-    await repo.flush()
-    return steps
+    """Replace the request's chain; who may, and when, is the state machine's to say
+    (``state.ConfigureSteps``)."""
+    row = await _get_locked(uow.approvals, principal, request_id)
+    action = state.ConfigureSteps(principal.actor, tuple(specs))
+    # Refusals first: a stranger learns nothing of which approvers exist.
+    transition = state.apply(await _view(uow.approvals, row), action, now)
+    await _check_approvers(uow.approvals, principal.org_id, specs)
+    await effects.apply_transition(uow, row, transition, author_of(principal), now)
+    return await uow.approvals.list_steps(row.id)
 
 
 async def _check_approvers(
@@ -404,18 +376,21 @@ async def list_steps(
 
 
 async def vote_step(
-    repo: ApprovalRepository,
+    uow: UnitOfWork,
     principal: Principal,
     request_id: uuid.UUID,
     step_id: uuid.UUID,
     payload: DecideApprovalRequest,
     now: datetime,
 ) -> StepVoteResult:
-    action = state.VoteStep(principal.actor, step_id, payload.decision)
-    row, transition = await _vote(repo, principal, request_id, action, payload, now)
-    step = await repo.get_step(row.id, step_id)
+    action = state.VoteStep(
+        principal.actor, step_id, payload.decision, payload.comment, payload.source
+    )
+    row = await _get_locked(uow.approvals, principal, request_id)
+    result = await _transition(uow, row, action, principal, now)
+    step = await uow.approvals.get_step(row.id, step_id)
     assert step is not None  # the state machine found it in the locked chain
-    return StepVoteResult(row, step, transition)
+    return StepVoteResult(result.request, step, result.transition)
 
 
 async def steps_and_votes(
@@ -436,7 +411,7 @@ async def steps_and_votes(
 
 async def _get_locked(
     repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
-) -> LockedRequest:
+) -> RequestRecord:
     row = await repo.get_locked(principal.org_id, request_id)
     if row is None:
         raise NotFound("No approval request with this id.")
@@ -455,156 +430,6 @@ async def _view(repo: ApprovalRepository, row: RequestRecord) -> state.RequestVi
         is_sequential=row.is_sequential,
         voters=await repo.count_based_voters(row.id) if count_based_pending else frozenset(),
         steps=tuple(state.StepView(s.id, s.step_order, s.approver_id, s.status) for s in steps),
-    )
-
-
-async def _record_transition(
-    repo: ApprovalRepository,
-    row: RequestRecord,
-    transition: state.Transition,
-    principal: Principal | None,
-    now: datetime,
-    *,
-    decision: str | None = None,
-    comment: str | None = None,
-    source: str | None = None,
-    step_id: uuid.UUID | None = None,
-) -> None:
-    """Write everything a transition implies, in the caller's transaction."""
-    actor_id = principal.user_id if principal else None
-    values: dict[str, Any] = {
-        "status": transition.status,
-        "current_approvals": transition.current_approvals,
-        "updated_at": now,
-    }
-    if transition.is_final:
-        values.update(_final_fields(transition, principal, now, row, comment))
-    if not await repo.update_if_pending(row.id, values):
-        # The row lock (PostgreSQL) or the write lock (SQLite) makes this unreachable;
-        # should it ever happen, refusing is right and nothing has been written.
-        raise RequestNotPending(row.status)
-    if transition.is_final:
-        metrics.count_decision(transition.status)
-    repo.show_written(row, values)
-    if principal is not None and decision is not None and (transition.records_vote or step_id):
-        await repo.add_vote(
-            NewVote(
-                request_id=row.id,
-                step_id=step_id,
-                user_id=principal.user_id,
-                decision=decision,
-                comment=comment,
-                created_at=now,
-            )
-        )
-    for changed_step_id, step_status in transition.step_changes:
-        voted = changed_step_id == step_id
-        await repo.update_step(
-            changed_step_id,
-            status=step_status,
-            decided_at=now,
-            decided_by=actor_id if voted else None,
-            comment=comment if voted else None,
-        )
-    if comment and principal is not None:
-        await _add_comment(repo, row, principal.user_id, comment, now)
-    data: dict[str, Any] = {
-        "status": transition.status,
-        "current_approvals": transition.current_approvals,
-        "required_approvals": row.required_approvals,
-    }
-    if decision:
-        data["decision"] = decision
-    if comment:
-        data["comment"] = comment
-    if source:
-        data["source"] = source
-    if transition.is_override:
-        data["override"] = True
-        data["skipped_steps"] = [str(sid) for sid, _ in transition.step_changes]
-    if step_id is not None:
-        step_data = {
-            **data,
-            "step_id": str(step_id),
-            "step_status": dict(transition.step_changes)[step_id],
-        }
-        await repo.add_event(
-            _event(row, f"step.{step_data['step_status']}", actor_id, now, step_data)
-        )
-    if transition.event != "step.approved":
-        await repo.add_event(_event(row, transition.event, actor_id, now, data))
-    await _enqueue_callback(repo, row, transition, principal, comment, now)
-    await repo.flush()
-
-
-async def _enqueue_callback(
-    repo: ApprovalRepository,
-    row: RequestRecord,
-    transition: state.Transition,
-    principal: Principal | None,
-    comment: str | None,
-    now: datetime,
-) -> None:
-    """The outbox row commits with the decision: an acknowledged decision always has its
-    callback (decisions.md section 9). The caller makes attempt 1 after the commit."""
-    if transition.is_final and row.callback_url:
-        await webhooks.enqueue_decision_callback(
-            WebhookRepository(repo.session, repo.dialect), row, principal, comment, now
-        )
-
-
-def _final_fields(
-    transition: state.Transition,
-    principal: Principal | None,
-    now: datetime,
-    row: RequestRecord,
-    comment: str | None,
-) -> dict[str, Any]:
-    if transition.status == "expired":
-        # Expiry happened at the deadline, whenever the sweep notices it.
-        return {"decided_at": row.expires_at or now}
-    fields: dict[str, Any] = {
-        "decided_at": now,
-        "decided_by": principal.user_id if principal else None,
-        "decided_by_name": principal.user_name if principal else None,
-        "decision_comment": comment,
-    }
-    if transition.status == "cancelled":
-        fields["cancelled_at"] = now
-    return fields
-
-
-async def _add_comment(
-    repo: ApprovalRepository, row: RequestRecord, user_id: uuid.UUID, body: str, now: datetime
-) -> Comment:
-    comment = Comment(
-        id=new_id(),
-        org_id=row.org_id,
-        request_id=row.id,
-        user_id=user_id,
-        body=body,
-        created_at=now,
-    )
-    await repo.add_comment(comment)
-    repo.show_written(row, {"comments_count": row.comments_count + 1})
-    await repo.add_event(
-        _event(row, "comment.created", user_id, now, {"comment_id": str(comment.id), "body": body})
-    )
-    return comment
-
-
-def _event(
-    row: RequestRecord,
-    event_type: str,
-    actor_id: uuid.UUID | None,
-    now: datetime,
-    data: dict[str, Any],
-) -> NewEvent:
-    return NewEvent(
-        org_id=row.org_id,
-        request_id=row.id,
-        type=event_type,
-        actor_id=actor_id,
-        data=data,
-        created_at=now,
+        connection_id=row.connection_id,
+        has_callback=bool(row.callback_url),
     )

@@ -16,14 +16,23 @@ Rules (decisions.md sections 2 and 3):
   a step reject rejects the request and skips the remaining steps. Sequential chains are
   voted in order. Only a step's approver or an admin may vote it; only an admin may decide
   a request with steps directly (an override that skips the pending steps).
+- Configuring steps: an admin, or the connection that created the request, while it is
+  pending and nobody has voted; only an admin may configure fewer steps than the request
+  needs approvals now.
+
+Every transition lists what it causes, in order, as ``effects``: the request's new
+state, the vote, step changes, the comment, audit events, the callback and the
+live-update signal. ``approvals/effects.py`` applies them over the unit of work; nothing
+else writes a consequence of a status change.
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from signoff.errors import (
     AlreadyVoted,
@@ -33,6 +42,8 @@ from signoff.errors import (
     RequestNotPending,
     StepNotPending,
     StepOutOfOrder,
+    StepsLocked,
+    ValidationFailed,
 )
 
 RequestStatus = Literal["pending", "approved", "rejected", "cancelled", "expired"]
@@ -53,6 +64,9 @@ TERMINAL_STATUSES: frozenset[str] = frozenset({"approved", "rejected", "cancelle
 class Actor:
     user_id: uuid.UUID
     is_admin: bool = False
+    # The connection whose API key acts (None for OAuth tokens and signed-in people):
+    # the creating connection may configure its request's steps.
+    connection_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +88,12 @@ class RequestView:
     is_sequential: bool = False
     voters: frozenset[uuid.UUID] = frozenset()
     steps: tuple[StepView, ...] = ()
+    connection_id: uuid.UUID | None = None  # the connection that created it
+    has_callback: bool = False
+
+    @property
+    def has_votes(self) -> bool:
+        return bool(self.voters) or any(s.status != "pending" for s in self.steps)
 
 
 @dataclass(frozen=True)
@@ -82,6 +102,8 @@ class Decide:
 
     actor: Actor
     decision: Decision
+    comment: str | None = None
+    source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +111,23 @@ class VoteStep:
     actor: Actor
     step_id: uuid.UUID
     decision: Decision
+    comment: str | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    approver_id: uuid.UUID
+    step_order: int
+
+
+@dataclass(frozen=True)
+class ConfigureSteps:
+    """Replace the chain (``POST /approvals/:id/steps``); approvers already checked to be
+    users of the org (that needs the database)."""
+
+    actor: Actor
+    steps: tuple[StepSpec, ...]
 
 
 @dataclass(frozen=True)
@@ -101,7 +140,7 @@ class Expire:
     """The clock passed ``expires_at``; applied by the sweep (or lazily by a write)."""
 
 
-Action = Decide | VoteStep | Cancel | Expire
+Action = Decide | VoteStep | Cancel | Expire | ConfigureSteps
 
 # What the audit trail records for a transition; see ``Transition.event``.
 EventType = Literal[
@@ -111,10 +150,81 @@ EventType = Literal[
     "request.cancelled",
     "request.expired",
     "step.approved",
+    "steps.configured",
 ]
 
 
 StepChanges = tuple[tuple[uuid.UUID, StepStatus], ...]
+
+
+# ---- what a transition causes (applied by approvals/effects.py, in this order) ----
+
+
+@dataclass(frozen=True)
+class UpdateRequest:
+    """Write the request's new state (a compare-and-set on a pending row)."""
+
+    status: RequestStatus
+    current_approvals: int
+    required_approvals: int | None = None  # a configured chain sets the bar anew
+    comment: str | None = None  # the deciding comment, on a final transition
+
+
+@dataclass(frozen=True)
+class RecordVote:
+    decision: Decision
+    comment: str | None
+    step_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True)
+class ChangeStep:
+    step_id: uuid.UUID
+    status: StepStatus
+    voted: bool  # by this action's actor (else skipped by it)
+    comment: str | None = None
+
+
+@dataclass(frozen=True)
+class ReplaceSteps:
+    steps: tuple[StepSpec, ...]
+
+
+@dataclass(frozen=True)
+class AddComment:
+    body: str
+
+
+@dataclass(frozen=True)
+class WriteEvent:
+    type: str
+    data: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class SendCallback:
+    """The decision callback (outbox row, committed with the decision)."""
+
+    comment: str | None
+
+
+@dataclass(frozen=True)
+class PublishChange:
+    """Wake long polls and live pages watching the request, once the change commits."""
+
+    final: bool
+
+
+Effect = (
+    UpdateRequest
+    | RecordVote
+    | ChangeStep
+    | ReplaceSteps
+    | AddComment
+    | WriteEvent
+    | SendCallback
+    | PublishChange
+)
 
 
 @dataclass(frozen=True)
@@ -128,6 +238,8 @@ class Transition:
     step_changes: StepChanges = field(default_factory=tuple)
     # An admin decided a request with steps directly.
     is_override: bool = False
+    # Everything the transition causes, in the order it is written (see above).
+    effects: tuple[Effect, ...] = ()
 
     @property
     def is_final(self) -> bool:
@@ -145,9 +257,17 @@ def is_past_expiry(expires_at: datetime | None, now: datetime) -> bool:
 
 
 def apply(request: RequestView, action: Action, now: datetime) -> Transition:
-    """The transition ``action`` makes on ``request`` at ``now``, or raise its refusal."""
+    """The transition ``action`` makes on ``request`` at ``now``, with its effects, or
+    raise its refusal."""
+    transition = _decide_transition(request, action, now)
+    return replace(transition, effects=_effects(request, action, transition))
+
+
+def _decide_transition(request: RequestView, action: Action, now: datetime) -> Transition:
     if isinstance(action, Expire):
         return _expire(request, now)
+    if isinstance(action, ConfigureSteps):
+        return _configure_steps(request, action, now)
     if isinstance(action, VoteStep):
         # Who may vote is checked before the request's state, so the answer to a stranger
         # does not depend on what happened to the request.
@@ -171,6 +291,95 @@ def apply(request: RequestView, action: Action, now: datetime) -> Transition:
         case VoteStep():
             return _step_vote(request, action)
     raise AssertionError(f"unhandled action {action!r}")  # pragma: no cover
+
+
+def _configure_steps(request: RequestView, action: ConfigureSteps, now: datetime) -> Transition:
+    actor = action.actor
+    created_it = actor.connection_id is not None and actor.connection_id == request.connection_id
+    if not (actor.is_admin or created_it):
+        raise Forbidden(
+            "Only an admin, or the connection that created the request, may configure its steps."
+        )
+    status = effective_status(request, now)
+    if status != "pending":
+        raise RequestNotPending(status)
+    if request.has_votes:
+        raise StepsLocked("Votes have been cast on this request; its chain can no longer change.")
+    if len(action.steps) < request.required_approvals and not actor.is_admin:
+        raise ValidationFailed.for_field(
+            "steps",
+            f"the request needs {request.required_approvals} approvals; only an admin may "
+            "configure fewer steps than that",
+        )
+    return Transition("pending", 0, "steps.configured")
+
+
+# ---- effects ----
+
+
+def _effects(request: RequestView, action: Action, transition: Transition) -> tuple[Effect, ...]:
+    """What ``transition`` causes, in the order it is written."""
+    if isinstance(action, ConfigureSteps):
+        return _configure_effects(action)
+    comment = action.comment if isinstance(action, Decide | VoteStep) else None
+    step_id = action.step_id if isinstance(action, VoteStep) else None
+    effects: list[Effect] = [
+        UpdateRequest(
+            transition.status,
+            transition.current_approvals,
+            comment=comment if transition.is_final else None,
+        )
+    ]
+    if isinstance(action, Decide | VoteStep) and (transition.records_vote or step_id):
+        effects.append(RecordVote(action.decision, comment, step_id))
+    effects.extend(
+        ChangeStep(sid, status, voted=sid == step_id, comment=comment if sid == step_id else None)
+        for sid, status in transition.step_changes
+    )
+    if comment:
+        effects.append(AddComment(comment))
+    effects.extend(_audit_events(request, action, transition))
+    if transition.is_final and request.has_callback:
+        effects.append(SendCallback(comment))
+    effects.append(PublishChange(final=transition.is_final))
+    return tuple(effects)
+
+
+def _configure_effects(action: ConfigureSteps) -> tuple[Effect, ...]:
+    ordered = tuple(sorted(action.steps, key=lambda spec: spec.step_order))
+    listed = [{"step_order": s.step_order, "approver_id": str(s.approver_id)} for s in ordered]
+    return (
+        ReplaceSteps(ordered),
+        UpdateRequest("pending", 0, required_approvals=len(ordered)),
+        WriteEvent("steps.configured", {"steps": listed}),
+        PublishChange(final=False),
+    )
+
+
+def _audit_events(request: RequestView, action: Action, transition: Transition) -> list[WriteEvent]:
+    """The step's event (a step vote), then the request's (unless only a step moved)."""
+    data: dict[str, Any] = {
+        "status": transition.status,
+        "current_approvals": transition.current_approvals,
+        "required_approvals": request.required_approvals,
+    }
+    if isinstance(action, Decide | VoteStep):
+        data["decision"] = action.decision
+        if action.comment:
+            data["comment"] = action.comment
+        if action.source:
+            data["source"] = action.source
+    if transition.is_override:
+        data["override"] = True
+        data["skipped_steps"] = [str(sid) for sid, _ in transition.step_changes]
+    events = []
+    if isinstance(action, VoteStep):
+        step_status = dict(transition.step_changes)[action.step_id]
+        step_data = {**data, "step_id": str(action.step_id), "step_status": step_status}
+        events.append(WriteEvent(f"step.{step_status}", step_data))
+    if transition.event != "step.approved":
+        events.append(WriteEvent(transition.event, data))
+    return events
 
 
 def _expire(request: RequestView, now: datetime) -> Transition:

@@ -35,4 +35,6 @@ class Principal:
 
     @property
     def actor(self) -> Actor:
-        return Actor(user_id=self.user_id, is_admin=self.is_admin)
+        # An OAuth token acts as its user, not as the connection that owns its client.
+        connection = self.connection_id if self.auth_method == "api_key" else None
+        return Actor(user_id=self.user_id, is_admin=self.is_admin, connection_id=connection)

@@ -17,8 +17,9 @@ class _RandomPool:
     """Bytes from the OS's CSPRNG, read a block at a time.
 
     Why: ``os.urandom`` is a system call, and on the virtual machines we run on a call
-    costs about 0.5 µs beside the 20 ns of taking bytes from a buffer; every create took
-    four of them. The bytes are the same CSPRNG's, each handed out once.
+    costs far more than taking bytes from a buffer; every create took four of them
+    (``make bench``, scenario create; docs/engineering-log.md, *The sixth round*). The
+    bytes are the same CSPRNG's, each handed out once.
     """
 
     BLOCK = 4096

@@ -3,10 +3,11 @@
 Our endpoints parse and validate their own input (validation.py: the error envelope with
 every field's problem, and the request's limits) and answer with ready ``Response``
 objects. FastAPI's per-call machinery (solving dependencies, validating each parameter
-through Pydantic) then only hands strings over, at about a third of a read's CPU
-(docs/performance.md). For an endpoint whose parameters are all of the kinds below,
-``LeanRoute`` calls it with those strings directly; FastAPI still builds the OpenAPI
-document from the same signature. Any other endpoint runs through FastAPI's own handler.
+through Pydantic) then only hands strings over, at a large share of a read's CPU
+(``make bench``, scenario get; docs/engineering-log.md, *The second round*). For an
+endpoint whose parameters are all of the kinds below, ``LeanRoute`` calls it with those
+strings directly; FastAPI still builds the OpenAPI document from the same signature. Any
+other endpoint runs through FastAPI's own handler.
 
 The kinds: the ``Request``; path parameters declared as ``str``; query parameters declared
 as ``str | None`` (what FastAPI would pass: the last value, or the default); and a
@@ -63,7 +64,8 @@ def _lean_handler(dependant: Dependant) -> Handler | None:
                 arguments[name] = query_params.get(alias, default)
         else:
             # No query string: every parameter takes its default, and Starlette's parsing
-            # of the empty string is left out (7 % of a get's CPU, docs/performance.md).
+            # of the empty string is left out (``make bench``, scenario get;
+            # docs/engineering-log.md, *The eighth round*).
             for name, _, default in query_names:
                 arguments[name] = default
         response: Response = await endpoint(**arguments)

@@ -25,5 +25,8 @@ def parse_timestamp(text: str) -> datetime:
     parsed = datetime.fromisoformat(text.strip().replace("z", "Z"))
     if parsed.tzinfo is None:
         raise ValueError("must include a time zone, e.g. 'Z' or '+02:00'")
-    parsed = parsed.astimezone(UTC)
+    try:
+        parsed = parsed.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("lies outside the years 1 to 9999 once converted to UTC") from None
     return parsed.replace(microsecond=parsed.microsecond - parsed.microsecond % 1000)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -19,9 +19,10 @@ from signoff.common.http import (
     principal_of,
     require_scope,
 )
+from signoff.common.openapi import errors
 from signoff.common.routing import LeanRoute
 from signoff.common.validation import parse_json_body
-from signoff.errors import Forbidden
+from signoff.errors import Forbidden, ValidationFailed
 from signoff.unit_of_work import UnitOfWork
 
 router = APIRouter(prefix="/api/v1", tags=["account"], route_class=LeanRoute)
@@ -39,8 +40,10 @@ class MeOut(BaseModel):
 class EmergencyStopIn(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    active: bool
-    cancel_pending: bool = False
+    active: StrictBool = Field(description="A JSON boolean.")
+    cancel_pending: StrictBool = Field(
+        False, description="With `active: true`: also cancel every pending request."
+    )
 
 
 class EmergencyStopOut(BaseModel):
@@ -98,6 +101,7 @@ async def get_emergency_stop(
 @router.put(
     "/emergency-stop",
     response_model=EmergencyStopOut,
+    responses=errors(ValidationFailed, Forbidden),
     openapi_extra=json_body_doc(EmergencyStopIn),
     summary="Turn the org's emergency stop on or off (admins)",
     description="While on, every write of the org answers 503 EMERGENCY_STOP. "
@@ -117,13 +121,11 @@ async def put_emergency_stop(
     if payload.active and payload.cancel_pending:
 
         async def committed(batch: UnitOfWork, results: list[TransitionResult]) -> None:
-            for result in results:
-                ctx.waiters.notify(result.request.id)
             # One cancellation callback per request, committed with it; workers send them.
             await ctx.webhooks.hand_off(batch.outbox)
 
         cancelled = await approvals_service.cancel_all_pending(
-            ctx.transaction, principal.org_id, principal, committed
+            ctx.transaction, principal.org_id, principal, committed, poisoned=ctx.poisoned
         )
     return json_response(
         {

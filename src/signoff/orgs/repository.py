@@ -11,10 +11,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.auth.principal import ALL_SCOPES, Principal
 from signoff.models import Connection, Organization, User
-from signoff.prepared import PreparedQuery, QueryRunner
+from signoff.storage import PreparedQuery, QueryRunner
 
 # Every API call runs this: built once, since building a statement (and its cache key)
-# costs more than SQLite takes to answer it (docs/performance.md).
+# costs more than SQLite takes to answer it (``make bench``, every scenario;
+# docs/engineering-log.md, *The first round*).
 # What a Principal is made of, selected by every authentication query (API key, OAuth).
 PRINCIPAL_COLUMNS = (
     Connection.id.label("connection_id"),
@@ -106,8 +107,9 @@ async def find_principal_by_key_hash(queries: QueryRunner, key_hash: str) -> Pri
 class PrincipalsByKey:
     """API-key principals, each read once per state of the database.
 
-    Why: every API call authenticates, and reading the principal afresh each time cost
-    a create 6 % of its CPU and a get 9 % (side by side, docs/performance.md).
+    Why: every API call authenticates, and reading the principal afresh each time was a
+    share of every call's CPU (``make bench``, scenarios create and get;
+    docs/engineering-log.md, *The seventh round*).
 
     Kept only until anything at all is committed: the commit stamp
     (``QueryRunner.commit_stamp``) changes with every commit by any connection or

@@ -38,7 +38,7 @@ def purge(
 ) -> None:
     """Delete finished requests (approved, rejected, cancelled, expired) decided before a
     date, with their votes, steps, comments, events and callback deliveries."""
-    from signoff.cli import emit, run_with_context
+    from signoff.cli.common import emit, run_with_context
     from signoff.common.time import format_timestamp
     from signoff.orgs import service as orgs_service
 

@@ -73,8 +73,9 @@ def _socket_readable(sock: socket.socket | None) -> bool:
 class _Stream(httpcore.AsyncNetworkStream):
     """AnyIO's stream, except for one question: on every request, httpcore asks each idle
     connection of the pool whether its socket is readable (closed by the peer). AnyIO
-    answers through its typed attributes, rebuilding a mapping per call: 8 % of the CPU
-    of a drain. Here the raw socket is found once."""
+    answers through its typed attributes, rebuilding a mapping per call, a visible share
+    of a drain's CPU (``make bench-callbacks``, throughput stage; docs/engineering-log.md,
+    *Decision callbacks*). Here the raw socket is found once."""
 
     def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
         self._inner = inner
@@ -151,7 +152,7 @@ def build_transport(
 
     Attempts go to the transport directly, not through an ``httpx.AsyncClient``: a client
     adds nothing a callback wants (cookies to keep, redirects to follow, auth, event hooks)
-    and costs about a tenth of an attempt's CPU doing it.
+    and costs CPU on every attempt doing it (``make bench-callbacks``, throughput stage).
     """
     ssl_context = ssl_context or httpx.create_ssl_context(trust_env=False)
     transport = httpx.AsyncHTTPTransport(verify=ssl_context, trust_env=False)

@@ -17,22 +17,23 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 
 import orjson
 from sqlalchemy.exc import SQLAlchemyError
 
 from signoff import metrics
-from signoff.auth.principal import Principal
 from signoff.common.ids import new_id
+from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
-from signoff.db import Database
 from signoff.errors import Conflict, NotFound
 from signoff.logs import current_request_id, request_id_scope
+from signoff.storage import Database
 from signoff.webhooks import service
 from signoff.webhooks.delivery import AttemptResult, ClientPool, send_attempt
 from signoff.webhooks.receivers import ReceiverRecord
@@ -43,6 +44,7 @@ from signoff.webhooks.urlpolicy import AddressPolicy
 
 logger = logging.getLogger(__name__)
 
+DELIVERY_JOB = "delivery"
 # Attempt records written at once per process (each holds a connection briefly).
 RECORD_CONCURRENCY = 8
 RECORD_RETRY_PAUSES = (0.2, 1.0, 3.0)
@@ -91,10 +93,21 @@ class _RecordBatcher:
 
 
 class WebhookDispatcher:
-    def __init__(self, settings: Settings, db: Database, box: SecretBox) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        box: SecretBox,
+        poisoned: PoisonedRows,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
         self.settings = settings
+        self.poisoned = poisoned
         self.db = db
         self.box = box
+        # What "now" is for claims, records and due times: tests step a retry schedule
+        # with a clock of their own instead of waiting it out.
+        self.clock = clock
         self.policy = AddressPolicy.from_settings(settings)
         self.schedule = RetrySchedule(tuple(settings.delivery_retry_delays_seconds))
         # Set when this process makes a delivery due (a retry scheduled, a hand-off), so
@@ -138,7 +151,7 @@ class WebhookDispatcher:
     ) -> RecordedAttempt | None:
         try:
             headers = signed_headers(
-                service.signing_keys(self.box, claimed.secrets, utcnow()),
+                service.signing_keys(self.box, claimed.secrets, self.clock()),
                 delivery_id=str(claimed.id),
                 attempt=claimed.attempt_number,
                 timestamp=int(time.time()),
@@ -146,10 +159,11 @@ class WebhookDispatcher:
                 extra=service.callback_headers(self.box, claimed.headers_encrypted),
                 request_id=claimed.request_id_header,
             )
-        except ValueError:
-            # A secret that no longer decrypts (SIGNOFF_SECRET_KEY changed): nothing can
-            # be signed; the attempt fails and says why instead of looping forever.
-            logger.exception("cannot sign delivery %s", claimed.id)
+        except Exception as exc:
+            # A delivery that cannot even be signed (a secret that no longer decrypts after
+            # SIGNOFF_SECRET_KEY changed, headers that do not decode): the attempt fails and
+            # says why, so the delivery ends as failed on its schedule instead of looping.
+            self.poisoned.park(DELIVERY_JOB, claimed.id, exc)
             result = AttemptResult(False, 0, 0, None, "signing failed")
         else:
             result = await send_attempt(
@@ -178,7 +192,7 @@ class WebhookDispatcher:
             for pause in (*RECORD_RETRY_PAUSES, None):
                 try:
                     async with self._transaction() as repo:
-                        now = utcnow()
+                        now = self.clock()
                         recorded = await service.record_attempts(
                             repo,
                             [(i.claimed, i.result, i.manual) for i in items],
@@ -238,7 +252,7 @@ class WebhookDispatcher:
         if not claimed:
             return
         async with self._transaction() as repo:
-            await repo.release([c.id for c in claimed], outbox.token, utcnow())
+            await repo.release([c.id for c in claimed], outbox.token, self.clock())
             await repo.notify_workers()
         self.wakeup.set()
 
@@ -264,7 +278,7 @@ class WebhookDispatcher:
         async with self._transaction() as repo:
             return await service.claim_due(
                 repo,
-                utcnow(),
+                self.clock(),
                 self.settings.delivery_lease_seconds,
                 limit,
                 in_flight,
@@ -278,11 +292,11 @@ class WebhookDispatcher:
             due = await WebhookRepository(session, self.db.dialect).next_due_at(exclude_targets)
         if due is None:
             return None
-        return max(0.0, (due - utcnow()).total_seconds())
+        return max(0.0, (due - self.clock()).total_seconds())
 
     async def retry(self, org_id: uuid.UUID, delivery_id: uuid.UUID) -> RecordedAttempt:
         """A manual attempt of a finished delivery (decisions.md section 9)."""
-        now = utcnow()
+        now = self.clock()
         async with self._transaction() as repo:
             claimed = await service.claim_for_manual_retry(
                 repo, org_id, delivery_id, now, self.settings.delivery_lease_seconds
@@ -300,16 +314,19 @@ class WebhookDispatcher:
             raise Conflict("The delivery was taken over while it was being retried.")
         return recorded
 
-    async def send_test(self, principal: Principal, url: str) -> AttemptResult:
-        """``POST /api/v1/test-webhook``: a signed sample payload, sent once, not stored."""
+    async def send_test(
+        self, connection_id: uuid.UUID, decider: service.Decider, url: str
+    ) -> AttemptResult:
+        """``POST /api/v1/test-webhook``: a signed sample payload, sent once, not stored,
+        signed with ``connection_id``'s secret."""
         async with self.db.read_session() as session:
             secrets = await WebhookRepository(session, self.db.dialect).connection_secrets(
-                principal.connection_id
+                connection_id
             )
         if secrets is None:  # pragma: no cover - the caller's connection exists
             raise NotFound("No connection.")
-        now = utcnow()
-        body = orjson.dumps(service.sample_payload(principal, now))
+        now = self.clock()
+        body = orjson.dumps(service.sample_payload(decider, now))
         headers = signed_headers(
             service.signing_keys(self.box, secrets, now),
             delivery_id=str(new_id()),

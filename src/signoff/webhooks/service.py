@@ -2,13 +2,14 @@
 
 The outbox
 ----------
-``enqueue_decision_callback`` is called by ``approvals.service._record_transition`` for
-every final transition of a request with a ``callback_url``: the delivery row (its id,
-exact body bytes, URL and encrypted headers) is written in the transaction of the state
-change, *claimed* by that transaction with a lease. After the commit the caller either
-makes attempt 1 itself at once (decide and cancel: its outcome is ``callback_delivered``)
-or hands the deliveries over to the workers (batches: the expiry sweep, the emergency
-stop). If the process dies in between, the lease runs out and any worker takes over.
+``enqueue_decision_callback`` is called by ``approvals.effects`` for every final
+transition of a request with a ``callback_url`` (its ``SendCallback`` effect): the
+delivery row (its id, exact body bytes, URL and encrypted headers) is written in the
+transaction of the state change, *claimed* by that transaction with a lease. After the
+commit the caller either makes attempt 1 itself at once (decide and cancel: its outcome
+is ``callback_delivered``) or hands the deliveries over to the workers (batches: the
+expiry sweep, the emergency stop). If the process dies in between, the lease runs out
+and any worker takes over.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ import httpx
 import orjson
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from signoff.approvals.repository import RequestRecord
-from signoff.auth.principal import Principal
 from signoff.common.ids import new_id
 from signoff.common.time import format_timestamp
 from signoff.crypto import SecretBox
@@ -121,44 +120,63 @@ def delivered(outcomes: Sequence[RecordedAttempt | None]) -> bool:
 # ---- payloads ----
 
 
-def decision_payload(
-    row: RequestRecord, principal: Principal | None, comment: str | None
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Decider:
+    """Who decided, as the callback names them (interface.md 6.3, ``decided_by``)."""
+
+    id: uuid.UUID
+    email: str
+    name: str
+
+    def as_payload(self) -> dict[str, str]:
+        return {"id": str(self.id), "email": self.email, "name": self.name}
+
+
+@dataclass(frozen=True)
+class DecisionFacts:
+    """What a decision callback says and where it goes: plain data, so this domain needs
+    nothing of the approvals domain's entities."""
+
+    request_id: uuid.UUID
+    org_id: uuid.UUID
+    connection_id: uuid.UUID
+    status: str
+    title: str
+    priority: str
+    action_type: str | None
+    decided_at: datetime | None
+    decided_by: Decider | None  # None: expiry, or the operator acting for no user
+    comment: str | None
+    metadata: Mapping[str, Any]
+    callback_url: str
+    callback_headers_encrypted: str | None
+
+
+def decision_payload(facts: DecisionFacts) -> dict[str, Any]:
     """interface.md 6.3, plus ``id``, ``decided_by_name`` and ``decision_comment`` (decisions.md
     section 13). Expiry and operator cancellations have no deciding user: ``decided_by`` null.
     """
-    decided_by = None
-    if principal is not None and row.status != "expired":
-        decided_by = {
-            "id": str(principal.user_id),
-            "email": principal.user_email,
-            "name": principal.user_name,
-        }
+    decided_by = facts.decided_by.as_payload() if facts.decided_by else None
     return {
         "event": EVENT_DECIDED,
-        "id": str(row.id),
-        "request_id": str(row.id),
-        "status": row.status,
-        "title": row.title,
-        "priority": row.priority,
-        "action_type": row.action_type,
-        "decided_at": format_timestamp(row.decided_at),
+        "id": str(facts.request_id),
+        "request_id": str(facts.request_id),
+        "status": facts.status,
+        "title": facts.title,
+        "priority": facts.priority,
+        "action_type": facts.action_type,
+        "decided_at": format_timestamp(facts.decided_at),
         "decided_by": decided_by,
-        "decided_by_name": decided_by["name"] if decided_by else None,
-        "comment": comment,
-        "decision_comment": comment,
-        "metadata": row.metadata_ or {},
+        "decided_by_name": facts.decided_by.name if facts.decided_by else None,
+        "comment": facts.comment,
+        "decision_comment": facts.comment,
+        "metadata": facts.metadata,
     }
 
 
-def sample_payload(principal: Principal, now: datetime) -> dict[str, Any]:
+def sample_payload(decider: Decider, now: datetime) -> dict[str, Any]:
     """What ``POST /api/v1/test-webhook`` sends: a decision that never happened."""
     request_id = str(new_id())
-    decided_by = {
-        "id": str(principal.user_id),
-        "email": principal.user_email,
-        "name": principal.user_name,
-    }
     return {
         "event": EVENT_DECIDED,
         "test": True,
@@ -169,8 +187,8 @@ def sample_payload(principal: Principal, now: datetime) -> dict[str, Any]:
         "priority": "low",
         "action_type": "signoff.test",
         "decided_at": format_timestamp(now),
-        "decided_by": decided_by,
-        "decided_by_name": principal.user_name,
+        "decided_by": decider.as_payload(),
+        "decided_by_name": decider.name,
         "comment": "This is a test delivery.",
         "decision_comment": "This is a test delivery.",
         "metadata": {},
@@ -212,33 +230,27 @@ async def check_callback_url(policy: AddressPolicy, url: str, field: str = "call
 
 
 async def enqueue_decision_callback(
-    repo: WebhookRepository,
-    row: RequestRecord,
-    principal: Principal | None,
-    comment: str | None,
-    now: datetime,
+    repo: WebhookRepository, facts: DecisionFacts, now: datetime
 ) -> ClaimedDelivery | None:
     """Store the callback of a final transition, claimed by the current transaction."""
-    if not row.callback_url:
-        return None
     outbox = outbox_of(repo.session)
-    secrets = outbox.secrets.get(row.connection_id)
+    secrets = outbox.secrets.get(facts.connection_id)
     if secrets is None:
-        secrets = await repo.connection_secrets(row.connection_id)
+        secrets = await repo.connection_secrets(facts.connection_id)
         if secrets is None:  # pragma: no cover - the foreign key keeps the connection
             return None
-        outbox.secrets[row.connection_id] = secrets
-    body = orjson.dumps(decision_payload(row, principal, comment))
+        outbox.secrets[facts.connection_id] = secrets
+    body = orjson.dumps(decision_payload(facts))
     delivery = WebhookDelivery(
         id=new_id(),
-        org_id=row.org_id,
-        request_id=row.id,
-        connection_id=row.connection_id,
+        org_id=facts.org_id,
+        request_id=facts.request_id,
+        connection_id=facts.connection_id,
         event=EVENT_DECIDED,
-        url=row.callback_url,
-        target=target_of(row.callback_url),
+        url=facts.callback_url,
+        target=target_of(facts.callback_url),
         body=body,
-        headers_encrypted=row.callback_headers_encrypted,
+        headers_encrypted=facts.callback_headers_encrypted,
         request_id_header=current_request_id() or new_request_id(),
         status="pending",
         attempts=0,
@@ -415,6 +427,6 @@ async def record_attempts(
 
 
 async def list_attempts(
-    repo: WebhookRepository, principal: Principal, request_id: uuid.UUID | None, limit: int
+    repo: WebhookRepository, org_id: uuid.UUID, request_id: uuid.UUID | None, limit: int
 ) -> Sequence[WebhookAttempt]:
-    return await repo.list_attempts(principal.org_id, request_id, limit)
+    return await repo.list_attempts(org_id, request_id, limit)

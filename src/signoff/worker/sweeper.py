@@ -19,16 +19,15 @@ BATCH_SIZE = 100
 
 
 async def sweep_expired_once(ctx: AppContext) -> int:
-    """Expire one batch of due requests; returns how many were expired."""
+    """Expire one batch of due requests; returns how many rows it took (expired or parked)."""
+    parked_before = ctx.poisoned.counts[service.EXPIRY_JOB]
     # One id per batch: its log lines and the expiry callbacks it writes share it.
     with request_id_scope():
         async with ctx.transaction() as uow:
-            results = await service.expire_due(uow.approvals, utcnow(), BATCH_SIZE)
-    for result in results:
-        ctx.waiters.notify(result.request.id)
+            results = await service.expire_due(uow, utcnow(), BATCH_SIZE, ctx.poisoned)
     # The expiry callbacks committed with the expiries; the delivery workers send them.
     await ctx.webhooks.hand_off(uow.outbox)
-    return len(results)
+    return len(results) + ctx.poisoned.counts[service.EXPIRY_JOB] - parked_before
 
 
 async def run_expiry_sweep(ctx: AppContext, stop: asyncio.Event) -> None:

@@ -5,8 +5,9 @@ Revises: 0004
 Create Date: 2026-11-23
 
 The total of an unfiltered list page, per org, kept by triggers on SQLite. Counting the
-org's requests scanned its whole history on every list call (3.4 ms for 30,000 requests,
-most of a list's time), where DESIGN.md asks that list pages never scan it. Triggers keep
+org's requests scanned its whole history on every list call, most of a list's time
+(``make bench``, scenario list; docs/engineering-log.md, *The second round*), where
+DESIGN.md asks that list pages never scan it. Triggers keep
 the count exact whoever writes (the API, the CLI, a worker) and cost SQLite's single
 writer one small upsert per insert. PostgreSQL keeps counting: there one counter row per
 org would make the org's concurrent creates wait on each other's row lock.

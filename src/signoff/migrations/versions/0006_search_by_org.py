@@ -6,11 +6,11 @@ Create Date: 2026-11-24
 
 The FTS5 table of 0001 held every org's requests under one index, and a search found the
 matches of every org before it joined their requests to keep the caller's: a search of
-an org of 3,000 requests cost as much as the installation's matches (23 ms for a word of
-6,800 requests in all, 63 ms for a word of all 30,000). The table now also indexes each
+a small org cost as much as the installation's matches. The table now also indexes each
 request's org id as a word of a column of its own, so the search asks FTS5 for the org's
 matches alone, and keeps the request's ``created_at``, so an unfiltered search ranks and
-counts its matches without reading the requests table (docs/performance.md).
+counts its matches without reading the requests table (docs/engineering-log.md,
+*Search, narrowed to the org in the search index*).
 
 PostgreSQL is unchanged: its planner combines the GIN index with the org's index.
 """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from signoff.prepared import SQLiteIndex
+from signoff.storage.prepared import SQLiteIndex
 
 SQL = (
     "SELECT r.id FROM requests JOIN requests_fts ON requests_fts.id = requests.id "

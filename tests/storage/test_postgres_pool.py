@@ -13,9 +13,9 @@ from sqlalchemy import func, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from signoff import db as db_module
-from signoff.db import Database
-from signoff.prepared import PreparedQuery
+from signoff.storage import database as db_module
+from signoff.storage.database import Database
+from signoff.storage.prepared import PreparedQuery
 from tests.conftest import POSTGRES_URL, _create_pg_database, _drop_pg_database
 
 

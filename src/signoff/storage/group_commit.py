@@ -3,11 +3,11 @@
 Why: SQLite writes one transaction at a time, and a commit costs far more than the
 statements before it. A create touches some twenty-five pages (the row, ten indexes, the
 search index, the audit event), and each commit appends every page it changed to the
-write-ahead log, whole: on the bench's virtual disk that made a create's commit about as
-costly as the rest of the call (docs/performance.md). Writers of this process are
-serialized anyway (``db.Database``), so those queued behind one another join one
-transaction, and pages they share (index leaves, the search index's new segment) are
-written once for all of them.
+write-ahead log, whole, so a commit of its own for every write is what a create paid
+most for (``make bench``, scenario create; docs/engineering-log.md, *The third round*).
+Writers of this process are serialized anyway (``db.Database``), so those queued behind
+one another join one transaction, and pages they share (index leaves, the search index's
+new segment) are written once for all of them.
 
 How: each writer, in its turn, runs its block inside a savepoint of its own. When no
 writer is queued behind it (or ``max_writers`` have joined), the transaction commits.
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from signoff.prepared import (
+from signoff.storage.prepared import (
     SQLITE_CONNECTION_KEY,
     SQLiteTransaction,
     has_unflushed_changes,
@@ -43,7 +43,7 @@ from signoff.prepared import (
 logger = logging.getLogger(__name__)
 
 # Writers of one transaction at most: the first of them waits for all the others' blocks
-# (a create's is some 0.3 ms) before its commit.
+# before its commit, so this bounds how long a batch keeps its first writer waiting.
 MAX_WRITERS = 32
 _SAVEPOINT = "signoff_writer"
 

@@ -18,7 +18,7 @@ from signoff.approvals.repository import ApprovalReads
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.models import ApprovalRequest, AuditEvent
-from signoff.prepared import PreparedQuery, entity_columns, execute_in
+from signoff.storage.prepared import PreparedQuery, entity_columns, execute_in
 from tests.conftest import Org, create_approval
 
 

@@ -20,7 +20,7 @@ from signoff.approvals import service as approvals_service
 from signoff.approvals.schemas import CreateApprovalRequest
 from signoff.common.time import utcnow
 from signoff.context import AppContext
-from signoff.sqlite_driver import InlineConnection
+from signoff.storage.sqlite_driver import InlineConnection
 from tests.conftest import Org, approval_body
 
 pytestmark = pytest.mark.parametrize("test_database", ["sqlite"], indirect=True)
@@ -35,9 +35,7 @@ async def _create(ctx: AppContext, org: Org, title: str, *, fail: bool = False) 
     assert principal is not None
     payload = CreateApprovalRequest.model_validate(approval_body(title=title))
     async with ctx.transaction() as uow:
-        result = await approvals_service.create_request(
-            uow.approvals, principal, payload, ctx.box, utcnow()
-        )
+        result = await approvals_service.create_request(uow, principal, payload, ctx.box, utcnow())
         if fail:
             raise Refused(title)
     return result.request.id.hex

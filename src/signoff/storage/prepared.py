@@ -1,10 +1,10 @@
 """Statements of the hot request path, compiled once and run past the ORM.
 
 Why: on a get, SQLAlchemy's execution machinery (session, pool checkout, execution
-context, result and entity loading) cost about ten times what SQLite takes to answer the
-query, and as much again for the authentication query of every call
-(docs/performance.md). The SQL is still written with SQLAlchemy Core and compiled by the
-dialect; only the execution is direct:
+context, result and entity loading) cost many times what SQLite takes to answer the
+query, and as much again for the authentication query of every call (``make bench``,
+scenario get; docs/engineering-log.md, *The second round*). The SQL is still written
+with SQLAlchemy Core and compiled by the dialect; only the execution is direct:
 
 - SQLite: on one connection kept for these reads, in autocommit mode, so each statement
   reads the latest committed state (WAL) in a transaction of its own. Calls complete on
@@ -35,7 +35,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.sql.dml import UpdateBase
 
-from signoff.sqlite_driver import InlineConnection, Retrier, open_sqlite
+from signoff.storage.sqlite_driver import InlineConnection, Retrier, open_sqlite
 
 Processor = Callable[[Any], Any] | None
 
@@ -61,17 +61,28 @@ class PreparedQuery:
         *,
         column_keys: Sequence[str] | None = None,
         sqlite_indexes: Sequence[SQLiteIndex] = (),
+        row_type: type[tuple[Any, ...]] | None = None,
     ) -> None:
         """``column_keys``: for an ``INSERT`` without ``values()``, the columns each call
         gives, as its parameters of the same names. ``sqlite_indexes``: how SQLite must read
         the statement's tables, where its planner would choose worse (SQLAlchemy renders
-        no table hints for SQLite)."""
+        no table hints for SQLite). ``row_type``: a ``NamedTuple`` whose fields are the
+        statement's column labels, in order, to build each row as (else a plain one)."""
         self.statement = statement
         self.column_keys = list(column_keys) if column_keys is not None else None
         self.sqlite_indexes = tuple(sqlite_indexes)
         self.keys = tuple(str(column.key) for column in statement.exported_columns)
-        self.row_type: type[tuple[Any, ...]] = namedtuple("Row", self.keys)  # type: ignore[misc]
+        if row_type is not None and getattr(row_type, "_fields", None) != self.keys:
+            raise TypeError(f"{row_type.__name__}'s fields are not the columns {self.keys}")
+        self.row_type: type[tuple[Any, ...]] = row_type or namedtuple("Row", self.keys)
+        self._typed = row_type is not None
         self._sqlite: _CompiledSQLite | None = None
+
+    def rows_of(self, rows: Sequence[Any]) -> list[Any]:
+        """Rows SQLAlchemy answered (PostgreSQL), as this query's ``row_type`` if it has one."""
+        if self._typed:
+            return [self.row_type(*row) for row in rows]
+        return list(rows)
 
     def for_sqlite(self, dialect: Dialect) -> _CompiledSQLite:
         if self._sqlite is None:
@@ -162,7 +173,7 @@ class QueryRunner:
         if self._sqlite_url is None:
             async with self._engine.connect() as pooled:
                 result = await pooled.execute(query.statement, params)
-                return list(result.all())
+                return query.rows_of(result.all())
         compiled = query.for_sqlite(self._dialect)
         values = compiled.parameters(params)
         sqlite = self._sqlite_connection()
@@ -188,11 +199,12 @@ class QueryRunner:
         if self._sqlite_url is None:
             async with self._engine.connect() as pooled:
                 results = [
-                    list((await pooled.execute(query.statement, params)).all())
+                    query.rows_of((await pooled.execute(query.statement, params)).all())
                     for query, params in first
                 ]
                 for query, params in then(results):
-                    results.append(list((await pooled.execute(query.statement, params)).all()))
+                    rows = (await pooled.execute(query.statement, params)).all()
+                    results.append(query.rows_of(rows))
                 return results
         sqlite = self._sqlite_connection()
         dialect = self._dialect
@@ -225,7 +237,7 @@ class QueryRunner:
     def commit_stamp(self) -> tuple[int, int] | None:
         """On SQLite, a stamp that changes whenever any other connection commits (or
         checkpoints): this process's writers, a CLI, another process. It is
-        ``PRAGMA data_version`` (a few µs) read on this runner's own connection, which
+        ``PRAGMA data_version`` (it reads no table) read on this runner's own connection, which
         only reads, so every commit anywhere changes it; the number of that connection
         comes first, as a new connection counts afresh. None on PostgreSQL, which has
         nothing as cheap, and None if SQLite cannot answer: then the caller reads afresh."""
@@ -279,7 +291,7 @@ async def execute_in(
     sqlite = await sqlite_transaction_of(session)
     if sqlite is None:
         result = await session.execute(query.statement, params)
-        return list(result.all()) if query.keys else []
+        return query.rows_of(result.all()) if query.keys else []
     compiled = query.for_sqlite(sqlite.dialect)
     values = compiled.parameters(params)
     raw_rows = await sqlite.driver.run(lambda db: db.execute(compiled.sql, values).fetchall())
@@ -289,9 +301,9 @@ async def execute_in(
 async def count_in(session: AsyncSession, query: PreparedQuery, params: Mapping[str, Any]) -> int:
     """Run a write without RETURNING in the session's transaction; the rows it changed.
 
-    On SQLite, ``RETURNING`` costs more than the insert it returns from (measured: an
-    insert of a request 50 µs, with ``RETURNING id`` 95 µs), so writes whose caller
-    already holds the values ask only whether a row was written.
+    On SQLite, ``RETURNING`` costs more than the insert it returns from
+    (docs/engineering-log.md, *The second round*), so writes whose caller already holds
+    the values ask only whether a row was written.
     """
     sqlite = await sqlite_transaction_of(session)
     if sqlite is None:
@@ -306,7 +318,8 @@ async def sqlite_transaction_of(session: AsyncSession) -> SQLiteTransaction | No
     """The SQLite connection under the session's transaction (None on PostgreSQL).
 
     A write transaction names it in the session (``SQLITE_CONNECTION_KEY``): asking
-    SQLAlchemy for it each time took a tenth of a decision's time (five statements).
+    SQLAlchemy for it before each statement was a visible share of a decision's time
+    (``make bench``, scenario decide; docs/engineering-log.md, *The third round*).
     """
     named = session.info.get(SQLITE_CONNECTION_KEY)
     if named is not None:

@@ -27,9 +27,9 @@ from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from signoff import prepared
 from signoff.approvals.listing import ListFilters, page_queries, read_page
-from signoff.prepared import PreparedQuery, QueryRunner
+from signoff.storage import prepared
+from signoff.storage.prepared import PreparedQuery, QueryRunner
 from tests.conftest import Org, create_approval
 
 pytestmark = pytest.mark.parametrize("test_database", ["sqlite"], indirect=True)

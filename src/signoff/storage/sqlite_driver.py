@@ -4,7 +4,8 @@ Why: aiosqlite gives every connection a thread of its own and hands each call ov
 and back: opening a cursor, executing, fetching, closing the cursor, committing are each
 a round trip through two queues and two thread wake-ups. Reading one request took 18 of
 them, and on a small (virtual) machine those wake-ups cost far more than the statements,
-which SQLite answers from its page cache in microseconds (docs/performance.md).
+which SQLite answers from its page cache in microseconds (``make bench``, every scenario
+on SQLite; docs/engineering-log.md, *The first round*).
 
 These connections offer SQLAlchemy's aiosqlite dialect the interface of an aiosqlite
 connection, through the dialect's documented ``async_creator`` hook, and run every call
@@ -36,13 +37,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
-from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import Connection
 from sqlalchemy.util import await_only
+
+from signoff.storage.aiosqlite_shape import AiosqliteShaped, sqlite_connect_args
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -133,9 +135,10 @@ class Checkpointer:
     """Checkpoints the WAL of one database file in a worker thread, every so many writes.
 
     Writers go on during a checkpoint: it copies the log as far as it was when it began,
-    and syncs the log and the database file, a few milliseconds that writers used to wait
-    out every 40 writes (a quarter of the time under load; a slow disk's sync stalled every
-    write). The log starts over only when a writer begins while all of it has been copied,
+    and syncs the log and the database file, which writers used to wait out every
+    ``CHECKPOINT_EVERY_WRITES`` writes (under load a large share of their time, and a slow
+    disk's sync stalled every write: docs/engineering-log.md, *The ninth round*). The log
+    starts over only when a writer begins while all of it has been copied,
     which under steady writes never happens by itself: so once a checkpoint leaves
     ``RESTART_LOG_FRAMES`` or more in the log, this process's writers are kept out
     (``writers_paused``) for one more checkpoint, of the little they added meanwhile, and
@@ -145,7 +148,7 @@ class Checkpointer:
     def __init__(
         self, url: str, writers_paused: Callable[[], AbstractAsyncContextManager[None]]
     ) -> None:
-        args, kwargs = _connect_args(url)
+        args, kwargs = sqlite_connect_args(url)
         self._args = args
         self._kwargs = {**kwargs, "check_same_thread": False}
         self._writers_paused = writers_paused
@@ -173,7 +176,8 @@ class Checkpointer:
     def _checkpoint(self) -> int:
         """One passive checkpoint; how many frames the log holds (copied or not)."""
         # One connection kept for every checkpoint (they never overlap: ``_task``). Why:
-        # opening one took some 0.7 ms, far more than a checkpoint of a short log.
+        # opening one costs far more than a checkpoint of a short log
+        # (docs/engineering-log.md, *The sixth round*).
         if self._connection is None:
             self._connection = _open_sqlite(*self._args, **self._kwargs)
             self._connection.execute("PRAGMA busy_timeout=1000")
@@ -254,24 +258,7 @@ class InlineCursor:
         self._cursor.arraysize = value
 
 
-class _InlineQueue:
-    """Stands in for aiosqlite's call queue, which the dialect uses directly to set
-    ``isolation_level``: the call runs at once and settles its future."""
-
-    def put_nowait(self, item: tuple[asyncio.Future[Any] | None, Callable[[], Any]]) -> None:
-        future, function = item
-        try:
-            result = function()
-        except BaseException as error:
-            if future is None:
-                raise
-            future.set_exception(error)
-        else:
-            if future is not None:
-                future.set_result(result)
-
-
-class InlineConnection:
+class InlineConnection(AiosqliteShaped):
     """An aiosqlite-shaped connection over a ``sqlite3`` connection, used on one thread."""
 
     def __init__(
@@ -281,10 +268,7 @@ class InlineConnection:
         checkpointer: Checkpointer | None = None,
         before_commit: Sequence[str] = (),
     ) -> None:
-        # The attribute names are the ones SQLAlchemy's aiosqlite adapter reads.
-        self._conn = connection
-        self._connection = connection
-        self._tx = _InlineQueue()
+        super().__init__(connection)  # what SQLAlchemy's adapter reads (aiosqlite_shape)
         self._retrier = Retrier(busy_timeout)
         self._checkpointer = checkpointer
         self._before_commit = before_commit
@@ -309,9 +293,10 @@ class InlineConnection:
         The writer connection (the one with a ``checkpointer``) commits in a worker thread:
         its commit writes the transaction's pages into the log, and the first commit after
         the log starts over also syncs the log's header, for as long as the disk takes.
-        On the event loop's thread that stopped every request meanwhile (a throttled disk
-        held it 60 to 110 ms at a time, docs/performance.md). Writers wait for it either
-        way: the next transaction begins after this one's commit (``group_commit``)."""
+        On the event loop's thread that stopped every request meanwhile, for as long as a
+        throttled disk took (docs/engineering-log.md, *The tenth round*). Writers wait for
+        it either way: the next transaction begins after this one's commit
+        (``group_commit``)."""
         if self._checkpointer is None:
             await self._retrier.run(self._commit)
             return
@@ -360,14 +345,9 @@ def begin_transaction(connection: Connection, statement: str) -> None:
     await_only(driver.begin(statement))
 
 
-def _connect_args(url: str) -> tuple[Sequence[Any], Mapping[str, Any]]:
-    args, kwargs = SQLiteDialect_aiosqlite().create_connect_args(make_url(url))
-    return args, kwargs
-
-
 def open_sqlite(url: str) -> sqlite3.Connection:
     """A connection to the SQLite ``url`` for use on the event loop's thread."""
-    args, kwargs = _connect_args(url)
+    args, kwargs = sqlite_connect_args(url)
     connection = _open_sqlite(*args, **{**kwargs, "check_same_thread": False})
     # No busy handler: it would sleep on the event loop's thread (see above).
     connection.execute("PRAGMA busy_timeout=0")
@@ -375,8 +355,9 @@ def open_sqlite(url: str) -> sqlite3.Connection:
     # (ours: triggers, foreign keys, unique keys) copies each page it is about to change
     # into a statement journal, and a transaction's journal soon outgrows the 64 KiB that
     # SQLite keeps in memory before spilling it to a file in /var/tmp: a create then made
-    # about eight times as many write() calls there as to the WAL, about a third of its
-    # insert's time (docs/performance.md). Sorts' temporary b-trees stay in memory too.
+    # many more write() calls there than to the WAL (``make bench``, scenario create;
+    # docs/engineering-log.md, *The ninth round*). Sorts' temporary b-trees stay in memory
+    # too.
     connection.execute("PRAGMA temp_store=MEMORY")
     return connection
 

@@ -47,10 +47,9 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.sql.dml import Insert
 
-from signoff.approvals.search_index import SQLITE_CATCH_UP
-from signoff.group_commit import GroupCommit
-from signoff.prepared import QueryRunner
-from signoff.sqlite_driver import Checkpointer, begin_transaction, inline_connector
+from signoff.storage.group_commit import GroupCommit
+from signoff.storage.prepared import QueryRunner
+from signoff.storage.sqlite_driver import Checkpointer, begin_transaction, inline_connector
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 # A PostgreSQL connection idle this long is pinged before use (see the module docstring).
@@ -62,9 +61,10 @@ def _json_text(value: Any) -> str:
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
-# JSON columns on SQLite are text converted in Python: orjson does it in a tenth of the
-# time of the standard library, which SQLAlchemy uses by default (a create wrote its
-# metadata through ``json.dumps``). PostgreSQL's driver converts JSONB itself.
+# JSON columns on SQLite are text converted in Python: orjson does it far faster than the
+# standard library, which SQLAlchemy uses by default (a create wrote its metadata through
+# ``json.dumps``; docs/engineering-log.md, *The sixth round*). PostgreSQL's driver
+# converts JSONB itself.
 SQLITE_JSON: dict[str, Any] = {"json_serializer": _json_text, "json_deserializer": orjson.loads}
 
 
@@ -107,7 +107,11 @@ def _ping_idle_connections(engine: AsyncEngine, idle_seconds: float) -> None:
 class Database:
     """Owns the engines of one process and hands out transactional sessions."""
 
-    def __init__(self, url: str, *, echo: bool = False) -> None:
+    def __init__(
+        self, url: str, *, echo: bool = False, sqlite_before_commit: Sequence[str] = ()
+    ) -> None:
+        """``sqlite_before_commit``: statements each SQLite connection runs just before it
+        commits a transaction that wrote (the search index's catch-up)."""
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
         if self.is_sqlite:
@@ -120,7 +124,9 @@ class Database:
                 echo=echo,
                 pool_size=8,
                 max_overflow=8,
-                async_creator=inline_connector(url, busy_timeout, before_commit=SQLITE_CATCH_UP),
+                async_creator=inline_connector(
+                    url, busy_timeout, before_commit=sqlite_before_commit
+                ),
                 **SQLITE_JSON,
             )
             # One connection suffices for writers: they are serialized anyway.
@@ -130,14 +136,23 @@ class Database:
                 pool_size=1,
                 max_overflow=0,
                 async_creator=inline_connector(
-                    url, busy_timeout, self.checkpointer, before_commit=SQLITE_CATCH_UP
+                    url, busy_timeout, self.checkpointer, before_commit=sqlite_before_commit
                 ),
                 **SQLITE_JSON,
             )
             _configure_sqlite(self.read_engine, immediate=False)
             _configure_sqlite(self.write_engine, immediate=True)
         else:
-            engine = create_async_engine(url, echo=echo, pool_size=20, max_overflow=10)
+            engine = create_async_engine(
+                url,
+                echo=echo,
+                pool_size=20,
+                max_overflow=10,
+                # JSONB prints a number stored from 1.5e300 with all its digits; orjson reads
+                # such an integer back as the float it was, where json.loads would make an
+                # integer no encoder here can write again.
+                json_deserializer=orjson.loads,
+            )
             _ping_idle_connections(engine, IDLE_PING_SECONDS)
             self.read_engine = self.write_engine = engine
             self.group_commit = None

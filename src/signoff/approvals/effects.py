@@ -1,0 +1,256 @@
+"""Applying a transition: the one place that writes what a status change causes.
+
+``state.apply`` answers a ``Transition`` whose ``effects`` list everything the change
+causes, in order. ``apply_transition`` writes them over the unit of work, in the caller's
+transaction: the request's new state, the vote, step changes, the comment, audit events,
+the callback's outbox row, and the signal that wakes long polls and live pages once the
+transaction commits. A new consequence of a decision is a new effect in ``state.py`` and a
+new case here, nowhere else.
+
+It needs only the ``EffectsUnitOfWork`` protocol, so ``tests/approvals/test_effects.py``
+applies transitions to an in-memory fake in milliseconds.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from signoff import metrics
+from signoff.approvals import state
+from signoff.approvals.record import RequestRecord
+from signoff.approvals.repository import NewEvent, NewVote
+from signoff.common.ids import new_id
+from signoff.errors import RequestNotPending
+from signoff.models import ApprovalStep, Comment
+from signoff.webhooks.service import Decider, DecisionFacts
+
+
+@dataclass(frozen=True)
+class Author:
+    """The person a transition is made by, as its records name them (None: the operator
+    or the clock)."""
+
+    user_id: uuid.UUID
+    email: str
+    name: str
+
+
+class ApprovalWrites(Protocol):
+    """What applying a transition writes of a request (``ApprovalRepository``)."""
+
+    async def update_if_pending(self, request_id: uuid.UUID, values: dict[str, Any]) -> bool: ...
+
+    async def add_vote(self, vote: NewVote) -> None: ...
+
+    async def update_step(
+        self,
+        step_id: uuid.UUID,
+        *,
+        status: str,
+        decided_at: datetime,
+        decided_by: uuid.UUID | None,
+        comment: str | None,
+    ) -> None: ...
+
+    async def replace_steps(self, request_id: uuid.UUID, steps: Sequence[ApprovalStep]) -> None: ...
+
+    async def add_comment(self, comment: Comment) -> None: ...
+
+    async def add_event(self, event: NewEvent) -> None: ...
+
+    async def flush(self) -> None: ...
+
+
+class CallbackOutbox(Protocol):
+    """Where a decision's callback is stored, claimed by the transaction (webhooks)."""
+
+    async def enqueue(self, facts: DecisionFacts, now: datetime) -> None: ...
+
+
+class EffectsUnitOfWork(Protocol):
+    @property
+    def approvals(self) -> ApprovalWrites: ...
+
+    @property
+    def callbacks(self) -> CallbackOutbox: ...
+
+    def request_changed(self, org_id: uuid.UUID, request_id: uuid.UUID, *, final: bool) -> None:
+        """Signal watchers of the request once the transaction commits."""
+
+
+async def apply_transition(
+    uow: EffectsUnitOfWork,
+    row: RequestRecord,
+    transition: state.Transition,
+    author: Author | None,
+    now: datetime,
+) -> RequestRecord:
+    """Write every effect of ``transition`` on the locked request ``row``, in order; the
+    request as it now is."""
+    for effect in transition.effects:
+        row = await _apply(uow, row, effect, author, now)
+    await uow.approvals.flush()
+    return row
+
+
+async def _apply(
+    uow: EffectsUnitOfWork,
+    row: RequestRecord,
+    effect: state.Effect,
+    author: Author | None,
+    now: datetime,
+) -> RequestRecord:
+    """Write one effect; the request as it is after it."""
+    actor_id = author.user_id if author else None
+    match effect:
+        case state.UpdateRequest():
+            return await _update_request(uow.approvals, row, effect, author, now)
+        case state.RecordVote():
+            assert author is not None  # only people vote
+            vote = NewVote(
+                request_id=row.id,
+                step_id=effect.step_id,
+                user_id=author.user_id,
+                decision=effect.decision,
+                comment=effect.comment,
+                created_at=now,
+            )
+            await uow.approvals.add_vote(vote)
+        case state.ChangeStep():
+            await uow.approvals.update_step(
+                effect.step_id,
+                status=effect.status,
+                decided_at=now,
+                decided_by=actor_id if effect.voted else None,
+                comment=effect.comment,
+            )
+        case state.ReplaceSteps():
+            steps = [_new_step(row.id, spec, now) for spec in effect.steps]
+            await uow.approvals.replace_steps(row.id, steps)
+        case state.AddComment():
+            assert author is not None  # only people comment
+            row, _ = await add_comment(uow.approvals, row, author.user_id, effect.body, now)
+        case state.WriteEvent():
+            await uow.approvals.add_event(event(row, effect.type, actor_id, now, dict(effect.data)))
+        case state.SendCallback():
+            await uow.callbacks.enqueue(_decision_facts(row, author, effect.comment), now)
+        case state.PublishChange():
+            uow.request_changed(row.org_id, row.id, final=effect.final)
+    return row
+
+
+async def _update_request(
+    approvals: ApprovalWrites,
+    row: RequestRecord,
+    effect: state.UpdateRequest,
+    author: Author | None,
+    now: datetime,
+) -> RequestRecord:
+    values: dict[str, Any] = {
+        "status": effect.status,
+        "current_approvals": effect.current_approvals,
+        "updated_at": now,
+    }
+    if effect.required_approvals is not None:
+        values.update(required_approvals=effect.required_approvals, has_steps=True)
+    if effect.status in state.TERMINAL_STATUSES:
+        values.update(_final_fields(effect, row, author, now))
+    if not await approvals.update_if_pending(row.id, values):
+        # The row lock (PostgreSQL) or the write lock (SQLite) makes this unreachable;
+        # should it ever happen, refusing is right and nothing has been written.
+        raise RequestNotPending(row.status)
+    if effect.status in state.TERMINAL_STATUSES:
+        metrics.count_decision(effect.status)
+    return row._replace(**values)
+
+
+def _final_fields(
+    effect: state.UpdateRequest, row: RequestRecord, author: Author | None, now: datetime
+) -> dict[str, Any]:
+    if effect.status == "expired":
+        # Expiry happened at the deadline, whenever the sweep notices it.
+        return {"decided_at": row.expires_at or now}
+    fields: dict[str, Any] = {
+        "decided_at": now,
+        "decided_by": author.user_id if author else None,
+        "decided_by_name": author.name if author else None,
+        "decision_comment": effect.comment,
+    }
+    if effect.status == "cancelled":
+        fields["cancelled_at"] = now
+    return fields
+
+
+def _decision_facts(
+    row: RequestRecord, author: Author | None, comment: str | None
+) -> DecisionFacts:
+    assert row.callback_url is not None  # SendCallback comes only with a callback_url
+    decider = None
+    if author is not None and row.status != "expired":
+        decider = Decider(author.user_id, author.email, author.name)
+    return DecisionFacts(
+        request_id=row.id,
+        org_id=row.org_id,
+        connection_id=row.connection_id,
+        status=row.status,
+        title=row.title,
+        priority=row.priority,
+        action_type=row.action_type,
+        decided_at=row.decided_at,
+        decided_by=decider,
+        comment=comment,
+        metadata=row.metadata_ or {},
+        callback_url=row.callback_url,
+        callback_headers_encrypted=row.callback_headers_encrypted,
+    )
+
+
+def _new_step(request_id: uuid.UUID, spec: state.StepSpec, now: datetime) -> ApprovalStep:
+    return ApprovalStep(
+        id=new_id(),
+        request_id=request_id,
+        step_order=spec.step_order,
+        approver_id=spec.approver_id,
+        status="pending",
+        created_at=now,
+    )
+
+
+async def add_comment(
+    approvals: ApprovalWrites, row: RequestRecord, user_id: uuid.UUID, body: str, now: datetime
+) -> tuple[RequestRecord, Comment]:
+    """A comment and its audit event (a decision's comment, or one added on its own); the
+    request as it now is, and the comment."""
+    comment = Comment(
+        id=new_id(),
+        org_id=row.org_id,
+        request_id=row.id,
+        user_id=user_id,
+        body=body,
+        created_at=now,
+    )
+    await approvals.add_comment(comment)
+    data = {"comment_id": str(comment.id), "body": body}
+    await approvals.add_event(event(row, "comment.created", user_id, now, data))
+    return row._replace(comments_count=row.comments_count + 1), comment
+
+
+def event(
+    row: RequestRecord,
+    event_type: str,
+    actor_id: uuid.UUID | None,
+    now: datetime,
+    data: dict[str, Any],
+) -> NewEvent:
+    return NewEvent(
+        org_id=row.org_id,
+        request_id=row.id,
+        type=event_type,
+        actor_id=actor_id,
+        data=data,
+        created_at=now,
+    )

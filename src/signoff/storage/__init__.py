@@ -1,0 +1,42 @@
+"""Storage: every database trick in one package, behind one seam.
+
+Domain modules (approvals, orgs, webhooks, ...) import from ``signoff.storage`` only, and
+only what is listed here: the ``Database`` (engines, sessions, transactions) and the
+prepared-statement helpers their repositories run hot-path queries with. None of them
+sees a driver type. What lies behind the seam:
+
+- ``database``: engines and sessions for SQLite and PostgreSQL, and the few places where
+  the two differ (``insert_ignoring_conflicts``);
+- ``sqlite_driver``: SQLite connections used on the event loop's thread, busy retries,
+  and the checkpointer;
+- ``group_commit``: SQLite writers of one process queued and sharing transactions;
+- ``prepared``: statements of the hot path compiled once and run past the ORM;
+- ``aiosqlite_shape``: the only code that knows SQLAlchemy's aiosqlite adapter's private
+  attributes (tests/storage/test_aiosqlite_shape.py fails loudly if an upgrade moves them).
+
+Why each is there, and what ``make bench`` measures of it: docs/architecture.md and
+docs/performance.md.
+"""
+
+from signoff.storage.database import Database, insert_ignoring_conflicts
+from signoff.storage.prepared import (
+    PreparedQuery,
+    QueryRunner,
+    SQLiteIndex,
+    count_in,
+    entity_columns,
+    execute_in,
+    has_unflushed_changes,
+)
+
+__all__ = [
+    "Database",
+    "PreparedQuery",
+    "QueryRunner",
+    "SQLiteIndex",
+    "count_in",
+    "entity_columns",
+    "execute_in",
+    "has_unflushed_changes",
+    "insert_ignoring_conflicts",
+]

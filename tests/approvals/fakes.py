@@ -1,0 +1,116 @@
+"""An in-memory unit of work (fakes, not mocks, in the style of Cosmic Python): it keeps
+what applying a transition writes, so effects are tested without a database."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from signoff.approvals.record import RequestRecord
+from signoff.approvals.repository import NewEvent, NewVote
+from signoff.models import ApprovalStep, Comment
+from signoff.unit_of_work import RequestChange
+from signoff.webhooks.service import DecisionFacts
+
+NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def pending_request(**fields: Any) -> RequestRecord:
+    values: dict[str, Any] = {
+        "id": uuid.uuid4(),
+        "org_id": uuid.uuid4(),
+        "connection_id": uuid.uuid4(),
+        "title": "Deploy",
+        "description": "Roll out",
+        "status": "pending",
+        "priority": "high",
+        "action_type": "deploy.prod",
+        "source": None,
+        "metadata_": {"ticket": 7},
+        "callback_url": None,
+        "callback_headers_encrypted": None,
+        "required_approvals": 1,
+        "current_approvals": 0,
+        "is_sequential": False,
+        "idempotency_key": None,
+        "expires_at": None,
+        "created_at": NOW,
+        "updated_at": NOW,
+        "decided_at": None,
+        "decided_by": None,
+        "decided_by_name": None,
+        "decision_comment": None,
+        "cancelled_at": None,
+        "comments_count": 0,
+        "has_steps": False,
+    }
+    values.update(fields)
+    return RequestRecord(**values)
+
+
+@dataclass
+class FakeApprovals:
+    rows: dict[uuid.UUID, dict[str, Any]] = field(default_factory=dict)
+    votes: list[NewVote] = field(default_factory=list)
+    step_updates: list[tuple[uuid.UUID, str, uuid.UUID | None]] = field(default_factory=list)
+    steps: dict[uuid.UUID, list[ApprovalStep]] = field(default_factory=dict)
+    comments: list[Comment] = field(default_factory=list)
+    events: list[NewEvent] = field(default_factory=list)
+    flushes: int = 0
+
+    async def update_if_pending(self, request_id: uuid.UUID, values: dict[str, Any]) -> bool:
+        row = self.rows.setdefault(request_id, {"status": "pending"})
+        if row["status"] != "pending":
+            return False
+        row.update(values)
+        return True
+
+    async def add_vote(self, vote: NewVote) -> None:
+        self.votes.append(vote)
+
+    async def update_step(
+        self,
+        step_id: uuid.UUID,
+        *,
+        status: str,
+        decided_at: datetime,
+        decided_by: uuid.UUID | None,
+        comment: str | None,
+    ) -> None:
+        self.step_updates.append((step_id, status, decided_by))
+
+    async def replace_steps(self, request_id: uuid.UUID, steps: Any) -> None:
+        self.steps[request_id] = list(steps)
+
+    async def add_comment(self, comment: Comment) -> None:
+        self.comments.append(comment)
+
+    async def add_event(self, event: NewEvent) -> None:
+        self.events.append(event)
+
+    async def flush(self) -> None:
+        self.flushes += 1
+
+
+@dataclass
+class FakeCallbacks:
+    sent: list[DecisionFacts] = field(default_factory=list)
+
+    async def enqueue(self, facts: DecisionFacts, now: datetime) -> None:
+        self.sent.append(facts)
+
+
+@dataclass
+class FakeUnitOfWork:
+    approvals: FakeApprovals = field(default_factory=FakeApprovals)
+    callbacks: FakeCallbacks = field(default_factory=FakeCallbacks)
+    changes: list[RequestChange] = field(default_factory=list)
+
+    def request_changed(self, org_id: uuid.UUID, request_id: uuid.UUID, *, final: bool) -> None:
+        self.changes.append(RequestChange(org_id, request_id, final))
+
+    @property
+    def event_types(self) -> list[str]:
+        return [event.type for event in self.approvals.events]

@@ -21,6 +21,7 @@ TOP_LEVEL = (
     "secret-key",
     "version",
     "emergency-stop",
+    "purge",
     "db",
     "org",
     "user",

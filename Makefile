@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve worker test lint format typecheck check bench bench-callbacks bench-longpoll clean
+.PHONY: install serve worker test lint format typecheck check bench bench-callbacks bench-longpoll bench-replacements clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ bench-callbacks: $(STAMP)
 # Long polls woken by a decision: 1,000 waiters answered within 1 s (docs/performance.md).
 bench-longpoll: $(STAMP)
 	$(BIN)/python -m bench.longpoll $(BENCH_ARGS)
+
+# Each hand-written replacement of a library's job against the library, A/B in one run
+# (docs/performance.md, *Hand-written replacements and what they earn*).
+bench-replacements: $(STAMP)
+	$(BIN)/python -m bench.replacements $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -2,10 +2,10 @@
 
 Why not ``limits``' own ``MemoryStorage``: every increment there takes an
 ``asyncio.Lock`` and starts a task to sweep expired keys (one task per call, since each
-sweep ends at once), work that every API call paid for (``make bench``, scenario get;
-docs/engineering-log.md, *The sixth round*). On one event loop no call can interleave
-with another inside a plain function, so a dict does the job; expired counters are swept
-out at most once per ``SWEEP_SECONDS``, in one pass.
+sweep ends at once), work that every API call paid for (``make bench-replacements``;
+docs/performance.md, *Hand-written replacements and what they earn*). On one event
+loop no call can interleave with another inside a plain function, so a dict does the
+job; expired counters are swept out at most once per ``SWEEP_SECONDS``, in one pass.
 
 It answers the calls ``RateLimiter`` makes of a store (``limits``' ``Storage``
 interface, as ``RedisStorage`` answers them for replicas that share their counts).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import select
 import socket
 import ssl
@@ -31,6 +32,10 @@ from signoff.webhooks.urlpolicy import (
 )
 
 logger = logging.getLogger(__name__)
+
+# A measurement switch (docs/performance.md, *Hand-written replacements and what they
+# earn*): AnyIO's streams as they are, without ``_Stream``.
+STOCK_SWITCH = "SIGNOFF_STOCK_CALLBACK_STREAM"
 
 STORED_BODY_BYTES = 1024  # decisions.md section 9: the first 1 KiB of the answer is kept
 
@@ -74,8 +79,8 @@ class _Stream(httpcore.AsyncNetworkStream):
     """AnyIO's stream, except for one question: on every request, httpcore asks each idle
     connection of the pool whether its socket is readable (closed by the peer). AnyIO
     answers through its typed attributes, rebuilding a mapping per call, a visible share
-    of a drain's CPU (``make bench-callbacks``, throughput stage; docs/engineering-log.md,
-    *Decision callbacks*). Here the raw socket is found once."""
+    of a drain's CPU (``make bench-replacements``; docs/performance.md, *Hand-written
+    replacements and what they earn*). Here the raw socket is found once."""
 
     def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
         self._inner = inner
@@ -110,6 +115,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
     def __init__(self, policy: AddressPolicy) -> None:
         self.policy = policy
         self._inner = httpcore.AnyIOBackend()
+        self._wrap = os.environ.get(STOCK_SWITCH) != "1"
 
     async def connect_tcp(
         self,
@@ -123,11 +129,10 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         failure: Exception | None = None
         for address in addresses:
             try:
-                return _Stream(
-                    await self._inner.connect_tcp(
-                        str(address), port, timeout, local_address, socket_options
-                    )
+                stream = await self._inner.connect_tcp(
+                    str(address), port, timeout, local_address, socket_options
                 )
+                return _Stream(stream) if self._wrap else stream
             except (httpcore.ConnectError, OSError) as exc:
                 failure = exc
         assert failure is not None

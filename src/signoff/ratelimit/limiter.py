@@ -10,25 +10,19 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from limits.aio.storage import MemoryStorage, RedisStorage
 
-from signoff.ratelimit.memory import MemoryCounters
-
 logger = logging.getLogger(__name__)
 
 Window = Literal["hour", "minute"]
-# A measurement switch (docs/performance.md, *Hand-written replacements and what they
-# earn*): ``limits``' own memory store instead of ``MemoryCounters``.
-STOCK_SWITCH = "SIGNOFF_STOCK_RATE_LIMIT_STORE"
 
 
 class CounterStore(Protocol):
-    """What the limiter asks of a store: ``MemoryCounters``, or ``limits``' Redis one."""
+    """What the limiter asks of a store: ``limits``' memory storage, or its Redis one."""
 
     async def incr(self, key: str, expiry: int, amount: int = 1) -> int: ...
     async def get(self, key: str) -> int: ...
@@ -84,10 +78,10 @@ class RateLimiter:
         if redis_url:
             uri = "async+" + redis_url if not redis_url.startswith("async+") else redis_url
             self.storage = RedisStorage(uri, implementation="redispy", key_prefix=key_prefix)
-        elif os.environ.get(STOCK_SWITCH) == "1":
-            self.storage = MemoryStorage()
         else:
-            self.storage = MemoryCounters()
+            # limits' own memory store; a counter of our own earned too little to stay
+            # (docs/performance.md, *Hand-written replacements and what they earn*).
+            self.storage = MemoryStorage()
 
     async def hit(self, key: str, limit: int, window: Window = "hour") -> RateLimitDecision:
         counter = f"{window}/{key}"

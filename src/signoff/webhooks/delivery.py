@@ -11,15 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import select
-import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import httpcore
 import httpx
@@ -32,10 +28,6 @@ from signoff.webhooks.urlpolicy import (
 )
 
 logger = logging.getLogger(__name__)
-
-# A measurement switch (docs/performance.md, *Hand-written replacements and what they
-# earn*): AnyIO's streams as they are, without ``_Stream``.
-STOCK_SWITCH = "SIGNOFF_STOCK_CALLBACK_STREAM"
 
 STORED_BODY_BYTES = 1024  # decisions.md section 9: the first 1 KiB of the answer is kept
 
@@ -66,56 +58,12 @@ class AttemptResult:
     error: str | None
 
 
-def _socket_readable(sock: socket.socket | None) -> bool:
-    """True if the peer closed (or sent something unasked): the connection is done."""
-    if sock is None or sock.fileno() < 0:
-        return True
-    poller = select.poll()
-    poller.register(sock, select.POLLIN)
-    return bool(poller.poll(0))
-
-
-class _Stream(httpcore.AsyncNetworkStream):
-    """AnyIO's stream, except for one question: on every request, httpcore asks each idle
-    connection of the pool whether its socket is readable (closed by the peer). AnyIO
-    answers through its typed attributes, rebuilding a mapping per call, a visible share
-    of a drain's CPU (``make bench-replacements``; docs/performance.md, *Hand-written
-    replacements and what they earn*). Here the raw socket is found once."""
-
-    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
-        self._inner = inner
-        self._socket: socket.socket | None = inner.get_extra_info("socket")
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return await self._inner.read(max_bytes, timeout)
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        await self._inner.write(buffer, timeout)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        return _Stream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
-
-    def get_extra_info(self, info: str) -> Any:
-        if info == "is_readable":
-            return _socket_readable(self._socket)
-        return self._inner.get_extra_info(info)
-
-
 class GuardedBackend(httpcore.AsyncNetworkBackend):
     """Resolve, check, then dial exactly the checked address (see module docstring)."""
 
     def __init__(self, policy: AddressPolicy) -> None:
         self.policy = policy
         self._inner = httpcore.AnyIOBackend()
-        self._wrap = os.environ.get(STOCK_SWITCH) != "1"
 
     async def connect_tcp(
         self,
@@ -129,10 +77,9 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         failure: Exception | None = None
         for address in addresses:
             try:
-                stream = await self._inner.connect_tcp(
+                return await self._inner.connect_tcp(
                     str(address), port, timeout, local_address, socket_options
                 )
-                return _Stream(stream) if self._wrap else stream
             except (httpcore.ConnectError, OSError) as exc:
                 failure = exc
         assert failure is not None

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from signoff.approvals.repository import LockedRequest, NewEvent, NewVote, RequestRecord
+from signoff.approvals.record import RequestRecord
+from signoff.approvals.repository import NewEvent, NewVote
 from signoff.models import ApprovalStep, Comment
 from signoff.unit_of_work import RequestChange
 from signoff.webhooks.service import DecisionFacts
@@ -16,7 +17,7 @@ from signoff.webhooks.service import DecisionFacts
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
 
-def pending_request(**fields: Any) -> LockedRequest:
+def pending_request(**fields: Any) -> RequestRecord:
     values: dict[str, Any] = {
         "id": uuid.uuid4(),
         "org_id": uuid.uuid4(),
@@ -46,7 +47,7 @@ def pending_request(**fields: Any) -> LockedRequest:
         "has_steps": False,
     }
     values.update(fields)
-    return LockedRequest(**values)
+    return RequestRecord(**values)
 
 
 @dataclass
@@ -65,10 +66,6 @@ class FakeApprovals:
             return False
         row.update(values)
         return True
-
-    def show_written(self, row: RequestRecord, values: dict[str, Any]) -> None:
-        for key, value in values.items():
-            setattr(row, key, value)
 
     async def add_vote(self, vote: NewVote) -> None:
         self.votes.append(vote)

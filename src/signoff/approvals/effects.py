@@ -20,7 +20,8 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from signoff.approvals import state
-from signoff.approvals.repository import NewEvent, NewVote, RequestRecord
+from signoff.approvals.record import RequestRecord
+from signoff.approvals.repository import NewEvent, NewVote
 from signoff.common.ids import new_id
 from signoff.errors import RequestNotPending
 from signoff.models import ApprovalStep, Comment
@@ -41,8 +42,6 @@ class ApprovalWrites(Protocol):
     """What applying a transition writes of a request (``ApprovalRepository``)."""
 
     async def update_if_pending(self, request_id: uuid.UUID, values: dict[str, Any]) -> bool: ...
-
-    def show_written(self, row: RequestRecord, values: dict[str, Any]) -> None: ...
 
     async def add_vote(self, vote: NewVote) -> None: ...
 
@@ -88,11 +87,13 @@ async def apply_transition(
     transition: state.Transition,
     author: Author | None,
     now: datetime,
-) -> None:
-    """Write every effect of ``transition`` on the locked request ``row``, in order."""
+) -> RequestRecord:
+    """Write every effect of ``transition`` on the locked request ``row``, in order; the
+    request as it now is."""
     for effect in transition.effects:
-        await _apply(uow, row, effect, author, now)
+        row = await _apply(uow, row, effect, author, now)
     await uow.approvals.flush()
+    return row
 
 
 async def _apply(
@@ -101,11 +102,12 @@ async def _apply(
     effect: state.Effect,
     author: Author | None,
     now: datetime,
-) -> None:
+) -> RequestRecord:
+    """Write one effect; the request as it is after it."""
     actor_id = author.user_id if author else None
     match effect:
         case state.UpdateRequest():
-            await _update_request(uow.approvals, row, effect, author, now)
+            return await _update_request(uow.approvals, row, effect, author, now)
         case state.RecordVote():
             assert author is not None  # only people vote
             vote = NewVote(
@@ -130,13 +132,14 @@ async def _apply(
             await uow.approvals.replace_steps(row.id, steps)
         case state.AddComment():
             assert author is not None  # only people comment
-            await add_comment(uow.approvals, row, author.user_id, effect.body, now)
+            row, _ = await add_comment(uow.approvals, row, author.user_id, effect.body, now)
         case state.WriteEvent():
             await uow.approvals.add_event(event(row, effect.type, actor_id, now, dict(effect.data)))
         case state.SendCallback():
             await uow.callbacks.enqueue(_decision_facts(row, author, effect.comment), now)
         case state.PublishChange():
             uow.request_changed(row.org_id, row.id, final=effect.final)
+    return row
 
 
 async def _update_request(
@@ -145,7 +148,7 @@ async def _update_request(
     effect: state.UpdateRequest,
     author: Author | None,
     now: datetime,
-) -> None:
+) -> RequestRecord:
     values: dict[str, Any] = {
         "status": effect.status,
         "current_approvals": effect.current_approvals,
@@ -159,7 +162,7 @@ async def _update_request(
         # The row lock (PostgreSQL) or the write lock (SQLite) makes this unreachable;
         # should it ever happen, refusing is right and nothing has been written.
         raise RequestNotPending(row.status)
-    approvals.show_written(row, values)
+    return row._replace(**values)
 
 
 def _final_fields(
@@ -216,8 +219,9 @@ def _new_step(request_id: uuid.UUID, spec: state.StepSpec, now: datetime) -> App
 
 async def add_comment(
     approvals: ApprovalWrites, row: RequestRecord, user_id: uuid.UUID, body: str, now: datetime
-) -> Comment:
-    """A comment and its audit event (a decision's comment, or one added on its own)."""
+) -> tuple[RequestRecord, Comment]:
+    """A comment and its audit event (a decision's comment, or one added on its own); the
+    request as it now is, and the comment."""
     comment = Comment(
         id=new_id(),
         org_id=row.org_id,
@@ -227,10 +231,9 @@ async def add_comment(
         created_at=now,
     )
     await approvals.add_comment(comment)
-    approvals.show_written(row, {"comments_count": row.comments_count + 1})
     data = {"comment_id": str(comment.id), "body": body}
     await approvals.add_event(event(row, "comment.created", user_id, now, data))
-    return comment
+    return row._replace(comments_count=row.comments_count + 1), comment
 
 
 def event(

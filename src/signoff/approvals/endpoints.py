@@ -14,7 +14,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from signoff.approvals import service
-from signoff.approvals.listing import ListFilters
 from signoff.approvals.presenters import (
     comment_to_dict,
     event_to_dict,
@@ -23,7 +22,8 @@ from signoff.approvals.presenters import (
     step_to_dict,
     vote_to_dict,
 )
-from signoff.approvals.repository import ApprovalReads, RequestRecord
+from signoff.approvals.record import RequestRecord
+from signoff.approvals.repository import ApprovalReads
 from signoff.approvals.schemas import (
     AddComment,
     ApprovalListOut,
@@ -45,12 +45,25 @@ from signoff.common.http import (
     path_id,
     require_scope,
 )
+from signoff.common.openapi import (
+    UuidPath,
+    default_setting,
+    documented_as,
+    errors,
+    query_parameters,
+)
 from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body, read_json_object, validate_model
 from signoff.context import AppContext
-from signoff.errors import ValidationFailed
-from signoff.webhooks.service import check_callback_url, delivered
+from signoff.errors import (
+    AlreadyVoted,
+    Forbidden,
+    NotFound,
+    RequestNotPending,
+    ValidationFailed,
+)
+from signoff.webhooks.service import all_succeeded, check_callback_url
 
 router = APIRouter(prefix="/api/v1", tags=["approvals"], route_class=LeanRoute)
 
@@ -58,11 +71,33 @@ Reader = Annotated[Principal, Depends(require_scope("approvals:read"))]
 Writer = Annotated[Principal, Depends(require_scope("approvals:write"))]
 Commenter = Annotated[Principal, Depends(require_scope("comments:write"))]
 
+# The long poll's parameter as documented; the handler reads a string and validates it.
+WAIT = {
+    "type": "number",
+    "minimum": 0,
+    "maximum": default_setting("long_poll_max_seconds"),
+}
+
 
 @router.post(
     "/approvals",
     status_code=201,
     response_model=ApprovalRequestOut,
+    responses={
+        200: {
+            "model": ApprovalRequestOut,
+            "description": "The org's request created earlier with this `idempotency_key` "
+            "(nothing new is created).",
+            "headers": {
+                "Idempotent-Replayed": {
+                    "description": "`true` on a replay.",
+                    "schema": {"type": "string", "enum": ["true"]},
+                    "required": True,
+                }
+            },
+        },
+        **errors(ValidationFailed),
+    },
     openapi_extra=json_body_doc(CreateApprovalRequest),
     summary="Create an approval request",
     description="201 with the new request; 200 with the existing one (and the header "
@@ -97,53 +132,20 @@ def _replay(existing: RequestRecord) -> Response:
     return json_response(request_to_dict(existing, utcnow()), 200, {"Idempotent-Replayed": "true"})
 
 
-@router.get("/approvals", response_model=ApprovalListOut, summary="List approval requests")
-async def list_approvals(
-    request: Request,
-    principal: Reader,
-    page: str | None = Query(None, description="Page number, from 1."),
-    page_size: str | None = Query(None, description="1 to 100, default 20."),
-    limit: str | None = Query(None, description="Alias of page_size."),
-    status: str | None = Query(None, description="One status or a comma-separated list."),
-    priority: str | None = Query(None, description="low, medium, high or critical."),
-    action_type: str | None = Query(None),
-    source: str | None = Query(None),
-    search: str | None = Query(
-        None,
-        description="Full-text search of title and description: every word must match, "
-        "as a prefix, case-insensitively; punctuation and operators are ignored. Best "
-        "matches first (title matches before description matches).",
-    ),
-    created_after: str | None = Query(None, description="RFC 3339; inclusive."),
-    created_before: str | None = Query(None, description="RFC 3339; exclusive."),
-    decided_after: str | None = Query(
-        None, description="RFC 3339; inclusive. Expired requests count as decided at expiry."
-    ),
-    decided_before: str | None = Query(None, description="RFC 3339; exclusive."),
-    assigned_to: str | None = Query(
-        None,
-        description="`me` (or a user id): pending requests waiting for that user's vote now: "
-        "a step of theirs that is votable (in turn, for sequential chains), or a "
-        "count-based request they have not voted on.",
-    ),
-) -> Response:
+@router.get(
+    "/approvals",
+    response_model=ApprovalListOut,
+    responses=errors(ValidationFailed),
+    openapi_extra={"parameters": query_parameters(ListApprovalsQuery)},
+    summary="List approval requests",
+)
+async def list_approvals(request: Request, principal: Reader) -> Response:
     ctx = context_of(request)
-    raw = dict(request.query_params)
+    raw: dict[str, Any] = dict(request.query_params)
     if len(statuses := request.query_params.getlist("status")) > 1:
         raw["status"] = ",".join(statuses)
     query = validate_model(ListApprovalsQuery, raw, ctx.settings)
-    filters = ListFilters(
-        statuses=query.status,
-        priority=query.priority,
-        action_type=query.action_type,
-        source=query.source,
-        search=query.search,
-        created_after=query.created_after,
-        created_before=query.created_before,
-        decided_after=query.decided_after,
-        decided_before=query.decided_before,
-        assigned_to=principal.user_id if query.assigned_to == "me" else query.assigned_to_id,
-    )
+    filters = query.filters(principal.user_id)
     rendered, total = await service.list_requests(
         ApprovalReads(ctx.db.queries),
         principal,
@@ -168,15 +170,20 @@ async def list_approvals(
 @router.get(
     "/approvals/{request_id}",
     response_model=ApprovalRequestDetailOut,
+    responses=errors(ValidationFailed, NotFound),
     summary="Get one approval request",
     description="With `?wait=N` (up to 60 s) the answer is held until the request leaves "
     "pending or N seconds pass: one long poll instead of many short ones.",
 )
 async def get_approval(
     request: Request,
-    request_id: str,
+    request_id: UuidPath,
     principal: Reader,
-    wait: str | None = Query(None, description="Seconds to wait for a decision, 0 to 60."),
+    wait: Annotated[
+        str | None,
+        documented_as(WAIT),
+        Query(description="Seconds to wait for a decision, 0 to 60."),
+    ] = None,
 ) -> Response:
     ctx = context_of(request)
     rid = path_id(request_id)
@@ -234,12 +241,13 @@ def _parse_wait(value: str | None, maximum: int) -> float:
 @router.patch(
     "/approvals/{request_id}",
     response_model=DecisionOut,
+    responses=errors(ValidationFailed, Forbidden, NotFound, RequestNotPending, AlreadyVoted),
     openapi_extra=json_body_doc(DecideApprovalRequest),
     summary="Approve or reject a request",
     description="Count-based requests need `required_approvals` approvals by distinct users; "
     "until then the answer is 200 with `status: pending`. One reject rejects.",
 )
-async def decide_approval(request: Request, request_id: str, principal: Writer) -> Response:
+async def decide_approval(request: Request, request_id: UuidPath, principal: Writer) -> Response:
     ctx = context_of(request)
     rid = path_id(request_id)
     payload = await parse_json_body(request, DecideApprovalRequest, ctx.settings)
@@ -248,25 +256,26 @@ async def decide_approval(request: Request, request_id: str, principal: Writer) 
         result = await service.decide(uow, principal, rid, payload, now)
     body = request_to_dict(result.request, now)
     # Attempt 1 runs now that the decision is committed; the answer reports its outcome.
-    body["callback_delivered"] = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
+    body["callback_delivered"] = all_succeeded(await ctx.webhooks.deliver_outbox(uow.outbox))
     return json_response(body)
 
 
 @router.delete(
     "/approvals/{request_id}",
     response_model=DecisionOut,
+    responses=errors(NotFound, RequestNotPending),
     summary="Cancel a request",
     description="`callback_delivered` is the outcome of the first attempt of the "
     "cancellation callback (false without a `callback_url`).",
 )
-async def cancel_approval(request: Request, request_id: str, principal: Writer) -> Response:
+async def cancel_approval(request: Request, request_id: UuidPath, principal: Writer) -> Response:
     ctx = context_of(request)
     rid = path_id(request_id)
     now = utcnow()
     async with ctx.transaction() as uow:
         result = await service.cancel(uow, principal, rid, now)
     body = request_to_dict(result.request, now)
-    body["callback_delivered"] = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
+    body["callback_delivered"] = all_succeeded(await ctx.webhooks.deliver_outbox(uow.outbox))
     return json_response(body)
 
 
@@ -274,10 +283,11 @@ async def cancel_approval(request: Request, request_id: str, principal: Writer) 
     "/approvals/{request_id}/comments",
     status_code=201,
     response_model=CommentOut,
+    responses=errors(ValidationFailed, NotFound),
     openapi_extra=json_body_doc(AddComment),
     summary="Add a comment",
 )
-async def add_comment(request: Request, request_id: str, principal: Commenter) -> Response:
+async def add_comment(request: Request, request_id: UuidPath, principal: Commenter) -> Response:
     ctx = context_of(request)
     rid = path_id(request_id)
     payload = await parse_json_body(request, AddComment, ctx.settings)
@@ -289,9 +299,10 @@ async def add_comment(request: Request, request_id: str, principal: Commenter) -
 @router.get(
     "/approvals/{request_id}/comments",
     response_model=CommentListOut,
+    responses=errors(NotFound),
     summary="List comments, oldest first",
 )
-async def list_comments(request: Request, request_id: str, principal: Reader) -> Response:
+async def list_comments(request: Request, request_id: UuidPath, principal: Reader) -> Response:
     ctx = context_of(request)
     rid = path_id(request_id)
     async with ctx.reading() as uow:
@@ -302,9 +313,10 @@ async def list_comments(request: Request, request_id: str, principal: Reader) ->
 @router.get(
     "/approvals/{request_id}/events",
     response_model=AuditEventListOut,
+    responses=errors(NotFound),
     summary="The audit trail of a request, oldest first",
 )
-async def list_events(request: Request, request_id: str, principal: Reader) -> Response:
+async def list_events(request: Request, request_id: UuidPath, principal: Reader) -> Response:
     ctx = context_of(request)
     rid = path_id(request_id)
     async with ctx.reading() as uow:

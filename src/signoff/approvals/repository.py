@@ -8,8 +8,7 @@ import uuid
 from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     Table,
@@ -20,8 +19,14 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm.attributes import set_committed_value
 
+from signoff.approvals.record import (
+    COLUMNS,
+    RequestRecord,
+    new_row,
+    record_written,
+    request_columns,
+)
 from signoff.common.ids import new_id
 from signoff.common.time import utcnow
 from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, User, Vote
@@ -37,51 +42,34 @@ from signoff.storage import (
 
 # The reads of every get and decide: built once, since building a statement (and its cache
 # key) costs more than SQLite takes to answer it (``make bench``, scenarios get and decide;
-# docs/engineering-log.md, *The first round*).
-_GET = select(ApprovalRequest).where(
-    ApprovalRequest.id == bindparam("request_id"), ApprovalRequest.org_id == bindparam("org_id")
-)
+# docs/engineering-log.md, *The first round*). Each answers ``RequestRecord``s, built
+# straight from the rows.
 _REQUEST_FOR_UPDATE = PreparedQuery(
-    select(*entity_columns(ApprovalRequest))
+    select(*request_columns())
     .where(
         ApprovalRequest.id == bindparam("request_id"),
         ApprovalRequest.org_id == bindparam("org_id"),
     )
-    .with_for_update()
+    .with_for_update(),
+    row_type=RequestRecord,
+)
+_REQUEST_BY_KEY = PreparedQuery(
+    select(*request_columns()).where(
+        ApprovalRequest.org_id == bindparam("org_id"),
+        ApprovalRequest.idempotency_key == bindparam("key"),
+    ),
+    row_type=RequestRecord,
 )
 
 
-class LockedRequest(SimpleNamespace):
-    """A request as read under its lock in a write transaction: the fields of
-    ``ApprovalRequest``, changed in place as the transaction writes them (``show_written``).
-
-    Not an ORM entity: building and tracking one cost a decision more than its statements,
-    and nothing here is written through the ORM's unit of work."""
-
-
-# What services and presenters read a request from: an ORM entity (reads in a session,
-# the sweep's batch) or a LockedRequest (writers). The rows of prepared reads and of a
-# new request (``ApprovalReads``, ``insert_unless_key_taken``) have the same fields.
-RequestRecord = ApprovalRequest | LockedRequest
-
-
-# What a new request is created with: every column service.create_request sets.
-NEW_REQUEST_COLUMNS = (
-    "id", "org_id", "connection_id", "title", "description", "status", "priority",
-    "action_type", "source", "metadata", "callback_url", "callback_headers_encrypted",
-    "required_approvals", "current_approvals", "is_sequential", "idempotency_key",
-    "expires_at", "created_at", "updated_at", "comments_count", "has_steps",
-)  # fmt: skip
-
-
 def _insert_request(dialect: str) -> PreparedQuery:
+    """A new request's insert: every column (``record.new_row`` gives each a value)."""
     table: Table = ApprovalRequest.__table__  # type: ignore[assignment]
     insert = insert_ignoring_conflicts(dialect, table, ("org_id", "idempotency_key"))
-    return PreparedQuery(insert, column_keys=NEW_REQUEST_COLUMNS)
+    return PreparedQuery(insert, column_keys=COLUMNS)
 
 
 _INSERT_REQUEST = {dialect: _insert_request(dialect) for dialect in ("sqlite", "postgresql")}
-_ATTRIBUTE_OF_COLUMN = {"metadata": "metadata_"}
 _AUDIT_EVENTS: Table = AuditEvent.__table__  # type: ignore[assignment]
 _INSERT_EVENT = PreparedQuery(
     insert(_AUDIT_EVENTS),
@@ -99,10 +87,11 @@ _COUNT_BASED_VOTERS = PreparedQuery(
 )
 
 _REQUEST_BY_ID = PreparedQuery(
-    select(*entity_columns(ApprovalRequest)).where(
+    select(*request_columns()).where(
         ApprovalRequest.id == bindparam("request_id"),
         ApprovalRequest.org_id == bindparam("org_id"),
-    )
+    ),
+    row_type=RequestRecord,
 )
 _STEPS_OF_REQUEST = PreparedQuery(
     select(*entity_columns(ApprovalStep))
@@ -178,8 +167,9 @@ class ApprovalReads:
     def __init__(self, queries: QueryRunner) -> None:
         self.queries = queries
 
-    async def get(self, org_id: uuid.UUID, request_id: uuid.UUID) -> Any | None:
-        return await self.queries.one(_REQUEST_BY_ID, {"request_id": request_id, "org_id": org_id})
+    async def get(self, org_id: uuid.UUID, request_id: uuid.UUID) -> RequestRecord | None:
+        row = await self.queries.one(_REQUEST_BY_ID, {"request_id": request_id, "org_id": org_id})
+        return cast(RequestRecord | None, row)
 
     async def list_steps(self, request_id: uuid.UUID) -> Sequence[Any]:
         return await self.queries.all(_STEPS_OF_REQUEST, {"request_id": request_id})
@@ -222,38 +212,36 @@ class ApprovalRepository:
 
     # ---- requests ----
 
-    async def insert_unless_key_taken(self, values: dict[str, Any]) -> Any | None:
-        """Insert a request; the row as written (the fields of ``ApprovalRequest``), or None
-        if its idempotency key is already taken in the org.
+    async def insert_unless_key_taken(self, values: dict[str, Any]) -> RequestRecord | None:
+        """Insert a request; the row as written, or None if its idempotency key is already
+        taken in the org.
 
         ``ON CONFLICT DO NOTHING`` against the unique (org_id, idempotency_key) constraint:
         of concurrent creates with one key exactly one inserts, on both databases.
         """
-        if not await count_in(self.session, _INSERT_REQUEST[self.dialect], values):
+        row = new_row(values)
+        if not await count_in(self.session, _INSERT_REQUEST[self.dialect], row):
             return None
-        # The new row is what was written: the columns a new request leaves empty are
-        # NULL, and the values read back as written (UTC timestamps, the same JSON).
-        row = dict.fromkeys(_REQUEST_BY_ID.keys)
-        row.update((_ATTRIBUTE_OF_COLUMN.get(key, key), value) for key, value in values.items())
-        return _REQUEST_BY_ID.row_type(**row)
+        # The new row is what was written: the values read back as written (UTC
+        # timestamps, the same JSON).
+        return record_written(row)
 
-    async def find_by_idempotency_key(self, org_id: uuid.UUID, key: str) -> ApprovalRequest | None:
-        return await self.session.scalar(
-            select(ApprovalRequest).where(
-                ApprovalRequest.org_id == org_id, ApprovalRequest.idempotency_key == key
-            )
-        )
+    async def find_by_idempotency_key(self, org_id: uuid.UUID, key: str) -> RequestRecord | None:
+        rows = await execute_in(self.session, _REQUEST_BY_KEY, {"org_id": org_id, "key": key})
+        return cast(RequestRecord, rows[0]) if rows else None
 
-    async def get(self, org_id: uuid.UUID, request_id: uuid.UUID) -> ApprovalRequest | None:
-        return await self.session.scalar(_GET, {"request_id": request_id, "org_id": org_id})
+    async def get(self, org_id: uuid.UUID, request_id: uuid.UUID) -> RequestRecord | None:
+        params = {"request_id": request_id, "org_id": org_id}
+        rows = await execute_in(self.session, _REQUEST_BY_ID, params)
+        return cast(RequestRecord, rows[0]) if rows else None
 
-    async def get_locked(self, org_id: uuid.UUID, request_id: uuid.UUID) -> LockedRequest | None:
+    async def get_locked(self, org_id: uuid.UUID, request_id: uuid.UUID) -> RequestRecord | None:
         """The request, locked for this transaction (``FOR UPDATE`` on PostgreSQL; on
         SQLite the transaction holds the write lock already): where every writer of a
         request starts from."""
         params = {"request_id": request_id, "org_id": org_id}
         rows = await execute_in(self.session, _REQUEST_FOR_UPDATE, params)
-        return LockedRequest(**rows[0]._asdict()) if rows else None
+        return cast(RequestRecord, rows[0]) if rows else None
 
     async def update_if_pending(self, request_id: uuid.UUID, values: dict[str, Any]) -> bool:
         """Compare-and-set: change a request only while it is still pending."""
@@ -261,18 +249,9 @@ class ApprovalRepository:
         params = {f"new_{column}": value for column, value in values.items()}
         return await count_in(self.session, statement, {**params, "request_id": request_id}) == 1
 
-    @staticmethod
-    def show_written(row: RequestRecord, values: dict[str, Any]) -> None:
-        """Make ``row`` show what an update here wrote, without the ORM writing it again."""
-        for key, value in values.items():
-            if isinstance(row, ApprovalRequest):
-                set_committed_value(row, key, value)
-            else:
-                setattr(row, key, value)
-
     async def due_for_expiry(
         self, now: datetime, limit: int, skip: Collection[uuid.UUID] = ()
-    ) -> Sequence[ApprovalRequest]:
+    ) -> list[RequestRecord]:
         """Pending requests past their deadline, oldest deadline first, locked for us;
         ``skip``: rows parked after failing (common/poison.py).
 
@@ -280,7 +259,7 @@ class ApprovalRepository:
         double-processing each other's rows.
         """
         statement = (
-            select(ApprovalRequest)
+            select(*request_columns())
             .where(
                 ApprovalRequest.status == "pending",
                 ApprovalRequest.expires_at.is_not(None),
@@ -291,7 +270,7 @@ class ApprovalRepository:
             .limit(limit)
             .with_for_update(skip_locked=True)
         )
-        return (await self.session.scalars(statement)).all()
+        return [RequestRecord(*row) for row in await self.session.execute(statement)]
 
     @contextlib.asynccontextmanager
     async def savepoint(self) -> AsyncIterator[None]:

@@ -61,17 +61,28 @@ class PreparedQuery:
         *,
         column_keys: Sequence[str] | None = None,
         sqlite_indexes: Sequence[SQLiteIndex] = (),
+        row_type: type[tuple[Any, ...]] | None = None,
     ) -> None:
         """``column_keys``: for an ``INSERT`` without ``values()``, the columns each call
         gives, as its parameters of the same names. ``sqlite_indexes``: how SQLite must read
         the statement's tables, where its planner would choose worse (SQLAlchemy renders
-        no table hints for SQLite)."""
+        no table hints for SQLite). ``row_type``: a ``NamedTuple`` whose fields are the
+        statement's column labels, in order, to build each row as (else a plain one)."""
         self.statement = statement
         self.column_keys = list(column_keys) if column_keys is not None else None
         self.sqlite_indexes = tuple(sqlite_indexes)
         self.keys = tuple(str(column.key) for column in statement.exported_columns)
-        self.row_type: type[tuple[Any, ...]] = namedtuple("Row", self.keys)  # type: ignore[misc]
+        if row_type is not None and getattr(row_type, "_fields", None) != self.keys:
+            raise TypeError(f"{row_type.__name__}'s fields are not the columns {self.keys}")
+        self.row_type: type[tuple[Any, ...]] = row_type or namedtuple("Row", self.keys)
+        self._typed = row_type is not None
         self._sqlite: _CompiledSQLite | None = None
+
+    def rows_of(self, rows: Sequence[Any]) -> list[Any]:
+        """Rows SQLAlchemy answered (PostgreSQL), as this query's ``row_type`` if it has one."""
+        if self._typed:
+            return [self.row_type(*row) for row in rows]
+        return list(rows)
 
     def for_sqlite(self, dialect: Dialect) -> _CompiledSQLite:
         if self._sqlite is None:
@@ -162,7 +173,7 @@ class QueryRunner:
         if self._sqlite_url is None:
             async with self._engine.connect() as pooled:
                 result = await pooled.execute(query.statement, params)
-                return list(result.all())
+                return query.rows_of(result.all())
         compiled = query.for_sqlite(self._dialect)
         values = compiled.parameters(params)
         sqlite = self._sqlite_connection()
@@ -188,11 +199,12 @@ class QueryRunner:
         if self._sqlite_url is None:
             async with self._engine.connect() as pooled:
                 results = [
-                    list((await pooled.execute(query.statement, params)).all())
+                    query.rows_of((await pooled.execute(query.statement, params)).all())
                     for query, params in first
                 ]
                 for query, params in then(results):
-                    results.append(list((await pooled.execute(query.statement, params)).all()))
+                    rows = (await pooled.execute(query.statement, params)).all()
+                    results.append(query.rows_of(rows))
                 return results
         sqlite = self._sqlite_connection()
         dialect = self._dialect
@@ -279,7 +291,7 @@ async def execute_in(
     sqlite = await sqlite_transaction_of(session)
     if sqlite is None:
         result = await session.execute(query.statement, params)
-        return list(result.all()) if query.keys else []
+        return query.rows_of(result.all()) if query.keys else []
     compiled = query.for_sqlite(sqlite.dialect)
     values = compiled.parameters(params)
     raw_rows = await sqlite.driver.run(lambda db: db.execute(compiled.sql, values).fetchall())

@@ -340,7 +340,7 @@ def print_summary(results: dict[str, Any]) -> None:
     )
     print("gain = what the replacement (A) saves against the library's behaviour (B), per pair")
     header = (
-        f"{'replacement':<12}{'path':<16}{'measure':<22}{'mean %':>8}{'95 % interval':>18}"
+        f"{'replacement':<12}{'path':<16}{'measure':<26}{'mean %':>8}{'95 % interval':>18}"
         "  each pair"
     )
     print(header)
@@ -354,7 +354,7 @@ def print_summary(results: dict[str, Any]) -> None:
                 span = f"{interval[0]:.1f} .. {interval[1]:.1f}" if interval else ""
                 each = ", ".join(f"{g:.1f}" for g in summary["each"])
                 print(
-                    f"{replacement:<12}{path:<16}{name.removesuffix('_percent'):<22}"
+                    f"{replacement:<12}{path:<16}{name.removesuffix('_percent'):<26}"
                     f"{summary['mean']:>8.1f}{span:>18}  {each}"
                 )
 

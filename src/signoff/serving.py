@@ -9,6 +9,11 @@ docs/engineering-log.md, *The fifth round*).
 This server listens on its own socket and, each time it is readable, accepts what is
 waiting, as asyncio's own loop does. Everything else (protocols, signals, graceful
 shutdown) is uvicorn's.
+
+What it earns is measured against uvicorn serving the same socket itself (``make
+bench-replacements``; docs/performance.md, *Hand-written replacements and what they
+earn*): ``SIGNOFF_STOCK_ACCEPT=1`` in the environment of ``signoff serve`` selects that,
+for that measurement only.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 import signal
 import socket
 from collections.abc import Callable
@@ -33,6 +39,8 @@ ACCEPT_BATCH = 128
 # that stays readable (asyncio does the same).
 ACCEPT_RETRY_SECONDS = 1.0
 _OUT_OF_DESCRIPTORS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+# The measurement switch (see the module's docstring): uvicorn accepts on its own.
+STOCK_SWITCH = "SIGNOFF_STOCK_ACCEPT"
 
 
 class PendingAcceptor:
@@ -187,6 +195,9 @@ def run_server(
         proxy_headers=True,
         timeout_graceful_shutdown=10,
     )
+    if os.environ.get(STOCK_SWITCH) == "1":
+        uvicorn.Server(config).run(sockets=[listener])
+        return
     Server(config, listener, on_shutdown or _long_polls_answered(application)).run()
 
 

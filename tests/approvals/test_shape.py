@@ -12,8 +12,8 @@ import httpx
 
 from signoff.approvals.schemas import ApprovalRequestOut
 from signoff.approvals.shape import REQUEST_FIELDS
-from tests.api.helpers import CallbackReceiver
 from tests.conftest import Org, create_approval
+from tests.helpers import CallbackReceiver
 
 DECLARED = [field.key for field in REQUEST_FIELDS]
 # Keys of a request that its callback repeats (interface.md 6.3), by their callback name.

@@ -9,7 +9,7 @@ import httpx
 
 from signoff.context import AppContext
 from tests.conftest import Member
-from tests.oauth_support import PASSWORD, forms_of, give_password
+from tests.oauth.support import PASSWORD, forms_of, give_password
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 

@@ -16,10 +16,10 @@ from fastapi.routing import APIRoute
 
 from signoff.context import AppContext
 from signoff.dashboard.endpoints import router
-from tests.api.helpers import NO_SWEEP
 from tests.conftest import Org, create_approval
 from tests.dashboard.support import browser_client, csrf_of, signed_in
-from tests.oauth_support import grant, register_client
+from tests.helpers import NO_SWEEP
+from tests.oauth.support import grant, register_client
 
 # Open to anyone: the sign-in and first-run pages, and the static files.
 PUBLIC = {"/signin", "/signout", "/setup/{token}", "/static/{name}"}

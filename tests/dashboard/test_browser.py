@@ -28,9 +28,9 @@ from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.context import AppContext
 from signoff.dashboard import service as dashboard_service
-from tests.api.helpers import NO_SWEEP
 from tests.conftest import Member, Org, approval_body, create_org
-from tests.oauth_support import PASSWORD, give_password
+from tests.helpers import NO_SWEEP
+from tests.oauth.support import PASSWORD, give_password
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"

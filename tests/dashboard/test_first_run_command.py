@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from signoff.crypto import generate_secret_key
-from tests.oauth_support import PASSWORD
+from tests.oauth.support import PASSWORD
 
 LINK = re.compile(r"(http://127\.0\.0\.1:\d+/setup/[A-Za-z0-9_-]+)")
 

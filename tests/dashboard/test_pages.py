@@ -18,10 +18,10 @@ from signoff.context import AppContext
 from signoff.dashboard import service as dashboard_service
 from signoff.dashboard.web import CONTENT_SECURITY_POLICY
 from signoff.models import User
-from tests.api.helpers import NO_SWEEP
 from tests.conftest import Org, create_approval, create_org
 from tests.dashboard.support import browser_client, csrf_of, post_form, sign_in, signed_in
-from tests.oauth_support import PASSWORD, authorize_params, pkce_pair, register_client
+from tests.helpers import NO_SWEEP
+from tests.oauth.support import PASSWORD, authorize_params, pkce_pair, register_client
 
 
 @pytest.fixture
@@ -112,7 +112,7 @@ async def test_sign_in_and_out(ctx: AppContext, client: httpx.AsyncClient, org: 
 async def test_wrong_password_and_unknown_email_are_refused_alike(
     ctx: AppContext, client: httpx.AsyncClient, org: Org
 ) -> None:
-    from tests.oauth_support import give_password
+    from tests.oauth.support import give_password
 
     await give_password(ctx, org.member)
     wrong = await sign_in(client, org.member.email, "not the password")
@@ -124,7 +124,7 @@ async def test_wrong_password_and_unknown_email_are_refused_alike(
 async def test_session_cookie_attributes(
     ctx: AppContext, client: httpx.AsyncClient, org: Org
 ) -> None:
-    from tests.oauth_support import give_password
+    from tests.oauth.support import give_password
 
     await give_password(ctx, org.member)
     response = await sign_in(client, org.member.email)
@@ -172,7 +172,7 @@ async def test_forms_without_the_csrf_token_are_refused(
 async def test_sign_in_is_throttled_per_address_and_per_account(
     ctx: AppContext, app: Any, org: Org
 ) -> None:
-    from tests.oauth_support import give_password
+    from tests.oauth.support import give_password
 
     await give_password(ctx, org.member)
     await give_password(ctx, org.admin)
@@ -484,7 +484,7 @@ async def test_account_password_change_and_authorizations(
         assert (await sign_in(other, org.admin.email)).status_code == 401
         assert (await sign_in(other, org.admin.email, "a brand new password")).status_code == 303
 
-    from tests.oauth_support import grant
+    from tests.oauth.support import grant
 
     oauth_client = await register_client(ctx, org.admin, name="Zap Studio")
     tokens = await grant(ctx, oauth_client, org.admin)

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from signoff.context import AppContext
-from tests.api.helpers import CallbackReceiver
 from tests.conftest import Org, approval_body, assert_error, create_approval
+from tests.helpers import CallbackReceiver
 
 
 def nested(depth: int) -> dict[str, Any]:

@@ -23,8 +23,8 @@ from signoff.context import AppContext
 from signoff.models import ApprovalRequest
 from signoff.models.webhooks import WebhookDelivery
 from signoff.worker.sweeper import sweep_expired_once
-from tests.api.helpers import NO_SWEEP, CallbackReceiver, backdate_expiry, stored_request
 from tests.conftest import Org, create_approval
+from tests.helpers import NO_SWEEP, CallbackReceiver, backdate_expiry, stored_request
 
 # Deeper than orjson encodes (255): a callback body can never be built for it.
 UNENCODABLE_DEPTH = 300

@@ -16,8 +16,8 @@ from signoff.common.time import format_timestamp, utcnow
 from signoff.config import Settings
 from signoff.context import AppContext
 from signoff.metrics import count_poisoned_row
-from tests.api.helpers import NO_SWEEP, backdate_expiry
 from tests.conftest import Org, assert_error, create_approval
+from tests.helpers import NO_SWEEP, backdate_expiry
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from bench.receiver import Receiver, Reply
 
 from signoff.config import Settings
 from signoff.logs import configure_logging, request_id_scope
-from tests.api.helpers import backdate_expiry
 from tests.conftest import SECRET_KEY, Org, create_approval
+from tests.helpers import backdate_expiry
 
 GENERATED = re.compile(r"[0-9a-f]{32}")
 

@@ -33,9 +33,9 @@ from signoff.models import (
     WebhookDelivery,
 )
 from signoff.retention import service
-from tests.api.helpers import NO_SWEEP, backdate_expiry
-from tests.api.test_steps import set_chain, vote
 from tests.conftest import SECRET_KEY, Org, create_approval, create_org
+from tests.helpers import NO_SWEEP, backdate_expiry
+from tests.steps.test_steps import set_chain, vote
 
 CHILDREN = (Vote, ApprovalStep, Comment, AuditEvent, WebhookDelivery, WebhookAttempt)
 

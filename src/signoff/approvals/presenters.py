@@ -48,7 +48,7 @@ def request_to_dict(row: RequestRecord, now: datetime) -> dict[str, Any]:
     before the sweep has written that down, so every reader sees one truth.
 
     List pages get the same object from the database (``rendered.request_json``), from
-    the same declaration; ``tests/api/test_rendered.py`` checks both agree.
+    the same declaration; ``tests/approvals/test_rendered.py`` checks both agree.
     """
     body = {
         key: row[index] if convert is None else convert(row[index]) for key, index, convert in _PLAN

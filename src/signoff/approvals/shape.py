@@ -10,7 +10,7 @@ for the OpenAPI document. Three renderings are derived from it and nothing else:
   per dialect (list pages);
 - ``schemas.ApprovalRequestOut``: the answer model of the OpenAPI document.
 
-``tests/api/test_rendered.py`` proves the first two agree byte for byte on both
+``tests/approvals/test_rendered.py`` proves the first two agree byte for byte on both
 databases, and ``tests/approvals/test_shape.py`` that the model documents exactly these
 keys. Adding a field: the table's column (``models/approvals.py``, ``RequestRecord``), a
 migration, and one line here.

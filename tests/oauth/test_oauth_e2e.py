@@ -33,7 +33,7 @@ import pytest
 from authlib.common.security import generate_token
 
 from signoff.crypto import generate_secret_key
-from tests.oauth_support import forms_of, query_of
+from tests.oauth.support import forms_of, query_of
 
 with warnings.catch_warnings():
     # Authlib nudges towards its httpx2 fork; this project (and its users) use httpx.

@@ -10,8 +10,8 @@ import pytest
 
 from signoff.common.time import utcnow
 from signoff.context import AppContext
-from tests.api.helpers import NO_SWEEP, backdate_expiry
 from tests.conftest import Member, Org, assert_error, create_approval, eventually
+from tests.helpers import NO_SWEEP, backdate_expiry
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import orjson
 import pytest
 
 from signoff.context import AppContext
-from tests.api.helpers import NO_SWEEP, CallbackReceiver, backdate_expiry, stored_request
 from tests.conftest import Org, assert_error, create_approval
+from tests.helpers import NO_SWEEP, CallbackReceiver, backdate_expiry, stored_request
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from signoff.context import AppContext
-from tests.api.helpers import NO_SWEEP, backdate_expiry
 from tests.conftest import Org, assert_error, create_approval, eventually
+from tests.helpers import NO_SWEEP, backdate_expiry
 
 # decisions.md 10 and 13: every field of the request, plus the read-only extras.
 SINGLE_READ_FIELDS = {

@@ -15,8 +15,8 @@ import pytest
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.orgs import service as orgs_service
-from tests.api.helpers import NO_SWEEP, CallbackReceiver, backdate_expiry, stored_request
 from tests.conftest import Member, Org, assert_error, create_approval, create_org
+from tests.helpers import NO_SWEEP, CallbackReceiver, backdate_expiry, stored_request
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from signoff.context import AppContext
 from signoff.models import OAuthAuthorizationCode, OAuthClient, OAuthToken
 from signoff.orgs import service as orgs_service
 from tests.conftest import Org, assert_error, create_approval
-from tests.oauth_support import (
+from tests.oauth.support import (
     PASSWORD,
     REDIRECT_URI,
     Browser,

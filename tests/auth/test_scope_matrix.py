@@ -22,7 +22,7 @@ from signoff.auth.principal import ALL_SCOPES
 from signoff.context import AppContext
 from signoff.middleware import PUBLIC_API_PATHS
 from tests.conftest import Member, Org, approval_body, create_approval
-from tests.oauth_support import bearer, grant, register_client
+from tests.oauth.support import bearer, grant, register_client
 
 READ, WRITE, COMMENTS = "approvals:read", "approvals:write", "comments:write"
 ANY = "any authenticated caller"

@@ -13,8 +13,8 @@ from signoff.approvals.repository import ApprovalRepository
 from signoff.context import AppContext
 from signoff.models import AuditEvent
 from signoff.worker.sweeper import sweep_expired_once
-from tests.api.helpers import NO_SWEEP, backdate_expiry, stored_events, stored_request
 from tests.conftest import Org, assert_error, create_approval
+from tests.helpers import NO_SWEEP, backdate_expiry, stored_events, stored_request
 
 EVENT_FIELDS = {"id", "request_id", "type", "actor_id", "data", "created_at"}
 

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from signoff.cli import app as cli_app
 from signoff.config import get_settings
 from signoff.context import AppContext
-from tests.api.helpers import stored_request
 from tests.conftest import SECRET_KEY, Member, Org, assert_error, create_approval
+from tests.helpers import stored_request
 
 STOP = "/api/v1/emergency-stop"
 

@@ -22,8 +22,8 @@ from signoff.approvals.record import RequestRecord
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.models import ApprovalRequest
-from tests.api.helpers import NO_SWEEP, backdate_expiry
 from tests.conftest import Org, create_approval
+from tests.helpers import NO_SWEEP, backdate_expiry
 
 
 @pytest.fixture

@@ -15,14 +15,14 @@ import pytest
 from signoff.common.time import format_timestamp
 from signoff.context import AppContext
 from signoff.worker.sweeper import sweep_expired_once
-from tests.api.helpers import (
+from tests.conftest import Org, assert_error, create_approval
+from tests.helpers import (
     NO_SWEEP,
     CallbackReceiver,
     backdate_expiry,
     stored_events,
     stored_request,
 )
-from tests.conftest import Org, assert_error, create_approval
 
 BACKGROUND_SWEEP = {"expiry_sweep_interval_seconds": 0.05}
 

@@ -7,8 +7,8 @@ import uuid
 import httpx
 
 from signoff.context import AppContext
-from tests.api.helpers import stored_request
 from tests.conftest import Org, assert_error, create_approval
+from tests.helpers import stored_request
 
 COMMENT_FIELDS = {"id", "approval_request_id", "request_id", "user_id", "body", "created_at"}
 

@@ -21,10 +21,13 @@ from signoff.common.openapi import errors
 from signoff.common.validation import validation_failed_from
 from signoff.config import Settings, get_settings
 from signoff.context import AppContext
+from signoff.dashboard.endpoints import install_dashboard
 from signoff.errors import AppError, MethodNotAllowed, NotFound, ServiceUnavailable
 from signoff.logs import RequestIdMiddleware
 from signoff.metrics import HTTP_STATS
 from signoff.middleware import ApiGuard, BodySizeLimit, StripTrailingSlash
+from signoff.notifications.endpoints import pages as notification_pages
+from signoff.notifications.endpoints import router as notifications_router
 from signoff.oauth.endpoints import api_router as oauth_api_router
 from signoff.oauth.endpoints import router as oauth_router
 from signoff.openapi import install_docs
@@ -35,6 +38,7 @@ from signoff.retention.service import run_retention
 from signoff.steps.endpoints import router as steps_router
 from signoff.webhooks.endpoints import router as webhooks_router
 from signoff.worker.deliveries import run_delivery_worker
+from signoff.worker.notifications import run_notification_sender
 from signoff.worker.sweeper import run_expiry_sweep
 
 logger = logging.getLogger(__name__)
@@ -159,6 +163,7 @@ def create_app(
             [
                 asyncio.create_task(run_expiry_sweep(ctx, stop), name="expiry sweep"),
                 asyncio.create_task(run_delivery_worker(ctx, stop), name="delivery worker"),
+                asyncio.create_task(run_notification_sender(ctx, stop), name="notification sender"),
             ]
             if background
             else []
@@ -193,12 +198,15 @@ def create_app(
         oauth_api_router,
         steps_router,
         webhooks_router,
+        notifications_router,
+        notification_pages,
     )
     _install_health(app, ctx)
     if settings.metrics_enabled:
         # After the API's routes: a scrape every few seconds need not be tried first.
         app.router.routes.extend(metrics_router.routes)
     install_docs(app)
+    install_dashboard(app)  # the server-rendered pages, after the API's routes
     # Added inner first: the guard wraps the size limit, so a 413 carries rate headers too.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(ApiGuard, ctx=ctx)

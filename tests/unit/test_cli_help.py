@@ -28,6 +28,7 @@ TOP_LEVEL = (
     "connection",
     "oauth-client",
     "delivery",
+    "routing",
 )
 
 

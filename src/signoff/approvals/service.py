@@ -21,14 +21,20 @@ from signoff.approvals import effects, state
 from signoff.approvals.listing import ListFilters, read_page
 from signoff.approvals.record import RequestRecord
 from signoff.approvals.repository import ApprovalReads, ApprovalRepository
-from signoff.approvals.schemas import CreateApprovalRequest, DecideApprovalRequest
-from signoff.auth.principal import Principal
+from signoff.approvals.schemas import (
+    CreateApprovalRequest,
+    DecideApprovalRequest,
+    RelayedDecision,
+)
+from signoff.auth.principal import OrgMember, Principal
 from signoff.common.ids import new_id
 from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.crypto import SecretBox
 from signoff.errors import NotFound, RequestNotPending, ValidationFailed
 from signoff.models import ApprovalStep, AuditEvent, Comment, Vote
+from signoff.notifications import service as notifications
+from signoff.notifications.repository import NotificationRepository, facts_of
 
 if TYPE_CHECKING:
     from signoff.unit_of_work import UnitOfWork
@@ -57,14 +63,15 @@ async def create_request(
     box: SecretBox,
     now: datetime,
 ) -> CreateResult:
-    """Create a request, or return the org's earlier one with the same idempotency key."""
+    """Create a request, or return the org's earlier one with the same idempotency key.
+
+    Columns not named here take the table's defaults (``record.new_row``)."""
     values: dict[str, Any] = {
         "id": new_id(),
         "org_id": principal.org_id,
         "connection_id": principal.connection_id,
         "title": payload.title,
         "description": payload.description,
-        "status": "pending",
         "priority": payload.priority,
         "action_type": payload.action_type,
         "source": payload.source,
@@ -76,14 +83,11 @@ async def create_request(
             else None
         ),
         "required_approvals": payload.required_approvals,
-        "current_approvals": 0,
         "is_sequential": payload.is_sequential,
         "idempotency_key": payload.idempotency_key,
         "expires_at": payload.expires_at,
         "created_at": now,
         "updated_at": now,
-        "comments_count": 0,
-        "has_steps": False,
     }
     repo = uow.approvals
     created = await repo.insert_unless_key_taken(values)
@@ -96,6 +100,8 @@ async def create_request(
     data = {"title": created.title, "priority": created.priority, "source": created.source}
     await repo.add_event(effects.event(created, "request.created", principal.user_id, now, data))
     uow.request_changed(created.org_id, created.id, final=False)
+    # Notification hook: rows only, in this transaction; sending comes after the commit.
+    await notifications.on_request_created(_notification_repo(uow), facts_of(created), now)
     return CreateResult(created, created=True)
 
 
@@ -115,7 +121,7 @@ async def find_replayed_request(
 
 
 async def get_request(
-    repo: ApprovalRepository | ApprovalReads, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository | ApprovalReads, principal: OrgMember, request_id: uuid.UUID
 ) -> RequestRecord:
     row = await repo.get(principal.org_id, request_id)
     if row is None:
@@ -145,12 +151,14 @@ async def list_requests(
 
 async def decide(
     uow: UnitOfWork,
-    principal: Principal,
+    principal: OrgMember,
     request_id: uuid.UUID,
     payload: DecideApprovalRequest,
     now: datetime,
 ) -> TransitionResult:
-    action = state.Decide(principal.actor, payload.decision, payload.comment, payload.source)
+    action = state.Decide(
+        principal.actor, payload.decision, payload.comment, payload.source, _via(payload)
+    )
     row = await _get_locked(uow.approvals, principal, request_id)
     return await _transition(uow, row, action, principal, now)
 
@@ -159,23 +167,50 @@ async def _transition(
     uow: UnitOfWork,
     row: RequestRecord,
     action: state.Action,
-    principal: Principal | None,
+    principal: OrgMember | None,
     now: datetime,
 ) -> TransitionResult:
     """Ask the state machine about ``action`` on the locked ``row``, and apply its answer."""
     transition = state.apply(await _view(uow.approvals, row), action, now)
     row = await effects.apply_transition(uow, row, transition, author_of(principal), now)
+    await _notify_transition(uow, row, transition, action, now)
     return TransitionResult(row, transition)
 
 
-def author_of(principal: Principal | None) -> effects.Author | None:
+async def _notify_transition(
+    uow: UnitOfWork,
+    row: RequestRecord,
+    transition: state.Transition,
+    action: state.Action,
+    now: datetime,
+) -> None:
+    """Notification hooks of a transition: a request that left pending voids its
+    scheduled reminders; a vote that moved a sequential chain on opens the next step."""
+    if transition.is_final:
+        await notifications.on_request_left_pending(_notification_repo(uow), row.id, now)
+    elif isinstance(action, state.VoteStep) and row.is_sequential:
+        repo = _notification_repo(uow)
+        approvers = await repo.open_step_approvers(row.id, sequential=True)
+        await notifications.on_step_opened(repo, facts_of(row), approvers, now)
+
+
+def _notification_repo(uow: UnitOfWork) -> NotificationRepository:
+    return NotificationRepository(uow.session, uow.dialect)
+
+
+def _via(payload: DecideApprovalRequest) -> str | None:
+    """A decision made from a notification says so in its audit event."""
+    return payload.via if isinstance(payload, RelayedDecision) else None
+
+
+def author_of(principal: OrgMember | None) -> effects.Author | None:
     if principal is None:
         return None
     return effects.Author(principal.user_id, principal.user_email, principal.user_name)
 
 
 async def cancel(
-    uow: UnitOfWork, principal: Principal, request_id: uuid.UUID, now: datetime
+    uow: UnitOfWork, principal: OrgMember, request_id: uuid.UUID, now: datetime
 ) -> TransitionResult:
     return await _cancel(uow, principal.org_id, principal, request_id, now)
 
@@ -189,7 +224,7 @@ CANCEL_BATCH_SIZE = 100
 async def cancel_all_pending(
     transaction: Callable[[], AbstractAsyncContextManager[UnitOfWork]],
     org_id: uuid.UUID,
-    principal: Principal | None,
+    principal: OrgMember | None,
     committed: Callable[[UnitOfWork, list[TransitionResult]], Awaitable[None]],
     *,
     poisoned: PoisonedRows | None = None,
@@ -229,7 +264,7 @@ async def cancel_all_pending(
 async def cancel_pending(
     uow: UnitOfWork,
     org_id: uuid.UUID,
-    principal: Principal | None,
+    principal: OrgMember | None,
     request_ids: Sequence[uuid.UUID],
     now: datetime,
     poisoned: PoisonedRows | None = None,
@@ -256,7 +291,7 @@ async def cancel_pending(
 async def _cancel(
     uow: UnitOfWork,
     org_id: uuid.UUID,
-    principal: Principal | None,
+    principal: OrgMember | None,
     request_id: uuid.UUID,
     now: datetime,
 ) -> TransitionResult:
@@ -292,7 +327,7 @@ async def expire_due(
 
 async def add_comment(
     repo: ApprovalRepository,
-    principal: Principal,
+    principal: OrgMember,
     request_id: uuid.UUID,
     body: str,
     now: datetime,
@@ -306,14 +341,14 @@ async def add_comment(
 
 
 async def list_comments(
-    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID
 ) -> Sequence[Comment]:
     await get_request(repo, principal, request_id)
     return await repo.list_comments(request_id)
 
 
 async def list_events(
-    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID
 ) -> Sequence[AuditEvent]:
     await get_request(repo, principal, request_id)
     return await repo.list_events(request_id)
@@ -346,8 +381,14 @@ async def set_steps(
     # Refusals first: a stranger learns nothing of which approvers exist.
     transition = state.apply(await _view(uow.approvals, row), action, now)
     await _check_approvers(uow.approvals, principal.org_id, specs)
-    await effects.apply_transition(uow, row, transition, author_of(principal), now)
-    return await uow.approvals.list_steps(row.id)
+    row = await effects.apply_transition(uow, row, transition, author_of(principal), now)
+    steps = await uow.approvals.list_steps(row.id)
+    # Notification hook: the chain's first step (every step, unless sequential) opens.
+    opened = steps[:1] if row.is_sequential else steps
+    await notifications.on_step_opened(
+        _notification_repo(uow), facts_of(row), [s.approver_id for s in opened], now
+    )
+    return steps
 
 
 async def _check_approvers(
@@ -369,7 +410,7 @@ async def _check_approvers(
 
 
 async def list_steps(
-    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID
 ) -> Sequence[ApprovalStep]:
     await get_request(repo, principal, request_id)
     return await repo.list_steps(request_id)
@@ -377,14 +418,14 @@ async def list_steps(
 
 async def vote_step(
     uow: UnitOfWork,
-    principal: Principal,
+    principal: OrgMember,
     request_id: uuid.UUID,
     step_id: uuid.UUID,
     payload: DecideApprovalRequest,
     now: datetime,
 ) -> StepVoteResult:
     action = state.VoteStep(
-        principal.actor, step_id, payload.decision, payload.comment, payload.source
+        principal.actor, step_id, payload.decision, payload.comment, payload.source, _via(payload)
     )
     row = await _get_locked(uow.approvals, principal, request_id)
     result = await _transition(uow, row, action, principal, now)
@@ -410,7 +451,7 @@ async def steps_and_votes(
 
 
 async def _get_locked(
-    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID
 ) -> RequestRecord:
     row = await repo.get_locked(principal.org_id, request_id)
     if row is None:

@@ -3,13 +3,20 @@
 from signoff.models.activity import AuditEvent, Comment
 from signoff.models.approvals import ApprovalRequest, ApprovalStep, Vote
 from signoff.models.base import Base
+from signoff.models.notifications import (
+    DecisionLink,
+    Notification,
+    NotificationAttempt,
+    NotificationChannel,
+    RoutingConfig,
+)
 from signoff.models.oauth import (
     DashboardSession,
     OAuthAuthorizationCode,
     OAuthClient,
     OAuthToken,
 )
-from signoff.models.orgs import Connection, Organization, User
+from signoff.models.orgs import Connection, Organization, SetupToken, User
 from signoff.models.webhooks import WebhookAttempt, WebhookDelivery
 
 __all__ = [
@@ -20,10 +27,16 @@ __all__ = [
     "Comment",
     "Connection",
     "DashboardSession",
+    "DecisionLink",
+    "Notification",
+    "NotificationAttempt",
+    "NotificationChannel",
     "OAuthAuthorizationCode",
     "OAuthClient",
     "OAuthToken",
     "Organization",
+    "RoutingConfig",
+    "SetupToken",
     "User",
     "Vote",
     "WebhookAttempt",

@@ -504,3 +504,17 @@ async def test_the_unfiltered_total_counts_each_org_once_per_request(
     assert (await _list(client, other_org.member))["total"] == 1
     filtered = await _list(client, org.member, status="pending", priority="high")
     assert filtered["total"] == 3
+
+
+async def test_search_ignores_accents_both_ways(client: httpx.AsyncClient, org: Org) -> None:
+    """As SQLite's index folds accents, so does PostgreSQL's (migration 0010)."""
+    accented = await create_approval(
+        client, org.member, title="Déploiement de la facturation", description="Équipe café."
+    )
+    plain = await create_approval(
+        client, org.member, title="Deploiement du paiement", description="Equipe cafe."
+    )
+    both = {accented["id"], plain["id"]}
+    for query in ("deploiement", "déploiement", "DÉPLOIE", "equipe", "équipe café", "cafe"):
+        assert set(_ids(await _list(client, org.member, search=query))) == both, query
+    assert _ids(await _list(client, org.member, search="facturation")) == [accented["id"]]

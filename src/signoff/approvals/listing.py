@@ -472,7 +472,8 @@ def _with_search(dialect: str, query: Select[Any]) -> tuple[Select[Any], Any]:
     weighs every column alike).
     """
     if dialect == "postgresql":
-        tsquery = func.to_tsquery("simple", _search_query_parameter())
+        # Accents folded as in the indexed vector (migration 0010).
+        tsquery = func.to_tsquery("simple", func.signoff_unaccent(_search_query_parameter()))
         vector: ColumnElement[Any] = literal_column("approval_requests.search_vector")
         return query.where(vector.op("@@")(tsquery)), func.ts_rank(vector, tsquery).desc()
     joined = query.join(_FTS, _FTS.c.request_id == ApprovalRequest.id).where(_fts_match())

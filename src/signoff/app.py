@@ -11,7 +11,6 @@ from typing import Any
 from fastapi import APIRouter, FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -23,12 +22,17 @@ from signoff.common.http import DOCUMENTED_BODIES, json_response
 from signoff.common.validation import validation_failed_from
 from signoff.config import Settings, get_settings
 from signoff.context import AppContext
-from signoff.errors import AppError, MethodNotAllowed, NotFound, ServiceUnavailable
+from signoff.errors import AppError, MethodNotAllowed, NotFound
+from signoff.logs import RequestIdMiddleware
+from signoff.metrics import RequestMetrics
 from signoff.middleware import ApiGuard, BodySizeLimit, StripTrailingSlash
 from signoff.oauth.endpoints import api_router as oauth_api_router
 from signoff.oauth.endpoints import router as oauth_router
 from signoff.oauth.pages import SCOPE_DESCRIPTIONS
+from signoff.operations.endpoints import router as metrics_router
+from signoff.operations.service import check_ready
 from signoff.orgs.endpoints import router as orgs_router
+from signoff.retention.service import run_retention
 from signoff.steps.endpoints import router as steps_router
 from signoff.webhooks.endpoints import router as webhooks_router
 from signoff.worker.deliveries import run_delivery_worker
@@ -120,16 +124,14 @@ def _install_health(app: FastAPI, ctx: AppContext) -> None:
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["operations"], summary="The database (and Redis) answer")
+    @app.get(
+        "/readyz",
+        tags=["operations"],
+        summary="The database answers at the latest migration, Redis answers, and the "
+        "background loops run",
+    )
     async def readyz() -> Response:
-        try:
-            async with ctx.reading() as uow:
-                await uow.session.execute(text("SELECT 1"))
-        except Exception as exc:
-            logger.warning("readiness: database unreachable: %s", exc)
-            raise ServiceUnavailable("The database is not reachable.") from None
-        if ctx.settings.redis_url and not await ctx.limiter.check_ready():
-            raise ServiceUnavailable("Redis is not reachable.")
+        await check_ready(ctx, app.state.background)
         return json_response({"status": "ready"})
 
     # HEAD too: many load balancers health-check with it.
@@ -200,16 +202,19 @@ def create_app(
     ctx = ctx or AppContext.from_settings(settings)
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         stop = asyncio.Event()
         tasks = (
             [
-                asyncio.create_task(run_expiry_sweep(ctx, stop)),
-                asyncio.create_task(run_delivery_worker(ctx, stop)),
+                asyncio.create_task(run_expiry_sweep(ctx, stop), name="expiry sweep"),
+                asyncio.create_task(run_delivery_worker(ctx, stop), name="delivery worker"),
             ]
             if background
             else []
         )
+        if background and settings.retention_days is not None:
+            tasks.append(asyncio.create_task(run_retention(ctx, stop), name="retention"))
+        application.state.background = tasks  # /readyz checks they still run
         try:
             yield
         finally:
@@ -226,6 +231,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.ctx = ctx
+    app.state.background = []
     _install_error_handlers(app)
     _add_routes(
         app,
@@ -237,9 +243,17 @@ def create_app(
         webhooks_router,
     )
     _install_health(app, ctx)
+    if settings.metrics_enabled:
+        _add_routes(app, metrics_router)
     app.openapi = lambda: _custom_openapi(app)  # type: ignore[method-assign]
     # Added inner first: the guard wraps the size limit, so a 413 carries rate headers too.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(ApiGuard, ctx=ctx)
+    if settings.metrics_enabled:
+        # Outside the guard, so its refusals are counted too; inside the slash stripping,
+        # which would hide the route the router picks from the scope it copies.
+        app.add_middleware(RequestMetrics, routes=app.router.routes)
     app.add_middleware(StripTrailingSlash)
+    # Outermost: every answer carries X-Request-Id, refusals included.
+    app.add_middleware(RequestIdMiddleware)
     return app

@@ -32,6 +32,7 @@ from signoff.logs import configure_logging
 from signoff.models import Connection, Organization, User
 from signoff.oauth.cli import oauth_client_app
 from signoff.orgs import service as orgs_service
+from signoff.retention.cli import purge as purge_command
 from signoff.unit_of_work import UnitOfWork
 from signoff.webhooks.service import Outbox, RecordedAttempt
 
@@ -54,6 +55,7 @@ app.add_typer(org_app, name="org")
 app.add_typer(user_app, name="user")
 app.add_typer(connection_app, name="connection")
 app.add_typer(oauth_client_app, name="oauth-client")
+app.command("purge")(purge_command)
 delivery_app = typer.Typer(
     help="Callback deliveries: logs and manual retries.", no_args_is_help=True
 )
@@ -272,6 +274,7 @@ def serve(
 @app.command()
 def worker() -> None:
     """Run only the background work (delivery worker, expiry sweep), for scale-out."""
+    from signoff.retention.service import run_retention
     from signoff.worker.deliveries import run_delivery_worker
     from signoff.worker.sweeper import run_expiry_sweep
 
@@ -291,7 +294,11 @@ def worker() -> None:
         freeze_startup_objects()
         err.print(f"signoff {__version__} worker started", highlight=False)
         try:
-            await asyncio.gather(run_expiry_sweep(ctx, stop), run_delivery_worker(ctx, stop))
+            await asyncio.gather(
+                run_expiry_sweep(ctx, stop),
+                run_delivery_worker(ctx, stop),
+                run_retention(ctx, stop),
+            )
         finally:
             await ctx.close()
 

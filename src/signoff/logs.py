@@ -1,5 +1,10 @@
 """Logging: one line per event, JSON in production, readable in development.
 
+Every line written while a request is served carries its ``request_id``: the caller's
+``X-Request-Id`` when it is well-formed, else one made here (``RequestIdMiddleware``). The
+id goes back on the answer as ``X-Request-Id`` and out on the callbacks the request causes
+(stored with each delivery, so retries by any process send it too).
+
 Our modules log through the standard library (``logging.getLogger(__name__)``); structlog's
 formatter renders those records and uvicorn's alike, so an operator's log pipeline sees a
 single format. Secrets never reach the log: API keys, webhook secrets, passwords and
@@ -10,11 +15,84 @@ from __future__ import annotations
 
 import logging
 import logging.config
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import structlog
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from signoff.common.ids import new_id
 from signoff.config import Settings
+
+REQUEST_ID_HEADER = "X-Request-Id"
+# What a caller's id may look like: printable, no spaces or quotes, bounded (it goes into
+# logs and out on callbacks, so it must not carry line breaks or anything unbounded).
+_WELL_FORMED = re.compile(rb"[A-Za-z0-9._:+/=@-]{1,128}")
+
+_request_id: ContextVar[str | None] = ContextVar("signoff_request_id", default=None)
+
+
+def current_request_id() -> str | None:
+    """The id of the request (or background run) this code runs for, if any."""
+    return _request_id.get()
+
+
+def new_request_id() -> str:
+    return new_id().hex
+
+
+@contextmanager
+def request_id_scope(request_id: str | None = None) -> Iterator[str]:
+    """Run a block as one request (a background job's batch): its log lines and the
+    callbacks it writes carry this id."""
+    value = request_id or new_request_id()
+    token = _request_id.set(value)
+    try:
+        yield value
+    finally:
+        _request_id.reset(token)
+
+
+def _add_request_id(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    request_id = _request_id.get()
+    if request_id is not None:
+        event_dict.setdefault("request_id", request_id)
+    return event_dict
+
+
+class RequestIdMiddleware:
+    """Takes or makes each HTTP request's id and returns it as ``X-Request-Id``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id: str | None = None
+        for name, value in scope["headers"]:
+            if name == b"x-request-id":
+                if _WELL_FORMED.fullmatch(value):
+                    request_id = value.decode("ascii")
+                break
+        if request_id is None:
+            request_id = new_request_id()
+        header = (b"x-request-id", request_id.encode("ascii"))
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), header]
+            await send(message)
+
+        token = _request_id.set(request_id)
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            _request_id.reset(token)
 
 
 def configure_logging(settings: Settings) -> None:
@@ -22,6 +100,7 @@ def configure_logging(settings: Settings) -> None:
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
+        _add_request_id,
     ]
     renderer: Any = (
         structlog.processors.JSONRenderer()

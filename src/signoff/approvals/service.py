@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from signoff import metrics
 from signoff.approvals import state
 from signoff.approvals.listing import ListFilters, read_page
 from signoff.approvals.repository import (
@@ -541,6 +542,8 @@ async def _record_transition(
         # The row lock (PostgreSQL) or the write lock (SQLite) makes this unreachable;
         # should it ever happen, refusing is right and nothing has been written.
         raise RequestNotPending(row.status)
+    if transition.is_final:
+        metrics.count_decision(transition.status)
     repo.show_written(row, values)
     if principal is not None and decision is not None and (transition.records_vote or step_id):
         await repo.add_vote(

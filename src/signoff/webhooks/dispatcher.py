@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import orjson
 from sqlalchemy.exc import SQLAlchemyError
 
+from signoff import metrics
 from signoff.auth.principal import Principal
 from signoff.common.ids import new_id
 from signoff.common.poison import PoisonedRows
@@ -31,6 +32,7 @@ from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.errors import Conflict, NotFound
+from signoff.logs import current_request_id
 from signoff.storage import Database
 from signoff.webhooks import service
 from signoff.webhooks.delivery import AttemptResult, ClientPool, send_attempt
@@ -139,6 +141,7 @@ class WebhookDispatcher:
                 timestamp=int(time.time()),
                 body=claimed.body,
                 extra=service.callback_headers(self.box, claimed.headers_encrypted),
+                request_id=claimed.request_id_header,
             )
         except Exception as exc:
             # A delivery that cannot even be signed (a secret that no longer decrypts after
@@ -158,6 +161,7 @@ class WebhookDispatcher:
                 read_cap=self.settings.delivery_response_read_bytes,
             )
         self.receivers.note(claimed.target, success=result.success)
+        metrics.count_callback_attempt(result.error or "success", result.duration_ms)
         item = _Record(claimed, result, manual)
         if batched:
             return await self._batcher.submit(item)
@@ -196,6 +200,8 @@ class WebhookDispatcher:
                 )
             elif outcome.status == "pending":
                 self.due_in(self.schedule.delay_after(outcome.attempt) or 0.0)
+            else:
+                metrics.count_finished_delivery(outcome.status)
         return recorded
 
     def due_in(self, seconds: float) -> None:
@@ -233,6 +239,21 @@ class WebhookDispatcher:
             await repo.release([c.id for c in claimed], outbox.token, utcnow())
             await repo.notify_workers()
         self.wakeup.set()
+
+    async def release(self, claimed: Sequence[ClaimedDelivery]) -> int:
+        """Hand deliveries this process holds back to any worker, due at once (a worker
+        shutting down mid-attempt). A delivery whose attempt was recorded meanwhile is no
+        longer held and is left alone. Answers how many were handed back."""
+        by_token: dict[uuid.UUID, list[uuid.UUID]] = {}
+        for delivery in claimed:
+            by_token.setdefault(delivery.token, []).append(delivery.id)
+        released = 0
+        async with self._transaction() as repo:
+            now = utcnow()
+            for token, ids in by_token.items():
+                released += await repo.release(ids, token, now)
+            await repo.notify_workers()
+        return released
 
     # ---- what workers and operators ask for ----
 
@@ -293,6 +314,7 @@ class WebhookDispatcher:
             attempt=1,
             timestamp=int(time.time()),
             body=body,
+            request_id=current_request_id(),
         )
         return await send_attempt(
             self.clients,

@@ -1,7 +1,7 @@
 """PostgreSQL search ignores accents, as SQLite's does
 
 Revision ID: 0010
-Revises: 0007
+Revises: 0008
 Create Date: 2026-11-25
 
 SQLite's search index folds accents (``remove_diacritics 2``, migration 0001): a search
@@ -32,7 +32,7 @@ from alembic import op
 from sqlalchemy.exc import DBAPIError
 
 revision = "0010"
-down_revision = "0007"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

@@ -1,4 +1,4 @@
-"""PostgreSQL search ignores accents, as SQLite's does
+"""PostgreSQL: search ignores accents, as SQLite's does; a NOTIFY when a request is decided
 
 Revision ID: 0010
 Revises: 0008
@@ -23,7 +23,12 @@ an ``IMMUTABLE`` function (a generated column and its index may only call those)
 The generated column is rebuilt, which rewrites the requests table (a short outage on a
 large table: plan the upgrade).
 
-SQLite is unchanged.
+A trigger sends ``NOTIFY signoff_requests, '<request id>'`` when a request's status
+changes (delivered when the transaction commits), so a long poll held by one replica wakes
+at once on a decision made through another (``context.RequestWaiters``), instead of at its
+next periodic re-read.
+
+SQLite is unchanged: its processes notice each other's commits by re-reading.
 """
 
 from __future__ import annotations
@@ -100,15 +105,31 @@ def _rebuild_search_vector(expression: str) -> None:
     )
 
 
+# The channel ``context.RequestWaiters`` listens on; kept here as written.
+REQUEST_CHANNEL = "signoff_requests"
+NOTIFY_ON_STATUS_CHANGE = [
+    "CREATE OR REPLACE FUNCTION signoff_notify_request_changed() RETURNS trigger "
+    "LANGUAGE plpgsql AS $$ BEGIN "
+    f"PERFORM pg_notify('{REQUEST_CHANNEL}', NEW.id::text); RETURN NULL; END $$",
+    "CREATE TRIGGER approval_requests_notify_status AFTER UPDATE OF status "
+    "ON approval_requests FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status) "
+    "EXECUTE FUNCTION signoff_notify_request_changed()",
+]
+
+
 def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
     _create_function()
     _rebuild_search_vector(_VECTOR)
+    for statement in NOTIFY_ON_STATUS_CHANGE:
+        op.execute(statement)
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
+    op.execute("DROP TRIGGER IF EXISTS approval_requests_notify_status ON approval_requests")
+    op.execute("DROP FUNCTION IF EXISTS signoff_notify_request_changed()")
     _rebuild_search_vector(VECTOR_OF_0001)
     op.execute("DROP FUNCTION IF EXISTS signoff_unaccent(text)")

@@ -57,6 +57,10 @@ async def _decode_json_as_the_engine_does(connection: Any) -> None:
     )
 
 
+async def _nothing_to_reset(_connection: Any) -> None:
+    return None
+
+
 class ReadPool:
     """asyncpg connections for reads outside any session, opened on first use."""
 
@@ -84,6 +88,10 @@ class ReadPool:
                     min_size=1,
                     max_size=self._size,
                     init=_decode_json_as_the_engine_does,
+                    # asyncpg's default reset (unlock, close cursors, UNLISTEN, RESET ALL)
+                    # is a round trip on every release; these connections only run single
+                    # autocommit reads and change no session state.
+                    reset=_nothing_to_reset,
                     # A pooled connection's idle server session is closed after this long.
                     max_inactive_connection_lifetime=60.0,
                 )

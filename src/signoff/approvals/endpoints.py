@@ -14,7 +14,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from signoff.approvals import service
-from signoff.approvals.listing import ListFilters
+from signoff.approvals.listing import (
+    TOTAL_EXACT_UP_TO,
+    ListFilters,
+    bounded_total,
+    next_cursor,
+)
 from signoff.approvals.presenters import (
     comment_to_dict,
     event_to_dict,
@@ -97,11 +102,26 @@ def _replay(existing: RequestRecord) -> Response:
     return json_response(request_to_dict(existing, utcnow()), 200, {"Idempotent-Replayed": "true"})
 
 
-@router.get("/approvals", response_model=ApprovalListOut, summary="List approval requests")
+@router.get(
+    "/approvals",
+    response_model=ApprovalListOut,
+    summary="List approval requests",
+    description="Newest first (best matches first when searching). Two ways to page: "
+    "`page` (numbered pages), or `cursor`: pass the `next_cursor` of the page you have "
+    "to get the page after it, which stays fast however deep you go and neither skips "
+    "nor repeats requests when new ones arrive meanwhile. `total` counts exactly up to "
+    f"{TOTAL_EXACT_UP_TO:,} matches; past that it reads {TOTAL_EXACT_UP_TO:,} and "
+    "`total_is_exact` is false (there are more).",
+)
 async def list_approvals(
     request: Request,
     principal: Reader,
     page: str | None = Query(None, description="Page number, from 1."),
+    cursor: str | None = Query(
+        None,
+        description="The `next_cursor` of the previous page: the page after it. Not with "
+        "`page` or `search`.",
+    ),
     page_size: str | None = Query(None, description="1 to 100, default 20."),
     limit: str | None = Query(None, description="Alias of page_size."),
     status: str | None = Query(None, description="One status or a comma-separated list."),
@@ -143,6 +163,7 @@ async def list_approvals(
         decided_after=query.decided_after,
         decided_before=query.decided_before,
         assigned_to=principal.user_id if query.assigned_to == "me" else query.assigned_to_id,
+        after=_cursor(cursor, query.page, query.search),
     )
     rendered, total = await service.list_requests(
         ApprovalReads(ctx.db.queries),
@@ -152,12 +173,15 @@ async def list_approvals(
         page_size=query.page_size,
         now=utcnow(),
     )
+    total, total_is_exact = bounded_total(total)
     paging = pagination(query.page, query.page_size, total)
     return json_response(
         {
             # Rendered by the database as request_to_dict would (approvals/rendered.py).
             "data": [orjson.Fragment(item) for item in rendered],
             "pagination": paging,
+            "total_is_exact": total_is_exact,
+            "next_cursor": None if query.search else next_cursor(rendered, query.page_size),
             "total": total,
             "page": query.page,
             "page_size": query.page_size,
@@ -219,6 +243,20 @@ async def _read_detail(
         # Wake at the deadline: the request reads as expired from then on.
         pause = min(pause, max(0.0, (row.expires_at - now).total_seconds()) + 0.001)
     return body, pause
+
+
+def _cursor(value: str | None, page: int, search: str | None) -> uuid.UUID | None:
+    """The request a cursor names; ``page`` and ``search`` have no meaning beside one."""
+    if value in (None, ""):
+        return None
+    if page != 1:
+        raise ValidationFailed.for_field("cursor", "cannot be combined with page")
+    if search:
+        raise ValidationFailed.for_field("cursor", "cannot be combined with search")
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise ValidationFailed.for_field("cursor", "is not a cursor of this list") from None
 
 
 def _parse_wait(value: str | None, maximum: int) -> float:

@@ -457,13 +457,23 @@ class DecisionOut(ApprovalRequestOut):
 class PaginationOut(BaseModel):
     page: int
     page_size: int
-    total: int
+    total: int = Field(
+        description="Matching requests, counted exactly up to 10,000; past that, 10,000 "
+        "(see `total_is_exact`)."
+    )
     total_pages: int
 
 
 class ApprovalListOut(BaseModel):
     data: list[ApprovalRequestOut]
     pagination: PaginationOut
+    total_is_exact: bool = Field(
+        description="False when counting stopped at 10,000: there are more matches."
+    )
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` for the page after this one; null on a page that is "
+        "not full (the last) and when searching."
+    )
     total: int
     page: int
     page_size: int

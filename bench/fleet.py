@@ -62,8 +62,14 @@ def _measure(
     with ThreadPoolExecutor(len(servers)) as pool:
         summaries = list(
             pool.map(
+                # A directory each: wrk reads the script file run_wrk writes.
                 lambda server: run_wrk(
-                    share, workdir, server.url + "/api/v1/approvals", scenario, args, auth
+                    share,
+                    _own_dir(workdir, server),
+                    server.url + "/api/v1/approvals",
+                    scenario,
+                    args,
+                    auth,
                 ),
                 servers,
             )
@@ -89,6 +95,12 @@ def _measure(
         f"p99 {figure.p99_ms:7.2f} ms  CPU {figure.cpu_ms_per_request:5.2f} ms/req"
     )
     return figure
+
+
+def _own_dir(workdir: Path, server: Server) -> Path:
+    path = workdir / f"wrk-{server.name}"
+    path.mkdir(exist_ok=True)
+    return path
 
 
 def bench_fleet(opts: Options, workdir: Path) -> list[FleetFigure]:

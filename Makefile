@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve worker test lint format typecheck check bench bench-callbacks bench-longpoll bench-dashboard bench-notifications bench-replacements clean
+.PHONY: install serve worker test lint format typecheck check bench bench-callbacks bench-longpoll bench-dashboard bench-notifications bench-replacements bench-fleet bench-size clean
 
 CLIENT := clients/python
 
@@ -66,6 +66,15 @@ bench-notifications: $(STAMP)
 # (docs/performance.md, *Hand-written replacements and what they earn*).
 bench-replacements: $(STAMP)
 	$(BIN)/python -m bench.replacements $(BENCH_ARGS)
+
+# 1, then 2 API replicas on PostgreSQL, and their ratio (docs/performance.md).
+bench-fleet: $(STAMP)
+	$(BIN)/python -m bench.fleet $(BENCH_ARGS)
+
+# One org of 1M requests seeded directly: list, filter and search p95; SQLite creates at 10k
+# and 1M rows (docs/performance.md). Minutes, and a few GB of disk.
+bench-size: $(STAMP)
+	$(BIN)/python -m bench.size $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -21,18 +22,25 @@ from signoff.notifications.sender import NotificationSender
 from signoff.oauth.credentials import hash_token, looks_like_access_token
 from signoff.orgs.repository import PrincipalsByKey
 from signoff.ratelimit.limiter import RateLimiter
-from signoff.storage import Database
+from signoff.storage import ChannelListener, Database
 from signoff.unit_of_work import RequestChange, UnitOfWork
 from signoff.webhooks.dispatcher import WebhookDispatcher
 from signoff.webhooks.service import outbox_of, start_outbox
+
+# Where PostgreSQL announces a request's change of status (migration 0011's trigger).
+REQUEST_CHANNEL = "signoff_requests"
 
 
 class RequestWaiters:
     """Wakes long-polling readers of a request the moment this process changes it.
 
     A reader registers with ``watch`` *before* it reads, so a change that commits between
-    its read and its wait still wakes it. Changes made by other processes are noticed by
-    the readers' periodic re-check.
+    its read and its wait still wakes it. On PostgreSQL, changes made by other processes
+    (another replica, a worker's expiry sweep) wake it too: a trigger notifies
+    ``signoff_requests`` with the request's id when its status changes (migration 0011),
+    which a LISTEN connection of this process, opened with the first ``watch``, hands to
+    ``notify``. On SQLite, and while that connection is down, the readers' periodic
+    re-check notices them.
 
     ``close`` wakes every reader for good as the server shuts down: each answers with the
     request's current state instead of holding the shutdown up until its wait ends.
@@ -41,9 +49,33 @@ class RequestWaiters:
     def __init__(self) -> None:
         self._watchers: dict[uuid.UUID, set[asyncio.Event]] = {}
         self.closing = False
+        self._listener: ChannelListener | None = None
+
+    def listen_on(self, database_url: str) -> None:
+        """Listen for other processes' changes on this PostgreSQL database, from the first
+        ``watch`` on (it runs in the event loop)."""
+        self._listener = ChannelListener(
+            database_url, REQUEST_CHANNEL, self._notified, on_connect=self._wake_all
+        )
+
+    def _notified(self, payload: str) -> None:
+        with contextlib.suppress(ValueError):
+            self.notify(uuid.UUID(payload))
+
+    def _wake_all(self) -> None:
+        """Listening (re)started: what changed meanwhile went unnoticed, so all look again."""
+        for watchers in self._watchers.values():
+            for event in watchers:
+                event.set()
+
+    async def stop_listening(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
 
     @contextmanager
     def watch(self, request_id: uuid.UUID) -> Iterator[asyncio.Event]:
+        if self._listener is not None:
+            self._listener.start()
         event = asyncio.Event()
         self._watchers.setdefault(request_id, set()).add(event)
         try:
@@ -61,9 +93,7 @@ class RequestWaiters:
 
     def close(self) -> None:
         self.closing = True
-        for watchers in self._watchers.values():
-            for event in watchers:
-                event.set()
+        self._wake_all()
 
     def __len__(self) -> int:
         return len(self._watchers)
@@ -99,6 +129,10 @@ class AppContext:
         )
         postgres = self.db.dialect == "postgresql"
         self.live = OrgSignals(self.settings.database_url if postgres else None)
+        if postgres:
+            # Decisions made by other processes wake this one's long polls (a trigger's
+            # NOTIFY on every status change, migration 0011).
+            self.waiters.listen_on(self.settings.database_url)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AppContext:
@@ -148,5 +182,6 @@ class AppContext:
 
     async def close(self) -> None:
         await self.live.close()
+        await self.waiters.stop_listening()
         await self.webhooks.close()
         await self.db.dispose()

@@ -7,7 +7,9 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import text
 
+from signoff.approvals import listing
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from tests.conftest import Member, Org, assert_error, create_approval, eventually
@@ -43,6 +45,7 @@ async def test_pagination_and_newest_first(client: httpx.AsyncClient, org: Org) 
 
     first = await _list(client, org.member, page_size=2)
     assert first["pagination"] == {"page": 1, "page_size": 2, "total": 5, "total_pages": 3}
+    assert first["total_is_exact"] is True
     assert (first["total"], first["page"], first["page_size"]) == (5, 1, 2)
     assert _ids(first) == newest_first[:2]
 
@@ -505,3 +508,111 @@ async def test_the_unfiltered_total_counts_each_org_once_per_request(
     assert (await _list(client, other_org.member))["total"] == 1
     filtered = await _list(client, org.member, status="pending", priority="high")
     assert filtered["total"] == 3
+
+
+async def test_search_ignores_accents_both_ways(client: httpx.AsyncClient, org: Org) -> None:
+    """As SQLite's index folds accents, so does PostgreSQL's (migration 0011)."""
+    accented = await create_approval(
+        client, org.member, title="Déploiement de la facturation", description="Équipe café."
+    )
+    plain = await create_approval(
+        client, org.member, title="Deploiement du paiement", description="Equipe cafe."
+    )
+    both = {accented["id"], plain["id"]}
+    for query in ("deploiement", "déploiement", "DÉPLOIE", "equipe", "équipe café", "cafe"):
+        assert set(_ids(await _list(client, org.member, search=query))) == both, query
+    assert _ids(await _list(client, org.member, search="facturation")) == [accented["id"]]
+
+
+# ---- cursors and bounded totals ----
+
+
+async def test_cursor_pages_walk_every_request_once_in_list_order(
+    client: httpx.AsyncClient, org: Org
+) -> None:
+    created = [(await create_approval(client, org.member, title=f"C{i}"))["id"] for i in range(7)]
+    seen: list[str] = []
+    body = await _list(client, org.member, page_size=3)
+    pages = 1
+    while True:
+        seen += _ids(body)
+        # The total counts the filters' matches now, arrivals included.
+        assert body["total"] == 7 + pages - 1 and body["total_is_exact"] is True
+        if body["next_cursor"] is None:
+            break
+        # A request created meanwhile is newer: it belongs before the cursor, not after.
+        await create_approval(client, org.member, title="Arrived meanwhile")
+        body = await _list(client, org.member, page_size=3, cursor=body["next_cursor"])
+        pages += 1
+    assert seen == created[::-1]
+    assert pages == 3  # 3 + 3 + 1: the last page is not full, so it has no cursor
+
+
+async def test_cursor_keeps_the_filters_and_breaks_ties_by_id(
+    client: httpx.AsyncClient, ctx: AppContext, org: Org
+) -> None:
+    ids = [(await create_approval(client, org.member, priority=p))["id"] for p in ["high"] * 5]
+    await create_approval(client, org.member, priority="low")
+    # All five at one instant: the order within it is by id, newest (largest) first.
+    async with ctx.transaction() as uow:
+        await uow.session.execute(
+            text("UPDATE approval_requests SET created_at = :at WHERE priority = 'high'"),
+            {"at": datetime(2026, 1, 1, tzinfo=UTC)},
+        )
+    first = await _list(client, org.member, page_size=2, priority="high")
+    second = await _list(
+        client, org.member, page_size=2, priority="high", cursor=first["next_cursor"]
+    )
+    third = await _list(
+        client, org.member, page_size=2, priority="high", cursor=second["next_cursor"]
+    )
+    assert _ids(first) + _ids(second) + _ids(third) == sorted(ids, reverse=True)
+    assert third["next_cursor"] is None
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"cursor": "not-a-cursor"},
+        {"cursor": "01a2133e-5ba5-70f5-819c-36ae8deb5076", "page": "2"},
+        {"cursor": "01a2133e-5ba5-70f5-819c-36ae8deb5076", "search": "deploy"},
+    ],
+)
+async def test_a_cursor_that_cannot_apply_is_400_naming_it(
+    client: httpx.AsyncClient, org: Org, params: dict[str, str]
+) -> None:
+    response = await client.get("/api/v1/approvals", params=params, headers=org.member.headers)
+    body = assert_error(response, 400, "VALIDATION_ERROR")
+    assert "cursor" in str(body)
+
+
+async def test_another_orgs_request_as_cursor_gives_an_empty_page(
+    client: httpx.AsyncClient, org: Org, other_org: Org
+) -> None:
+    await create_approval(client, org.member)
+    theirs = await create_approval(client, other_org.member)
+    body = await _list(client, org.member, cursor=theirs["id"])
+    assert body["data"] == [] and body["next_cursor"] is None
+
+
+async def test_total_is_exact_up_to_the_bound_then_says_there_are_more(
+    client: httpx.AsyncClient, org: Org, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counting stops one past TOTAL_EXACT_UP_TO (lowered here to 3): the total reads the
+    bound and says it is not exact, on filtered, searched and unfiltered pages alike."""
+    monkeypatch.setattr(listing, "TOTAL_EXACT_UP_TO", 3)
+    listing.page_queries.cache_clear()
+    try:
+        for i in range(3):
+            await create_approval(client, org.member, title=f"Deploy {i}", priority="high")
+        for params in ({}, {"priority": "high"}, {"search": "deploy"}):
+            body = await _list(client, org.member, **params)
+            assert (body["total"], body["total_is_exact"]) == (3, True), params
+        await create_approval(client, org.member, title="Deploy 4", priority="high")
+        for params in ({}, {"priority": "high"}, {"search": "deploy"}, {"status": "pending"}):
+            body = await _list(client, org.member, page_size=2, **params)
+            assert (body["total"], body["total_is_exact"]) == (3, False), params
+            assert body["pagination"]["total_pages"] == 2
+            assert len(body["data"]) == 2
+    finally:
+        listing.page_queries.cache_clear()

@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
+from signoff.app import create_app
+from signoff.config import Settings
 from signoff.context import AppContext
 from tests.conftest import Org, assert_error, create_approval, eventually
 from tests.helpers import NO_SWEEP, backdate_expiry
@@ -269,3 +271,32 @@ async def test_past_deadline_reads_expired_without_waiting(
     )
     assert response.json()["status"] == "expired"
     assert time.monotonic() - started < 2
+
+
+async def test_wait_wakes_on_a_decision_made_by_another_process(
+    client: httpx.AsyncClient, org: Org, settings: Settings, backend: str
+) -> None:
+    """Another replica's decision wakes the poll at once on PostgreSQL (LISTEN/NOTIFY),
+    not at its next periodic re-read (30 s here)."""
+    if backend != "postgres":
+        pytest.skip("SQLite: other processes' decisions are noticed by the periodic re-read")
+    created = await create_approval(client, org.member)
+    url = f"/api/v1/approvals/{created['id']}"
+    poll = asyncio.create_task(client.get(f"{url}?wait=20", headers=org.member.headers))
+    await asyncio.sleep(0.5)  # the poll is waiting; its LISTEN connection is up
+    assert not poll.done()
+    replica = AppContext.from_settings(settings)
+    try:
+        transport = httpx.ASGITransport(app=create_app(settings, ctx=replica, background=False))
+        async with httpx.AsyncClient(transport=transport, base_url="http://replica") as other:
+            decided_at = time.monotonic()
+            decided = await other.patch(
+                url, headers=org.admin.headers, json={"decision": "approve"}
+            )
+            assert decided.status_code == 200, decided.text
+        response = await asyncio.wait_for(poll, 10)
+        woken_after = time.monotonic() - decided_at
+    finally:
+        await replica.close()
+    assert response.json()["status"] == "approved"
+    assert woken_after < 2.0

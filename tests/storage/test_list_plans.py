@@ -101,7 +101,7 @@ async def counting_reads(
     try:
         yield CountingReads(runner, ticks)
     finally:
-        runner.close()
+        await runner.close()
         await engine.dispose()
 
 

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from signoff.approvals import service
+from signoff.approvals.listing import TOTAL_EXACT_UP_TO, bounded_total, next_cursor
 from signoff.approvals.presenters import (
     comment_to_dict,
     event_to_dict,
@@ -138,6 +139,12 @@ def _replay(existing: RequestRecord) -> Response:
     responses=errors(ValidationFailed),
     openapi_extra={"parameters": query_parameters(ListApprovalsQuery)},
     summary="List approval requests",
+    description="Newest first (best matches first when searching). Two ways to page: "
+    "`page` (numbered pages), or `cursor`: pass the `next_cursor` of the page you have "
+    "to get the page after it, which stays fast however deep you go and neither skips "
+    "nor repeats requests when new ones arrive meanwhile. `total` counts exactly up to "
+    f"{TOTAL_EXACT_UP_TO:,} matches; past that it reads {TOTAL_EXACT_UP_TO:,} and "
+    "`total_is_exact` is false (there are more).",
 )
 async def list_approvals(request: Request, principal: Reader) -> Response:
     ctx = context_of(request)
@@ -145,7 +152,9 @@ async def list_approvals(request: Request, principal: Reader) -> Response:
     if len(statuses := request.query_params.getlist("status")) > 1:
         raw["status"] = ",".join(statuses)
     query = validate_model(ListApprovalsQuery, raw, ctx.settings)
-    filters = query.filters(principal.user_id)
+    filters = query.filters(
+        principal.user_id, after=_cursor(query.cursor, query.page, query.search)
+    )
     rendered, total = await service.list_requests(
         ApprovalReads(ctx.db.queries),
         principal,
@@ -154,12 +163,15 @@ async def list_approvals(request: Request, principal: Reader) -> Response:
         page_size=query.page_size,
         now=utcnow(),
     )
+    total, total_is_exact = bounded_total(total)
     paging = pagination(query.page, query.page_size, total)
     return json_response(
         {
             # Rendered by the database as request_to_dict would (approvals/rendered.py).
             "data": [orjson.Fragment(item) for item in rendered],
             "pagination": paging,
+            "total_is_exact": total_is_exact,
+            "next_cursor": None if query.search else next_cursor(rendered, query.page_size),
             "total": total,
             "page": query.page,
             "page_size": query.page_size,
@@ -226,6 +238,20 @@ async def _read_detail(
         # Wake at the deadline: the request reads as expired from then on.
         pause = min(pause, max(0.0, (row.expires_at - now).total_seconds()) + 0.001)
     return body, pause
+
+
+def _cursor(value: str | None, page: int, search: str | None) -> uuid.UUID | None:
+    """The request a cursor names; ``page`` and ``search`` have no meaning beside one."""
+    if value in (None, ""):
+        return None
+    if page != 1:
+        raise ValidationFailed.for_field("cursor", "cannot be combined with page")
+    if search:
+        raise ValidationFailed.for_field("cursor", "cannot be combined with search")
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise ValidationFailed.for_field("cursor", "is not a cursor of this list") from None
 
 
 def _parse_wait(value: str | None, maximum: int) -> float:

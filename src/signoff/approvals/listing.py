@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+import orjson
 from sqlalchemy import (
     BindParameter,
     ColumnElement,
@@ -63,6 +64,10 @@ _REQUEST_COUNTS = table(
 _UNFILTERED_TOTAL = PreparedQuery(
     select(_REQUEST_COUNTS.c.total).where(_REQUEST_COUNTS.c.org_id == bindparam("org_id"))
 )
+# A page's total is counted exactly up to this many matches; past it, counting stops and
+# the total reads as this bound (``Page.total_is_exact`` false): a page of a large org
+# never counts its whole history (docs/api.md, *Totals and cursors*).
+TOTAL_EXACT_UP_TO = 10_000
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,33 @@ class ListFilters:
     decided_after: datetime | None = None
     decided_before: datetime | None = None
     assigned_to: uuid.UUID | None = None
+    # Keyset pagination: only requests after this one in list order (newest first).
+    after: uuid.UUID | None = None
+
+
+@dataclass(frozen=True)
+class Page:
+    """A page's rendered requests, its total (exact up to ``TOTAL_EXACT_UP_TO``, that
+    bound past it) and the cursor of the page after it, if the page is full."""
+
+    rendered: list[str]
+    total: int
+    total_is_exact: bool
+    next_cursor: str | None
+
+
+def bounded_total(counted: int) -> tuple[int, bool]:
+    """A count that stopped at ``TOTAL_EXACT_UP_TO + 1`` as (total, exact)."""
+    if counted > TOTAL_EXACT_UP_TO:
+        return TOTAL_EXACT_UP_TO, False
+    return counted, True
+
+
+def next_cursor(rendered: list[str], limit: int) -> str | None:
+    """The cursor after a full page: its last request's id (opaque to clients)."""
+    if len(rendered) < limit or not rendered:
+        return None
+    return str(orjson.loads(rendered[-1])["id"])
 
 
 def search_terms(text_query: str) -> list[str]:
@@ -110,12 +142,20 @@ async def read_page(
         if not terms:
             return [], 0
         params["search_query"] = _search_query(queries.dialect_name, terms, org_id)
+    if filters.after is not None:
+        params["after_id"] = filters.after
     shape = _Shape(
         tuple(sorted(set(filters.statuses or ()))),
         frozenset(name for name in _VALUE_FILTERS if name in params),
         filters.search is not None,
     )
-    plan = page_queries(queries.dialect_name, shape.statuses, shape.filters, shape.search)
+    plan = page_queries(
+        queries.dialect_name,
+        shape.statuses,
+        shape.filters,
+        shape.search,
+        filters.after is not None,
+    )
     if order == "urgent":
         page = urgent_page_query(queries.dialect_name, shape.statuses, shape.filters, shape.search)
         rows, totals = await queries.all_in_one_read((page, params), (plan.count, params))
@@ -126,6 +166,9 @@ async def read_page(
 
     def page_for(counted: list[list[Any]]) -> list[tuple[PreparedQuery, Mapping[str, Any]]]:
         matches, org_total = _total(counted[0]), _total(counted[1])
+        if matches > TOTAL_EXACT_UP_TO:
+            # Counting stopped: many matches, which a walk in list order meets soon.
+            return [(plan.page, params)]
         return [(plan.page_for(matches, org_total, offset + limit), params)]
 
     totals, _, rows = await queries.all_in_one_read_then(
@@ -221,22 +264,38 @@ class ListQueries:
 
 @functools.lru_cache(maxsize=256)
 def page_queries(
-    dialect: str, statuses: tuple[str, ...], filters: frozenset[str], search: bool
+    dialect: str,
+    statuses: tuple[str, ...],
+    filters: frozenset[str],
+    search: bool,
+    after: bool = False,
 ) -> ListQueries:
     """A list page's queries, prepared once per shape of filters: the values are all
-    parameters."""
+    parameters. ``after``: the page starts after the request ``after_id`` (a cursor)."""
     conditions = [ApprovalRequest.org_id == bindparam("org_id"), *_conditions(statuses, filters)]
-    count_query = select(func.count().label("total")).select_from(ApprovalRequest)
+    if after:
+        # The count is that of the filters alone; the page starts after the cursor.
+        counted = page_queries(dialect, statuses, filters, search, False)
+        if search:  # pragma: no cover - the endpoint refuses a cursor with a search
+            raise ValueError("a search is ordered by rank: it has no cursor")
+        keyset = [*conditions, *_after_cursor()]
+        if dialect == "postgresql":
+            page = PreparedQuery(_page_rendered_after_choosing(keyset, False))
+        else:
+            page = _page_of(keyset, indexes=[_ORG_CREATED_INDEX])
+        return ListQueries(page, counted.count)
+    count_query: Select[Any] = select(literal_column("1")).select_from(ApprovalRequest)
     if search:
         count_query, _ = _with_search(dialect, count_query)
     if dialect == "postgresql":
         page = PreparedQuery(_page_rendered_after_choosing(conditions, search))
-        return ListQueries(page, PreparedQuery(count_query.where(*conditions)))
+        return ListQueries(page, PreparedQuery(_bounded_count(count_query.where(*conditions))))
     if search and len(conditions) == 1:
         return _sqlite_org_search()
     if search:
         return ListQueries(
-            _sqlite_search_page(conditions), PreparedQuery(count_query.where(*conditions))
+            _sqlite_search_page(conditions),
+            PreparedQuery(_bounded_count(count_query.where(*conditions))),
         )
     if len(conditions) == 1:
         # The org's whole count, kept by triggers (migration 0005): an unfiltered page
@@ -248,7 +307,7 @@ def page_queries(
     index = _sqlite_filter_index(statuses, filters)
     return ListQueries(
         _sqlite_page_by_rowids(conditions, index) if index else _page_of(conditions),
-        PreparedQuery(count_query.where(*conditions), sqlite_indexes=index),
+        PreparedQuery(_bounded_count(count_query.where(*conditions)), sqlite_indexes=index),
     )
 
 
@@ -276,7 +335,7 @@ def _sqlite_or_shaped(
         page=_page_of(conditions, indexes=[_ORG_CREATED_INDEX]),
         count=_count_of(sets)
         if only_sets
-        else PreparedQuery(count_query.where(*chosen), sqlite_indexes=by_rowid),
+        else PreparedQuery(_bounded_count(count_query.where(*chosen)), sqlite_indexes=by_rowid),
         page_of_few=_sqlite_page_by_rowids(chosen, by_rowid),
     )
 
@@ -317,7 +376,7 @@ def _sqlite_org_search() -> ListQueries:
         .select_from(chosen.join(_PAGE, _PAGE.c.id == chosen.c.id))
         .order_by(chosen.c.score, chosen.c.created_at.desc(), chosen.c.id.desc())
     )
-    count = select(func.count().label("total")).select_from(_FTS).where(match)
+    count = _bounded_count(select(literal_column("1")).select_from(_FTS).where(match))
     return ListQueries(PreparedQuery(page), PreparedQuery(count))
 
 
@@ -443,6 +502,32 @@ def _sqlite_or_shaped_sets(statuses: tuple[str, ...], filters: frozenset[str]) -
     )
 
 
+def _bounded_count(rows: Select[Any]) -> Select[Any]:
+    """How many rows ``rows`` (a select of a constant) has, counting at most one past
+    ``TOTAL_EXACT_UP_TO`` (``bounded_total``)."""
+    chosen = rows.limit(TOTAL_EXACT_UP_TO + 1).subquery("counted")
+    return select(func.count().label("total")).select_from(chosen)
+
+
+def _after_cursor() -> list[ColumnElement[bool]]:
+    """Requests after ``after_id`` in list order (``created_at``, then ``id``, newest
+    first); none if that request is not the org's. The first condition is a range of the
+    org's index on ``created_at``; the second breaks ties within one instant."""
+    cursor = aliased(ApprovalRequest, name="cursor")
+    cursor_created_at = (
+        select(cursor.created_at)
+        .where(cursor.id == bindparam("after_id"), cursor.org_id == bindparam("org_id"))
+        .scalar_subquery()
+    )
+    return [
+        ApprovalRequest.created_at <= cursor_created_at,
+        or_(
+            ApprovalRequest.created_at < cursor_created_at,
+            ApprovalRequest.id < bindparam("after_id", type_=ApprovalRequest.id.type),
+        ),
+    ]
+
+
 def _one_page(
     dialect: str, query: Select[Any], conditions: list[ColumnElement[bool]], search: bool
 ) -> tuple[Select[Any], ColumnElement[Any] | None]:
@@ -524,7 +609,8 @@ def _with_search(dialect: str, query: Select[Any]) -> tuple[Select[Any], Any]:
     weighs every column alike).
     """
     if dialect == "postgresql":
-        tsquery = func.to_tsquery("simple", _search_query_parameter())
+        # Accents folded as in the indexed vector (migration 0011).
+        tsquery = func.to_tsquery("simple", func.signoff_unaccent(_search_query_parameter()))
         vector: ColumnElement[Any] = literal_column("approval_requests.search_vector")
         return query.where(vector.op("@@")(tsquery)), func.ts_rank(vector, tsquery).desc()
     joined = query.join(_FTS, _FTS.c.request_id == ApprovalRequest.id).where(_fts_match())

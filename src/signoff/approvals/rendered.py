@@ -7,7 +7,7 @@ bench``, scenario list; docs/engineering-log.md, *The fourth round*). The JSON f
 of SQLite (``json_object``) and PostgreSQL (``json_build_object``) do the same work in C,
 and the page is answered with the rendered objects as they are (``orjson.Fragment``).
 
-Both renderings must stay equal: ``tests/api/test_rendered.py`` compares them byte for
+Both renderings must stay equal: ``tests/approvals/test_rendered.py`` compares them byte for
 byte, on both databases, with every kind of value a request holds.
 """
 

@@ -340,6 +340,10 @@ class ListApprovalsQuery(BaseModel):
     page: Count = query_parameter(
         {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}, "Page number, from 1.", 1
     )
+    cursor: str | None = query_parameter(
+        {"type": "string", "format": "uuid"},
+        "The `next_cursor` of the previous page: the page after it. Not with `page` or `search`.",
+    )
     page_size: Count = query_parameter(_PAGE_SIZE_QUERY, "1 to 100, default 20.", 20)
     limit: Count | None = query_parameter(_PAGE_SIZE_QUERY, "Alias of page_size.")
     status: list[str] | None = query_parameter(
@@ -370,12 +374,13 @@ class ListApprovalsQuery(BaseModel):
         "they have not voted on.",
     )
 
-    def filters(self, caller: uuid.UUID) -> ListFilters:
-        """The listing's filters; ``caller``: who ``assigned_to=me`` means."""
+    def filters(self, caller: uuid.UUID, after: uuid.UUID | None = None) -> ListFilters:
+        """The listing's filters; ``caller``: who ``assigned_to=me`` means; ``after``:
+        the request a cursor names (the page after it)."""
         values = {name: getattr(self, name) for name in _FILTER_FIELDS}
         values["statuses"] = values.pop("status")
         values["assigned_to"] = caller if self.assigned_to == "me" else self.assigned_to_id
-        return ListFilters(**values)
+        return ListFilters(**values, after=after)
 
     @property
     def assigned_to_id(self) -> uuid.UUID | None:
@@ -449,7 +454,9 @@ class ListApprovalsQuery(BaseModel):
 
 # The fields of the query that are filters of the listing (the rest are paging).
 _FILTER_FIELDS = tuple(
-    name for name in ListApprovalsQuery.model_fields if name not in ("page", "page_size", "limit")
+    name
+    for name in ListApprovalsQuery.model_fields
+    if name not in ("page", "page_size", "limit", "cursor")
 )
 
 
@@ -509,13 +516,23 @@ class DecisionOut(ApprovalRequestOut):
 class PaginationOut(BaseModel):
     page: int
     page_size: int
-    total: int
+    total: int = Field(
+        description="Matching requests, counted exactly up to 10,000; past that, 10,000 "
+        "(see `total_is_exact`)."
+    )
     total_pages: int
 
 
 class ApprovalListOut(BaseModel):
     data: list[ApprovalRequestOut]
     pagination: PaginationOut
+    total_is_exact: bool = Field(
+        description="False when counting stopped at 10,000: there are more matches."
+    )
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` for the page after this one; null on a page that is "
+        "not full (the last) and when searching."
+    )
     total: int
     page: int
     page_size: int

@@ -11,6 +11,9 @@ sees a driver type. What lies behind the seam:
   and the checkpointer;
 - ``group_commit``: SQLite writers of one process queued and sharing transactions;
 - ``prepared``: statements of the hot path compiled once and run past the ORM;
+- ``asyncpg_shape``: asyncpg connections for the hot path on PostgreSQL, and the only code
+  that reaches under SQLAlchemy's asyncpg adapter;
+- ``notifications``: PostgreSQL LISTEN on a connection of its own;
 - ``aiosqlite_shape``: the only code that knows SQLAlchemy's aiosqlite adapter's private
   attributes (tests/storage/test_aiosqlite_shape.py fails loudly if an upgrade moves them).
 
@@ -19,6 +22,7 @@ docs/performance.md.
 """
 
 from signoff.storage.database import Database, insert_ignoring_conflicts
+from signoff.storage.notifications import ChannelListener
 from signoff.storage.prepared import (
     PreparedQuery,
     QueryRunner,
@@ -30,6 +34,7 @@ from signoff.storage.prepared import (
 )
 
 __all__ = [
+    "ChannelListener",
     "Database",
     "PreparedQuery",
     "QueryRunner",

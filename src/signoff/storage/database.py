@@ -47,6 +47,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.sql.dml import Insert
 
+from signoff.storage.asyncpg_shape import ReadPool
 from signoff.storage.group_commit import GroupCommit
 from signoff.storage.prepared import QueryRunner
 from signoff.storage.sqlite_driver import Checkpointer, begin_transaction, inline_connector
@@ -146,8 +147,13 @@ class Database:
             engine = create_async_engine(
                 url,
                 echo=echo,
-                pool_size=20,
-                max_overflow=10,
+                # Write transactions and the ORM's reads; the hot reads have a pool of their
+                # own (asyncpg_shape.ReadPool).
+                pool_size=12,
+                max_overflow=8,
+                # Statements the ORM and Core send, prepared once per connection: the list
+                # filters alone combine into more than the default hundred.
+                connect_args={"prepared_statement_cache_size": 500},
                 # JSONB prints a number stored from 1.5e300 with all its digits; orjson reads
                 # such an integer back as the float it was, where json.loads would make an
                 # integer no encoder here can write again.
@@ -159,13 +165,12 @@ class Database:
             self.checkpointer = None
         # The hot path's reads, outside any session (prepared.py).
         self.queries = QueryRunner(
-            # On PostgreSQL in autocommit: a read outside any session needs no BEGIN and
-            # ROLLBACK around it, two round trips (what it reads: prepared.py).
-            self.read_engine
-            if self.is_sqlite
-            else self.read_engine.execution_options(isolation_level="AUTOCOMMIT"),
+            self.read_engine,
             url if self.is_sqlite else None,
             SQLITE_BUSY_TIMEOUT_MS / 1000,
+            # On PostgreSQL on asyncpg directly, in autocommit: a read outside any session
+            # needs no BEGIN and ROLLBACK around it, two round trips (prepared.py).
+            None if self.is_sqlite else ReadPool(url),
         )
         self._read_sessions = async_sessionmaker(self.read_engine, expire_on_commit=False)
         self._write_sessions = async_sessionmaker(self.write_engine, expire_on_commit=False)
@@ -221,7 +226,7 @@ class Database:
             await session.close()
 
     async def dispose(self) -> None:
-        self.queries.close()
+        await self.queries.close()
         if self.checkpointer is not None:
             await self.checkpointer.close()
         await self.read_engine.dispose()

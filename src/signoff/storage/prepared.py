@@ -12,11 +12,14 @@ with SQLAlchemy Core and compiled by the dialect; only the execution is direct:
   ``sqlite_driver``), so one connection serves every concurrent request. Values are
   converted with the very bind and result processors SQLAlchemy would use, so rows read
   here equal rows read through the ORM.
-- PostgreSQL: as a Core execution on a pooled connection in autocommit mode, so a read
-  is one round trip. Rows carry the same names.
+- PostgreSQL: on asyncpg directly (``asyncpg_shape``), on a small pool of connections in
+  autocommit mode, so a read is one round trip with no ``BEGIN``/``COMMIT`` around it, and
+  asyncpg's own statement cache prepares each statement once per connection. Values are
+  converted with SQLAlchemy's processors, as on SQLite.
 
 Writes (``execute_in``, ``count_in``) run inside a session's transaction, on its own
-connection: they commit or roll back with the rest of the unit of work.
+connection (on PostgreSQL, the asyncpg connection under it): they commit or roll back
+with the rest of the unit of work.
 
 Rows are tuples whose fields are named by the statement's column labels.
 """
@@ -35,6 +38,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.sql.dml import UpdateBase
 
+from signoff.storage.asyncpg_shape import ReadPool, asyncpg_in_transaction
 from signoff.storage.sqlite_driver import InlineConnection, Retrier, open_sqlite
 
 Processor = Callable[[Any], Any] | None
@@ -76,18 +80,24 @@ class PreparedQuery:
             raise TypeError(f"{row_type.__name__}'s fields are not the columns {self.keys}")
         self.row_type: type[tuple[Any, ...]] = row_type or namedtuple("Row", self.keys)
         self._typed = row_type is not None
-        self._sqlite: _CompiledSQLite | None = None
+        self._sqlite: _Compiled | None = None
+        self._postgres: _Compiled | None = None
 
     def rows_of(self, rows: Sequence[Any]) -> list[Any]:
-        """Rows SQLAlchemy answered (PostgreSQL), as this query's ``row_type`` if it has one."""
+        """Rows SQLAlchemy answered, as this query's ``row_type`` if it has one."""
         if self._typed:
             return [self.row_type(*row) for row in rows]
         return list(rows)
 
-    def for_sqlite(self, dialect: Dialect) -> _CompiledSQLite:
+    def for_sqlite(self, dialect: Dialect) -> _Compiled:
         if self._sqlite is None:
-            self._sqlite = _CompiledSQLite(self, dialect)
+            self._sqlite = _Compiled(self, dialect, self.sqlite_indexes)
         return self._sqlite
+
+    def for_postgres(self, dialect: Dialect) -> _Compiled:
+        if self._postgres is None:
+            self._postgres = _Compiled(self, dialect, ())
+        return self._postgres
 
 
 @dataclass(frozen=True)
@@ -110,18 +120,23 @@ class SQLiteIndex:
         return hinted
 
 
-class _CompiledSQLite:
+class _Compiled:
     """The SQL text, the order of its parameters, and the value conversions both ways."""
 
-    def __init__(self, query: PreparedQuery, dialect: Dialect) -> None:
+    def __init__(
+        self, query: PreparedQuery, dialect: Dialect, sqlite_indexes: Sequence[SQLiteIndex]
+    ) -> None:
         compiled = query.statement.compile(dialect=dialect, column_keys=query.column_keys)
-        if compiled.positiontup is None:  # pragma: no cover - SQLite's paramstyle is qmark
+        if compiled.positiontup is None:  # pragma: no cover - qmark and numeric_dollar are
             raise TypeError("expected a positional parameter style")
+        if compiled.post_compile_params:
+            # An IN list expanded per call: build the statement with one parameter each.
+            raise TypeError(f"expanding parameters are not supported: {compiled}")
         if compiled.insert_prefetch or compiled.update_prefetch:
             # Defaults SQLAlchemy computes per execution (ids, timestamps) would be skipped.
             raise TypeError(f"the call must give every column with a default: {compiled}")
         sql = compiled.string
-        for index in query.sqlite_indexes:
+        for index in sqlite_indexes:
             sql = index.applied_to(sql)
         self.sql = sql
         self.names: tuple[str, ...] = tuple(compiled.positiontup)
@@ -157,10 +172,17 @@ class _CompiledSQLite:
 class QueryRunner:
     """Runs prepared queries for one database: see the module's docstring."""
 
-    def __init__(self, engine: AsyncEngine, sqlite_url: str | None, busy_timeout: float) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        sqlite_url: str | None,
+        busy_timeout: float,
+        postgres: ReadPool | None = None,
+    ) -> None:
         self._engine = engine
         self._dialect = engine.dialect
         self._sqlite_url = sqlite_url
+        self._postgres = postgres
         self._retrier = Retrier(busy_timeout)
         self._connection: sqlite3.Connection | None = None
         self._connections_opened = 0
@@ -170,6 +192,11 @@ class QueryRunner:
         return str(self._dialect.name)
 
     async def all(self, query: PreparedQuery, params: Mapping[str, Any]) -> list[Any]:
+        if self._postgres is not None:
+            compiled = query.for_postgres(self._dialect)
+            values = compiled.parameters(params)
+            records = await self._postgres.fetch(lambda pg: pg.fetch(compiled.sql, *values))
+            return [compiled.row(record) for record in records]
         if self._sqlite_url is None:
             async with self._engine.connect() as pooled:
                 result = await pooled.execute(query.statement, params)
@@ -196,6 +223,22 @@ class QueryRunner:
         """As ``all_in_one_read``: the rows of ``first``'s statements, then of the
         statements ``then`` chooses from those rows, in the same read. ``then`` must not
         block: on SQLite it runs inside the read."""
+        if self._postgres is not None:
+            dialect = self._dialect
+
+            async def on_one_connection(pg: Any) -> list[list[Any]]:
+                async def rows_of(query: PreparedQuery, params: Mapping[str, Any]) -> list[Any]:
+                    compiled = query.for_postgres(dialect)
+                    records = await pg.fetch(compiled.sql, *compiled.parameters(params))
+                    return [compiled.row(record) for record in records]
+
+                results = [await rows_of(query, params) for query, params in first]
+                for query, params in then(results):
+                    results.append(await rows_of(query, params))
+                return results
+
+            rows: list[list[Any]] = await self._postgres.fetch(on_one_connection)
+            return rows
         if self._sqlite_url is None:
             async with self._engine.connect() as pooled:
                 results = [
@@ -203,8 +246,8 @@ class QueryRunner:
                     for query, params in first
                 ]
                 for query, params in then(results):
-                    rows = (await pooled.execute(query.statement, params)).all()
-                    results.append(query.rows_of(rows))
+                    answered = (await pooled.execute(query.statement, params)).all()
+                    results.append(query.rows_of(answered))
                 return results
         sqlite = self._sqlite_connection()
         dialect = self._dialect
@@ -260,10 +303,12 @@ class QueryRunner:
             self._connections_opened += 1
         return self._connection
 
-    def close(self) -> None:
+    async def close(self) -> None:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+        if self._postgres is not None:
+            await self._postgres.close()
 
 
 # Where a write transaction's session names the SQLite connection under it (set by
@@ -290,8 +335,11 @@ async def execute_in(
     """
     sqlite = await sqlite_transaction_of(session)
     if sqlite is None:
-        result = await session.execute(query.statement, params)
-        return query.rows_of(result.all()) if query.keys else []
+        connection = await session.connection()
+        compiled = query.for_postgres(connection.dialect)
+        pg = await asyncpg_in_transaction(connection)
+        records = await pg.fetch(compiled.sql, *compiled.parameters(params))
+        return [compiled.row(record) for record in records] if query.keys else []
     compiled = query.for_sqlite(sqlite.dialect)
     values = compiled.parameters(params)
     raw_rows = await sqlite.driver.run(lambda db: db.execute(compiled.sql, values).fetchall())
@@ -307,8 +355,11 @@ async def count_in(session: AsyncSession, query: PreparedQuery, params: Mapping[
     """
     sqlite = await sqlite_transaction_of(session)
     if sqlite is None:
-        result = await session.execute(query.statement, params)
-        return int(result.rowcount)  # type: ignore[attr-defined]
+        connection = await session.connection()
+        compiled = query.for_postgres(connection.dialect)
+        pg = await asyncpg_in_transaction(connection)
+        status: str = await pg.execute(compiled.sql, *compiled.parameters(params))
+        return _rows_changed(status)
     compiled = query.for_sqlite(sqlite.dialect)
     values = compiled.parameters(params)
     return await sqlite.driver.run(lambda db: db.execute(compiled.sql, values).rowcount)
@@ -347,3 +398,9 @@ def has_unflushed_changes(session: AsyncSession) -> bool:
     statements only, leaving the session empty.
     """
     return bool(session.new or session.deleted or session.dirty)
+
+
+def _rows_changed(status: str) -> int:
+    """The row count of a PostgreSQL command tag: ``UPDATE 3``, ``INSERT 0 1``."""
+    last = status.rpartition(" ")[2]
+    return int(last) if last.isdigit() else 0

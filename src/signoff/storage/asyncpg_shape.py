@@ -1,0 +1,112 @@
+"""The one place that reaches under SQLAlchemy's asyncpg adapter, and the plain asyncpg
+connections the hot path reads with.
+
+Prepared queries run on asyncpg directly (``prepared.py``): SQLAlchemy's execution
+(execution context, compiled-cache lookup, result and row objects) cost a PostgreSQL get
+several times what asyncpg takes to send the query and read its answer. Two places:
+
+- reads, outside any session: on a small asyncpg pool of their own (``ReadPool``), whose
+  connections decode JSON as the engine's do, in autocommit (no ``BEGIN``/``COMMIT``
+  round trips around a single read);
+- writes inside a session's transaction: on the asyncpg connection under the session, after
+  the adapter has started its transaction. That needs two private attributes of SQLAlchemy's
+  ``AsyncAdapt_asyncpg_connection``, ``_connection`` (the asyncpg connection) and
+  ``_transaction`` with ``_start_transaction()`` (its lazy ``BEGIN``), named in
+  ``ADAPTER_ATTRIBUTES``; ``tests/storage/test_asyncpg_shape.py`` fails, naming the
+  attribute, if an upgrade moves them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+# What this module reads of SQLAlchemy's asyncpg adapter (see above).
+ADAPTER_ATTRIBUTES = ("_connection", "_transaction", "_start_transaction")
+# Reads outside a session: a get, the authentication of every call, a list page. Each
+# holds its connection for one round trip (two for a list), so a few serve many callers.
+READ_POOL_SIZE = 8
+
+
+def asyncpg_dsn(url: str) -> str:
+    """``url`` (``postgresql+asyncpg://...``) as asyncpg's own ``postgresql://`` DSN."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def _decode_json_as_the_engine_does(connection: Any) -> None:
+    """JSON and JSONB in and out as SQLAlchemy's asyncpg dialect sets them up (text in,
+    decoded values out), with orjson as ``Database`` configures the engine."""
+    await connection.set_type_codec(
+        "json",
+        encoder=str.encode,
+        decoder=orjson.loads,
+        schema="pg_catalog",
+        format="binary",
+    )
+    await connection.set_type_codec(
+        "jsonb",
+        encoder=lambda text: b"\x01" + text.encode(),
+        decoder=lambda raw: orjson.loads(raw[1:]),
+        schema="pg_catalog",
+        format="binary",
+    )
+
+
+async def _nothing_to_reset(_connection: Any) -> None:
+    return None
+
+
+class ReadPool:
+    """asyncpg connections for reads outside any session, opened on first use."""
+
+    def __init__(self, url: str, size: int = READ_POOL_SIZE) -> None:
+        self._dsn = asyncpg_dsn(url)
+        self._size = size
+        self._pool: Any = None
+        self._opening: asyncio.Lock | None = None
+
+    async def fetch(self, run: Callable[[Any], Any]) -> Any:
+        """``await run(connection)`` on a pooled connection."""
+        pool = self._pool or await self._open()
+        async with pool.acquire() as connection:
+            return await run(connection)
+
+    async def _open(self) -> Any:
+        import asyncpg  # type: ignore[import-untyped]
+
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self._pool is None:
+                self._pool = await asyncpg.create_pool(
+                    self._dsn,
+                    min_size=1,
+                    max_size=self._size,
+                    init=_decode_json_as_the_engine_does,
+                    # asyncpg's default reset (unlock, close cursors, UNLISTEN, RESET ALL)
+                    # is a round trip on every release; these connections only run single
+                    # autocommit reads and change no session state.
+                    reset=_nothing_to_reset,
+                    # A pooled connection's idle server session is closed after this long.
+                    max_inactive_connection_lifetime=60.0,
+                )
+        return self._pool
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+
+
+async def asyncpg_in_transaction(connection: AsyncConnection) -> Any:
+    """The asyncpg connection under a session's ``connection``, with the session's
+    transaction begun on it: statements run on it commit or roll back with the session."""
+    adapter: Any = connection.sync_connection.connection.dbapi_connection  # type: ignore[union-attr]
+    if adapter._transaction is None:
+        await adapter._start_transaction()
+    return adapter._connection

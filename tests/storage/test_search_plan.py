@@ -1,0 +1,75 @@
+"""PostgreSQL's list search reads its GIN index (``ix_approval_requests_search``): EXPLAIN
+of the very statement a search page runs, on an org with enough requests that a scan of
+the org's history would cost more."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+
+from signoff.approvals.listing import _search_query, page_queries
+from signoff.common.time import utcnow
+from signoff.context import AppContext
+from signoff.storage.asyncpg_shape import asyncpg_dsn
+from tests.conftest import Org
+
+pytestmark = pytest.mark.anyio
+
+ROWS = 30_000
+
+
+async def _seed(connection: Any, org_id: uuid.UUID) -> None:
+    """``ROWS`` requests of the org, three of which mention a rare word."""
+    connector = await connection.fetchval(
+        "SELECT id FROM connections WHERE org_id = $1 LIMIT 1", org_id
+    )
+    await connection.execute(
+        """
+        INSERT INTO approval_requests (
+            id, org_id, connection_id, title, description, status, priority, metadata,
+            required_approvals, current_approvals, is_sequential, created_at, updated_at,
+            comments_count, has_steps)
+        SELECT gen_random_uuid(), $1, $2,
+               CASE WHEN n % 10000 = 0 THEN 'Rotate zanzibar keys ' || n
+                    ELSE 'Deploy billing service ' || n END,
+               'Routine change number ' || n, 'pending', 'medium', '{}'::jsonb,
+               1, 0, false, now() - n * interval '1 second', now(), 0, false
+        FROM generate_series(1, $3) AS n
+        """,
+        org_id,
+        connector,
+        ROWS,
+    )
+    await connection.execute("ANALYZE approval_requests")
+
+
+async def test_a_search_page_and_its_count_use_the_gin_index(
+    ctx: AppContext, org: Org, backend: str
+) -> None:
+    if backend != "postgres":
+        pytest.skip("PostgreSQL's plan; SQLite searches its FTS5 table")
+    plan = page_queries("postgresql", (), frozenset(), True)
+    org_id = uuid.UUID(org.id)
+    params = {
+        "org_id": org_id,
+        "now": utcnow(),
+        "offset": 0,
+        "limit": 20,
+        "search_query": _search_query("postgresql", ["zanzibar"], org_id),
+    }
+    dialect = ctx.db.read_engine.dialect
+    connection = await asyncpg.connect(asyncpg_dsn(ctx.settings.database_url))
+    try:
+        await _seed(connection, org_id)
+        for query in (plan.page, plan.count):
+            compiled = query.for_postgres(dialect)
+            rows = await connection.fetch("EXPLAIN " + compiled.sql, *compiled.parameters(params))
+            explained = "\n".join(row[0] for row in rows)
+            assert "ix_approval_requests_search" in explained, explained
+        found = await ctx.db.queries.all(plan.page, params)
+        assert len(found) == ROWS // 10_000
+    finally:
+        await connection.close()

@@ -9,12 +9,14 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve worker test lint format typecheck check bench bench-callbacks bench-longpoll bench-notifications clean
+.PHONY: install serve worker test lint format typecheck check bench bench-callbacks bench-longpoll bench-dashboard bench-notifications clean
 
-$(STAMP): pyproject.toml constraints.txt
+CLIENT := clients/python
+
+$(STAMP): pyproject.toml constraints.txt $(CLIENT)/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]' -e './$(CLIENT)[mcp]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -29,15 +31,15 @@ test: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench $(CLIENT)
+	$(BIN)/ruff format --check src tests bench $(CLIENT)
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests bench
-	$(BIN)/ruff check --fix src tests bench
+	$(BIN)/ruff format src tests bench $(CLIENT)
+	$(BIN)/ruff check --fix src tests bench $(CLIENT)
 
 typecheck: $(STAMP)
-	$(BIN)/mypy src
+	$(BIN)/mypy src $(CLIENT)/src
 
 check: lint typecheck test
 
@@ -51,6 +53,10 @@ bench-callbacks: $(STAMP)
 # Long polls woken by a decision: 1,000 waiters answered within 1 s (docs/performance.md).
 bench-longpoll: $(STAMP)
 	$(BIN)/python -m bench.longpoll $(BENCH_ARGS)
+
+# The dashboard's pages in an org of 10,000 requests: p50, p95 and size of each.
+bench-dashboard: $(STAMP)
+	$(BIN)/python -m bench.dashboard $(BENCH_ARGS)
 
 # Notifications: create to mail accepted, a burst's Slack digests (docs/notifications.md).
 bench-notifications: $(STAMP)

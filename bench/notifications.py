@@ -33,8 +33,8 @@ from typing import Any
 
 import httpx
 from tests.notifications.support import smtp_server
-from tests.webhooks.receiver import Receiver
 
+from bench.receiver import Receiver
 from bench.run import RESULTS_DIR, log, postgres_database
 from signoff.app import create_app
 from signoff.common.time import utcnow

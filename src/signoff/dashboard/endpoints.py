@@ -22,6 +22,7 @@ from signoff.common.http import context_of
 from signoff.common.ids import parse_id
 from signoff.common.time import utcnow
 from signoff.common.validation import validate_model
+from signoff.context import AppContext
 from signoff.dashboard import service
 from signoff.dashboard.web import (
     PAGE_HEADERS,
@@ -248,8 +249,18 @@ async def inbox(request: Request, viewer: Viewer = User) -> Response:
     ctx = context_of(request)
     view = service.ListView.from_query(dict(request.query_params), ("pending",))
     page = await service.inbox(ctx.db.queries, viewer.member, view)
-    waiting = page.total if not view.is_filtered else await waiting_count(ctx, viewer)
+    waiting = await _waiting(ctx, viewer, view, page)
     return await render(request, "inbox.html", viewer, page=page, view=view, waiting=waiting)
+
+
+async def _waiting(
+    ctx: AppContext, viewer: Viewer, view: service.ListView, page: service.Page
+) -> int:
+    """The unfiltered inbox's total is the waiting count: keep it for the other pages."""
+    if view.is_filtered:
+        return await waiting_count(ctx, viewer)
+    ctx.live.counts.put(viewer.org.id, viewer.user.id, page.total)
+    return page.total
 
 
 @router.get("/inbox/rows")
@@ -258,7 +269,7 @@ async def inbox_rows(request: Request, viewer: Viewer = User) -> Response:
     ctx = context_of(request)
     view = service.ListView.from_query(dict(request.query_params), ("pending",))
     page = await service.inbox(ctx.db.queries, viewer.member, view)
-    waiting = page.total if not view.is_filtered else await waiting_count(ctx, viewer)
+    waiting = await _waiting(ctx, viewer, view, page)
     return render_fragment("_inbox_list.html", page=page, view=view, waiting=waiting, now=utcnow())
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -28,7 +29,13 @@ class OrgSignals:
 
     def __init__(self, database_url: str | None = None) -> None:
         self._watchers: dict[uuid.UUID, set[asyncio.Event]] = {}
+        # How many changes this process has heard of, per org: what ``CountsCache`` keys on.
+        self._versions: dict[uuid.UUID, int] = {}
         self._postgres = _PostgresRelay(database_url, self._wake) if database_url else None
+        self.counts = CountsCache(self)
+
+    def version(self, org_id: uuid.UUID) -> int:
+        return self._versions.get(org_id, 0)
 
     @contextlib.contextmanager
     def watch(self, org_id: uuid.UUID) -> Iterator[asyncio.Event]:
@@ -55,12 +62,40 @@ class OrgSignals:
             self._postgres.publish(org_id)
 
     def _wake(self, org_id: uuid.UUID) -> None:
+        self._versions[org_id] = self._versions.get(org_id, 0) + 1
         for event in self._watchers.get(org_id, ()):
             event.set()
 
     async def close(self) -> None:
         if self._postgres is not None:
             await self._postgres.close()
+
+
+class CountsCache:
+    """Counts the navigation shows on every page (requests waiting for a person), kept
+    until their org changes in this process or ``ttl`` seconds pass (changes made by
+    other processes this one did not hear of)."""
+
+    MAX_ENTRIES = 10_000
+
+    def __init__(self, signals: OrgSignals, ttl: float = 5.0) -> None:
+        self._signals = signals
+        self._ttl = ttl
+        self._entries: dict[tuple[uuid.UUID, uuid.UUID], tuple[int, float, int]] = {}
+
+    def get(self, org_id: uuid.UUID, key: uuid.UUID) -> int | None:
+        entry = self._entries.get((org_id, key))
+        if entry is None:
+            return None
+        version, at, value = entry
+        if version != self._signals.version(org_id) or time.monotonic() - at > self._ttl:
+            return None
+        return value
+
+    def put(self, org_id: uuid.UUID, key: uuid.UUID, value: int) -> None:
+        if len(self._entries) >= self.MAX_ENTRIES:
+            self._entries.clear()
+        self._entries[(org_id, key)] = (self._signals.version(org_id), time.monotonic(), value)
 
 
 class _PostgresRelay:

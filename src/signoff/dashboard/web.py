@@ -37,7 +37,7 @@ from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.context import AppContext
 from signoff.models import DashboardSession, Organization, User
-from signoff.oauth import service as oauth_service
+from signoff.oauth import credentials
 from signoff.oauth.endpoints import SESSION_COOKIE
 
 HERE = Path(__file__).parent
@@ -156,19 +156,11 @@ def not_found(what: str = "This page") -> PageRefused:
 async def current_viewer(ctx: AppContext, request: Request) -> Viewer | None:
     """The visitor's session and user, if signed in (one session system with /oauth)."""
     cookie = request.cookies.get(SESSION_COOKIE)
-    if not cookie:
+    if not cookie or len(cookie) > 100:
         return None
     async with ctx.reading() as uow:
-        session = await oauth_service.current_session(uow.oauth, cookie, utcnow())
-        if session is None or session.user_id is None:
-            return None
-        user = await uow.orgs.find_user(session.user_id)
-        if user is None or not user.is_active:
-            return None
-        org = await uow.orgs.get_org(user.org_id)
-    if org is None:
-        return None
-    return Viewer(session, user, org)
+        found = await uow.oauth.find_signed_in(credentials.hash_token(cookie), utcnow())
+    return Viewer(*found) if found is not None else None
 
 
 async def require_user(request: Request) -> Viewer:
@@ -259,6 +251,9 @@ def _flash_of(request: Request) -> dict[str, str] | None:
 
 async def waiting_count(ctx: AppContext, viewer: Viewer) -> int:
     """How many requests wait for this person now (the navigation's and title's count)."""
+    cached = ctx.live.counts.get(viewer.org.id, viewer.user.id)
+    if cached is not None:
+        return cached
     _, total = await read_page(
         ctx.db.queries,
         viewer.org.id,
@@ -267,6 +262,7 @@ async def waiting_count(ctx: AppContext, viewer: Viewer) -> int:
         offset=0,
         limit=1,
     )
+    ctx.live.counts.put(viewer.org.id, viewer.user.id, total)
     return total
 
 

@@ -39,7 +39,7 @@ def show(
     as_yaml: Annotated[bool, typer.Option("--yaml", help="Print YAML instead of JSON.")] = False,
 ) -> None:
     """Print the org's routing document (secrets masked)."""
-    from signoff.cli import out, run_in_transaction
+    from signoff.cli.common import out, run_in_transaction
 
     async def action(ctx: AppContext, uow: UnitOfWork) -> dict[str, Any]:
         row = await orgs_service.resolve_org(uow.orgs, org)
@@ -59,7 +59,7 @@ def set_routing(
     file: Annotated[Path, typer.Option("--file", exists=True, dir_okay=False, readable=True)],
 ) -> None:
     """Replace the org's routing document with the file's (validated whole)."""
-    from signoff.cli import err, run_in_transaction
+    from signoff.cli.common import err, run_in_transaction
 
     async def action(ctx: AppContext, uow: UnitOfWork) -> dict[str, Any]:
         row = await orgs_service.resolve_org(uow.orgs, org)

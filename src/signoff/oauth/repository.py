@@ -256,6 +256,25 @@ class OAuthRepository:
             ),
         )
 
+    async def find_signed_in(
+        self, token_hash: str, now: datetime
+    ) -> tuple[DashboardSession, User, Organization] | None:
+        """A signed-in session with its (active) user and their org, in one query: every
+        dashboard page asks it first."""
+        row = (
+            await self.session.execute(
+                select(DashboardSession, User, Organization)
+                .join(User, User.id == DashboardSession.user_id)
+                .join(Organization, Organization.id == User.org_id)
+                .where(
+                    DashboardSession.token_hash == token_hash,
+                    DashboardSession.expires_at > now,
+                    User.deactivated_at.is_(None),
+                )
+            )
+        ).first()
+        return (row[0], row[1], row[2]) if row is not None else None
+
     async def delete_session(self, session_id: uuid.UUID) -> None:
         await self.session.execute(
             delete(DashboardSession).where(DashboardSession.id == session_id)

@@ -27,6 +27,7 @@ TOP_LEVEL = (
     "connection",
     "oauth-client",
     "delivery",
+    "routing",
 )
 
 

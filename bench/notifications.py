@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tests.notifications.support import smtp_server
 
+from bench.mailserver import smtp_server
 from bench.receiver import Receiver
 from bench.run import RESULTS_DIR, log, postgres_database
 from signoff.app import create_app

@@ -54,6 +54,9 @@ SCOPE_TABLE: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/oauth-clients/{}"): ADMIN_API_KEY,
     ("DELETE", "/api/v1/oauth-clients/{}"): ADMIN_API_KEY,
     ("POST", "/api/v1/oauth/token"): PUBLIC,
+    ("GET", "/api/v1/routing"): READ,
+    ("PUT", "/api/v1/routing"): WRITE,
+    ("GET", "/api/v1/approvals/{}/notifications"): READ,
 }
 
 DEPENDENCY_OF = {
@@ -242,6 +245,13 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("GET", "/api/v1/oauth-clients"): lambda env: _plain("GET", "/api/v1/oauth-clients"),
     ("GET", "/api/v1/oauth-clients/{}"): lambda env: _client_call(env, "GET"),
     ("DELETE", "/api/v1/oauth-clients/{}"): lambda env: _client_call(env, "DELETE"),
+    ("GET", "/api/v1/routing"): lambda env: _plain("GET", "/api/v1/routing"),
+    ("PUT", "/api/v1/routing"): lambda env: _plain(
+        "PUT", "/api/v1/routing", {"channels": {}, "rules": []}
+    ),
+    ("GET", "/api/v1/approvals/{}/notifications"): lambda env: _with(
+        env, "GET", "/api/v1/approvals/{rid}/notifications", None
+    ),
 }
 
 

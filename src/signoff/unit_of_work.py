@@ -8,7 +8,10 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from signoff.approvals.record import RequestRecord
 from signoff.approvals.repository import ApprovalRepository
+from signoff.notifications import service as notifications
+from signoff.notifications.repository import NotificationRepository, facts_of
 from signoff.oauth.repository import OAuthRepository
 from signoff.orgs.repository import OrgRepository
 from signoff.webhooks.repository import WebhookRepository
@@ -34,6 +37,24 @@ class DecisionCallbacks:
         await enqueue_decision_callback(self._webhooks, facts, now)
 
 
+class RequestNotifications:
+    """The notifications a request's changes cause, written into this transaction's
+    outbox by the notifications domain (routing rules decide who hears)."""
+
+    def __init__(self, repo: NotificationRepository) -> None:
+        self._repo = repo
+
+    async def request_created(self, request: RequestRecord, now: datetime) -> None:
+        await notifications.on_request_created(self._repo, facts_of(request), now)
+
+    async def steps_opened(self, request: RequestRecord, now: datetime) -> None:
+        approvers = await self._repo.open_step_approvers(request.id, request.is_sequential)
+        await notifications.on_step_opened(self._repo, facts_of(request), approvers, now)
+
+    async def left_pending(self, request_id: uuid.UUID, now: datetime) -> None:
+        await notifications.on_request_left_pending(self._repo, request_id, now)
+
+
 class UnitOfWork:
     def __init__(self, session: AsyncSession, dialect: str, outbox: Outbox) -> None:
         self.session = session
@@ -44,6 +65,7 @@ class UnitOfWork:
         self.webhooks = WebhookRepository(session, dialect)
         self.oauth = OAuthRepository(session)
         self.callbacks = DecisionCallbacks(self.webhooks)
+        self.notifications = RequestNotifications(NotificationRepository(session, dialect))
         self.changes: list[RequestChange] = []
 
     @property

@@ -103,9 +103,22 @@ class FakeCallbacks:
 
 
 @dataclass
+class FakeNotifications:
+    steps_opened_for: list[uuid.UUID] = field(default_factory=list)
+    stopped_for: list[uuid.UUID] = field(default_factory=list)
+
+    async def steps_opened(self, request: RequestRecord, now: datetime) -> None:
+        self.steps_opened_for.append(request.id)
+
+    async def left_pending(self, request_id: uuid.UUID, now: datetime) -> None:
+        self.stopped_for.append(request_id)
+
+
+@dataclass
 class FakeUnitOfWork:
     approvals: FakeApprovals = field(default_factory=FakeApprovals)
     callbacks: FakeCallbacks = field(default_factory=FakeCallbacks)
+    notifications: FakeNotifications = field(default_factory=FakeNotifications)
     changes: list[RequestChange] = field(default_factory=list)
 
     def request_changed(self, org_id: uuid.UUID, request_id: uuid.UUID, *, final: bool) -> None:

@@ -38,6 +38,7 @@ async def test_an_approval_writes_the_row_vote_comment_events_callback_and_signa
         "AddComment",
         "WriteEvent",
         "SendCallback",
+        "StopReminders",
         "PublishChange",
     ]
 
@@ -56,6 +57,7 @@ async def test_an_approval_writes_the_row_vote_comment_events_callback_and_signa
     assert (facts.status, facts.comment, facts.decided_at) == ("approved", "ship it", NOW)
     assert facts.decided_by is not None and facts.decided_by.email == ALICE.email
     assert dict(facts.metadata) == {"ticket": 7}
+    assert uow.notifications.stopped_for == [row.id]
     assert [(c.request_id, c.final) for c in uow.changes] == [(row.id, True)]
 
 
@@ -85,6 +87,9 @@ async def test_a_step_approval_that_leaves_steps_open_writes_only_the_step_event
     assert [v.step_id for v in uow.approvals.votes] == [first]
     assert uow.event_types == ["step.approved"]
     assert uow.callbacks.sent == []
+    # The next step of the sequential chain opens: its approver is told.
+    assert uow.notifications.steps_opened_for == [uow.approvals.votes[0].request_id]
+    assert uow.notifications.stopped_for == []
 
 
 async def test_a_step_rejection_skips_the_rest_and_rejects_the_request() -> None:
@@ -134,7 +139,13 @@ async def test_configuring_steps_replaces_the_chain_and_sets_the_bar() -> None:
     view = RequestView("pending", 1, connection_id=row.connection_id)
     creator = actor(ALICE, connection=row.connection_id)
     transition = state.apply(view, state.ConfigureSteps(creator, specs), NOW)
-    assert kinds(transition) == ["ReplaceSteps", "UpdateRequest", "WriteEvent", "PublishChange"]
+    assert kinds(transition) == [
+        "ReplaceSteps",
+        "UpdateRequest",
+        "WriteEvent",
+        "NotifyStepsOpened",
+        "PublishChange",
+    ]
     uow = FakeUnitOfWork()
     await apply_transition(uow, row, transition, ALICE, NOW)
     assert [s.step_order for s in uow.approvals.steps[row.id]] == [1, 2]

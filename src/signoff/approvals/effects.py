@@ -71,12 +71,23 @@ class CallbackOutbox(Protocol):
     async def enqueue(self, facts: DecisionFacts, now: datetime) -> None: ...
 
 
+class NotificationOutbox(Protocol):
+    """Where the notifications a change causes are written (notifications domain)."""
+
+    async def steps_opened(self, request: RequestRecord, now: datetime) -> None: ...
+
+    async def left_pending(self, request_id: uuid.UUID, now: datetime) -> None: ...
+
+
 class EffectsUnitOfWork(Protocol):
     @property
     def approvals(self) -> ApprovalWrites: ...
 
     @property
     def callbacks(self) -> CallbackOutbox: ...
+
+    @property
+    def notifications(self) -> NotificationOutbox: ...
 
     def request_changed(self, org_id: uuid.UUID, request_id: uuid.UUID, *, final: bool) -> None:
         """Signal watchers of the request once the transaction commits."""
@@ -138,6 +149,10 @@ async def _apply(
             await uow.approvals.add_event(event(row, effect.type, actor_id, now, dict(effect.data)))
         case state.SendCallback():
             await uow.callbacks.enqueue(_decision_facts(row, author, effect.comment), now)
+        case state.NotifyStepsOpened():
+            await uow.notifications.steps_opened(row, now)
+        case state.StopReminders():
+            await uow.notifications.left_pending(row.id, now)
         case state.PublishChange():
             uow.request_changed(row.org_id, row.id, final=effect.final)
     return row

@@ -33,8 +33,6 @@ from signoff.common.time import utcnow
 from signoff.crypto import SecretBox
 from signoff.errors import NotFound, RequestNotPending, ValidationFailed
 from signoff.models import ApprovalStep, AuditEvent, Comment, Vote
-from signoff.notifications import service as notifications
-from signoff.notifications.repository import NotificationRepository, facts_of
 
 if TYPE_CHECKING:
     from signoff.unit_of_work import UnitOfWork
@@ -100,8 +98,8 @@ async def create_request(
     data = {"title": created.title, "priority": created.priority, "source": created.source}
     await repo.add_event(effects.event(created, "request.created", principal.user_id, now, data))
     uow.request_changed(created.org_id, created.id, final=False)
-    # Notification hook: rows only, in this transaction; sending comes after the commit.
-    await notifications.on_request_created(_notification_repo(uow), facts_of(created), now)
+    # Notification rows only, in this transaction; sending comes after the commit.
+    await uow.notifications.request_created(created, now)
     return CreateResult(created, created=True)
 
 
@@ -173,29 +171,7 @@ async def _transition(
     """Ask the state machine about ``action`` on the locked ``row``, and apply its answer."""
     transition = state.apply(await _view(uow.approvals, row), action, now)
     row = await effects.apply_transition(uow, row, transition, author_of(principal), now)
-    await _notify_transition(uow, row, transition, action, now)
     return TransitionResult(row, transition)
-
-
-async def _notify_transition(
-    uow: UnitOfWork,
-    row: RequestRecord,
-    transition: state.Transition,
-    action: state.Action,
-    now: datetime,
-) -> None:
-    """Notification hooks of a transition: a request that left pending voids its
-    scheduled reminders; a vote that moved a sequential chain on opens the next step."""
-    if transition.is_final:
-        await notifications.on_request_left_pending(_notification_repo(uow), row.id, now)
-    elif isinstance(action, state.VoteStep) and row.is_sequential:
-        repo = _notification_repo(uow)
-        approvers = await repo.open_step_approvers(row.id, sequential=True)
-        await notifications.on_step_opened(repo, facts_of(row), approvers, now)
-
-
-def _notification_repo(uow: UnitOfWork) -> NotificationRepository:
-    return NotificationRepository(uow.session, uow.dialect)
 
 
 def _via(payload: DecideApprovalRequest) -> str | None:
@@ -382,13 +358,7 @@ async def set_steps(
     transition = state.apply(await _view(uow.approvals, row), action, now)
     await _check_approvers(uow.approvals, principal.org_id, specs)
     row = await effects.apply_transition(uow, row, transition, author_of(principal), now)
-    steps = await uow.approvals.list_steps(row.id)
-    # Notification hook: the chain's first step (every step, unless sequential) opens.
-    opened = steps[:1] if row.is_sequential else steps
-    await notifications.on_step_opened(
-        _notification_repo(uow), facts_of(row), [s.approver_id for s in opened], now
-    )
-    return steps
+    return await uow.approvals.list_steps(row.id)
 
 
 async def _check_approvers(

@@ -21,9 +21,9 @@ Rules (decisions.md sections 2 and 3):
   needs approvals now.
 
 Every transition lists what it causes, in order, as ``effects``: the request's new
-state, the vote, step changes, the comment, audit events, the callback and the
-live-update signal. ``approvals/effects.py`` applies them over the unit of work; nothing
-else writes a consequence of a status change.
+state, the vote, step changes, the comment, audit events, the callback, the
+notifications and the live-update signal. ``approvals/effects.py`` applies them over
+the unit of work; nothing else writes a consequence of a status change.
 """
 
 from __future__ import annotations
@@ -212,6 +212,16 @@ class SendCallback:
 
 
 @dataclass(frozen=True)
+class NotifyStepsOpened:
+    """Tell the approvers of the steps now open (routing rules), from the outbox."""
+
+
+@dataclass(frozen=True)
+class StopReminders:
+    """The request left pending: its scheduled reminders and escalations are void."""
+
+
+@dataclass(frozen=True)
 class PublishChange:
     """Wake long polls and live pages watching the request, once the change commits."""
 
@@ -226,6 +236,8 @@ Effect = (
     | AddComment
     | WriteEvent
     | SendCallback
+    | NotifyStepsOpened
+    | StopReminders
     | PublishChange
 )
 
@@ -344,6 +356,10 @@ def _effects(request: RequestView, action: Action, transition: Transition) -> tu
     effects.extend(_audit_events(request, action, transition))
     if transition.is_final and request.has_callback:
         effects.append(SendCallback(comment))
+    if transition.is_final:
+        effects.append(StopReminders())
+    elif isinstance(action, VoteStep) and request.is_sequential:
+        effects.append(NotifyStepsOpened())  # the next step of the chain opens
     effects.append(PublishChange(final=transition.is_final))
     return tuple(effects)
 
@@ -355,6 +371,7 @@ def _configure_effects(action: ConfigureSteps) -> tuple[Effect, ...]:
         ReplaceSteps(ordered),
         UpdateRequest("pending", 0, required_approvals=len(ordered)),
         WriteEvent("steps.configured", {"steps": listed}),
+        NotifyStepsOpened(),
         PublishChange(final=False),
     )
 

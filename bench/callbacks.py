@@ -525,7 +525,7 @@ def bench_database(target: str, args: argparse.Namespace, workdir: Path) -> dict
 
     workdir.mkdir()
     if target == "sqlite":
-        return _bench_on(target, f"sqlite:///{workdir / 'signoff.storage.database'}", args, workdir)
+        return _bench_on(target, f"sqlite:///{workdir / 'signoff.db'}", args, workdir)
     check_postgres(args.postgres_url)
     with postgres_database(args.postgres_url) as url:
         _ = generate_secret_key

@@ -112,7 +112,7 @@ def pair_orders(pairs: int) -> Iterator[tuple[int, tuple[int, int]]]:
 def prepare(opts: Options, workdir: Path) -> Bench:
     from signoff.crypto import generate_secret_key
 
-    env = bench_env(f"sqlite:///{workdir / 'signoff.storage.database'}", generate_secret_key())
+    env = bench_env(f"sqlite:///{workdir / 'signoff.db'}", generate_secret_key())
     signoff_cli(env, workdir, "db", "upgrade")
     org = signoff_cli(env, workdir, "org", "create", "Bench", "--json")
     user = signoff_cli(

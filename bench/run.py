@@ -479,7 +479,7 @@ def check_postgres(admin_url: str) -> None:
 @contextmanager
 def database_url(target: str, opts: Options, workdir: Path) -> Iterator[str]:
     if target == "sqlite":
-        yield f"sqlite:///{workdir / 'signoff.storage.database'}"
+        yield f"sqlite:///{workdir / 'signoff.db'}"
         return
     with postgres_database(opts.postgres_url) as url:
         yield url

@@ -140,7 +140,7 @@ def database_url(test_database: TestDatabase, tmp_path: Path) -> Iterator[str]:
     """A clean, migrated database for one test."""
     if test_database.backend == "sqlite":
         template = Path(make_url(test_database.template_url).database or "")
-        copy = tmp_path / "signoff.storage.database"
+        copy = tmp_path / "signoff.db"
         shutil.copyfile(template, copy)
         yield f"sqlite+aiosqlite:///{copy}"
         return

@@ -29,7 +29,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SIGNOFF_", extra="ignore")
 
     env: Literal["development", "production"] = "development"
-    database_url: str = "sqlite+aiosqlite:///./signoff.storage.database"
+    database_url: str = "sqlite+aiosqlite:///./signoff.db"
     redis_url: str | None = None
     # Key for secrets that must be readable again (webhook secrets, callback headers).
     # Unset in development: a key file is created beside the database (see crypto.py).

@@ -217,7 +217,7 @@ def test_operator_walk(operator: Operator) -> None:
     assert "Application shutdown complete" in output, output
     assert "Traceback" not in output and "[error" not in output, output
     if "SIGNOFF_DATABASE_URL" not in cli.env:
-        assert (cli.cwd / "signoff.storage.database").exists()
+        assert (cli.cwd / "signoff.db").exists()
 
 
 def _talk_http(

@@ -80,7 +80,7 @@ async def test_healthz_and_readyz(client: httpx.AsyncClient) -> None:
 
 def _unreachable_database(backend: str, tmp_path: Any) -> str:
     if backend == "sqlite":
-        return f"sqlite+aiosqlite:///{tmp_path}/no/such/dir/signoff.storage.database"
+        return f"sqlite+aiosqlite:///{tmp_path}/no/such/dir/signoff.db"
     return "postgresql+asyncpg://postgres@127.0.0.1:1/signoff"
 
 

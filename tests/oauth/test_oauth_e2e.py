@@ -78,7 +78,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     base_url = f"http://127.0.0.1:{port}"
     env = {
         **os.environ,
-        "SIGNOFF_DATABASE_URL": f"sqlite:///{workdir / 'signoff.storage.database'}",
+        "SIGNOFF_DATABASE_URL": f"sqlite:///{workdir / 'signoff.db'}",
         "SIGNOFF_SECRET_KEY": generate_secret_key(),
         "SIGNOFF_PUBLIC_URL": base_url,
         "SIGNOFF_LOG_LEVEL": "warning",

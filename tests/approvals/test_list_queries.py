@@ -8,7 +8,7 @@ from signoff.storage.prepared import PreparedQuery
 
 def test_a_page_is_walked_only_when_most_requests_match() -> None:
     walk, sort = PreparedQuery.__new__(PreparedQuery), PreparedQuery.__new__(PreparedQuery)
-    queries = ListQueries(page=walk, count=walk, page_of_few=sort)
+    queries = ListQueries(page=walk, count=walk, page_by_sorting_matches=sort)
     # The walk reads at most the 1,000 that do not match plus the reach; the sort, 50.
     assert queries.page_for(matches=50, org_total=1_050, reach=20) is sort
     assert queries.page_for(matches=1_000, org_total=1_050, reach=20) is walk

@@ -253,11 +253,11 @@ async def test_both_ways_of_reading_a_page_give_the_same_pages(
     with closing(sqlite3.connect(_path(database_url))) as connection:
         for statuses, filters in shapes:
             queries = page_queries("sqlite", tuple(sorted(statuses)), filters, False)
-            assert queries.page_of_few is not None
+            assert queries.page_by_sorting_matches is not None
             for offset in (0, 20, 40):
                 values["offset"] = offset
                 walked = _rows(connection, queries.page, values)
-                sorted_ = _rows(connection, queries.page_of_few, values)
+                sorted_ = _rows(connection, queries.page_by_sorting_matches, values)
                 assert walked == sorted_, (statuses, sorted(filters), offset)
                 assert walked or offset > 0, (statuses, sorted(filters), offset)
 
@@ -286,7 +286,7 @@ def test_no_list_query_scans_the_requests_table(database_url: str) -> None:
             for filters in filter_kinds:
                 for search in (False, True):
                     queries = page_queries("sqlite", statuses, filters, search)
-                    every = [queries.page, queries.count, queries.page_of_few]
+                    every = [queries.page, queries.count, queries.page_by_sorting_matches]
                     for query in (query for query in every if query is not None):
                         compiled = query.for_sqlite(_DIALECT)
                         plan = connection.execute(

@@ -112,8 +112,6 @@ async def test_hot_path_reads_run_without_a_transaction(database: Database) -> N
     # Inside a transaction now() is the transaction's start; outside, each statement's.
     now = PreparedQuery(select(func.clock_timestamp().label("at"), func.now().label("now")))
     pause = PreparedQuery(select(func.pg_sleep(0.05).label("slept")))
-    [[first], _, [second]] = await database.queries.all_in_one_read(
-        (now, {}), (pause, {}), (now, {})
-    )
+    [[first], _, [second]] = await database.queries.snapshot_read((now, {}), (pause, {}), (now, {}))
     assert second.now > first.now
     assert (second.now - first.now).total_seconds() >= 0.05

@@ -158,10 +158,10 @@ async def read_page(
     )
     if order == "urgent":
         page = urgent_page_query(queries.dialect_name, shape.statuses, shape.filters, shape.search)
-        rows, totals = await queries.all_in_one_read((page, params), (plan.count, params))
+        rows, totals = await queries.snapshot_read((page, params), (plan.count, params))
         return [row.json for row in rows], _total(totals)
-    if plan.page_of_few is None:
-        rows, totals = await queries.all_in_one_read((plan.page, params), (plan.count, params))
+    if plan.page_by_sorting_matches is None:
+        rows, totals = await queries.snapshot_read((plan.page, params), (plan.count, params))
         return [row.json for row in rows], _total(totals)
 
     def page_for(counted: list[list[Any]]) -> list[tuple[PreparedQuery, Mapping[str, Any]]]:
@@ -171,7 +171,7 @@ async def read_page(
             return [(plan.page, params)]
         return [(plan.page_for(matches, org_total, offset + limit), params)]
 
-    totals, _, rows = await queries.all_in_one_read_then(
+    totals, _, rows = await queries.snapshot_read_then_choose(
         [(plan.count, params), (_UNFILTERED_TOTAL, params)], page_for
     )
     return [row.json for row in rows], _total(totals)
@@ -244,22 +244,22 @@ class ListQueries:
     On SQLite, a filter that is an OR of two sets of rows (a decided window, ``expired``,
     several statuses) has no index that gives the list order, and the page can be read two
     ways: by walking the org's history newest first (``page``) or by sorting the rows the
-    filter chose through indexes (``page_of_few``). ``page_for`` picks one once the total
-    is known.
+    filter chose through indexes (``page_by_sorting_matches``). ``page_for`` picks one once
+    the total is known.
     """
 
     page: PreparedQuery
     count: PreparedQuery
-    page_of_few: PreparedQuery | None = None
+    page_by_sorting_matches: PreparedQuery | None = None
 
     def page_for(self, matches: int, org_total: int, reach: int) -> PreparedQuery:
         """The cheaper page for ``matches`` of ``org_total`` requests, of which the page
         skips and shows ``reach``: the walk reads at most every request that does not
         match, plus the reach; the sort reads every match. Each bound holds however the
         matches lie in time."""
-        if self.page_of_few is None or org_total - matches + reach < matches:
+        if self.page_by_sorting_matches is None or org_total - matches + reach < matches:
             return self.page
-        return self.page_of_few
+        return self.page_by_sorting_matches
 
 
 @functools.lru_cache(maxsize=256)
@@ -301,9 +301,9 @@ def page_queries(
         # The org's whole count, kept by triggers (migration 0005): an unfiltered page
         # need not count the org's history.
         return ListQueries(_page_of(conditions), _UNFILTERED_TOTAL)
-    or_shaped = _sqlite_or_shaped_sets(statuses, filters)
-    if or_shaped.decided or or_shaped.statuses:
-        return _sqlite_or_shaped(statuses, filters, conditions, count_query, or_shaped)
+    union_sets = _sqlite_union_filter_row_sets(statuses, filters)
+    if union_sets.decided or union_sets.statuses:
+        return _sqlite_union_filter_queries(statuses, filters, conditions, count_query, union_sets)
     index = _sqlite_filter_index(statuses, filters)
     return ListQueries(
         _sqlite_page_by_rowids(conditions, index) if index else _page_of(conditions),
@@ -311,19 +311,19 @@ def page_queries(
     )
 
 
-def _sqlite_or_shaped(
+def _sqlite_union_filter_queries(
     statuses: tuple[str, ...],
     filters: frozenset[str],
     conditions: list[ColumnElement[bool]],
     count_query: Select[Any],
-    or_shaped: _OrShapedSets,
+    union_sets: _UnionFilterRowSets,
 ) -> ListQueries:
     """The queries of a filter that is an OR of two sets of rows (``ListQueries``)."""
     chosen = [
         ApprovalRequest.org_id == bindparam("org_id"),
-        *_conditions(statuses, filters, or_shaped=or_shaped),
+        *_conditions(statuses, filters, union_sets=union_sets),
     ]
-    sets = or_shaped.decided + or_shaped.statuses
+    sets = union_sets.decided + union_sets.statuses
     by_rowid = [
         SQLiteIndex("approval_requests", None),
         *(_ROW_SET_INDEX[alias.name] for alias, _ in sets),
@@ -336,7 +336,7 @@ def _sqlite_or_shaped(
         count=_count_of(sets)
         if only_sets
         else PreparedQuery(_bounded_count(count_query.where(*chosen)), sqlite_indexes=by_rowid),
-        page_of_few=_sqlite_page_by_rowids(chosen, by_rowid),
+        page_by_sorting_matches=_sqlite_page_by_rowids(chosen, by_rowid),
     )
 
 
@@ -486,7 +486,7 @@ _ROW_SET_INDEX = {
 
 
 @dataclass(frozen=True)
-class _OrShapedSets:
+class _UnionFilterRowSets:
     """On SQLite, the filters that are an OR of two sets of rows, as those sets (empty
     when the filter is not given): no index gives their list order (``ListQueries``)."""
 
@@ -494,9 +494,11 @@ class _OrShapedSets:
     statuses: list[_RowSet]
 
 
-def _sqlite_or_shaped_sets(statuses: tuple[str, ...], filters: frozenset[str]) -> _OrShapedSets:
+def _sqlite_union_filter_row_sets(
+    statuses: tuple[str, ...], filters: frozenset[str]
+) -> _UnionFilterRowSets:
     decided_window = "decided_after" in filters or "decided_before" in filters
-    return _OrShapedSets(
+    return _UnionFilterRowSets(
         decided=_sqlite_decided_window(filters) if decided_window else [],
         statuses=_sqlite_status_set(statuses) if _reads_statuses_by_rowid(statuses) else [],
     )
@@ -570,14 +572,14 @@ def _conditions(
     statuses: tuple[str, ...],
     filters: frozenset[str],
     *,
-    or_shaped: _OrShapedSets | None = None,
+    union_sets: _UnionFilterRowSets | None = None,
 ) -> list[ColumnElement[bool]]:
-    """The filters' conditions. With ``or_shaped`` (SQLite), those that are an OR of two
+    """The filters' conditions. With ``union_sets`` (SQLite), those that are an OR of two
     sets of rows are the rowids of those sets, which choose the same requests
     (``_sqlite_decided_window``, ``_sqlite_status_set``)."""
     conditions: list[ColumnElement[bool]] = []
-    if or_shaped is not None and or_shaped.statuses:
-        conditions.append(_rowids_in(or_shaped.statuses))
+    if union_sets is not None and union_sets.statuses:
+        conditions.append(_rowids_in(union_sets.statuses))
     elif statuses:
         conditions.append(or_(*(_status_condition(status) for status in statuses)))
     for name in ("priority", "action_type", "source"):
@@ -587,8 +589,8 @@ def _conditions(
         conditions.append(ApprovalRequest.created_at >= bindparam("created_after"))
     if "created_before" in filters:
         conditions.append(ApprovalRequest.created_at < bindparam("created_before"))
-    if or_shaped is not None and or_shaped.decided:
-        conditions.append(_rowids_in(or_shaped.decided))
+    if union_sets is not None and union_sets.decided:
+        conditions.append(_rowids_in(union_sets.decided))
     else:
         if "decided_after" in filters:
             conditions.append(_decided_at_condition(operator.ge, bindparam("decided_after")))

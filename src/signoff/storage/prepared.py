@@ -207,20 +207,20 @@ class QueryRunner:
         raw_rows = await self._retrier.run(lambda: sqlite.execute(compiled.sql, values).fetchall())
         return [compiled.row(raw) for raw in raw_rows]
 
-    async def all_in_one_read(
+    async def snapshot_read(
         self, *statements: tuple[PreparedQuery, Mapping[str, Any]]
     ) -> list[list[Any]]:
         """The rows of each statement: on SQLite in one transaction, one snapshot (a page
         and its total agree); on PostgreSQL on one connection, each statement with a
         snapshot of its own, as in a READ COMMITTED transaction (a session's reads)."""
-        return await self.all_in_one_read_then(list(statements), lambda _: [])
+        return await self.snapshot_read_then_choose(list(statements), lambda _: [])
 
-    async def all_in_one_read_then(
+    async def snapshot_read_then_choose(
         self,
         first: Sequence[tuple[PreparedQuery, Mapping[str, Any]]],
         then: Callable[[list[list[Any]]], Sequence[tuple[PreparedQuery, Mapping[str, Any]]]],
     ) -> list[list[Any]]:
-        """As ``all_in_one_read``: the rows of ``first``'s statements, then of the
+        """As ``snapshot_read``: the rows of ``first``'s statements, then of the
         statements ``then`` chooses from those rows, in the same read. ``then`` must not
         block: on SQLite it runs inside the read."""
         if self._postgres is not None:

@@ -312,3 +312,64 @@ async def test_only_admins_see_what_a_test_receiver_answered(
     assert member.json()["status_code"] == admin.json()["status_code"] == 500
     assert member.json()["response_body"] is None
     assert admin.json()["response_body"] is not None
+
+
+# ---- huge and wide input on every write route ----
+
+WRITE_ROUTES = [
+    ("POST", "/api/v1/approvals", "title"),
+    ("PATCH", "/api/v1/approvals/{id}", "comment"),
+    ("POST", "/api/v1/approvals/{id}/comments", "body"),
+    ("POST", "/api/v1/test-webhook", "url"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "field"), WRITE_ROUTES)
+async def test_huge_strings_are_refused_on_every_write_route(
+    client: httpx.AsyncClient, org: Org, method: str, path: str, field: str
+) -> None:
+    created = await create_approval(client, org.member)
+    url = path.format(id=created["id"])
+    base: dict[str, Any] = approval_body() if field == "title" else {"decision": "approve"}
+    too_long = {**base, field: "x" * 20_000}
+    assert_field_error(
+        await client.request(method, url, json=too_long, headers=org.admin.headers), field
+    )
+    over_the_body_limit = {**base, field: "x" * (2 * 1024 * 1024)}
+    huge = await client.request(method, url, json=over_the_body_limit, headers=org.admin.headers)
+    assert_error(huge, 413, "PAYLOAD_TOO_LARGE")
+    still = await client.get(f"/api/v1/approvals/{created['id']}", headers=org.admin.headers)
+    assert still.json()["status"] == "pending"
+
+
+async def test_wide_metadata_is_held_to_its_size_limit(client: httpx.AsyncClient, org: Org) -> None:
+    wide = {f"key-{index}": index for index in range(20_000)}  # some 300 KB as JSON
+    response = await client.post(
+        "/api/v1/approvals", json=approval_body(metadata=wide), headers=org.member.headers
+    )
+    assert "bytes" in assert_field_error(response, "metadata")
+    fits = {f"key-{index}": index for index in range(1_000)}
+    created = await create_approval(client, org.member, metadata=fits)
+    assert created["metadata"] == fits
+
+
+async def test_wide_lists_of_steps_and_headers_are_refused(
+    client: httpx.AsyncClient, org: Org
+) -> None:
+    created = await create_approval(client, org.admin)
+    steps = [{"approver_id": org.member.user_id, "step_order": i} for i in range(1, 5_001)]
+    assert_field_error(
+        await client.post(
+            f"/api/v1/approvals/{created['id']}/steps",
+            json={"steps": steps},
+            headers=org.admin.headers,
+        ),
+        "steps",
+    )
+    headers = {f"X-H{i}": "v" for i in range(500)}
+    response = await client.post(
+        "/api/v1/approvals",
+        json=approval_body(callback_url="http://127.0.0.1:9/hook", callback_headers=headers),
+        headers=org.member.headers,
+    )
+    assert_field_error(response, "callback_headers")

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from signoff.approvals.state import Actor
+
+if TYPE_CHECKING:
+    from signoff.models import Organization, User
 
 ALL_SCOPES: tuple[str, ...] = ("approvals:read", "approvals:write", "comments:write")
 
@@ -27,6 +30,19 @@ class OrgMember:
     user_email: str
     user_name: str
     role: Literal["admin", "member"]
+
+    @classmethod
+    def of(cls, user: User, org: Organization) -> OrgMember:
+        """The person ``user`` of ``org`` (any role but admin acts as a member)."""
+        return cls(
+            org_id=org.id,
+            org_name=org.name,
+            org_emergency_stop=org.emergency_stop,
+            user_id=user.id,
+            user_email=user.email,
+            user_name=user.name,
+            role="admin" if user.role == "admin" else "member",
+        )
 
     @property
     def is_admin(self) -> bool:

@@ -40,12 +40,11 @@ from signoff.dashboard.web import (
     render_fragment,
     require_user,
     safe_next,
-    set_session_cookie,
     waiting_count,
 )
 from signoff.errors import AppError, RequestNotPending, ValidationFailed
 from signoff.oauth import service as oauth_service
-from signoff.oauth.endpoints import SESSION_COOKIE
+from signoff.oauth.endpoints import SESSION_COOKIE, set_session_cookie
 from signoff.webhooks.service import all_succeeded
 
 router = APIRouter(include_in_schema=False)

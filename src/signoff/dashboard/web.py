@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import quote
 
 from fastapi import Depends
@@ -34,10 +34,11 @@ from signoff.approvals.listing import ListFilters, read_page
 from signoff.auth.principal import OrgMember
 from signoff.common.http import context_of
 from signoff.common.time import utcnow
-from signoff.config import Settings
 from signoff.context import AppContext
 from signoff.models import DashboardSession, Organization, User
 from signoff.oauth import credentials
+
+# One sign-in session for the dashboard and the OAuth pages: the same cookie.
 from signoff.oauth.endpoints import SESSION_COOKIE
 
 HERE = Path(__file__).parent
@@ -119,16 +120,7 @@ class Viewer:
     @property
     def member(self) -> OrgMember:
         """The identity the approval services take (no connection: a person)."""
-        role: Literal["admin", "member"] = "admin" if self.is_admin else "member"
-        return OrgMember(
-            org_id=self.org.id,
-            org_name=self.org.name,
-            org_emergency_stop=self.org.emergency_stop,
-            user_id=self.user.id,
-            user_email=self.user.email,
-            user_name=self.user.name,
-            role=role,
-        )
+        return OrgMember.of(self.user, self.org)
 
 
 class SignInRequired(Exception):
@@ -222,19 +214,6 @@ def redirect(url: str, *, flash: str | None = None, kind: str = "success") -> Re
             samesite="lax",
         )
     return response
-
-
-def set_session_cookie(response: Response, cookie: str, settings: Settings) -> None:
-    """As the OAuth pages set it: one session for both."""
-    response.set_cookie(
-        SESSION_COOKIE,
-        cookie,
-        max_age=settings.session_ttl_seconds,
-        path="/",
-        httponly=True,
-        samesite="lax",
-        secure=settings.is_production or settings.public_url.startswith("https://"),
-    )
 
 
 def _flash_of(request: Request) -> dict[str, str] | None:

@@ -111,15 +111,7 @@ async def _member_of_link(repo: NotificationRepository, link: DecisionLink) -> O
     org = await repo.session.get(Organization, link.org_id)
     if user is None or org is None or not user.is_active:
         return None
-    return OrgMember(
-        org_id=org.id,
-        org_name=org.name,
-        org_emergency_stop=org.emergency_stop,
-        user_id=user.id,
-        user_email=user.email,
-        user_name=user.name,
-        role="admin" if user.role == "admin" else "member",
-    )
+    return OrgMember.of(user, org)
 
 
 def request_id_of(view: LinkView) -> uuid.UUID | None:

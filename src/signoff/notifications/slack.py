@@ -189,15 +189,7 @@ async def _member_by_email(ctx: AppContext, org_id: uuid.UUID, email: str) -> Or
     if not users or org is None:
         return None
     user = users[0]
-    return OrgMember(
-        org_id=org.id,
-        org_name=org.name,
-        org_emergency_stop=org.emergency_stop,
-        user_id=user.id,
-        user_email=user.email,
-        user_name=user.name,
-        role="admin" if user.role == "admin" else "member",
-    )
+    return OrgMember.of(user, org)
 
 
 async def _respond(ctx: AppContext, press: Press, message: dict[str, Any]) -> None:

@@ -105,7 +105,7 @@ def _start_again_page(request: service.AuthorizationRequest, message: str) -> Re
     )
 
 
-def _set_session_cookie(response: Response, cookie: str, settings: Settings) -> None:
+def set_session_cookie(response: Response, cookie: str, settings: Settings) -> None:
     response.set_cookie(
         SESSION_COOKIE,
         cookie,
@@ -238,7 +238,7 @@ async def authorize(request: Request) -> Response:
     async with ctx.transaction() as uow:
         session, cookie = await service.start_session(uow.oauth, None, settings, now)
     response = _login_page(authz, session.csrf_token, org_name)
-    _set_session_cookie(response, cookie, settings)
+    set_session_cookie(response, cookie, settings)
     return response
 
 
@@ -289,7 +289,7 @@ async def login(request: Request) -> Response:
     response = RedirectResponse(
         "/oauth/authorize?" + urlencode(authz.params), 303, headers=NO_STORE
     )
-    _set_session_cookie(response, cookie, settings)
+    set_session_cookie(response, cookie, settings)
     return response
 
 

@@ -595,7 +595,7 @@ def emergency_stop(
         # The stop commits first: from then on no request of the org is created or decided.
         async with ctx.transaction() as uow:
             org_row = await orgs_service.resolve_org(uow.orgs, org)
-            await uow.orgs.set_emergency_stop(org_row.id, active)
+            await uow.orgs.set_emergency_stop(org_row.id, active, None, utcnow())
         if not (active and cancel_pending):
             return org_row, 0
         attempts = _FirstAttempts(ctx)

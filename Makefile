@@ -11,10 +11,12 @@ PORT ?= 8000
 
 .PHONY: install serve worker test lint format typecheck check bench bench-callbacks bench-longpoll bench-dashboard clean
 
-$(STAMP): pyproject.toml constraints.txt
+CLIENT := clients/python
+
+$(STAMP): pyproject.toml constraints.txt $(CLIENT)/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]' -e './$(CLIENT)[mcp]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -29,15 +31,15 @@ test: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench $(CLIENT)
+	$(BIN)/ruff format --check src tests bench $(CLIENT)
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests bench
-	$(BIN)/ruff check --fix src tests bench
+	$(BIN)/ruff format src tests bench $(CLIENT)
+	$(BIN)/ruff check --fix src tests bench $(CLIENT)
 
 typecheck: $(STAMP)
-	$(BIN)/mypy src
+	$(BIN)/mypy src $(CLIENT)/src
 
 check: lint typecheck test
 

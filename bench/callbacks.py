@@ -52,8 +52,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tests.webhooks.receiver import Receiver, Reply
 
+from bench.receiver import Receiver, Reply
 from bench.run import (
     DEFAULT_POSTGRES_URL,
     KEEPALIVE_EXPIRY,

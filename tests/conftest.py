@@ -13,9 +13,11 @@ import asyncio
 import gc
 import os
 import shutil
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +56,7 @@ def _no_long_collection_pauses() -> None:
     Why: by the end of the suite the test process holds a large heap, and a full
     collection of it paused the event loop for up to 0.5 s (measured over tests/api),
     long enough to make a timed retry late (the retry-schedule tests failed so, twice
-    in CI). ``signoff serve`` does the same with its startup objects (cli.py). What a
+    in CI). ``signoff serve`` does the same with its startup objects (cli/serve.py). What a
     module's tests allocate is still collected; the collection first clears what earlier
     modules left behind.
     """
@@ -311,3 +313,27 @@ def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, 
     assert isinstance(body["error"]["details"], dict)
     details: dict[str, Any] = body["error"]["details"]
     return details
+
+
+async def eventually(
+    condition: Callable[[], bool | Awaitable[bool]], what: str, timeout: float = 10.0
+) -> None:
+    """Wait until ``condition`` (plain or async) holds, looking every few milliseconds:
+    the way tests wait for something to be ready, instead of sleeping a fixed time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        outcome = condition()
+        if outcome if isinstance(outcome, bool) else await outcome:
+            return
+        assert time.monotonic() < deadline, f"waited {timeout} s for {what}"
+        await asyncio.sleep(0.005)
+
+
+@dataclass
+class ManualClock:
+    """A clock that moves only when the test moves it (``WebhookDispatcher(clock=...)``)."""
+
+    now: datetime = field(default_factory=lambda: utcnow().replace(microsecond=0))
+
+    def __call__(self) -> datetime:
+        return self.now

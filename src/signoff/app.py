@@ -6,11 +6,9 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.utils import get_openapi
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
@@ -19,7 +17,8 @@ from starlette.routing import Match
 
 from signoff import __version__
 from signoff.approvals.endpoints import router as approvals_router
-from signoff.common.http import DOCUMENTED_BODIES, json_response
+from signoff.common.http import json_response
+from signoff.common.openapi import errors
 from signoff.common.validation import validation_failed_from
 from signoff.config import Settings, get_settings
 from signoff.context import AppContext
@@ -28,7 +27,7 @@ from signoff.errors import AppError, MethodNotAllowed, NotFound, ServiceUnavaila
 from signoff.middleware import ApiGuard, BodySizeLimit, StripTrailingSlash
 from signoff.oauth.endpoints import api_router as oauth_api_router
 from signoff.oauth.endpoints import router as oauth_router
-from signoff.oauth.pages import SCOPE_DESCRIPTIONS
+from signoff.openapi import install_docs
 from signoff.orgs.endpoints import router as orgs_router
 from signoff.steps.endpoints import router as steps_router
 from signoff.webhooks.endpoints import router as webhooks_router
@@ -36,17 +35,6 @@ from signoff.worker.deliveries import run_delivery_worker
 from signoff.worker.sweeper import run_expiry_sweep
 
 logger = logging.getLogger(__name__)
-
-API_DESCRIPTION = """\
-signoff asks a human before automations and AI agents act. Create an approval request,
-let people approve or reject it, and receive the decision as a signed callback.
-
-Authenticate with `Authorization: Bearer gk_...` (a connection's API key), or with an OAuth
-2.0 access token `oat_...` obtained with PKCE at `/oauth/authorize` and `/oauth/token`: it
-acts as the person who consented, with the scopes they granted. Errors are
-`{"error": {"code", "message", "details"}}`. Every response carries `X-RateLimit-Limit`,
-`X-RateLimit-Remaining` and `X-RateLimit-Reset`.
-"""
 
 
 def _error_response(error: AppError) -> Response:
@@ -121,7 +109,12 @@ def _install_health(app: FastAPI, ctx: AppContext) -> None:
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["operations"], summary="The database (and Redis) answer")
+    @app.get(
+        "/readyz",
+        tags=["operations"],
+        summary="The database (and Redis) answer",
+        responses=errors(ServiceUnavailable),
+    )
     async def readyz() -> Response:
         try:
             async with ctx.reading() as uow:
@@ -136,44 +129,6 @@ def _install_health(app: FastAPI, ctx: AppContext) -> None:
     # HEAD too: many load balancers health-check with it.
     app.add_api_route("/healthz", healthz, methods=["HEAD"], include_in_schema=False)
     app.add_api_route("/readyz", readyz, methods=["HEAD"], include_in_schema=False)
-
-
-def _oauth2_security_scheme() -> dict[str, Any]:
-    """OAuth 2.0 with PKCE (docs/oauth.md); the scope each operation needs is in its docs."""
-    return {
-        "type": "oauth2",
-        "description": "Authorization code with PKCE (S256). Discovery: "
-        "/.well-known/oauth-authorization-server.",
-        "flows": {
-            "authorizationCode": {
-                "authorizationUrl": "/oauth/authorize",
-                "tokenUrl": "/oauth/token",
-                "refreshUrl": "/oauth/token",
-                "scopes": dict(SCOPE_DESCRIPTIONS),
-            }
-        },
-    }
-
-
-def _custom_openapi(app: FastAPI) -> dict[str, Any]:
-    if app.openapi_schema:
-        return app.openapi_schema
-    schema = get_openapi(
-        title="signoff", version=__version__, description=API_DESCRIPTION, routes=app.routes
-    )
-    components = schema.setdefault("components", {})
-    schemas = components.setdefault("schemas", {})
-    for name, model in DOCUMENTED_BODIES.items():
-        model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        schemas.update(model_schema.pop("$defs", {}))
-        schemas[name] = model_schema
-    components["securitySchemes"] = {
-        "apiKey": {"type": "http", "scheme": "bearer", "description": "gk_ + 64 hex"},
-        "oauth2": _oauth2_security_scheme(),
-    }
-    schema["security"] = [{"apiKey": []}, {"oauth2": []}]
-    app.openapi_schema = schema
-    return schema
 
 
 def _add_routes(app: FastAPI, *routers: APIRouter) -> None:
@@ -221,8 +176,9 @@ def create_app(
     app = FastAPI(
         title="signoff",
         version=__version__,
-        openapi_url="/api/v1/openapi.json",
-        docs_url="/api/v1/docs",
+        # Both served by openapi.install_docs: the document as it is, the page offline.
+        openapi_url=None,
+        docs_url=None,
         redoc_url=None,
         lifespan=lifespan,
     )
@@ -238,8 +194,8 @@ def create_app(
         webhooks_router,
     )
     _install_health(app, ctx)
+    install_docs(app)
     install_dashboard(app)  # the server-rendered pages, after the API's routes
-    app.openapi = lambda: _custom_openapi(app)  # type: ignore[method-assign]
     # Added inner first: the guard wraps the size limit, so a 413 carries rate headers too.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(ApiGuard, ctx=ctx)

@@ -17,6 +17,7 @@ import anyio
 import httpx
 import orjson
 import pytest
+from bench.receiver import Receiver, free_port
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
@@ -31,7 +32,6 @@ from signoff.context import AppContext
 from signoff.models import ApprovalRequest, Organization, WebhookDelivery
 from signoff.unit_of_work import UnitOfWork
 from tests.conftest import SECRET_KEY, Org, create_approval
-from tests.webhooks.receiver import Receiver, free_port
 
 
 class Crash(Exception):

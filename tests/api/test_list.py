@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import httpx
 import pytest
 
+from signoff.common.time import utcnow
 from signoff.context import AppContext
 from tests.api.helpers import NO_SWEEP, backdate_expiry
-from tests.conftest import Member, Org, assert_error, create_approval
+from tests.conftest import Member, Org, assert_error, create_approval, eventually
 
 
 @pytest.fixture
@@ -213,7 +213,8 @@ async def _in_a_later_millisecond() -> None:
     """Wait past the current millisecond. Answers show times to the millisecond, and
     these tests build their windows from shown times: on a fast machine two calls in a
     row can land in one millisecond, and then no shown time falls between them."""
-    await asyncio.sleep(0.002)
+    shown = utcnow()
+    await eventually(lambda: utcnow() != shown, "the next millisecond")
 
 
 async def _created_apart(client: httpx.AsyncClient, member: Member) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 from signoff.context import AppContext
 from tests.api.helpers import NO_SWEEP, backdate_expiry
-from tests.conftest import Org, assert_error, create_approval
+from tests.conftest import Org, assert_error, create_approval, eventually
 
 # decisions.md 10 and 13: every field of the request, plus the read-only extras.
 SINGLE_READ_FIELDS = {
@@ -147,14 +148,19 @@ async def test_read_with_json_content_type_and_empty_body(
 # ---- long polling ----
 
 
+def _watched(ctx: AppContext) -> Callable[[], bool]:
+    """A long poll has registered for wake-ups: a change from now on reaches it."""
+    return lambda: len(ctx.waiters) == 1
+
+
 async def test_wait_returns_as_soon_as_another_call_decides(
-    client: httpx.AsyncClient, org: Org
+    client: httpx.AsyncClient, ctx: AppContext, org: Org
 ) -> None:
     created = await create_approval(client, org.member)
     url = f"/api/v1/approvals/{created['id']}"
     started = time.monotonic()
     poll = asyncio.create_task(client.get(f"{url}?wait=20", headers=org.member.headers))
-    await asyncio.sleep(0.3)
+    await eventually(_watched(ctx), "the long poll to watch the request")
     assert not poll.done(), "the long poll answered while the request was still pending"
     decided = await client.patch(url, headers=org.admin.headers, json={"decision": "reject"})
     assert decided.status_code == 200
@@ -167,11 +173,11 @@ async def test_wait_returns_as_soon_as_another_call_decides(
     assert elapsed < 5
 
 
-async def test_wait_wakes_on_cancel(client: httpx.AsyncClient, org: Org) -> None:
+async def test_wait_wakes_on_cancel(client: httpx.AsyncClient, ctx: AppContext, org: Org) -> None:
     created = await create_approval(client, org.member)
     url = f"/api/v1/approvals/{created['id']}"
     poll = asyncio.create_task(client.get(url, params={"wait": "20"}, headers=org.admin.headers))
-    await asyncio.sleep(0.2)
+    await eventually(_watched(ctx), "the long poll to watch the request")
     assert (await client.delete(url, headers=org.member.headers)).status_code == 200
     response = await asyncio.wait_for(poll, 10)
     assert response.json()["status"] == "cancelled"

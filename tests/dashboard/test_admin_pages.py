@@ -17,7 +17,7 @@ from tests.api.helpers import NO_SWEEP
 from tests.conftest import Org, create_approval
 from tests.dashboard.support import browser_client, post_form, sign_in, signed_in
 from tests.oauth_support import forms_of
-from tests.webhooks.receiver import Receiver, Reply
+from bench.receiver import Receiver, Reply
 
 
 @pytest.fixture

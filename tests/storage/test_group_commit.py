@@ -27,7 +27,7 @@ from signoff.storage import sqlite_driver
 from signoff.storage.database import Database
 from signoff.storage.group_commit import GroupCommit
 from signoff.storage.sqlite_driver import CHECKPOINT_EVERY_WRITES, Checkpointer, InlineConnection
-from tests.conftest import Org, approval_body
+from tests.conftest import Org, approval_body, eventually
 
 
 class Refused(Exception):
@@ -176,6 +176,8 @@ async def test_a_cancelled_writer_never_leaves_others_waiting(
     first = asyncio.create_task(_add_org(ctx.db, "first", pause=0.01))
     await asyncio.sleep(0)
     second = asyncio.create_task(_add_org(ctx.db, "second", pause=0.01))
+    # These pauses pick where the cancellation lands, they wait for nothing: the writers
+    # before it must get their commit wherever that is, so a slow machine only moves it.
     await asyncio.sleep(0.005)  # both queued, the first one in its block
     await asyncio.sleep(0.006)  # the first one has left its block, or is about to
     for _ in range(cancel_after_turns):
@@ -199,7 +201,9 @@ async def test_a_checkpoint_waits_for_no_transaction_to_be_open(
     """``exclusive`` (the WAL checkpoint's turn) commits the open transaction first."""
     writers = _group_commit(ctx)
     tasks = [asyncio.create_task(_add_org(ctx.db, f"org-{i}", pause=0.001)) for i in range(5)]
-    await asyncio.sleep(0.002)  # the first writer is in its block, the others queued
+    # Picks the moment, waits for nothing: whenever ``exclusive`` comes, it must find no
+    # transaction open. Here, most often, the first writer is in its block, others queued.
+    await asyncio.sleep(0.002)
     async with writers.exclusive():
         # No write transaction is open: another connection takes the write lock at once.
         other = sqlite3.connect(database_url.split("///", 1)[1], timeout=0)
@@ -398,8 +402,10 @@ async def test_a_writer_cancelled_while_its_commit_is_under_way(ctx: AppContext)
     try:
         assert await asyncio.to_thread(held.under_way.wait, 5)
         queued = asyncio.create_task(_add_org(ctx.db, "queued"))
-        await asyncio.sleep(0.01)
+        writers = _group_commit(ctx)
+        await eventually(lambda: writers._queued == 1, "the second writer to queue")
         cancelled.cancel()
+        # A moment in which a wrongly released writer would go through (none must).
         await asyncio.sleep(0.01)
         assert not queued.done()
     finally:

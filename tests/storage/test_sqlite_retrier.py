@@ -64,6 +64,7 @@ async def test_a_write_waits_for_the_lock_while_the_loop_serves_others(
 ) -> None:
     ours = open_sqlite(f"sqlite:///{database}")
     other = _hold_the_write_lock(database)
+    # The other writer holds the lock for 0.2 s: that wait is what is under test.
     asyncio.get_running_loop().call_later(0.2, other.rollback)
     try:
         _, ticks = await _ticks_during(

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from signoff.serving import ACCEPT_BATCH, PendingAcceptor, listening_socket
+from tests.conftest import eventually
 
 
 class Recorder(asyncio.Protocol):
@@ -29,9 +30,9 @@ def close_all(clients: list[socket.socket]) -> None:
         client.close()
 
 
-async def settle() -> None:
-    for _ in range(5):
-        await asyncio.sleep(0)
+async def made(count: int) -> None:
+    """Wait for the loop to have built ``count`` connections' protocols."""
+    await eventually(lambda: len(Recorder.made) >= count, f"{count} connections", timeout=5)
 
 
 @pytest.fixture
@@ -57,7 +58,7 @@ async def test_every_waiting_connection_is_accepted_in_one_readiness(
 ) -> None:
     clients = connect(port_of(acceptor), 20)
     assert acceptor.accept_pending() == 20
-    await settle()
+    await made(20)
     assert len(Recorder.made) == 20
     assert acceptor.accept_pending() == 0  # nothing left waiting
     close_all(clients)
@@ -67,7 +68,7 @@ async def test_a_flood_of_connections_is_taken_in_batches(acceptor: PendingAccep
     clients = connect(port_of(acceptor), ACCEPT_BATCH + 3)
     assert acceptor.accept_pending() == ACCEPT_BATCH
     assert acceptor.accept_pending() == 3
-    await settle()
+    await made(ACCEPT_BATCH + 3)
     assert len(Recorder.made) == ACCEPT_BATCH + 3
     close_all(clients)
 
@@ -79,10 +80,7 @@ async def test_the_acceptor_serves_through_the_loop_once_started() -> None:
     acceptor.start()
     _, writer = await asyncio.open_connection("127.0.0.1", listener.getsockname()[1])
     try:
-        for _ in range(100):
-            if Recorder.made:
-                break
-            await asyncio.sleep(0.01)
+        await made(1)
         assert len(Recorder.made) == 1
     finally:
         writer.close()

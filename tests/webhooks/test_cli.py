@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 import orjson
+from bench.receiver import Receiver
 
 from tests.conftest import SECRET_KEY, Org, create_approval
-from tests.webhooks.receiver import Receiver
 
 
 async def signoff(database_url: str, *args: str) -> tuple[int, dict[str, Any] | None, str]:

@@ -14,6 +14,7 @@ import ssl
 from pathlib import Path
 
 import pytest
+from bench.receiver import Receiver
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -24,7 +25,6 @@ from signoff.webhooks.delivery import ClientPool, send_attempt
 from signoff.webhooks.service import target_of
 from signoff.webhooks.urlpolicy import AddressPolicy
 from tests.conftest import make_settings
-from tests.webhooks.receiver import Receiver
 
 
 class TlsReceiver(Receiver):
@@ -112,10 +112,11 @@ async def test_a_kept_alive_connection_is_reused_and_a_closed_one_replaced(
             assert await _post(pool, policy, receiver.url) == (True, 200, None)
             assert receiver.connections == 1  # kept alive, asked whether readable, reused
             # The receiver hangs up on its idle connection without a word: the pool must
-            # see that the socket is done and dial again, not send into it.
+            # see that the socket is done and dial again, not send into it. Once the
+            # receiver's socket is closed, the loopback peer has its FIN.
             for writer in list(receiver._writers):
-                writer.close()
-            await asyncio.sleep(0.1)
+                writer.transport.abort()
+                await writer.wait_closed()
             assert await _post(pool, policy, receiver.url) == (True, 200, None)
             assert receiver.connections == 2
             assert len(receiver.received) == 3

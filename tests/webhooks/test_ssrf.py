@@ -12,11 +12,11 @@ from typing import Any
 
 import httpx
 import pytest
+from bench.receiver import Receiver, free_port
 
 from signoff.app import create_app
 from signoff.context import AppContext
 from tests.conftest import Org, approval_body, assert_error, create_approval, make_settings
-from tests.webhooks.receiver import Receiver, free_port
 
 PRODUCTION = {
     "env": "production",

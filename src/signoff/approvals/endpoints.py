@@ -26,6 +26,7 @@ from signoff.approvals.presenters import (
 from signoff.approvals.record import RequestRecord
 from signoff.approvals.repository import ApprovalReads
 from signoff.approvals.schemas import (
+    MAX_PAGE,
     AddComment,
     ApprovalListOut,
     ApprovalRequestDetailOut,
@@ -38,6 +39,7 @@ from signoff.approvals.schemas import (
     DecisionOut,
     ListApprovalsQuery,
 )
+from signoff.approvals.state import REQUEST_STATUSES
 from signoff.auth.principal import Principal
 from signoff.common.http import (
     context_of,
@@ -46,11 +48,18 @@ from signoff.common.http import (
     path_id,
     require_scope,
 )
+from signoff.common.openapi import UuidPath, default_setting, documented_as, errors
 from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body, read_json_object, validate_model
 from signoff.context import AppContext
-from signoff.errors import ValidationFailed
+from signoff.errors import (
+    AlreadyVoted,
+    Forbidden,
+    NotFound,
+    RequestNotPending,
+    ValidationFailed,
+)
 from signoff.webhooks.service import check_callback_url, delivered
 
 router = APIRouter(prefix="/api/v1", tags=["approvals"], route_class=LeanRoute)
@@ -59,11 +68,40 @@ Reader = Annotated[Principal, Depends(require_scope("approvals:read"))]
 Writer = Annotated[Principal, Depends(require_scope("approvals:write"))]
 Commenter = Annotated[Principal, Depends(require_scope("comments:write"))]
 
+# Query parameters as documented; the handlers read strings and validate them (400).
+PAGE = {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}
+PAGE_SIZE = {"type": "integer", "minimum": 1, "maximum": 100}
+STATUS_FILTER = {"type": "array", "items": {"type": "string", "enum": list(REQUEST_STATUSES)}}
+PRIORITY_FILTER = {"type": "string", "enum": ["low", "medium", "high", "critical"]}
+LABEL_FILTER = {"type": "string", "maxLength": default_setting("max_label_length")}
+TIMESTAMP = {"type": "string", "format": "date-time"}
+ASSIGNED_TO = {"type": "string", "anyOf": [{"enum": ["me"]}, {"format": "uuid"}]}
+WAIT = {
+    "type": "number",
+    "minimum": 0,
+    "maximum": default_setting("long_poll_max_seconds"),
+}
+
 
 @router.post(
     "/approvals",
     status_code=201,
     response_model=ApprovalRequestOut,
+    responses={
+        200: {
+            "model": ApprovalRequestOut,
+            "description": "The org's request created earlier with this `idempotency_key` "
+            "(nothing new is created).",
+            "headers": {
+                "Idempotent-Replayed": {
+                    "description": "`true` on a replay.",
+                    "schema": {"type": "string", "enum": ["true"]},
+                    "required": True,
+                }
+            },
+        },
+        **errors(ValidationFailed),
+    },
     openapi_extra=json_body_doc(CreateApprovalRequest),
     summary="Create an approval request",
     description="201 with the new request; 200 with the existing one (and the header "
@@ -98,35 +136,64 @@ def _replay(existing: RequestRecord) -> Response:
     return json_response(request_to_dict(existing, utcnow()), 200, {"Idempotent-Replayed": "true"})
 
 
-@router.get("/approvals", response_model=ApprovalListOut, summary="List approval requests")
+@router.get(
+    "/approvals",
+    response_model=ApprovalListOut,
+    responses=errors(ValidationFailed),
+    summary="List approval requests",
+)
 async def list_approvals(
     request: Request,
     principal: Reader,
-    page: str | None = Query(None, description="Page number, from 1."),
-    page_size: str | None = Query(None, description="1 to 100, default 20."),
-    limit: str | None = Query(None, description="Alias of page_size."),
-    status: str | None = Query(None, description="One status or a comma-separated list."),
-    priority: str | None = Query(None, description="low, medium, high or critical."),
-    action_type: str | None = Query(None),
-    source: str | None = Query(None),
-    search: str | None = Query(
-        None,
-        description="Full-text search of title and description: every word must match, "
-        "as a prefix, case-insensitively; punctuation and operators are ignored. Best "
-        "matches first (title matches before description matches).",
-    ),
-    created_after: str | None = Query(None, description="RFC 3339; inclusive."),
-    created_before: str | None = Query(None, description="RFC 3339; exclusive."),
-    decided_after: str | None = Query(
-        None, description="RFC 3339; inclusive. Expired requests count as decided at expiry."
-    ),
-    decided_before: str | None = Query(None, description="RFC 3339; exclusive."),
-    assigned_to: str | None = Query(
-        None,
-        description="`me` (or a user id): pending requests waiting for that user's vote now: "
-        "a step of theirs that is votable (in turn, for sequential chains), or a "
-        "count-based request they have not voted on.",
-    ),
+    page: Annotated[
+        str | None, documented_as(PAGE), Query(description="Page number, from 1.")
+    ] = None,
+    page_size: Annotated[
+        str | None, documented_as(PAGE_SIZE), Query(description="1 to 100, default 20.")
+    ] = None,
+    limit: Annotated[
+        str | None, documented_as(PAGE_SIZE), Query(description="Alias of page_size.")
+    ] = None,
+    status: Annotated[
+        str | None,
+        documented_as(STATUS_FILTER),
+        Query(description="One status, several (repeated), or a comma-separated list."),
+    ] = None,
+    priority: Annotated[str | None, documented_as(PRIORITY_FILTER), Query()] = None,
+    action_type: Annotated[str | None, documented_as(LABEL_FILTER), Query()] = None,
+    source: Annotated[str | None, documented_as(LABEL_FILTER), Query()] = None,
+    search: Annotated[
+        str | None,
+        documented_as({"type": "string", "maxLength": 500}),
+        Query(
+            description="Full-text search of title and description: every word must match, "
+            "as a prefix, case-insensitively; punctuation and operators are ignored. Best "
+            "matches first (title matches before description matches)."
+        ),
+    ] = None,
+    created_after: Annotated[
+        str | None, documented_as(TIMESTAMP), Query(description="RFC 3339; inclusive.")
+    ] = None,
+    created_before: Annotated[
+        str | None, documented_as(TIMESTAMP), Query(description="RFC 3339; exclusive.")
+    ] = None,
+    decided_after: Annotated[
+        str | None,
+        documented_as(TIMESTAMP),
+        Query(description="RFC 3339; inclusive. Expired requests count as decided at expiry."),
+    ] = None,
+    decided_before: Annotated[
+        str | None, documented_as(TIMESTAMP), Query(description="RFC 3339; exclusive.")
+    ] = None,
+    assigned_to: Annotated[
+        str | None,
+        documented_as(ASSIGNED_TO),
+        Query(
+            description="`me` (or a user id): pending requests waiting for that user's vote "
+            "now: a step of theirs that is votable (in turn, for sequential chains), or a "
+            "count-based request they have not voted on."
+        ),
+    ] = None,
 ) -> Response:
     ctx = context_of(request)
     raw = dict(request.query_params)
@@ -169,15 +236,20 @@ async def list_approvals(
 @router.get(
     "/approvals/{request_id}",
     response_model=ApprovalRequestDetailOut,
+    responses=errors(ValidationFailed, NotFound),
     summary="Get one approval request",
     description="With `?wait=N` (up to 60 s) the answer is held until the request leaves "
     "pending or N seconds pass: one long poll instead of many short ones.",
 )
 async def get_approval(
     request: Request,
-    request_id: str,
+    request_id: UuidPath,
     principal: Reader,
-    wait: str | None = Query(None, description="Seconds to wait for a decision, 0 to 60."),
+    wait: Annotated[
+        str | None,
+        documented_as(WAIT),
+        Query(description="Seconds to wait for a decision, 0 to 60."),
+    ] = None,
 ) -> Response:
     ctx = context_of(request)
     rid = path_id(request_id)
@@ -235,12 +307,13 @@ def _parse_wait(value: str | None, maximum: int) -> float:
 @router.patch(
     "/approvals/{request_id}",
     response_model=DecisionOut,
+    responses=errors(ValidationFailed, Forbidden, NotFound, RequestNotPending, AlreadyVoted),
     openapi_extra=json_body_doc(DecideApprovalRequest),
     summary="Approve or reject a request",
     description="Count-based requests need `required_approvals` approvals by distinct users; "
     "until then the answer is 200 with `status: pending`. One reject rejects.",
 )
-async def decide_approval(request: Request, request_id: str, principal: Writer) -> Response:
+async def decide_approval(request: Request, request_id: UuidPath, principal: Writer) -> Response:
     ctx = context_of(request)
     rid = path_id(request_id)
     payload = await parse_json_body(request, DecideApprovalRequest, ctx.settings)
@@ -256,11 +329,12 @@ async def decide_approval(request: Request, request_id: str, principal: Writer) 
 @router.delete(
     "/approvals/{request_id}",
     response_model=DecisionOut,
+    responses=errors(NotFound, RequestNotPending),
     summary="Cancel a request",
     description="`callback_delivered` is the outcome of the first attempt of the "
     "cancellation callback (false without a `callback_url`).",
 )
-async def cancel_approval(request: Request, request_id: str, principal: Writer) -> Response:
+async def cancel_approval(request: Request, request_id: UuidPath, principal: Writer) -> Response:
     ctx = context_of(request)
     rid = path_id(request_id)
     now = utcnow()
@@ -275,10 +349,11 @@ async def cancel_approval(request: Request, request_id: str, principal: Writer) 
     "/approvals/{request_id}/comments",
     status_code=201,
     response_model=CommentOut,
+    responses=errors(ValidationFailed, NotFound),
     openapi_extra=json_body_doc(AddComment),
     summary="Add a comment",
 )
-async def add_comment(request: Request, request_id: str, principal: Commenter) -> Response:
+async def add_comment(request: Request, request_id: UuidPath, principal: Commenter) -> Response:
     ctx = context_of(request)
     rid = path_id(request_id)
     payload = await parse_json_body(request, AddComment, ctx.settings)
@@ -290,9 +365,10 @@ async def add_comment(request: Request, request_id: str, principal: Commenter) -
 @router.get(
     "/approvals/{request_id}/comments",
     response_model=CommentListOut,
+    responses=errors(NotFound),
     summary="List comments, oldest first",
 )
-async def list_comments(request: Request, request_id: str, principal: Reader) -> Response:
+async def list_comments(request: Request, request_id: UuidPath, principal: Reader) -> Response:
     ctx = context_of(request)
     rid = path_id(request_id)
     async with ctx.reading() as uow:
@@ -303,9 +379,10 @@ async def list_comments(request: Request, request_id: str, principal: Reader) ->
 @router.get(
     "/approvals/{request_id}/events",
     response_model=AuditEventListOut,
+    responses=errors(NotFound),
     summary="The audit trail of a request, oldest first",
 )
-async def list_events(request: Request, request_id: str, principal: Reader) -> Response:
+async def list_events(request: Request, request_id: UuidPath, principal: Reader) -> Response:
     ctx = context_of(request)
     rid = path_id(request_id)
     async with ctx.reading() as uow:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import (
@@ -19,14 +19,21 @@ from pydantic import (
     Field,
     StrictBool,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
 
+from signoff.approvals.shape import REQUEST_FIELDS, Priority
+from signoff.common.openapi import default_setting, schema_only
 from signoff.common.time import parse_timestamp, utcnow
-from signoff.common.validation import Count, settings_from, validate_callback_url
+from signoff.common.validation import (
+    MAX_URL_LENGTH,
+    Count,
+    settings_from,
+    validate_callback_url,
+)
 
-Priority = Literal["low", "medium", "high", "critical"]
 ACTION_TYPE_PATTERN = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
 HEADER_NAME_PATTERN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 # Headers a caller may not set on callbacks: transport headers, and every header we sign
@@ -86,25 +93,70 @@ def _require_text(value: str, field: str, limit: int) -> str:
     return value
 
 
+# The limits as the OpenAPI document states them: the defaults of settings the validators
+# below read (decisions.md section 6).
+_NOT_BLANK = r"\S"
+_TITLE = schema_only(minLength=1, maxLength=default_setting("max_title_length"), pattern=_NOT_BLANK)
+_DESCRIPTION = schema_only(
+    minLength=1, maxLength=default_setting("max_description_length"), pattern=_NOT_BLANK
+)
+_COMMENT = schema_only(maxLength=default_setting("max_comment_length"))
+_LABEL = schema_only(maxLength=default_setting("max_label_length"))
+_ACTION_TYPE = schema_only(
+    maxLength=default_setting("max_label_length"), pattern=ACTION_TYPE_PATTERN.pattern
+)
+_IDEMPOTENCY_KEY = schema_only(maxLength=default_setting("max_idempotency_key_length"))
+_CALLBACK_HEADERS = schema_only(
+    maxProperties=default_setting("max_callback_headers"),
+    propertyNames={"pattern": HEADER_NAME_PATTERN.pattern},
+    additionalProperties={
+        "type": "string",
+        "maxLength": default_setting("max_callback_header_value_length"),
+        "pattern": HEADER_VALUE_PATTERN.pattern,
+    },
+)
+_REQUIRED_APPROVALS = schema_only(minimum=1, maximum=default_setting("max_required_approvals"))
+
+
 class CreateApprovalRequest(BaseModel):
     """Body of ``POST /api/v1/approvals``."""
 
     model_config = ConfigDict(extra="ignore")
 
-    title: str = Field(description="Short description of what needs approval.")
-    description: str = Field(description="Detailed context for the approver.")
-    priority: Priority
-    callback_url: str | None = Field(None, description="Where the decision is POSTed.")
-    callback_headers: dict[str, str] | None = Field(
-        None, description="Extra headers added to every callback attempt; never echoed."
+    title: Annotated[str, _TITLE] = Field(description="Short description of what needs approval.")
+    description: Annotated[str, _DESCRIPTION] = Field(
+        description="Detailed context for the approver."
     )
-    action_type: str | None = Field(None, description="Dotted label, e.g. `deploy.production`.")
-    source: str | None = Field(None, description="Name of the calling integration.")
-    metadata: dict[str, Any] | None = Field(None, description="Passed through to the callback.")
+    priority: Priority
+    callback_url: Annotated[str, schema_only(format="uri", maxLength=MAX_URL_LENGTH)] | None = (
+        Field(
+            None,
+            description="Where the decision is POSTed: http or https (https only in "
+            "production); private and loopback addresses are refused in production.",
+        )
+    )
+    callback_headers: Annotated[dict[str, str], _CALLBACK_HEADERS] | None = Field(
+        None,
+        description="Extra headers added to every callback attempt; never echoed. Names are "
+        "HTTP tokens, values at most 1 KiB; signoff's own delivery headers cannot be set.",
+    )
+    action_type: Annotated[str, _ACTION_TYPE] | None = Field(
+        None, description="Dotted label, e.g. `deploy.production`."
+    )
+    source: Annotated[str, _LABEL] | None = Field(
+        None, description="Name of the calling integration."
+    )
+    metadata: dict[str, Any] | None = Field(
+        None,
+        description="Passed through to the callback unchanged: at most 64 KiB as JSON, "
+        "nested at most 32 levels deep, integers within 64 bits, no NUL characters.",
+    )
     expires_at: datetime | None = Field(None, description="RFC 3339 with a time zone; future.")
-    required_approvals: Count = Field(1, description="Distinct approvals needed (1 to 20).")
+    required_approvals: Annotated[Count, _REQUIRED_APPROVALS] = Field(
+        1, description="Distinct approvals needed (1 to 20)."
+    )
     is_sequential: StrictBool = False
-    idempotency_key: str | None = Field(
+    idempotency_key: Annotated[str, _IDEMPOTENCY_KEY] | None = Field(
         None, description="Same key in the same org answers 200 with the first request."
     )
 
@@ -238,8 +290,10 @@ class DecideApprovalRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     decision: Literal["approve", "reject"]
-    comment: str | None = None
-    source: str | None = None
+    comment: Annotated[str, _COMMENT] | None = Field(
+        None, description="Stored in the audit trail and sent in the callback."
+    )
+    source: Annotated[str, _LABEL] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -355,7 +409,7 @@ class ListApprovalsQuery(BaseModel):
 class AddComment(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    body: str
+    body: Annotated[str, _COMMENT, schema_only(minLength=1, pattern=_NOT_BLANK)]
 
     @field_validator("body")
     @classmethod
@@ -369,7 +423,7 @@ class AddComment(BaseModel):
 class StepSummaryOut(BaseModel):
     id: uuid.UUID
     approval_request_id: uuid.UUID
-    step_order: int
+    step_order: int = Field(ge=1)
     approver_id: uuid.UUID
     status: Literal["pending", "approved", "rejected", "skipped"]
     decided_at: str | None
@@ -386,31 +440,12 @@ class VoteOut(BaseModel):
     created_at: str
 
 
-class ApprovalRequestOut(BaseModel):
-    id: uuid.UUID
-    org_id: uuid.UUID
-    connection_id: uuid.UUID
-    title: str
-    description: str
-    status: Literal["pending", "approved", "rejected", "cancelled", "expired"]
-    priority: Priority
-    action_type: str | None
-    source: str | None
-    metadata: dict[str, Any]
-    callback_url: str | None
-    required_approvals: int
-    current_approvals: int
-    is_sequential: bool
-    idempotency_key: str | None
-    created_at: str
-    updated_at: str
-    expires_at: str | None
-    decided_at: str | None
-    decided_by: uuid.UUID | None
-    decided_by_name: str | None
-    decision_comment: str | None
-    cancelled_at: str | None
-    comments_count: int
+# The request as every read answers it, documented from the one declaration of its shape.
+ApprovalRequestOut: type[BaseModel] = create_model(
+    "ApprovalRequestOut",
+    __doc__="An approval request, as every read, decision and cancellation answers it.",
+    **{f.key: (f.annotation, Field(description=f.description)) for f in REQUEST_FIELDS},  # type: ignore[call-overload]
+)
 
 
 class ApprovalRequestDetailOut(ApprovalRequestOut):

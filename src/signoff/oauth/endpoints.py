@@ -32,12 +32,13 @@ from signoff.common.http import (
     principal_of,
 )
 from signoff.common.ids import parse_id
+from signoff.common.openapi import errors
 from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body
 from signoff.config import Settings
 from signoff.context import AppContext
-from signoff.errors import Forbidden, NotFound
+from signoff.errors import Forbidden, NotFound, ValidationFailed
 from signoff.models import DashboardSession, OAuthClient, User
 from signoff.oauth import service
 from signoff.oauth.errors import (
@@ -539,6 +540,7 @@ Admin = Annotated[Principal, Depends(require_admin_api_key)]
     "/oauth-clients",
     status_code=201,
     response_model=OAuthClientOut,
+    responses=errors(ValidationFailed, Forbidden, NotFound),
     openapi_extra=json_body_doc(CreateOAuthClient),
     summary="Register an OAuth client (admins, API key)",
     description="201 with `client_secret` for confidential clients: shown once, stored "
@@ -574,6 +576,7 @@ async def create_oauth_client(request: Request, principal: Admin) -> Response:
 @api_router.get(
     "/oauth-clients",
     response_model=OAuthClientListOut,
+    responses=errors(Forbidden),
     summary="List OAuth clients (admins, API key)",
 )
 async def list_oauth_clients(
@@ -593,6 +596,7 @@ async def list_oauth_clients(
 @api_router.get(
     "/oauth-clients/{client_id}",
     response_model=OAuthClientOut,
+    responses=errors(Forbidden, NotFound),
     summary="Get one OAuth client (admins, API key)",
 )
 async def get_oauth_client(request: Request, client_id: str, principal: Admin) -> Response:
@@ -605,6 +609,7 @@ async def get_oauth_client(request: Request, client_id: str, principal: Admin) -
 @api_router.delete(
     "/oauth-clients/{client_id}",
     response_model=OAuthClientOut,
+    responses=errors(Forbidden, NotFound),
     summary="Delete an OAuth client; its tokens stop working at once (admins, API key)",
 )
 async def delete_oauth_client(request: Request, client_id: str, principal: Admin) -> Response:

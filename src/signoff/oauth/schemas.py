@@ -13,8 +13,13 @@ from signoff.models import OAuthClient
 class CreateOAuthClient(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    name: str = Field(description="Shown on the consent page.")
-    redirect_uris: list[str] = Field(description="Compared exactly; 1 to 10.")
+    name: str = Field(
+        description="Shown on the consent page.",
+        json_schema_extra={"minLength": 1, "maxLength": 200, "pattern": r"\S"},
+    )
+    redirect_uris: list[str] = Field(
+        description="Compared exactly; 1 to 10.", json_schema_extra={"minItems": 1, "maxItems": 10}
+    )
     public: bool = Field(
         False,
         description="A client that cannot keep a secret (browser, mobile, CLI): no "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -19,10 +19,11 @@ from signoff.common.http import (
     principal_of,
     require_scope,
 )
+from signoff.common.openapi import errors
 from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body
-from signoff.errors import Forbidden
+from signoff.errors import Forbidden, ValidationFailed
 from signoff.unit_of_work import UnitOfWork
 
 router = APIRouter(prefix="/api/v1", tags=["account"], route_class=LeanRoute)
@@ -40,8 +41,10 @@ class MeOut(BaseModel):
 class EmergencyStopIn(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    active: StrictBool
-    cancel_pending: StrictBool = False
+    active: StrictBool = Field(description="A JSON boolean.")
+    cancel_pending: StrictBool = Field(
+        False, description="With `active: true`: also cancel every pending request."
+    )
 
 
 class EmergencyStopOut(BaseModel):
@@ -99,6 +102,7 @@ async def get_emergency_stop(
 @router.put(
     "/emergency-stop",
     response_model=EmergencyStopOut,
+    responses=errors(ValidationFailed, Forbidden),
     openapi_extra=json_body_doc(EmergencyStopIn),
     summary="Turn the org's emergency stop on or off (admins)",
     description="While on, every write of the org answers 503 EMERGENCY_STOP. "

@@ -14,9 +14,19 @@ from signoff.approvals.presenters import step_to_dict
 from signoff.approvals.schemas import DecideApprovalRequest
 from signoff.auth.principal import Principal
 from signoff.common.http import context_of, json_body_doc, json_response, path_id, require_scope
+from signoff.common.openapi import UuidPath, errors
 from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body
+from signoff.errors import (
+    Forbidden,
+    NotFound,
+    RequestNotPending,
+    StepNotPending,
+    StepOutOfOrder,
+    StepsLocked,
+    ValidationFailed,
+)
 from signoff.steps.schemas import ConfiguredStepListOut, SetSteps, StepListOut, StepVoteOut
 from signoff.webhooks.service import delivered
 
@@ -30,12 +40,13 @@ Writer = Annotated[Principal, Depends(require_scope("approvals:write"))]
     "/approvals/{request_id}/steps",
     status_code=201,
     response_model=ConfiguredStepListOut,
+    responses=errors(ValidationFailed, Forbidden, NotFound, RequestNotPending, StepsLocked),
     openapi_extra=json_body_doc(SetSteps),
     summary="Set (replace) the approval chain",
     description="Allowed while the request is pending and nobody has voted (else 409 "
     "STEPS_LOCKED). `required_approvals` becomes the number of steps.",
 )
-async def set_steps(request: Request, request_id: str, principal: Writer) -> Response:
+async def set_steps(request: Request, request_id: UuidPath, principal: Writer) -> Response:
     ctx = context_of(request)
     rid = path_id(request_id)
     payload = await parse_json_body(request, SetSteps, ctx.settings)
@@ -59,9 +70,12 @@ async def set_steps(request: Request, request_id: str, principal: Writer) -> Res
 
 
 @router.get(
-    "/approvals/{request_id}/steps", response_model=StepListOut, summary="The chain, in order"
+    "/approvals/{request_id}/steps",
+    response_model=StepListOut,
+    responses=errors(NotFound),
+    summary="The chain, in order",
 )
-async def list_steps(request: Request, request_id: str, principal: Reader) -> Response:
+async def list_steps(request: Request, request_id: UuidPath, principal: Reader) -> Response:
     ctx = context_of(request)
     rid = path_id(request_id)
     async with ctx.reading() as uow:
@@ -72,13 +86,23 @@ async def list_steps(request: Request, request_id: str, principal: Reader) -> Re
 @router.patch(
     "/approvals/{request_id}/steps/{step_id}",
     response_model=StepVoteOut,
+    responses=errors(
+        ValidationFailed,
+        Forbidden,
+        NotFound,
+        RequestNotPending,
+        StepNotPending,
+        StepOutOfOrder,
+    ),
     openapi_extra=json_body_doc(DecideApprovalRequest),
     summary="Vote on one step",
     description="The step's approver or an admin; the step and request pending (409 "
     "STEP_NOT_PENDING / REQUEST_NOT_PENDING); sequential chains in order (409 "
     "STEP_OUT_OF_ORDER).",
 )
-async def vote_step(request: Request, request_id: str, step_id: str, principal: Writer) -> Response:
+async def vote_step(
+    request: Request, request_id: UuidPath, step_id: UuidPath, principal: Writer
+) -> Response:
     ctx = context_of(request)
     rid = path_id(request_id)
     sid = path_id(step_id, "step")

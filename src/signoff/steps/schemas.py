@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from signoff.approvals.schemas import StepSummaryOut as StepOut
+from signoff.approvals.state import RequestStatus
+from signoff.common.openapi import default_setting, schema_only
 from signoff.common.validation import Count, settings_from
 
 # Orders are positions, not ids: room for gaps (10, 20, 30), and within every integer column.
@@ -17,8 +19,12 @@ MAX_STEP_ORDER = 1_000_000
 class StepIn(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    approver_id: str = Field(description="A user of the organization.")
-    step_order: Count = Field(description="Position in the chain; distinct positive integers.")
+    approver_id: Annotated[str, schema_only(format="uuid")] = Field(
+        description="A user of the organization."
+    )
+    step_order: Annotated[Count, schema_only(minimum=1, maximum=MAX_STEP_ORDER)] = Field(
+        description="Position in the chain; distinct positive integers."
+    )
 
     @field_validator("approver_id")
     @classmethod
@@ -42,7 +48,12 @@ class SetSteps(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    steps: list[StepIn]
+    steps: Annotated[
+        list[StepIn], schema_only(minItems=1, maxItems=default_setting("max_steps"))
+    ] = Field(
+        description="Only an org admin, or the connection that created the request, may set "
+        "steps; only an admin may set fewer than the request's `required_approvals`."
+    )
 
     @field_validator("steps")
     @classmethod
@@ -72,7 +83,7 @@ class ConfiguredStepListOut(BaseModel):
 
 
 class StepVoteOut(StepOut):
-    request_status: str
+    request_status: RequestStatus
     current_approvals: int
     required_approvals: int
     callback_delivered: bool

@@ -17,9 +17,10 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 
 import orjson
 from sqlalchemy.exc import SQLAlchemyError
@@ -91,12 +92,20 @@ class _RecordBatcher:
 
 class WebhookDispatcher:
     def __init__(
-        self, settings: Settings, db: Database, box: SecretBox, poisoned: PoisonedRows
+        self,
+        settings: Settings,
+        db: Database,
+        box: SecretBox,
+        poisoned: PoisonedRows,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.settings = settings
         self.poisoned = poisoned
         self.db = db
         self.box = box
+        # What "now" is for claims, records and due times: tests step a retry schedule
+        # with a clock of their own instead of waiting it out.
+        self.clock = clock
         self.policy = AddressPolicy.from_settings(settings)
         self.schedule = RetrySchedule(tuple(settings.delivery_retry_delays_seconds))
         # Set when this process makes a delivery due (a retry scheduled, a hand-off), so
@@ -132,7 +141,7 @@ class WebhookDispatcher:
         """
         try:
             headers = signed_headers(
-                service.signing_keys(self.box, claimed.secrets, utcnow()),
+                service.signing_keys(self.box, claimed.secrets, self.clock()),
                 delivery_id=str(claimed.id),
                 attempt=claimed.attempt_number,
                 timestamp=int(time.time()),
@@ -171,7 +180,7 @@ class WebhookDispatcher:
             for pause in (*RECORD_RETRY_PAUSES, None):
                 try:
                     async with self._transaction() as repo:
-                        now = utcnow()
+                        now = self.clock()
                         recorded = await service.record_attempts(
                             repo,
                             [(i.claimed, i.result, i.manual) for i in items],
@@ -229,7 +238,7 @@ class WebhookDispatcher:
         if not claimed:
             return
         async with self._transaction() as repo:
-            await repo.release([c.id for c in claimed], outbox.token, utcnow())
+            await repo.release([c.id for c in claimed], outbox.token, self.clock())
             await repo.notify_workers()
         self.wakeup.set()
 
@@ -240,7 +249,7 @@ class WebhookDispatcher:
         async with self._transaction() as repo:
             return await service.claim_due(
                 repo,
-                utcnow(),
+                self.clock(),
                 self.settings.delivery_lease_seconds,
                 limit,
                 in_flight,
@@ -254,11 +263,11 @@ class WebhookDispatcher:
             due = await WebhookRepository(session, self.db.dialect).next_due_at(exclude_targets)
         if due is None:
             return None
-        return max(0.0, (due - utcnow()).total_seconds())
+        return max(0.0, (due - self.clock()).total_seconds())
 
     async def retry(self, org_id: uuid.UUID, delivery_id: uuid.UUID) -> RecordedAttempt:
         """A manual attempt of a finished delivery (decisions.md section 9)."""
-        now = utcnow()
+        now = self.clock()
         async with self._transaction() as repo:
             claimed = await service.claim_for_manual_retry(
                 repo, org_id, delivery_id, now, self.settings.delivery_lease_seconds
@@ -287,7 +296,7 @@ class WebhookDispatcher:
             )
         if secrets is None:  # pragma: no cover - the caller's connection exists
             raise NotFound("No connection.")
-        now = utcnow()
+        now = self.clock()
         body = orjson.dumps(service.sample_payload(decider, now))
         headers = signed_headers(
             service.signing_keys(self.box, secrets, now),

@@ -10,11 +10,13 @@ from starlette.responses import Response
 
 from signoff.auth.principal import Principal
 from signoff.common.http import context_of, json_body_doc, json_response, path_id, require_scope
+from signoff.common.openapi import UuidPath, documented_as, errors
 from signoff.common.routing import LeanRoute
 from signoff.common.validation import parse_json_body, validate_model
-from signoff.errors import Forbidden
+from signoff.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from signoff.webhooks import service
 from signoff.webhooks.schemas import (
+    MAX_LOG_LIMIT,
     DeliveryAttemptListOut,
     ListDeliveriesQuery,
     RetryOut,
@@ -32,6 +34,7 @@ Writer = Annotated[Principal, Depends(require_scope("approvals:write"))]
 @router.get(
     "/webhooks",
     response_model=DeliveryAttemptListOut,
+    responses=errors(ValidationFailed),
     summary="Delivery log: every callback attempt, newest first",
     description="Attempts of the caller's organization, optionally of one request. "
     "`status_code` is 0 when the receiver gave no HTTP answer; `error` says why.",
@@ -39,8 +42,16 @@ Writer = Annotated[Principal, Depends(require_scope("approvals:write"))]
 async def list_deliveries(
     request: Request,
     principal: Writer,
-    request_id: str | None = Query(None, description="Only this approval request's attempts."),
-    limit: str | None = Query(None, description="1 to 100, default 20."),
+    request_id: Annotated[
+        str | None,
+        documented_as({"type": "string", "format": "uuid"}),
+        Query(description="Only this approval request's attempts."),
+    ] = None,
+    limit: Annotated[
+        str | None,
+        documented_as({"type": "integer", "minimum": 1, "maximum": MAX_LOG_LIMIT}),
+        Query(description="1 to 100, default 20."),
+    ] = None,
 ) -> Response:
     ctx = context_of(request)
     query = validate_model(ListDeliveriesQuery, dict(request.query_params), ctx.settings)
@@ -54,12 +65,13 @@ async def list_deliveries(
 @router.post(
     "/webhooks/{delivery_id}/retry",
     response_model=RetryOut,
+    responses=errors(Forbidden, NotFound, Conflict),
     summary="Retry a delivery now (admins)",
     description="One more attempt of a delivery that succeeded or failed, numbered after "
     "the last; answers its log entry and the delivery's status after it. A delivery still "
     "on its automatic schedule is 409.",
 )
-async def retry_delivery(request: Request, delivery_id: str, principal: Writer) -> Response:
+async def retry_delivery(request: Request, delivery_id: UuidPath, principal: Writer) -> Response:
     if not principal.is_admin:
         raise Forbidden("Only admins may retry deliveries.")
     ctx = context_of(request)
@@ -71,6 +83,7 @@ async def retry_delivery(request: Request, delivery_id: str, principal: Writer) 
 @router.post(
     "/test-webhook",
     response_model=TestWebhookOut,
+    responses=errors(ValidationFailed),
     openapi_extra=json_body_doc(TestWebhook),
     summary="Send a signed sample callback to a URL",
     description='A sample `approval.decided` payload with `"test": true`, signed with the '

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from signoff.common.time import format_timestamp
-from signoff.common.validation import Count, settings_from, validate_callback_url
+from signoff.common.validation import MAX_URL_LENGTH, Count, settings_from, validate_callback_url
 from signoff.models.webhooks import WebhookAttempt
 
 MAX_LOG_LIMIT = 100
@@ -42,7 +49,11 @@ class TestWebhook(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    url: str
+    url: str = Field(
+        description="http or https (https only in production); private and loopback "
+        "addresses are refused in production.",
+        json_schema_extra={"format": "uri", "maxLength": MAX_URL_LENGTH},
+    )
 
     @field_validator("url")
     @classmethod
@@ -72,7 +83,7 @@ class DeliveryAttemptListOut(BaseModel):
 
 
 class RetryOut(DeliveryAttemptOut):
-    delivery_status: str
+    delivery_status: Literal["pending", "succeeded", "failed"]
 
 
 class TestWebhookOut(BaseModel):

@@ -109,6 +109,7 @@ class DeliveryWorker:
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         next_reconnect = 0.0
+        caught_up = False
         try:
             while not stop.is_set():
                 if self.listener and not self.listener.alive and loop.time() >= next_reconnect:
@@ -121,6 +122,9 @@ class DeliveryWorker:
                     logger.exception("delivery worker step failed; retrying shortly")
                     sleep = ERROR_BACKOFF_SECONDS
                 if sleep > 0:
+                    if not caught_up:
+                        caught_up = True
+                        self._log_ready()
                     self.dispatcher.worker_sleeps_until = loop.time() + sleep
                     try:
                         await _wait_either(stop, self.dispatcher.wakeup, sleep)
@@ -137,6 +141,14 @@ class DeliveryWorker:
                 self.due_lookups,
                 self.short_waits,
             )
+
+    def _log_ready(self) -> None:
+        """Said once, when the worker first has nothing due: it is up and caught up (an
+        operator's sign that it runs, and what tests wait for before making work)."""
+        if self.listener is not None and self.listener.alive:
+            logger.info("delivery worker ready: nothing due, woken by %s", NOTIFY_CHANNEL)
+        else:
+            logger.info("delivery worker ready: nothing due, polling every %s s", self.poll_seconds)
 
     async def _step(self) -> float:
         """Claim and start what is due; answer how long to sleep before the next step."""

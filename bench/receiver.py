@@ -1,4 +1,7 @@
-"""A real HTTP/1.1 callback receiver on a loopback port, for tests and benchmarks.
+"""A real HTTP/1.1 callback receiver on a loopback port, for benchmarks and tests.
+
+It lives in bench/ so that ``make bench-callbacks`` needs nothing from tests/; the tests
+import it from here.
 
 Small on purpose (raw asyncio streams): it records every request as received, answers
 with what the test scripts (a status sequence, a slow or hanging answer, a redirect, a big
@@ -129,7 +132,7 @@ class Receiver:
                 if reply.hang:
                     await self._released.wait()
                     return
-                if reply.delay:
+                if reply.delay:  # a slow receiver, as the test scripts it
                     await asyncio.sleep(reply.delay)
                 writer.write(_render(reply))
                 await writer.drain()

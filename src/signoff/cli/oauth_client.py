@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
+from signoff.cli.common import JsonFlag, emit, emit_list, run_in_transaction
 from signoff.common.ids import parse_id
 from signoff.common.time import utcnow
 from signoff.context import AppContext
@@ -21,8 +21,6 @@ from signoff.unit_of_work import UnitOfWork
 oauth_client_app = typer.Typer(
     help="OAuth clients: integrations that act on behalf of users.", no_args_is_help=True
 )
-
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
 async def _connection(repo: OAuthRepository, reference: str) -> Connection:
@@ -49,7 +47,6 @@ def create(
     as_json: JsonFlag = False,
 ) -> None:
     """Register a client; prints client_id and, for confidential clients, the secret once."""
-    from signoff.cli import emit, run_in_transaction
 
     async def action(ctx: AppContext, uow: UnitOfWork) -> service.IssuedClient:
         row = await _connection(uow.oauth, connection)
@@ -82,8 +79,6 @@ def list_clients(
     as_json: JsonFlag = False,
 ) -> None:
     """List clients (never their secrets)."""
-    from signoff.cli import emit, out, run_in_transaction
-
     if (connection is None) == (org is None):
         raise typer.BadParameter("give exactly one of --connection and --org")
 
@@ -97,16 +92,18 @@ def list_clients(
         return [client_to_dict(c) for c in clients]
 
     rows = run_in_transaction(action)
-    if as_json:
-        emit(True, {"data": rows}, "")
-        return
-    table = Table("client_id", "name", "type", "connection", "redirect URIs")
-    for c in rows:
-        kind = "public" if c["public"] else "confidential"
-        table.add_row(
-            c["client_id"], c["name"], kind, c["connection_id"], "\n".join(c["redirect_uris"])
-        )
-    out.print(table)
+    emit_list(
+        as_json,
+        rows,
+        ("client_id", "name", "type", "connection", "redirect URIs"),
+        lambda c: (
+            c["client_id"],
+            c["name"],
+            "public" if c["public"] else "confidential",
+            c["connection_id"],
+            "\n".join(c["redirect_uris"]),
+        ),
+    )
 
 
 @oauth_client_app.command("delete")
@@ -115,7 +112,6 @@ def delete(
     as_json: JsonFlag = False,
 ) -> None:
     """Delete a client: every token it holds stops working at once."""
-    from signoff.cli import emit, run_in_transaction
 
     async def action(_: AppContext, uow: UnitOfWork) -> dict[str, Any]:
         client = await uow.oauth.find_client_anywhere(client_id)

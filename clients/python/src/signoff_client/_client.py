@@ -1,0 +1,493 @@
+"""``SignoffClient`` (blocking) and ``AsyncSignoffClient`` (asyncio): the same methods.
+
+Both send the calls described in ``_calls.py``; this module only adds the transport
+(an ``httpx.Client`` or ``httpx.AsyncClient``), the retry loop and the long-poll loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+
+from signoff_client import _calls as calls
+from signoff_client._calls import Call, RetryPolicy
+from signoff_client._errors import (
+    APIConnectionError,
+    APIError,
+    EmergencyStop,
+    RateLimited,
+    ServerError,
+    WaitTimeout,
+)
+from signoff_client._models import Approval, AuditEvent, Comment, Step, StepVote
+
+__version__ = "0.1.0"
+
+T = TypeVar("T")
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_WAIT_SECONDS = 300.0
+USER_AGENT = f"signoff-client/{__version__}"
+
+
+class _Settings:
+    """What both clients are configured with, checked once."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        oauth_token: str | None,
+        timeout: float | httpx.Timeout,
+        retries: int | RetryPolicy,
+    ) -> None:
+        if api_key and oauth_token:
+            raise ValueError("give either api_key or oauth_token, not both")
+        token = api_key or oauth_token
+        if not token:
+            raise ValueError("an api_key (gk_...) or an oauth_token is needed")
+        self.base_url = base_url.rstrip("/")
+        self.headers = {
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/json",
+            "User-Agent": USER_AGENT,
+        }
+        self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+        self.retries = retries if isinstance(retries, RetryPolicy) else RetryPolicy(retries)
+        self.long_poll_seconds = calls.DEFAULT_LONG_POLL_SECONDS
+
+
+class _DecisionWait:
+    """The long-poll loop's decisions, shared by both clients (they only send and sleep).
+
+    Each round asks ``GET .../:id?wait=N`` with N up to what remains of the timeout. A
+    dropped connection or a 5xx is waited out with backoff; a 429 by its ``Retry-After``,
+    unless that passes the deadline, which ends the wait at once.
+    """
+
+    def __init__(self, settings: _Settings, approval_id: str, timeout: float) -> None:
+        self.settings = settings
+        self.approval_id = approval_id
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+        self.last: Approval | None = None
+        self.failures = 0
+
+    def next_call(self) -> Call[Approval]:
+        remaining = self.deadline - time.monotonic()
+        hold = round(max(0.0, min(remaining, self.settings.long_poll_seconds)), 1)
+        return calls.get_approval(self.approval_id, wait=hold or None)
+
+    def pause_after(self, outcome: Approval | APIConnectionError | APIError) -> float:
+        """Seconds to sleep before the next round; raises when waiting is over."""
+        if isinstance(outcome, Approval):
+            self.last, self.failures = outcome, 0
+            # Without long polls (a server that allows none), ask once a second.
+            pause = 0.0 if self.settings.long_poll_seconds >= 1 else 1.0
+        elif isinstance(outcome, RateLimited):
+            pause = outcome.retry_after
+            if pause > self.deadline - time.monotonic():
+                raise self._timeout(f"rate limited for {pause:g} s") from outcome
+        elif isinstance(outcome, APIConnectionError) or (
+            isinstance(outcome, ServerError) and not isinstance(outcome, EmergencyStop)
+        ):
+            self.failures += 1
+            pause = self.settings.retries.delay(min(self.failures, 5))
+        elif (limit := calls.long_poll_limit(outcome)) is not None:
+            self.settings.long_poll_seconds = limit
+            pause = 0.0
+        else:
+            raise outcome
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise self._timeout("still pending")
+        return min(pause, remaining)
+
+    def _timeout(self, why: str) -> WaitTimeout:
+        return WaitTimeout(
+            f"no decision on approval request {self.approval_id} within {self.timeout:g} s ({why})",
+            self.last,
+        )
+
+
+def _connection_error(call: Call[Any], exc: httpx.TransportError) -> APIConnectionError:
+    return APIConnectionError(f"{call.method} {call.path} failed: {exc!r}")
+
+
+def _check_sequential(approval: Approval, is_sequential: bool) -> None:
+    if approval.is_sequential != is_sequential:
+        raise ValueError(
+            f"approval request {approval.id} has is_sequential={approval.is_sequential}; "
+            "signoff fixes the order rule when a request is created "
+            "(create_approval(..., is_sequential=True))"
+        )
+
+
+class SignoffClient:
+    """A blocking client of the signoff API.
+
+    ``SignoffClient("https://signoff.example", "gk_...")``, or with
+    ``oauth_token=...`` for a user's OAuth access token. Use it as a context manager, or
+    call ``close()``. ``retries`` is how many times a retryable failure is retried
+    (an int, or a ``RetryPolicy``); ``http_client`` replaces the ``httpx.Client`` used.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        oauth_token: str | None = None,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        retries: int | RetryPolicy = 3,
+        http_client: httpx.Client | None = None,
+    ) -> None:
+        self._settings = _Settings(base_url, api_key, oauth_token, timeout, retries)
+        self._http = http_client or httpx.Client()
+        self._owns_http = http_client is None
+
+    @classmethod
+    def from_env(cls, **options: Any) -> SignoffClient:
+        """From ``SIGNOFF_URL`` and ``SIGNOFF_API_KEY`` (or ``SIGNOFF_OAUTH_TOKEN``)."""
+        return cls(**_env_options(), **options)
+
+    def close(self) -> None:
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> SignoffClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _send(self, call: Call[T], retries: RetryPolicy | None = None) -> T:
+        policy = retries or self._settings.retries
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = self._http.request(
+                    call.method,
+                    self._settings.base_url + call.path,
+                    json=call.json,
+                    params=call.params,
+                    headers=self._settings.headers,
+                    timeout=calls.read_timeout(self._settings.timeout, call.hold_seconds),
+                )
+                return calls.parse_answer(call, response)
+            except (httpx.TransportError, APIError) as exc:
+                delay = calls.retry_delay(call, policy, attempt, exc)
+                if delay is None:
+                    if isinstance(exc, httpx.TransportError):
+                        raise _connection_error(call, exc) from exc
+                    raise
+            time.sleep(delay)
+
+    def create_approval(
+        self,
+        title: str,
+        description: str,
+        priority: str,
+        *,
+        action_type: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        callback_url: str | None = None,
+        callback_headers: Mapping[str, str] | None = None,
+        expires_at: datetime | str | None = None,
+        required_approvals: int | None = None,
+        idempotency_key: str | bool | None = None,
+        source: str | None = None,
+        is_sequential: bool | None = None,
+    ) -> Approval:
+        """Create a request. ``idempotency_key=True`` has the client generate a key, which
+        makes the create safe to retry; without a key a failed create is never resent."""
+        return self._send(
+            calls.create_approval(
+                title,
+                description,
+                priority,
+                action_type=action_type,
+                metadata=metadata,
+                callback_url=callback_url,
+                callback_headers=callback_headers,
+                expires_at=expires_at,
+                required_approvals=required_approvals,
+                idempotency_key=idempotency_key,
+                source=source,
+                is_sequential=is_sequential,
+            )
+        )
+
+    def get_approval(self, approval_id: str) -> Approval:
+        return self._send(calls.get_approval(approval_id))
+
+    def list_approvals(self, **filters: Any) -> Iterator[Approval]:
+        """Every request matching ``filters`` (status, priority, action_type, source, search,
+        created_after, ...), newest first, fetching page after page as you iterate."""
+        seen: set[str] = set()
+        page = 1
+        while True:
+            result = self._send(calls.list_page(filters, page))
+            for approval in result.data:
+                # A request created meanwhile shifts the pages; never yield one twice.
+                if approval.id not in seen:
+                    seen.add(approval.id)
+                    yield approval
+            if page >= result.pagination.total_pages:
+                return
+            page += 1
+
+    def decide(
+        self,
+        approval_id: str,
+        decision: str,
+        comment: str | None = None,
+        *,
+        source: str | None = None,
+    ) -> Approval:
+        """``decision``: ``"approve"`` or ``"reject"``."""
+        return self._send(calls.decide(approval_id, decision, comment, source))
+
+    def cancel(self, approval_id: str) -> Approval:
+        return self._send(calls.cancel(approval_id))
+
+    def add_comment(self, approval_id: str, body: str) -> Comment:
+        return self._send(calls.add_comment(approval_id, body))
+
+    def list_comments(self, approval_id: str) -> list[Comment]:
+        return self._send(calls.list_comments(approval_id))
+
+    def list_events(self, approval_id: str) -> list[AuditEvent]:
+        return self._send(calls.list_events(approval_id))
+
+    def list_steps(self, approval_id: str) -> list[Step]:
+        return self._send(calls.list_steps(approval_id))
+
+    def set_steps(
+        self,
+        approval_id: str,
+        steps: Sequence[str | Mapping[str, Any]],
+        is_sequential: bool | None = None,
+    ) -> list[Step]:
+        """Replace the chain: approver ids in order, or ``{approver_id, step_order}`` dicts.
+
+        The order rule is set at creation; ``is_sequential``, when given, is checked
+        against the request's (a ``ValueError`` if they differ) instead of being ignored.
+        """
+        if is_sequential is not None:
+            _check_sequential(self.get_approval(approval_id), is_sequential)
+        return self._send(calls.set_steps(approval_id, steps))
+
+    def vote_step(
+        self, approval_id: str, step_id: str, decision: str, comment: str | None = None
+    ) -> StepVote:
+        return self._send(calls.vote_step(approval_id, step_id, decision, comment))
+
+    def wait_for_decision(
+        self, approval_id: str, timeout: float = DEFAULT_WAIT_SECONDS
+    ) -> Approval:
+        """The request once it has left pending; ``WaitTimeout`` after ``timeout`` seconds."""
+        wait = _DecisionWait(self._settings, approval_id, timeout)
+        while True:
+            outcome: Approval | APIConnectionError | APIError
+            try:
+                outcome = self._send(wait.next_call(), calls.NO_RETRIES)
+            except (APIConnectionError, APIError) as exc:
+                outcome = exc
+            if isinstance(outcome, Approval) and outcome.is_final:
+                return outcome
+            time.sleep(wait.pause_after(outcome))
+
+
+class AsyncSignoffClient:
+    """The asyncio twin of ``SignoffClient``: the same methods, awaited.
+
+    ``list_approvals`` is an async iterator: ``async for approval in client.list_approvals()``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        oauth_token: str | None = None,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        retries: int | RetryPolicy = 3,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._settings = _Settings(base_url, api_key, oauth_token, timeout, retries)
+        self._http = http_client or httpx.AsyncClient()
+        self._owns_http = http_client is None
+
+    @classmethod
+    def from_env(cls, **options: Any) -> AsyncSignoffClient:
+        """From ``SIGNOFF_URL`` and ``SIGNOFF_API_KEY`` (or ``SIGNOFF_OAUTH_TOKEN``)."""
+        return cls(**_env_options(), **options)
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncSignoffClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def _send(self, call: Call[T], retries: RetryPolicy | None = None) -> T:
+        policy = retries or self._settings.retries
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = await self._http.request(
+                    call.method,
+                    self._settings.base_url + call.path,
+                    json=call.json,
+                    params=call.params,
+                    headers=self._settings.headers,
+                    timeout=calls.read_timeout(self._settings.timeout, call.hold_seconds),
+                )
+                return calls.parse_answer(call, response)
+            except (httpx.TransportError, APIError) as exc:
+                delay = calls.retry_delay(call, policy, attempt, exc)
+                if delay is None:
+                    if isinstance(exc, httpx.TransportError):
+                        raise _connection_error(call, exc) from exc
+                    raise
+            await asyncio.sleep(delay)
+
+    async def create_approval(
+        self,
+        title: str,
+        description: str,
+        priority: str,
+        *,
+        action_type: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        callback_url: str | None = None,
+        callback_headers: Mapping[str, str] | None = None,
+        expires_at: datetime | str | None = None,
+        required_approvals: int | None = None,
+        idempotency_key: str | bool | None = None,
+        source: str | None = None,
+        is_sequential: bool | None = None,
+    ) -> Approval:
+        """See ``SignoffClient.create_approval``."""
+        return await self._send(
+            calls.create_approval(
+                title,
+                description,
+                priority,
+                action_type=action_type,
+                metadata=metadata,
+                callback_url=callback_url,
+                callback_headers=callback_headers,
+                expires_at=expires_at,
+                required_approvals=required_approvals,
+                idempotency_key=idempotency_key,
+                source=source,
+                is_sequential=is_sequential,
+            )
+        )
+
+    async def get_approval(self, approval_id: str) -> Approval:
+        return await self._send(calls.get_approval(approval_id))
+
+    async def list_approvals(self, **filters: Any) -> AsyncGenerator[Approval, None]:
+        """See ``SignoffClient.list_approvals``."""
+        seen: set[str] = set()
+        page = 1
+        while True:
+            result = await self._send(calls.list_page(filters, page))
+            for approval in result.data:
+                if approval.id not in seen:
+                    seen.add(approval.id)
+                    yield approval
+            if page >= result.pagination.total_pages:
+                return
+            page += 1
+
+    async def decide(
+        self,
+        approval_id: str,
+        decision: str,
+        comment: str | None = None,
+        *,
+        source: str | None = None,
+    ) -> Approval:
+        return await self._send(calls.decide(approval_id, decision, comment, source))
+
+    async def cancel(self, approval_id: str) -> Approval:
+        return await self._send(calls.cancel(approval_id))
+
+    async def add_comment(self, approval_id: str, body: str) -> Comment:
+        return await self._send(calls.add_comment(approval_id, body))
+
+    async def list_comments(self, approval_id: str) -> list[Comment]:
+        return await self._send(calls.list_comments(approval_id))
+
+    async def list_events(self, approval_id: str) -> list[AuditEvent]:
+        return await self._send(calls.list_events(approval_id))
+
+    async def list_steps(self, approval_id: str) -> list[Step]:
+        return await self._send(calls.list_steps(approval_id))
+
+    async def set_steps(
+        self,
+        approval_id: str,
+        steps: Sequence[str | Mapping[str, Any]],
+        is_sequential: bool | None = None,
+    ) -> list[Step]:
+        """See ``SignoffClient.set_steps``."""
+        if is_sequential is not None:
+            _check_sequential(await self.get_approval(approval_id), is_sequential)
+        return await self._send(calls.set_steps(approval_id, steps))
+
+    async def vote_step(
+        self, approval_id: str, step_id: str, decision: str, comment: str | None = None
+    ) -> StepVote:
+        return await self._send(calls.vote_step(approval_id, step_id, decision, comment))
+
+    async def wait_for_decision(
+        self, approval_id: str, timeout: float = DEFAULT_WAIT_SECONDS
+    ) -> Approval:
+        """See ``SignoffClient.wait_for_decision``."""
+        wait = _DecisionWait(self._settings, approval_id, timeout)
+        while True:
+            outcome: Approval | APIConnectionError | APIError
+            try:
+                outcome = await self._send(wait.next_call(), calls.NO_RETRIES)
+            except (APIConnectionError, APIError) as exc:
+                outcome = exc
+            if isinstance(outcome, Approval) and outcome.is_final:
+                return outcome
+            await asyncio.sleep(wait.pause_after(outcome))
+
+
+def _env_options() -> dict[str, Any]:
+    url = os.environ.get("SIGNOFF_URL")
+    if not url:
+        raise ValueError("SIGNOFF_URL is not set (e.g. https://signoff.example.com)")
+    return {
+        "base_url": url,
+        "api_key": os.environ.get("SIGNOFF_API_KEY") or None,
+        "oauth_token": os.environ.get("SIGNOFF_OAUTH_TOKEN") or None,
+    }

@@ -1,0 +1,233 @@
+"""signoff's tools for MCP agents, on the official ``mcp`` SDK (``pip install
+signoff-client[mcp]``).
+
+``build_server(client_for)`` makes the server; ``client_for`` gives the tools an
+``AsyncSignoffClient`` for the call at hand (from the tool's ``Context``), so the same
+tools serve the local stdio command below, where one client holds the operator's key,
+and a remote mount, where each caller brings their own credentials.
+
+``signoff-mcp`` runs it over stdio, configured by ``SIGNOFF_URL`` and ``SIGNOFF_API_KEY``
+(or ``SIGNOFF_OAUTH_TOKEN``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+from pydantic import Field
+
+from signoff_client._client import AsyncSignoffClient
+from signoff_client._errors import APIConnectionError, APIError, WaitTimeout
+from signoff_client._models import Approval
+
+ClientFactory = Callable[[Context[Any, Any]], AsyncSignoffClient]
+
+# How often a waiting tool tells the MCP client it is still waiting.
+PROGRESS_INTERVAL_SECONDS = 5.0
+MAX_WAIT_SECONDS = 3600.0
+LIST_LIMIT = 50
+
+INSTRUCTIONS = (
+    "signoff asks a human to approve an action before you take it. Call request_approval "
+    "with what you intend to do and why; act only once the answer's status is 'approved'. "
+    "If it is still pending, call wait_for_decision with its id. 'rejected' means do not "
+    "act: read the comment for the reason."
+)
+
+Priority = Literal["low", "medium", "high", "critical"]
+Status = Literal["pending", "approved", "rejected", "cancelled", "expired"]
+ApprovalId = Annotated[str, Field(description="The approval request's id (a UUID).")]
+
+
+def summarize(approval: Approval) -> dict[str, Any]:
+    """What an agent needs to know about a request, in a few plain fields."""
+    summary: dict[str, Any] = {
+        "id": approval.id,
+        "status": approval.status,
+        "title": approval.title,
+        "priority": approval.priority,
+        "decided": approval.is_final,
+        "comment": approval.decision_comment,
+        "decided_by": approval.decided_by_name or approval.decided_by,
+        "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
+        "created_at": approval.created_at.isoformat(),
+    }
+    if not approval.is_final:
+        summary["next_step"] = (
+            "Not decided yet: do not act. Call wait_for_decision with this id to wait."
+        )
+    return summary
+
+
+@contextlib.contextmanager
+def api_errors() -> Iterator[None]:
+    """API refusals become MCP tool errors carrying the API's code and message."""
+    try:
+        yield
+    except APIError as exc:
+        raise ToolError(f"{exc.code}: {exc.message}") from exc
+    except APIConnectionError as exc:
+        raise ToolError(f"CONNECTION_ERROR: signoff could not be reached ({exc})") from exc
+
+
+async def wait_with_progress(
+    client: AsyncSignoffClient, ctx: Context[Any, Any], approval_id: str, seconds: float
+) -> Approval:
+    """Wait up to ``seconds`` for a decision, reporting progress between long polls.
+
+    The answer is the decided request, or the still-pending one when time runs out.
+    """
+    seconds = min(max(seconds, 0.0), MAX_WAIT_SECONDS)
+    started = time.monotonic()
+    while True:
+        elapsed = time.monotonic() - started
+        await ctx.report_progress(
+            round(elapsed, 1), seconds, f"waiting for a human decision on {approval_id}"
+        )
+        slice_seconds = min(PROGRESS_INTERVAL_SECONDS, seconds - elapsed)
+        try:
+            return await client.wait_for_decision(approval_id, max(slice_seconds, 0.0))
+        except WaitTimeout as timeout:
+            if time.monotonic() - started >= seconds:
+                return timeout.approval or await client.get_approval(approval_id)
+
+
+def build_server(client_for: ClientFactory, *, name: str = "signoff") -> MCPServer[Any]:
+    """The MCP server with signoff's tools; ``client_for(ctx)`` gives each call its client."""
+    server: MCPServer[Any] = MCPServer(name, instructions=INSTRUCTIONS)
+    read_only = ToolAnnotations(readOnlyHint=True, openWorldHint=True)
+
+    @server.tool(annotations=ToolAnnotations(destructiveHint=False, openWorldHint=True))
+    async def request_approval(
+        title: Annotated[str, Field(description="What you want to do, in one line.")],
+        description: Annotated[
+            str, Field(description="Context for the approver: what, why, and the impact.")
+        ],
+        priority: Annotated[Priority, Field(description="How urgent it is.")],
+        ctx: Context[Any, Any],
+        action_type: Annotated[
+            str | None,
+            Field(description="Optional dotted label for routing, e.g. 'deploy.production'."),
+        ] = None,
+        metadata: Annotated[
+            dict[str, Any] | None, Field(description="Optional JSON object kept with the request.")
+        ] = None,
+        wait_seconds: Annotated[
+            float | None,
+            Field(
+                description="Wait up to this many seconds for the decision (progress is "
+                "reported meanwhile). Without it, the answer comes back pending at once.",
+                ge=0,
+                le=MAX_WAIT_SECONDS,
+            ),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Ask a human to approve an action before you take it.
+
+        Returns the request's id and status; once decided, also the comment and who
+        decided. Act only if the status is 'approved'.
+        """
+        client = client_for(ctx)
+        with api_errors():
+            approval = await client.create_approval(
+                title,
+                description,
+                priority,
+                action_type=action_type,
+                metadata=metadata,
+                source="mcp",
+                idempotency_key=True,
+            )
+            if wait_seconds:
+                approval = await wait_with_progress(client, ctx, approval.id, wait_seconds)
+        return summarize(approval)
+
+    @server.tool(annotations=read_only)
+    async def get_approval(id: ApprovalId, ctx: Context[Any, Any]) -> dict[str, Any]:
+        """Read an approval request: its status, and the decision once there is one."""
+        with api_errors():
+            return summarize(await client_for(ctx).get_approval(id))
+
+    @server.tool(annotations=read_only)
+    async def wait_for_decision(
+        id: ApprovalId,
+        ctx: Context[Any, Any],
+        timeout_seconds: Annotated[
+            float, Field(description="Longest wait in seconds.", ge=0, le=MAX_WAIT_SECONDS)
+        ] = 300.0,
+    ) -> dict[str, Any]:
+        """Wait for a human to decide an approval request (progress is reported meanwhile).
+
+        Returns the request; if it is still pending when the time is up, 'decided' is false.
+        """
+        with api_errors():
+            return summarize(await wait_with_progress(client_for(ctx), ctx, id, timeout_seconds))
+
+    @server.tool(annotations=read_only)
+    async def list_approvals(
+        ctx: Context[Any, Any],
+        status: Annotated[Status | None, Field(description="Only requests in this status.")] = None,
+        search: Annotated[
+            str | None, Field(description="Words to find in titles and descriptions.")
+        ] = None,
+    ) -> dict[str, Any]:
+        """List approval requests, newest first (at most 50)."""
+        requests: list[dict[str, Any]] = []
+        pages = client_for(ctx).list_approvals(status=status, search=search)
+        with api_errors():
+            async with contextlib.aclosing(pages):
+                async for approval in pages:
+                    requests.append(summarize(approval))
+                    if len(requests) == LIST_LIMIT:
+                        break
+        return {"approvals": requests, "count": len(requests)}
+
+    @server.tool(annotations=ToolAnnotations(destructiveHint=True, idempotentHint=True))
+    async def cancel_approval(id: ApprovalId, ctx: Context[Any, Any]) -> dict[str, Any]:
+        """Withdraw a pending approval request you no longer need."""
+        with api_errors():
+            return summarize(await client_for(ctx).cancel(id))
+
+    @server.tool(annotations=ToolAnnotations(destructiveHint=False))
+    async def add_comment(
+        id: ApprovalId,
+        body: Annotated[str, Field(description="The comment; approvers see it.")],
+        ctx: Context[Any, Any],
+    ) -> dict[str, Any]:
+        """Add a comment to an approval request, e.g. to answer an approver's question."""
+        with api_errors():
+            comment = await client_for(ctx).add_comment(id, body)
+        return {"id": comment.id, "approval_id": id, "body": comment.body}
+
+    return server
+
+
+async def serve_stdio() -> None:
+    # httpx logs every request at INFO; the host shows our stderr to people, keep it short.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    async with AsyncSignoffClient.from_env() as client:
+        await build_server(lambda _ctx: client).run_stdio_async()
+
+
+def main() -> None:
+    """``signoff-mcp``: the MCP server over stdio."""
+    try:
+        asyncio.run(serve_stdio())
+    except ValueError as exc:  # configuration missing: say what, without a traceback
+        print(f"signoff-mcp: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

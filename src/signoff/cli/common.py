@@ -1,0 +1,144 @@
+"""What every ``signoff`` command shares: opening the database, running a use case, printing.
+
+Every command that touches the database migrates a SQLite database itself, so the embedded
+mode needs no setup; PostgreSQL is migrated only by ``signoff db upgrade``, and the other
+commands refuse to run against a schema that is behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy.engine import make_url
+
+from signoff.config import Settings, get_settings
+from signoff.context import AppContext
+from signoff.errors import AppError
+from signoff.unit_of_work import UnitOfWork
+from signoff.webhooks.service import RecordedAttempt
+
+T = TypeVar("T")
+
+err = Console(stderr=True)
+out = Console()
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+OrgOption = Annotated[str, typer.Option("--org", help="Organization id (or unique name).")]
+
+
+class SchemaBehind(RuntimeError):
+    pass
+
+
+def redacted_url(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def prepare_database(settings: Settings) -> None:
+    """Migrate SQLite in place; require PostgreSQL to be at the head revision already."""
+    from signoff.migrations import is_at_head, upgrade_to_head
+
+    if settings.is_sqlite:
+        # Read first: an upgrade takes the file's write lock, even with nothing to do.
+        if not is_at_head(settings.database_url):
+            upgrade_to_head(settings.database_url)
+    elif not is_at_head(settings.database_url):
+        raise SchemaBehind(
+            f"The database {redacted_url(settings.database_url)} is not at the latest "
+            "schema. Run `signoff db upgrade` first."
+        )
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print ``error: message`` to stderr; the caller raises the returned exit."""
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def open_database() -> Settings:
+    """The settings of a command about to use the database, its schema made ready."""
+    settings = get_settings()
+    try:
+        prepare_database(settings)
+    except SchemaBehind as exc:
+        raise fail(str(exc)) from None
+    return settings
+
+
+def run_in_transaction(action: Callable[[AppContext, UnitOfWork], Awaitable[T]]) -> T:
+    """Run one use case in one committed transaction, as the CLI's unit of work."""
+
+    async def in_transaction(ctx: AppContext) -> T:
+        async with ctx.transaction() as uow:
+            result = await action(ctx, uow)
+        await _deliver_callbacks(ctx, uow)
+        return result
+
+    return run_with_context(in_transaction)
+
+
+def run_with_context(action: Callable[[AppContext], Awaitable[T]]) -> T:
+    """Run a use case that manages its own transactions (a delivery retry, say)."""
+    settings = open_database()
+
+    async def main() -> T:
+        ctx = AppContext.from_settings(settings)
+        try:
+            return await action(ctx)
+        finally:
+            await ctx.close()
+
+    try:
+        return asyncio.run(main())
+    except AppError as exc:
+        raise fail(exc.message) from None
+
+
+async def _deliver_callbacks(ctx: AppContext, uow: UnitOfWork) -> None:
+    """Attempt 1 of the callbacks of transitions just committed, as the API makes it;
+    the workers retry what fails (decisions.md section 9)."""
+    report_first_attempts(await ctx.webhooks.deliver_outbox(uow.outbox), handed_off=0)
+
+
+def report_first_attempts(outcomes: list[RecordedAttempt | None], handed_off: int) -> None:
+    """Say on stderr how many callbacks the first attempt delivered, if there were any."""
+    total = len(outcomes) + handed_off
+    if not total:
+        return
+    sent = sum(1 for o in outcomes if o is not None and o.result.success)
+    err.print(
+        f"callbacks: {sent} of {total} delivered on the first attempt"
+        + ("; the delivery workers retry the rest" if sent < total else ""),
+        highlight=False,
+    )
+
+
+def emit(as_json: bool, data: dict[str, Any], human: str) -> None:
+    """One JSON object on stdout with ``--json``, else the human sentence."""
+    if as_json:
+        sys.stdout.write(json.dumps(data) + "\n")
+    else:
+        out.print(human, highlight=False)
+
+
+def emit_list(
+    as_json: bool,
+    rows: list[dict[str, Any]],
+    columns: Sequence[str],
+    cells: Callable[[dict[str, Any]], Sequence[str]],
+) -> None:
+    """``{"data": rows}`` with ``--json``, else a table of ``columns``, ``cells`` a row."""
+    if as_json:
+        emit(True, {"data": rows}, "")
+        return
+    table = Table(*columns)
+    for row in rows:
+        table.add_row(*cells(row))
+    out.print(table)

@@ -1,0 +1,77 @@
+"""``signoff user``: the users of an organization."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import typer
+
+from signoff.cli.common import JsonFlag, OrgOption, emit, emit_list, fail, run_in_transaction
+from signoff.common.time import format_timestamp, utcnow
+from signoff.context import AppContext
+from signoff.models import User
+from signoff.orgs import service as orgs_service
+from signoff.unit_of_work import UnitOfWork
+
+user_app = typer.Typer(help="Users of an organization.", no_args_is_help=True)
+
+
+def user_to_dict(user: User) -> dict[str, Any]:
+    return {
+        "id": str(user.id),
+        "org_id": str(user.org_id),
+        "email": user.email,
+        "name": user.name,
+        "role": user.role,
+        "has_password": user.password_hash is not None,
+        "created_at": format_timestamp(user.created_at),
+    }
+
+
+@user_app.command("create")
+def user_create(
+    org: OrgOption,
+    email: Annotated[str, typer.Option(help="Unique within the organization.")],
+    name: Annotated[str, typer.Option(help="Display name.")],
+    role: Annotated[str, typer.Option(help="admin or member.")] = "member",
+    password: Annotated[
+        str | None, typer.Option(help="Dashboard password (argon2-hashed; 8+ characters).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Create a user."""
+    if role not in ("admin", "member"):
+        raise fail("--role must be admin or member", 2)
+    checked_role: Literal["admin", "member"] = "admin" if role == "admin" else "member"
+
+    async def action(_: AppContext, uow: UnitOfWork) -> User:
+        org_row = await orgs_service.resolve_org(uow.orgs, org)
+        return await orgs_service.create_user(
+            uow.orgs,
+            org_row.id,
+            email=email,
+            name=name,
+            role=checked_role,
+            password=password,
+            now=utcnow(),
+        )
+
+    user = run_in_transaction(action)
+    emit(as_json, user_to_dict(user), f"created user {user.id} ({user.email}, {user.role})")
+
+
+@user_app.command("list")
+def user_list(org: OrgOption, as_json: JsonFlag = False) -> None:
+    """List the users of an organization."""
+
+    async def action(_: AppContext, uow: UnitOfWork) -> list[dict[str, Any]]:
+        org_row = await orgs_service.resolve_org(uow.orgs, org)
+        return [user_to_dict(u) for u in await orgs_service.list_users(uow.orgs, org_row.id)]
+
+    users = run_in_transaction(action)
+    emit_list(
+        as_json,
+        users,
+        ("id", "email", "name", "role"),
+        lambda user: (user["id"], user["email"], user["name"], user["role"]),
+    )

@@ -11,24 +11,25 @@ from typing import Any
 
 import httpx
 import pytest
-
 from bench.receiver import Receiver, Reply
+
 from tests.api.helpers import NO_SWEEP
 from tests.conftest import approval_body
-
-# The live server, its org and the browser, as the user-side browser tests have them.
-from tests.dashboard.test_browser import (  # noqa: F401 (fixtures)
+from tests.dashboard import test_browser as user_side
+from tests.dashboard.test_browser import (
     DESKTOP,
     PHONE,
     Site,
     assert_accessible,
     browser,
-    chromium,
     screenshot,
-    server,
     sign_in,
-    site,
 )
+
+# The live server, its org and Chromium: the user-side browser tests' fixtures.
+chromium = user_side.chromium
+server = user_side.server
+site = user_side.site
 
 
 @pytest.fixture

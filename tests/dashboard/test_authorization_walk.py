@@ -8,6 +8,7 @@ give its path parameters a value in ``PATH_VALUES`` and, for admin pages, list i
 from __future__ import annotations
 
 import re
+import uuid
 from typing import Any
 
 import httpx
@@ -15,6 +16,7 @@ import pytest
 from fastapi.routing import APIRoute
 
 from signoff.context import AppContext
+from signoff.dashboard.admin import router as admin_router
 from signoff.dashboard.endpoints import router
 from tests.conftest import Org, create_approval
 from tests.dashboard.support import browser_client, csrf_of, signed_in
@@ -23,8 +25,8 @@ from tests.oauth.support import grant, register_client
 
 # Open to anyone: the sign-in and first-run pages, and the static files.
 PUBLIC = {"/signin", "/signout", "/setup/{token}", "/static/{name}"}
-# Pages only admins may open (the admin pages add themselves here).
-ADMIN_ONLY: set[str] = set()
+# Pages only admins may open: every route of dashboard/admin.py.
+ADMIN_ONLY: set[str] = {route.path for route in admin_router.routes if isinstance(route, APIRoute)}
 STATIC_NAME = "app.css"
 
 
@@ -35,7 +37,7 @@ def settings_overrides() -> dict[str, Any]:
 
 def _routes() -> list[tuple[str, str]]:
     found = []
-    for route in router.routes:
+    for route in [*router.routes, *admin_router.routes]:
         assert isinstance(route, APIRoute)
         for method in sorted(route.methods):
             found.append((method, route.path))
@@ -60,11 +62,15 @@ async def test_every_route_checks_org_and_role(
     request = await create_approval(client, org.admin, title="Acme secret plan")
     oauth_client = await register_client(ctx, org.member)
     await grant(ctx, oauth_client, org.member)
+    delivery_id = await _a_delivery(ctx, client, org)
     values = {
         "request_id": request["id"],
         "client_id": oauth_client.client_id,
         "token": "not-a-setup-token",
         "name": STATIC_NAME,
+        "connection_id": org.member.connection_id,
+        "user_id": org.members[2].user_id,
+        "delivery_id": delivery_id,
     }
     routes = _routes()
     assert ("GET", "/") in routes and ("POST", "/requests/{request_id}/decision") in routes
@@ -103,8 +109,38 @@ async def test_every_route_checks_org_and_role(
                 answer = await http.get(_url(path, values))
                 expected = 403 if path in ADMIN_ONLY and person.role != "admin" else 200
                 assert answer.status_code == expected, (person.role, path, answer.status_code)
+            if person.role != "admin":
+                # A member's POST to an admin action is refused before it does anything.
+                for method, path in routes:
+                    if method == "POST" and path in ADMIN_ONLY:
+                        answer = await _call(http, method, _url(path, values))
+                        assert answer.status_code == 403, (path, answer.status_code)
             page = await http.get(f"/requests/{request['id']}")
             assert "Acme secret plan" in page.text
 
     read = await client.get(f"/api/v1/approvals/{request['id']}", headers=org.admin.headers)
     assert read.json()["status"] == "pending" and read.json()["comments_count"] == 0
+    me = await client.get("/api/v1/me", headers=org.member.headers)
+    assert me.status_code == 200 and me.json()["rate_limit"]["limit"] != 0  # not revoked
+    async with ctx.reading() as uow:
+        org_row = await uow.orgs.get_org(uuid.UUID(org.id))
+        target = await uow.orgs.find_user(uuid.UUID(org.members[2].user_id))
+    assert org_row is not None and not org_row.emergency_stop
+    assert target is not None and target.deactivated_at is None and target.role == "member"
+
+
+async def _a_delivery(ctx: AppContext, client: httpx.AsyncClient, org: Org) -> str:
+    """A decided request's callback to a closed port: one delivery row of Acme's."""
+    decided = await create_approval(
+        client, org.admin, title="Decided one", callback_url="http://127.0.0.1:9/hook"
+    )
+    answer = await client.patch(
+        f"/api/v1/approvals/{decided['id']}",
+        json={"decision": "approve"},
+        headers=org.admin.headers,
+    )
+    assert answer.status_code == 200, answer.text
+    async with ctx.reading() as uow:
+        deliveries = await uow.webhooks.list_deliveries(uuid.UUID(decided["id"]))
+    assert deliveries
+    return str(deliveries[0].id)

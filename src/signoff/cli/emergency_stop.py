@@ -16,6 +16,7 @@ from signoff.cli.common import (
     report_first_attempts,
     run_with_context,
 )
+from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.models import Organization
 from signoff.orgs import service as orgs_service
@@ -68,7 +69,7 @@ def emergency_stop(
         # The stop commits first: from then on no request of the org is created or decided.
         async with ctx.transaction() as uow:
             org_row = await orgs_service.resolve_org(uow.orgs, org)
-            await uow.orgs.set_emergency_stop(org_row.id, active)
+            await uow.orgs.set_emergency_stop(org_row.id, active, None, utcnow())
         if not (active and cancel_pending):
             return org_row, 0
         attempts = _FirstAttempts(ctx)

@@ -24,6 +24,7 @@ from signoff.common.time import utcnow
 from signoff.common.validation import validate_model
 from signoff.context import AppContext
 from signoff.dashboard import service
+from signoff.dashboard.admin import router as admin_router
 from signoff.dashboard.web import (
     PAGE_HEADERS,
     STATIC,
@@ -472,3 +473,4 @@ def install_dashboard(app: FastAPI) -> None:
     app.add_exception_handler(SignInRequired, on_sign_in_required)
     app.add_exception_handler(PageRefused, on_page_refused)
     app.include_router(router)
+    app.include_router(admin_router)

@@ -32,7 +32,11 @@ class AuditEvent(Base):
     """One row per state change, vote and comment, written in the same transaction."""
 
     __tablename__ = "audit_events"
-    __table_args__ = (Index("ix_audit_events_request_created", "request_id", "created_at"),)
+    __table_args__ = (
+        Index("ix_audit_events_request_created", "request_id", "created_at"),
+        # The dashboard's org-wide audit log, newest first.
+        Index("ix_audit_events_org_created", "org_id", "created_at"),
+    )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     org_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("organizations.id", ondelete="CASCADE"))

@@ -19,6 +19,9 @@ class Organization(Base):
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(200))
     emergency_stop: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Who turned the stop on last, and when: the dashboard's emergency-stop page says it.
+    emergency_stop_at: Mapped[datetime | None] = mapped_column(default=None)
+    emergency_stop_by: Mapped[uuid.UUID | None] = mapped_column(default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

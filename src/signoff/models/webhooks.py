@@ -43,6 +43,8 @@ class WebhookDelivery(Base):
             postgresql_where=text("status = 'pending'"),
         ),
         Index("ix_webhook_deliveries_request_created", "request_id", "created_at"),
+        # The dashboard's delivery log of an org, newest first.
+        Index("ix_webhook_deliveries_org_created", "org_id", "created_at"),
     )
 
     # Also the Standard Webhooks ``webhook-id`` and ``X-Service-Delivery-Id``.

@@ -21,6 +21,7 @@ from signoff.common.http import (
 )
 from signoff.common.openapi import errors
 from signoff.common.routing import LeanRoute
+from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body
 from signoff.errors import Forbidden, ValidationFailed
 from signoff.unit_of_work import UnitOfWork
@@ -116,7 +117,9 @@ async def put_emergency_stop(
     payload = await parse_json_body(request, EmergencyStopIn, ctx.settings)
     # The stop commits first: from then on no request of the org is created or decided.
     async with ctx.transaction() as uow:
-        await uow.orgs.set_emergency_stop(principal.org_id, payload.active)
+        await uow.orgs.set_emergency_stop(
+            principal.org_id, payload.active, principal.user_id, utcnow()
+        )
     cancelled = 0
     if payload.active and payload.cancel_pending:
 

@@ -57,9 +57,19 @@ class OrgRepository:
         result = await self.session.scalars(select(Organization).order_by(Organization.created_at))
         return result.all()
 
-    async def set_emergency_stop(self, org_id: uuid.UUID, active: bool) -> None:
+    async def set_emergency_stop(
+        self,
+        org_id: uuid.UUID,
+        active: bool,
+        by: uuid.UUID | None = None,
+        now: datetime | None = None,
+    ) -> None:
+        """Turning it on records who and when (None: the CLI, no person); off keeps them."""
+        values: dict[str, object] = {"emergency_stop": active}
+        if active:
+            values.update(emergency_stop_at=now, emergency_stop_by=by)
         await self.session.execute(
-            update(Organization).where(Organization.id == org_id).values(emergency_stop=active)
+            update(Organization).where(Organization.id == org_id).values(**values)
         )
 
     async def get_user(self, org_id: uuid.UUID, user_id: uuid.UUID) -> User | None:

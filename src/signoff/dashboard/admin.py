@@ -1,0 +1,493 @@
+"""The admin pages: connections, users, OAuth clients, deliveries, emergency stop, audit,
+and the admin's override of a chain on a request's page.
+
+Thin handlers on ``admin_service`` (the services of the API and the CLI). Every action is
+a plain form: POST, then a redirect to a GET with a flash message; the exception is an
+action that issues a secret (a new connection, a rotated webhook secret, a new or reset
+password, a new OAuth client): its answer is the page that shows the secret, once, and
+nothing stores it to show it again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Depends
+from starlette.requests import Request
+from starlette.responses import Response
+
+from signoff.approvals import service as approvals
+from signoff.approvals.schemas import DecideApprovalRequest
+from signoff.approvals.service import TransitionResult
+from signoff.common.http import context_of
+from signoff.common.time import utcnow
+from signoff.common.validation import validate_model
+from signoff.dashboard import admin_service as admin
+from signoff.dashboard.admin_repository import AdminRepository
+from signoff.dashboard.web import (
+    Viewer,
+    checked_form,
+    not_found,
+    redirect,
+    render,
+    require_admin,
+)
+from signoff.errors import AppError, RequestNotPending, ValidationFailed
+from signoff.unit_of_work import UnitOfWork
+
+router = APIRouter(include_in_schema=False)
+Admin = Depends(require_admin)
+
+
+def _message(exc: AppError) -> str:
+    if isinstance(exc, ValidationFailed):
+        fields = exc.details.get("fields") or []
+        text = "; ".join(f"{f['field'].replace('_', ' ')} {f['message']}" for f in fields)
+        return text[:1].upper() + text[1:] if text else exc.message
+    return exc.message
+
+
+def _failed(back: str, exc: AppError) -> Response:
+    """A refused action: 404 as a page (never another org's data), the rest as a flash."""
+    if exc.status_code == 404:
+        raise not_found("This item") from None
+    return redirect(back, flash=_message(exc), kind="error")
+
+
+async def _secret_page(request: Request, viewer: Viewer, **values: Any) -> Response:
+    return await render(request, "admin_secret.html", viewer, **values)
+
+
+# ---- connections ----
+
+
+@router.get("/admin/connections")
+async def connections_page(request: Request, viewer: Viewer = Admin) -> Response:
+    ctx = context_of(request)
+    async with ctx.reading() as uow:
+        rows = await admin.connections(uow, viewer.member)
+        people = await admin.users(uow, viewer.member)
+    return await render(
+        request,
+        "admin_connections.html",
+        viewer,
+        rows=rows,
+        people=[p for p in people if p.deactivated_at is None],
+        default_rate_limit=ctx.settings.rate_limit_default,
+        ceiling=ctx.settings.rate_limit_ceiling,
+        grace_hours=admin.DEFAULT_GRACE_HOURS,
+        creating=request.query_params.get("new") == "1",
+    )
+
+
+@router.post("/admin/connections")
+async def create_connection(request: Request, viewer: Viewer = Admin) -> Response:
+    ctx = context_of(request)
+    fields = await checked_form(request, viewer)
+    try:
+        async with ctx.transaction() as uow:
+            issued = await admin.create_connection(
+                uow,
+                ctx.box,
+                ctx.settings,
+                viewer.member,
+                name=fields.get("name", ""),
+                owner=fields.get("owner_id", ""),
+                rate_limit=fields.get("rate_limit", ""),
+                now=utcnow(),
+            )
+    except AppError as exc:
+        return _failed("/admin/connections?new=1#new-connection", exc)
+    return await _secret_page(
+        request,
+        viewer,
+        title=f"Connection {issued.connection.name} created",
+        lead="Give these to the automation that uses this connection. They are shown once: "
+        "copy them now. Only their hashes or encrypted forms are kept.",
+        secrets=[
+            ("API key", "api-key", issued.api_key),
+            ("Webhook secret", "webhook-secret", issued.webhook_secret),
+        ],
+        back="/admin/connections",
+    )
+
+
+@router.post("/admin/connections/{connection_id}/revoke")
+async def revoke_connection(
+    request: Request, connection_id: str, viewer: Viewer = Admin
+) -> Response:
+    ctx = context_of(request)
+    await checked_form(request, viewer)
+    try:
+        async with ctx.transaction() as uow:
+            found = await admin.revoke_connection(uow, viewer.member, connection_id, utcnow())
+    except AppError as exc:
+        return _failed("/admin/connections", exc)
+    return redirect(
+        "/admin/connections", flash=f"{found.name} is revoked: its API key no longer works."
+    )
+
+
+@router.post("/admin/connections/{connection_id}/rotate-secret")
+async def rotate_secret(request: Request, connection_id: str, viewer: Viewer = Admin) -> Response:
+    ctx = context_of(request)
+    await checked_form(request, viewer)
+    try:
+        async with ctx.transaction() as uow:
+            found, secret = await admin.rotate_webhook_secret(
+                uow, ctx.box, viewer.member, connection_id, utcnow()
+            )
+    except AppError as exc:
+        return _failed("/admin/connections", exc)
+    return await _secret_page(
+        request,
+        viewer,
+        title=f"New webhook secret for {found.name}",
+        lead=f"Callbacks are signed with both the old and the new secret for the next "
+        f"{admin.DEFAULT_GRACE_HOURS} hours; switch your receiver over before then. "
+        "The new secret is shown once.",
+        secrets=[("Webhook secret", "webhook-secret", secret)],
+        back="/admin/connections",
+    )
+
+
+@router.post("/admin/connections/{connection_id}/rate-limit")
+async def set_rate_limit(request: Request, connection_id: str, viewer: Viewer = Admin) -> Response:
+    ctx = context_of(request)
+    fields = await checked_form(request, viewer)
+    try:
+        async with ctx.transaction() as uow:
+            found = await admin.set_rate_limit(
+                uow, ctx.settings, viewer.member, connection_id, fields.get("rate_limit", "")
+            )
+    except AppError as exc:
+        return _failed("/admin/connections", exc)
+    return redirect(
+        "/admin/connections",
+        flash=f"{found.name} may now make {found.rate_limit_per_hour:,} calls an hour.",
+    )
+
+
+# ---- users ----
+
+
+@router.get("/admin/users")
+async def users_page(request: Request, viewer: Viewer = Admin) -> Response:
+    ctx = context_of(request)
+    async with ctx.reading() as uow:
+        people = await admin.users(uow, viewer.member)
+    return await render(request, "admin_users.html", viewer, people=people, roles=admin.ROLES)
+
+
+@router.post("/admin/users")
+async def add_user(request: Request, viewer: Viewer = Admin) -> Response:
+    ctx = context_of(request)
+    fields = await checked_form(request, viewer)
+    try:
+        async with ctx.transaction() as uow:
+            user, password = await admin.add_user(
+                uow,
+                viewer.member,
+                email=fields.get("email", ""),
+                name=fields.get("name", ""),
+                role=fields.get("role", "member"),
+                now=utcnow(),
+            )
+    except AppError as exc:
+        return _failed("/admin/users", exc)
+    return await _secret_page(
+        request,
+        viewer,
+        title=f"{user.name} can sign in",
+        lead=f"Send {user.email} this initial password over a channel you trust; they can "
+        "change it under Account. It is shown once.",
+        secrets=[("Password", "password", password)],
+        back="/admin/users",
+    )
+
+
+@router.post("/admin/users/{user_id}/role")
+async def change_role(request: Request, user_id: str, viewer: Viewer = Admin) -> Response:
+    ctx = context_of(request)
+    fields = await checked_form(request, viewer)
+    try:
+        async with ctx.transaction() as uow:
+            user = await admin.change_role(uow, viewer.member, user_id, fields.get("role", ""))
+    except AppError as exc:
+        return _failed("/admin/users", exc)
+    return redirect("/admin/users", flash=f"{user.name} is now {user.role}.")
+
+
+@router.post("/admin/users/{user_id}/deactivate")
+async def deactivate_user(request: Request, user_id: str, viewer: Viewer = Admin) -> Response:
+    ctx = context_of(request)
+    await checked_form(request, viewer)
+    try:
+        async with ctx.transaction() as uow:
+            user = await admin.deactivate_user(uow, viewer.member, user_id, utcnow())
+    except AppError as exc:
+        return _failed("/admin/users", exc)
+    return redirect("/admin/users", flash=f"{user.name} is deactivated and signed out everywhere.")
+
+
+@router.post("/admin/users/{user_id}/reactivate")
+async def reactivate_user(request: Request, user_id: str, viewer: Viewer = Admin) -> Response:
+    ctx = context_of(request)
+    await checked_form(request, viewer)
+    try:
+        async with ctx.transaction() as uow:
+            user = await admin.reactivate_user(uow, viewer.member, user_id)
+    except AppError as exc:
+        return _failed("/admin/users", exc)
+    return redirect("/admin/users", flash=f"{user.name} can sign in again.")
+
+
+@router.post("/admin/users/{user_id}/reset-password")
+async def reset_password(request: Request, user_id: str, viewer: Viewer = Admin) -> Response:
+    ctx = context_of(request)
+    await checked_form(request, viewer)
+    try:
+        async with ctx.transaction() as uow:
+            user, password = await admin.reset_password(uow, viewer.member, user_id)
+    except AppError as exc:
+        return _failed("/admin/users", exc)
+    return await _secret_page(
+        request,
+        viewer,
+        title=f"New password for {user.name}",
+        lead="Their old password no longer works and their sessions have ended. "
+        "The new password is shown once.",
+        secrets=[("Password", "password", password)],
+        back="/admin/users",
+    )
+
+
+# ---- OAuth clients ----
+
+
+@router.get("/admin/oauth-clients")
+async def clients_page(request: Request, viewer: Viewer = Admin) -> Response:
+    ctx = context_of(request)
+    async with ctx.reading() as uow:
+        rows = await admin.oauth_clients(uow, viewer.member)
+        connections = await admin.connections(uow, viewer.member)
+    return await render(
+        request,
+        "admin_clients.html",
+        viewer,
+        rows=rows,
+        connections=[r for r in connections if r.connection.revoked_at is None],
+    )
+
+
+@router.post("/admin/oauth-clients")
+async def register_client(request: Request, viewer: Viewer = Admin) -> Response:
+    ctx = context_of(request)
+    fields = await checked_form(request, viewer)
+    try:
+        async with ctx.transaction() as uow:
+            issued = await admin.register_client(
+                uow,
+                ctx.settings,
+                viewer.member,
+                name=fields.get("name", ""),
+                redirect_uris=fields.get("redirect_uris", ""),
+                public=fields.get("kind") == "public",
+                connection_id=fields.get("connection_id", ""),
+                now=utcnow(),
+            )
+    except AppError as exc:
+        return _failed("/admin/oauth-clients", exc)
+    shown = [("Client ID", "client-id", issued.client.client_id)]
+    if issued.client_secret:
+        shown.append(("Client secret", "client-secret", issued.client_secret))
+    return await _secret_page(
+        request,
+        viewer,
+        title=f"OAuth client {issued.client.name} registered",
+        lead="The client ID is public. The client secret is shown once: copy it now."
+        if issued.client_secret
+        else "A public client has no secret: it proves itself with PKCE.",
+        secrets=shown,
+        back="/admin/oauth-clients",
+    )
+
+
+@router.post("/admin/oauth-clients/{client_id}/delete")
+async def delete_client(request: Request, client_id: str, viewer: Viewer = Admin) -> Response:
+    ctx = context_of(request)
+    await checked_form(request, viewer)
+    try:
+        async with ctx.transaction() as uow:
+            client = await admin.delete_client(uow, viewer.member, client_id, utcnow())
+    except AppError as exc:
+        return _failed("/admin/oauth-clients", exc)
+    return redirect(
+        "/admin/oauth-clients", flash=f"{client.name} is deleted; its tokens no longer work."
+    )
+
+
+# ---- deliveries ----
+
+
+@router.get("/admin/deliveries")
+async def deliveries_page(request: Request, viewer: Viewer = Admin) -> Response:
+    ctx = context_of(request)
+    query = dict(request.query_params)
+    filters = admin.delivery_filters(query)
+    page = admin.page_number(query.get("page"))
+    async with ctx.reading() as uow:
+        listing = await admin.deliveries(AdminRepository(uow.session), viewer.member, filters, page)
+        connections = await admin.connections(uow, viewer.member)
+    kept = {k: v for k, v in query.items() if k in ("request_id", "status", "connection_id") and v}
+    return await render(
+        request,
+        "admin_deliveries.html",
+        viewer,
+        listing=listing,
+        filters=filters,
+        query=kept,
+        statuses=admin.DELIVERY_STATUSES,
+        connections=connections,
+        page_link=lambda n: "/admin/deliveries?" + urlencode({**kept, "page": n}),
+    )
+
+
+@router.get("/admin/deliveries/{delivery_id}")
+async def delivery_page(request: Request, delivery_id: str, viewer: Viewer = Admin) -> Response:
+    ctx = context_of(request)
+    try:
+        async with ctx.reading() as uow:
+            detail = await admin.delivery(AdminRepository(uow.session), viewer.member, delivery_id)
+    except AppError:
+        raise not_found("This delivery") from None
+    return await render(
+        request, "admin_delivery.html", viewer, d=detail, shown_chars=admin.RESPONSE_BODY_SHOWN
+    )
+
+
+@router.post("/admin/deliveries/{delivery_id}/retry")
+async def retry_delivery(request: Request, delivery_id: str, viewer: Viewer = Admin) -> Response:
+    """As ``POST /api/v1/webhooks/:id/retry``: one more attempt, now, numbered after the last."""
+    ctx = context_of(request)
+    await checked_form(request, viewer)
+    back = f"/admin/deliveries/{delivery_id}"
+    try:
+        async with ctx.reading() as uow:
+            detail = await admin.delivery(AdminRepository(uow.session), viewer.member, delivery_id)
+        recorded = await ctx.webhooks.retry(viewer.org.id, detail.row.delivery.id)
+    except AppError as exc:
+        return _failed(back, exc)
+    entry = recorded.entry
+    if entry.success:
+        return redirect(back, flash=f"Attempt {entry.attempt} succeeded ({entry.status_code}).")
+    why = f"HTTP {entry.status_code}" if entry.status_code else (entry.error or "no answer")
+    return redirect(back, flash=f"Attempt {entry.attempt} failed: {why}.", kind="error")
+
+
+# ---- emergency stop ----
+
+
+@router.get("/admin/emergency-stop")
+async def stop_page(request: Request, viewer: Viewer = Admin) -> Response:
+    ctx = context_of(request)
+    async with ctx.reading() as uow:
+        state = await admin.stop_state(uow, viewer.member, ctx.settings)
+    return await render(request, "admin_stop.html", viewer, state=state)
+
+
+@router.post("/admin/emergency-stop")
+async def set_stop(request: Request, viewer: Viewer = Admin) -> Response:
+    """As ``PUT /api/v1/emergency-stop``: the stop commits first, then the cancellations."""
+    ctx = context_of(request)
+    fields = await checked_form(request, viewer)
+    back = "/admin/emergency-stop"
+    active = fields.get("active") == "on"
+    if active and fields.get("confirm") != "yes":
+        return redirect(back, flash="Tick the confirmation to turn the stop on.", kind="error")
+    async with ctx.transaction() as uow:
+        await admin.set_stop(uow, viewer.member, active, utcnow())
+    cancelled = 0
+    if active and fields.get("cancel_pending") == "yes":
+
+        async def committed(batch: UnitOfWork, results: list[TransitionResult]) -> None:
+            await ctx.webhooks.hand_off(batch.outbox)
+
+        cancelled = await approvals.cancel_all_pending(
+            ctx.transaction, viewer.org.id, viewer.member, committed, poisoned=ctx.poisoned
+        )
+    if not active:
+        return redirect(back, flash="The emergency stop is off: requests flow again.")
+    extra = f" {cancelled:,} pending requests were cancelled." if cancelled else ""
+    return redirect(back, flash="The emergency stop is on." + extra, kind="info")
+
+
+# ---- audit ----
+
+
+@router.get("/admin/audit")
+async def audit_page(request: Request, viewer: Viewer = Admin) -> Response:
+    ctx = context_of(request)
+    query = dict(request.query_params)
+    error = None
+    try:
+        filters = admin.audit_filters(query)
+    except ValidationFailed as exc:
+        filters, error = admin.audit_filters({}), _message(exc)
+    page = admin.page_number(query.get("page"))
+    async with ctx.reading() as uow:
+        repo = AdminRepository(uow.session)
+        listing = await admin.audit(repo, viewer.member, filters, page)
+        types = await repo.audit_types(viewer.org.id)
+        people = await admin.users(uow, viewer.member)
+    kept = {
+        k: v
+        for k, v in query.items()
+        if k in ("type", "request_id", "actor_id", "since", "until") and v
+    }
+    return await render(
+        request,
+        "admin_audit.html",
+        viewer,
+        listing=listing,
+        query=kept,
+        types=types,
+        people=people,
+        names={p.id: p.name for p in people},
+        error=error,
+        page_link=lambda n: "/admin/audit?" + urlencode({**kept, "page": n}),
+    )
+
+
+# ---- the admin's override of a chain (a form on the request's page) ----
+
+
+@router.post("/requests/{request_id}/override")
+async def override(request: Request, request_id: str, viewer: Viewer = Admin) -> Response:
+    """A request-level decision by an admin on a chain, as ``PATCH /api/v1/approvals/:id``
+    allows: it decides the whole request, whatever steps are still open."""
+    ctx = context_of(request)
+    fields = await checked_form(request, viewer)
+    back = f"/requests/{request_id}"
+    if viewer.org.emergency_stop:
+        return redirect(back, flash="The emergency stop is on: nothing is decided.", kind="error")
+    data = {
+        "decision": fields.get("decision"),
+        "comment": fields.get("comment", "").strip(),
+        "source": "dashboard",
+    }
+    try:
+        payload = validate_model(DecideApprovalRequest, data, ctx.settings)
+        rid = admin._id(request_id)
+        if rid is None:
+            raise not_found("This request")
+        async with ctx.transaction() as uow:
+            await approvals.decide(uow, viewer.member, rid, payload, utcnow())
+    except RequestNotPending:
+        return redirect(back, flash="Someone decided this request before you.", kind="info")
+    except AppError as exc:
+        return _failed(back, exc)
+    await ctx.webhooks.deliver_outbox(uow.outbox)
+    verb = "approved" if payload.decision == "approve" else "rejected"
+    return redirect(back, flash=f"You overrode the chain: the request is {verb}.")

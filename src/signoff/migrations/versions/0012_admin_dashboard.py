@@ -1,7 +1,7 @@
 """admin dashboard: who turned the emergency stop on, and the org-wide logs' indexes
 
 Revision ID: 0012
-Revises: 0010
+Revises: 0011
 Create Date: 2026-11-25
 
 ``organizations.emergency_stop_at`` / ``emergency_stop_by``: the emergency-stop page
@@ -18,7 +18,7 @@ from alembic import op
 import signoff.models.base
 
 revision = "0012"
-down_revision = "0010"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 

@@ -28,6 +28,7 @@ from signoff.oauth.endpoints import api_router as oauth_api_router
 from signoff.oauth.endpoints import router as oauth_router
 from signoff.openapi import install_docs
 from signoff.orgs.endpoints import router as orgs_router
+from signoff.remote_mcp.server import RemoteMcp
 from signoff.steps.endpoints import router as steps_router
 from signoff.webhooks.endpoints import router as webhooks_router
 from signoff.worker.deliveries import run_delivery_worker
@@ -166,7 +167,8 @@ def create_app(
             else []
         )
         try:
-            yield
+            async with remote_mcp.running():
+                yield
         finally:
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -193,6 +195,8 @@ def create_app(
         webhooks_router,
     )
     _install_health(app, ctx)
+    remote_mcp = RemoteMcp(app, settings)
+    app.router.routes.extend(remote_mcp.routes())
     install_docs(app)
     # Added inner first: the guard wraps the size limit, so a 413 carries rate headers too.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)

@@ -1,0 +1,241 @@
+"""``/mcp`` as remote MCP clients use it: the SDK's own streamable-HTTP client against the
+app served by uvicorn on a loopback port, with the API keys and OAuth tokens of /api/v1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+import uvicorn
+from mcp.client.streamable_http import streamable_http_client
+
+from mcp import Client
+from signoff.app import create_app
+from signoff.context import AppContext
+from tests.conftest import Org
+from tests.oauth_support import grant, register_client
+
+pytestmark = pytest.mark.anyio
+
+TOOLS = {
+    "request_approval",
+    "get_approval",
+    "wait_for_decision",
+    "list_approvals",
+    "cancel_approval",
+    "add_comment",
+}
+STARTUP_DEADLINE_SECONDS = 20.0
+
+
+@dataclass
+class Live:
+    base_url: str
+
+    @property
+    def mcp_url(self) -> str:
+        return self.base_url + "/mcp"
+
+    def session(self, token: str) -> Client:
+        http = httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=60)
+        )
+        return Client(
+            streamable_http_client(self.mcp_url, http_client=http), read_timeout_seconds=60
+        )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+async def live(ctx: AppContext) -> AsyncIterator[Live]:
+    """The app, lifespan and all, served by uvicorn in this loop; ready once it says so."""
+    port = _free_port()
+    ctx.settings.public_url = f"http://127.0.0.1:{port}"
+    app = create_app(ctx.settings, ctx=ctx, background=False)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    serving = asyncio.create_task(server.serve())
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + STARTUP_DEADLINE_SECONDS
+    while not server.started:
+        assert not serving.done(), "uvicorn stopped before it started"
+        assert loop.time() < deadline, "uvicorn did not start in time"
+        await asyncio.sleep(0.01)
+    try:
+        yield Live(f"http://127.0.0.1:{port}")
+    finally:
+        server.should_exit = True
+        await serving
+
+
+def structured(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    data: dict[str, Any] = result.structured_content
+    assert json.loads(result.content[0].text) == data
+    return data
+
+
+def tool_error(result: Any) -> str:
+    """The API's "CODE: message", after the SDK's "Error executing tool NAME: "."""
+    assert result.is_error, result.structured_content
+    text: str = result.content[0].text
+    assert text.startswith("Error executing tool "), text
+    return text.split(": ", 1)[1]
+
+
+async def test_tools_request_decide_and_read_back(live: Live, org: Org) -> None:
+    async with live.session(org.member.api_key) as mcp:
+        tools = {tool.name: tool for tool in (await mcp.list_tools()).tools}
+        assert set(tools) == TOOLS
+        assert set(tools["request_approval"].input_schema["required"]) == {
+            "title",
+            "description",
+            "priority",
+        }
+        asked = structured(
+            await mcp.call_tool(
+                "request_approval",
+                {
+                    "title": "Rotate the database password",
+                    "description": "The old one was pasted in a chat.",
+                    "priority": "critical",
+                    "action_type": "ops.rotate",
+                },
+            )
+        )
+        assert (asked["status"], asked["decided"]) == ("pending", False)
+
+        async with httpx.AsyncClient(base_url=live.base_url) as api:
+            decided = await api.patch(
+                f"/api/v1/approvals/{asked['id']}",
+                json={"decision": "approve", "comment": "do it now"},
+                headers=org.admin.headers,
+            )
+            assert decided.status_code == 200, decided.text
+            created = (
+                await api.get(f"/api/v1/approvals/{asked['id']}", headers=org.admin.headers)
+            ).json()
+        # Made as the caller: their connection, their org, labelled as coming from MCP.
+        assert (created["action_type"], created["source"]) == ("ops.rotate", "mcp")
+
+        read = structured(await mcp.call_tool("get_approval", {"id": asked["id"]}))
+        assert (read["status"], read["comment"], read["decided_by"]) == (
+            "approved",
+            "do it now",
+            org.admin.name,
+        )
+        listed = structured(await mcp.call_tool("list_approvals", {"status": "approved"}))
+        assert [item["id"] for item in listed["approvals"]] == [asked["id"]]
+
+
+async def test_waiting_reports_progress_until_the_decision(live: Live, org: Org) -> None:
+    progress: list[float] = []
+    waiting = asyncio.Event()
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+        waiting.set()
+
+    async with live.session(org.member.api_key) as mcp:
+        asked = structured(
+            await mcp.call_tool(
+                "request_approval",
+                {"title": "Drop the staging table", "description": "Unused.", "priority": "low"},
+            )
+        )
+
+        async def decide_once_waiting() -> None:
+            await waiting.wait()
+            async with httpx.AsyncClient(base_url=live.base_url) as api:
+                answer = await api.patch(
+                    f"/api/v1/approvals/{asked['id']}",
+                    json={"decision": "reject", "comment": "keep it"},
+                    headers=org.admin.headers,
+                )
+                assert answer.status_code == 200, answer.text
+
+        deciding = asyncio.create_task(decide_once_waiting())
+        waited = structured(
+            await mcp.call_tool(
+                "wait_for_decision",
+                {"id": asked["id"], "timeout_seconds": 30},
+                progress_callback=on_progress,
+            )
+        )
+        await deciding
+    assert (waited["status"], waited["comment"]) == ("rejected", "keep it")
+    assert progress
+
+
+async def test_an_unknown_key_gets_401_naming_the_resource_metadata(live: Live) -> None:
+    async with httpx.AsyncClient(base_url=live.base_url) as http:
+        refused = await http.post(
+            "/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            headers={"Authorization": "Bearer gk_not_a_key", "Accept": "application/json"},
+        )
+        assert refused.status_code == 401
+        assert refused.json()["error"]["code"] == "UNAUTHORIZED"
+        metadata_url = f"{live.base_url}/.well-known/oauth-protected-resource/mcp"
+        assert refused.headers["www-authenticate"] == f'Bearer resource_metadata="{metadata_url}"'
+
+        for url in (metadata_url, f"{live.base_url}/.well-known/oauth-protected-resource"):
+            metadata = (await http.get(url)).json()
+            assert metadata["resource"] == f"{live.base_url}/mcp"
+            assert metadata["authorization_servers"] == [live.base_url]
+            assert "approvals:write" in metadata["scopes_supported"]
+        # ... and the authorization server named there serves its own metadata.
+        server = (await http.get(f"{live.base_url}/.well-known/oauth-authorization-server")).json()
+        assert server["issuer"] == live.base_url
+
+    with pytest.raises(Exception):  # noqa: B017 - the SDK's client gives up on a 401
+        async with live.session("gk_not_a_key") as mcp:
+            await mcp.list_tools()
+
+
+async def test_a_token_without_approvals_write_gets_a_tool_error(
+    live: Live, ctx: AppContext, org: Org
+) -> None:
+    client = await register_client(ctx, org.admin)
+    tokens = await grant(ctx, client, org.member, ("approvals:read",))
+    async with live.session(tokens["access_token"]) as mcp:
+        assert {tool.name for tool in (await mcp.list_tools()).tools} == TOOLS
+        refused = await mcp.call_tool(
+            "request_approval", {"title": "Scale up", "description": "Load.", "priority": "low"}
+        )
+        assert tool_error(refused).startswith("INSUFFICIENT_SCOPE:")
+        # Reading is within its scopes.
+        assert structured(await mcp.call_tool("list_approvals", {}))["count"] == 0
+
+
+async def test_the_emergency_stop_refuses_writes_and_lets_reads_through(
+    live: Live, ctx: AppContext, org: Org
+) -> None:
+    ctx.settings.emergency_stop = True
+    async with live.session(org.member.api_key) as mcp:
+        refused = await mcp.call_tool(
+            "request_approval", {"title": "Deploy", "description": "Now.", "priority": "high"}
+        )
+        assert tool_error(refused).startswith("EMERGENCY_STOP")
+        assert structured(await mcp.call_tool("list_approvals", {}))["count"] == 0
+
+
+async def test_an_unknown_id_is_a_tool_error_not_a_crash(live: Live, org: Org) -> None:
+    async with live.session(org.member.api_key) as mcp:
+        missing = await mcp.call_tool("get_approval", {"id": "not-an-id"})
+        assert tool_error(missing).startswith("NOT_FOUND:")
+        assert {tool.name for tool in (await mcp.list_tools()).tools} == TOOLS

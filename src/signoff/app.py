@@ -20,6 +20,8 @@ from signoff.approvals.endpoints import router as approvals_router
 from signoff.common.http import json_response
 from signoff.common.openapi import errors
 from signoff.common.validation import validation_failed_from
+from signoff.compat.endpoints import router as legacy_clients_router
+from signoff.compat.middleware import LegacyDataEnvelope
 from signoff.config import Settings, get_settings
 from signoff.context import AppContext
 from signoff.errors import AppError, MethodNotAllowed, NotFound, ServiceUnavailable
@@ -194,10 +196,14 @@ def create_app(
         steps_router,
         webhooks_router,
     )
+    if settings.compat_legacy_clients:
+        _add_routes(app, legacy_clients_router)
     _install_health(app, ctx)
     remote_mcp = RemoteMcp(app, settings)
     app.router.routes.extend(remote_mcp.routes())
     install_docs(app)
+    if settings.compat_legacy_clients:
+        app.add_middleware(LegacyDataEnvelope)
     # Added inner first: the guard wraps the size limit, so a 413 carries rate headers too.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(ApiGuard, ctx=ctx)

@@ -97,6 +97,9 @@ class Settings(BaseSettings):
     session_ttl_seconds: int = Field(12 * 3600, ge=60)
     login_attempts_per_hour: int = Field(30, ge=1)
 
+    # Older clients of the interface (docs/configuration.md): a deviation from it while on.
+    compat_legacy_clients: bool = False
+
     @field_validator("public_url")
     @classmethod
     def _strip_public_url(cls, value: str) -> str:

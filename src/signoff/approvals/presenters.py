@@ -6,54 +6,57 @@ models in schemas.py, but a hot read path need not run them through validation a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from signoff.approvals.record import RequestRecord
+from signoff.approvals.shape import REQUEST_FIELDS
 from signoff.approvals.state import is_past_expiry
 from signoff.common.time import format_timestamp
 from signoff.models import ApprovalStep, AuditEvent, Comment, Vote
 
 
+def _as_id(value: Any) -> str | None:
+    return str(value) if value is not None else None
+
+
+def _as_object(value: Any) -> Any:
+    return value or {}
+
+
+# How each kind of value becomes JSON (None: as it is); see shape.Kind.
+_CONVERT: dict[str, Callable[[Any], Any] | None] = {
+    "id": _as_id,
+    "time": format_timestamp,
+    "flag": None,
+    "object": _as_object,
+    "plain": None,
+}
+# Each key of the answer, the index of its value in a RequestRecord, and its conversion.
+_PLAN = tuple(
+    (f.key, RequestRecord._fields.index(f.source), _CONVERT[f.kind]) for f in REQUEST_FIELDS
+)
+_WHEN_EXPIRED = {f.when_expired: f.key for f in REQUEST_FIELDS if f.when_expired}
+
+
 def request_to_dict(row: RequestRecord, now: datetime) -> dict[str, Any]:
-    """The whole request as every read shows it; ``callback_headers`` is never echoed.
+    """The whole request as every read shows it (``shape.REQUEST_FIELDS``);
+    ``callback_headers`` is never echoed.
 
     A pending request past its deadline reads as expired (decided at its deadline) even
     before the sweep has written that down, so every reader sees one truth.
 
-    List pages get the same object from the database (``rendered.request_json``): a change
-    here is a change there, and ``tests/api/test_rendered.py`` fails until both agree.
+    List pages get the same object from the database (``rendered.request_json``), from
+    the same declaration; ``tests/api/test_rendered.py`` checks both agree.
     """
-    status = row.status
-    decided_at = row.decided_at
-    if status == "pending" and is_past_expiry(row.expires_at, now):
-        status, decided_at = "expired", row.expires_at
-    return {
-        "id": str(row.id),
-        "org_id": str(row.org_id),
-        "connection_id": str(row.connection_id),
-        "title": row.title,
-        "description": row.description,
-        "status": status,
-        "priority": row.priority,
-        "action_type": row.action_type,
-        "source": row.source,
-        "metadata": row.metadata_ or {},
-        "callback_url": row.callback_url,
-        "required_approvals": row.required_approvals,
-        "current_approvals": row.current_approvals,
-        "is_sequential": row.is_sequential,
-        "idempotency_key": row.idempotency_key,
-        "created_at": format_timestamp(row.created_at),
-        "updated_at": format_timestamp(row.updated_at),
-        "expires_at": format_timestamp(row.expires_at),
-        "decided_at": format_timestamp(decided_at),
-        "decided_by": str(row.decided_by) if row.decided_by else None,
-        "decided_by_name": row.decided_by_name,
-        "decision_comment": row.decision_comment,
-        "cancelled_at": format_timestamp(row.cancelled_at),
-        "comments_count": row.comments_count,
+    body = {
+        key: row[index] if convert is None else convert(row[index]) for key, index, convert in _PLAN
     }
+    if row.status == "pending" and is_past_expiry(row.expires_at, now):
+        body[_WHEN_EXPIRED["status"]] = "expired"
+        body[_WHEN_EXPIRED["deadline"]] = format_timestamp(row.expires_at)
+    return body
 
 
 def comment_to_dict(row: Comment) -> dict[str, Any]:

@@ -53,12 +53,30 @@ def request_columns() -> list[Label[Any]]:
 
 
 # A column's name where it differs from the record's field (``metadata`` is taken by
-# SQLAlchemy's declarative base).
-FIELD_OF_COLUMN = {"metadata": "metadata_"}
+# SQLAlchemy's declarative base), and the other way round.
+COLUMN_OF_FIELD = {"metadata_": "metadata"}
+FIELD_OF_COLUMN = {column: field for field, column in COLUMN_OF_FIELD.items()}
 
 
-def record_written(values: dict[str, Any]) -> RequestRecord:
-    """A new row as it was written from ``values`` (by column); columns not given are NULL."""
-    fields: dict[str, Any] = dict.fromkeys(RequestRecord._fields)
-    fields.update((FIELD_OF_COLUMN.get(key, key), value) for key, value in values.items())
-    return RequestRecord(**fields)
+# Every column of the table, by its name: what a new request's insert writes.
+COLUMNS = tuple(COLUMN_OF_FIELD.get(name, name) for name in RequestRecord._fields)
+
+
+def _scalar_default(column: str) -> Any:
+    default = ApprovalRequest.__table__.c[column].default
+    return default.arg if default is not None and default.is_scalar else None
+
+
+# What a create leaves to the table's defaults: a column added with a constant default
+# needs no change to the create.
+_DEFAULTS = {column: _scalar_default(column) for column in COLUMNS}
+
+
+def new_row(values: dict[str, Any]) -> dict[str, Any]:
+    """Every column of a new request: ``values`` (by column), the rest their defaults."""
+    return {**_DEFAULTS, **values}
+
+
+def record_written(row: dict[str, Any]) -> RequestRecord:
+    """A new row as it was written (``new_row``), as a record."""
+    return RequestRecord(*(row[column] for column in COLUMNS))

@@ -28,6 +28,8 @@ from sqlalchemy import (
     literal_column,
 )
 
+from signoff.approvals.record import COLUMN_OF_FIELD
+from signoff.approvals.shape import REQUEST_FIELDS
 from signoff.models import ApprovalRequest
 from signoff.models.base import UTCDateTime
 
@@ -50,42 +52,36 @@ def is_past_expiry(rows: FromClause = _REQUESTS) -> ColumnElement[bool]:
 
 def request_json(dialect: str, rows: FromClause = _REQUESTS) -> ColumnElement[str]:
     """The request of each row as a JSON object (text), with the keys and values of
-    ``request_to_dict``; ``callback_headers`` is never rendered. ``rows``: the requests
-    table, or a selection of its columns (a subquery)."""
+    ``request_to_dict``, both derived from ``shape.REQUEST_FIELDS``; ``callback_headers``
+    is never rendered. ``rows``: the requests table, or a selection of its columns (a
+    subquery)."""
     render: _Renderer = _SQLite if dialect == "sqlite" else _PostgreSQL
     r = rows.c
     expired = and_(r.status == _sql("pending"), is_past_expiry(rows))
-    fields: list[tuple[str, ColumnElement[Any]]] = [
-        ("id", render.uuid(r.id)),
-        ("org_id", render.uuid(r.org_id)),
-        ("connection_id", render.uuid(r.connection_id)),
-        ("title", r.title),
-        ("description", r.description),
-        ("status", case((expired, _sql("expired")), else_=r.status)),
-        ("priority", r.priority),
-        ("action_type", r.action_type),
-        ("source", r.source),
-        ("metadata", render.json_object_or_empty(r.metadata)),
-        ("callback_url", r.callback_url),
-        ("required_approvals", r.required_approvals),
-        ("current_approvals", r.current_approvals),
-        ("is_sequential", render.boolean(r.is_sequential)),
-        ("idempotency_key", r.idempotency_key),
-        ("created_at", render.timestamp(r.created_at)),
-        ("updated_at", render.timestamp(r.updated_at)),
-        ("expires_at", render.timestamp(r.expires_at)),
-        ("decided_at", render.timestamp(case((expired, r.expires_at), else_=r.decided_at))),
-        ("decided_by", render.uuid(r.decided_by)),
-        ("decided_by_name", r.decided_by_name),
-        ("decision_comment", r.decision_comment),
-        ("cancelled_at", render.timestamp(r.cancelled_at)),
-        ("comments_count", r.comments_count),
-    ]
+    read_expired: dict[str, ColumnElement[Any]] = {
+        "status": _sql("expired"),
+        "deadline": r.expires_at,
+    }
     arguments: list[ColumnElement[Any]] = []
-    for key, value in fields:
+    for field in REQUEST_FIELDS:
+        value: ColumnElement[Any] = r[COLUMN_OF_FIELD.get(field.source, field.source)]
+        if field.when_expired:
+            value = case((expired, read_expired[field.when_expired]), else_=value)
         # Keys are constants of ours: inlined, so the statement binds only real values.
-        arguments += [_sql(key), value]
+        arguments += [_sql(field.key), _render_kind(render, field.kind, value)]
     return render.object(arguments)
+
+
+def _render_kind(render: _Renderer, kind: str, value: ColumnElement[Any]) -> ColumnElement[Any]:
+    if kind == "id":
+        return render.uuid(value)
+    if kind == "time":
+        return render.timestamp(value)
+    if kind == "flag":
+        return render.boolean(value)
+    if kind == "object":
+        return render.json_object_or_empty(value)
+    return value
 
 
 class _SQLite:

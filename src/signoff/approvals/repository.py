@@ -20,7 +20,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from signoff.approvals.record import RequestRecord, record_written, request_columns
+from signoff.approvals.record import (
+    COLUMNS,
+    RequestRecord,
+    new_row,
+    record_written,
+    request_columns,
+)
 from signoff.common.ids import new_id
 from signoff.common.time import utcnow
 from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, User, Vote
@@ -56,19 +62,11 @@ _REQUEST_BY_KEY = PreparedQuery(
 )
 
 
-# What a new request is created with: every column service.create_request sets.
-NEW_REQUEST_COLUMNS = (
-    "id", "org_id", "connection_id", "title", "description", "status", "priority",
-    "action_type", "source", "metadata", "callback_url", "callback_headers_encrypted",
-    "required_approvals", "current_approvals", "is_sequential", "idempotency_key",
-    "expires_at", "created_at", "updated_at", "comments_count", "has_steps",
-)  # fmt: skip
-
-
 def _insert_request(dialect: str) -> PreparedQuery:
+    """A new request's insert: every column (``record.new_row`` gives each a value)."""
     table: Table = ApprovalRequest.__table__  # type: ignore[assignment]
     insert = insert_ignoring_conflicts(dialect, table, ("org_id", "idempotency_key"))
-    return PreparedQuery(insert, column_keys=NEW_REQUEST_COLUMNS)
+    return PreparedQuery(insert, column_keys=COLUMNS)
 
 
 _INSERT_REQUEST = {dialect: _insert_request(dialect) for dialect in ("sqlite", "postgresql")}
@@ -221,11 +219,12 @@ class ApprovalRepository:
         ``ON CONFLICT DO NOTHING`` against the unique (org_id, idempotency_key) constraint:
         of concurrent creates with one key exactly one inserts, on both databases.
         """
-        if not await count_in(self.session, _INSERT_REQUEST[self.dialect], values):
+        row = new_row(values)
+        if not await count_in(self.session, _INSERT_REQUEST[self.dialect], row):
             return None
-        # The new row is what was written: the columns a new request leaves empty are
-        # NULL, and the values read back as written (UTC timestamps, the same JSON).
-        return record_written(values)
+        # The new row is what was written: the values read back as written (UTC
+        # timestamps, the same JSON).
+        return record_written(row)
 
     async def find_by_idempotency_key(self, org_id: uuid.UUID, key: str) -> RequestRecord | None:
         rows = await execute_in(self.session, _REQUEST_BY_KEY, {"org_id": org_id, "key": key})

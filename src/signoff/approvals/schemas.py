@@ -19,10 +19,12 @@ from pydantic import (
     Field,
     StrictBool,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
 
+from signoff.approvals.shape import REQUEST_FIELDS, Priority
 from signoff.common.openapi import default_setting, schema_only
 from signoff.common.time import parse_timestamp, utcnow
 from signoff.common.validation import (
@@ -32,7 +34,6 @@ from signoff.common.validation import (
     validate_callback_url,
 )
 
-Priority = Literal["low", "medium", "high", "critical"]
 ACTION_TYPE_PATTERN = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
 HEADER_NAME_PATTERN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 # Headers a caller may not set on callbacks: transport headers, and every header we sign
@@ -457,31 +458,12 @@ class VoteOut(BaseModel):
     created_at: str
 
 
-class ApprovalRequestOut(BaseModel):
-    id: uuid.UUID
-    org_id: uuid.UUID
-    connection_id: uuid.UUID
-    title: str
-    description: str
-    status: Literal["pending", "approved", "rejected", "cancelled", "expired"]
-    priority: Priority
-    action_type: str | None
-    source: str | None
-    metadata: dict[str, Any]
-    callback_url: str | None
-    required_approvals: int
-    current_approvals: int
-    is_sequential: bool
-    idempotency_key: str | None
-    created_at: str
-    updated_at: str
-    expires_at: str | None
-    decided_at: str | None
-    decided_by: uuid.UUID | None
-    decided_by_name: str | None
-    decision_comment: str | None
-    cancelled_at: str | None
-    comments_count: int
+# The request as every read answers it, documented from the one declaration of its shape.
+ApprovalRequestOut: type[BaseModel] = create_model(
+    "ApprovalRequestOut",
+    __doc__="An approval request, as every read, decision and cancellation answers it.",
+    **{f.key: (f.annotation, Field(description=f.description)) for f in REQUEST_FIELDS},  # type: ignore[call-overload]
+)
 
 
 class ApprovalRequestDetailOut(ApprovalRequestOut):

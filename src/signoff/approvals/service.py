@@ -57,14 +57,15 @@ async def create_request(
     box: SecretBox,
     now: datetime,
 ) -> CreateResult:
-    """Create a request, or return the org's earlier one with the same idempotency key."""
+    """Create a request, or return the org's earlier one with the same idempotency key.
+
+    Columns not named here take the table's defaults (``record.new_row``)."""
     values: dict[str, Any] = {
         "id": new_id(),
         "org_id": principal.org_id,
         "connection_id": principal.connection_id,
         "title": payload.title,
         "description": payload.description,
-        "status": "pending",
         "priority": payload.priority,
         "action_type": payload.action_type,
         "source": payload.source,
@@ -76,14 +77,11 @@ async def create_request(
             else None
         ),
         "required_approvals": payload.required_approvals,
-        "current_approvals": 0,
         "is_sequential": payload.is_sequential,
         "idempotency_key": payload.idempotency_key,
         "expires_at": payload.expires_at,
         "created_at": now,
         "updated_at": now,
-        "comments_count": 0,
-        "has_steps": False,
     }
     repo = uow.approvals
     created = await repo.insert_unless_key_taken(values)

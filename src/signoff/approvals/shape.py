@@ -1,0 +1,94 @@
+"""The public shape of an approval request, declared once.
+
+``REQUEST_FIELDS`` lists every key of a request as the API answers it, in order: its JSON
+key, the ``RequestRecord`` field it comes from, its kind, and its type and description
+for the OpenAPI document. Three renderings are derived from it and nothing else:
+
+- ``presenters.request_to_dict``: a ``RequestRecord`` to a dict (single reads, decisions,
+  cancellations, replays);
+- ``rendered.request_json``: the same object built by the database, one SQL expression
+  per dialect (list pages);
+- ``schemas.ApprovalRequestOut``: the answer model of the OpenAPI document.
+
+``tests/api/test_rendered.py`` proves the first two agree byte for byte on both
+databases, and ``tests/approvals/test_shape.py`` that the model documents exactly these
+keys. Adding a field: the table's column (``models/approvals.py``, ``RequestRecord``), a
+migration, and one line here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from signoff.approvals.state import RequestStatus
+
+Priority = Literal["low", "medium", "high", "critical"]
+
+# How a value is written in JSON: ``id`` a UUID as text, ``time`` RFC 3339 UTC with
+# milliseconds and ``Z``, ``flag`` a boolean, ``object`` a JSON object ({} when absent),
+# ``plain`` as stored (text and numbers).
+Kind = Literal["id", "time", "flag", "object", "plain"]
+
+
+@dataclass(frozen=True)
+class RequestField:
+    key: str
+    kind: Kind
+    annotation: Any
+    description: str
+    record_field: str = ""  # the RequestRecord field, when it is not ``key``
+    # A pending request past its deadline reads as expired at once (state.is_past_expiry):
+    # "status" reads "expired", "deadline" reads the deadline.
+    when_expired: Literal["status", "deadline"] | None = None
+
+    @property
+    def source(self) -> str:
+        return self.record_field or self.key
+
+
+REQUEST_FIELDS: tuple[RequestField, ...] = (
+    RequestField("id", "id", uuid.UUID, "Assigned by the service."),
+    RequestField("org_id", "id", uuid.UUID, "The owning organization."),
+    RequestField("connection_id", "id", uuid.UUID, "The connection that created it."),
+    RequestField("title", "plain", str, "What needs approval."),
+    RequestField("description", "plain", str, "Context for the approver."),
+    RequestField(
+        "status",
+        "plain",
+        RequestStatus,
+        "A pending request past `expires_at` reads `expired` at once.",
+        when_expired="status",
+    ),
+    RequestField("priority", "plain", Priority, "low, medium, high or critical."),
+    RequestField("action_type", "plain", str | None, "A dotted label, e.g. `deploy.prod`."),
+    RequestField("source", "plain", str | None, "The calling integration."),
+    RequestField(
+        "metadata",
+        "object",
+        dict[str, Any],
+        "Passed through unchanged to the callback.",
+        record_field="metadata_",
+    ),
+    RequestField("callback_url", "plain", str | None, "Where the decision is POSTed."),
+    RequestField("required_approvals", "plain", int, "Approvals needed (the steps, if any)."),
+    RequestField("current_approvals", "plain", int, "Approvals so far."),
+    RequestField("is_sequential", "flag", bool, "Steps are voted in order."),
+    RequestField("idempotency_key", "plain", str | None, "As given at create."),
+    RequestField("created_at", "time", str, "RFC 3339, UTC."),
+    RequestField("updated_at", "time", str, "RFC 3339, UTC."),
+    RequestField("expires_at", "time", str | None, "RFC 3339, UTC."),
+    RequestField(
+        "decided_at",
+        "time",
+        str | None,
+        "When it left pending; for an expired request, its deadline.",
+        when_expired="deadline",
+    ),
+    RequestField("decided_by", "id", uuid.UUID | None, "The deciding user; null on expiry."),
+    RequestField("decided_by_name", "plain", str | None, "Their name, as it was then."),
+    RequestField("decision_comment", "plain", str | None, "The deciding comment."),
+    RequestField("cancelled_at", "time", str | None, "RFC 3339, UTC."),
+    RequestField("comments_count", "plain", int, "Comments on the request."),
+)

@@ -15,6 +15,7 @@ import httpx2
 import pytest
 import uvicorn
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from mcp import Client
 from signoff.app import create_app
@@ -202,9 +203,14 @@ async def test_an_unknown_key_gets_401_naming_the_resource_metadata(live: Live) 
         server = (await http.get(f"{live.base_url}/.well-known/oauth-authorization-server")).json()
         assert server["issuer"] == live.base_url
 
-    with pytest.raises(Exception):  # noqa: B017 - the SDK's client gives up on a 401
+    # The SDK's own client is refused too: it cannot even initialize.
+    refused = False
+    try:
         async with live.session("gk_not_a_key") as mcp:
             await mcp.list_tools()
+    except* MCPError:
+        refused = True
+    assert refused
 
 
 async def test_a_token_without_approvals_write_gets_a_tool_error(
@@ -239,3 +245,31 @@ async def test_an_unknown_id_is_a_tool_error_not_a_crash(live: Live, org: Org) -
         missing = await mcp.call_tool("get_approval", {"id": "not-an-id"})
         assert tool_error(missing).startswith("NOT_FOUND:")
         assert {tool.name for tool in (await mcp.list_tools()).tools} == TOOLS
+
+
+async def test_tool_calls_count_as_the_api_calls_they_make(
+    live: Live, ctx: AppContext, org: Org
+) -> None:
+    ctx.settings.rate_limit_ceiling = 2  # the connection's hourly calls, capped
+    body = {"title": "Deploy", "description": "Now.", "priority": "high"}
+    async with live.session(org.member.api_key) as mcp:
+        # Connecting and listing the tools are not API calls; each create is one.
+        assert {tool.name for tool in (await mcp.list_tools()).tools} == TOOLS
+        for _ in range(2):
+            structured(await mcp.call_tool("request_approval", body))
+        limited = await mcp.call_tool("request_approval", body)
+        assert tool_error(limited).startswith("RATE_LIMITED:")
+
+
+async def test_calls_without_credentials_count_against_the_address(
+    live: Live, ctx: AppContext
+) -> None:
+    ctx.settings.rate_limit_unauthenticated = 2
+    async with httpx.AsyncClient(base_url=live.base_url) as http:
+        statuses = [
+            (
+                await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+            ).status_code
+            for _ in range(3)
+        ]
+    assert statuses == [401, 401, 429]

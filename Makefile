@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve worker test lint format typecheck check bench bench-callbacks bench-longpoll clean
+.PHONY: install serve worker test lint format typecheck check bench bench-callbacks bench-longpoll bench-dashboard clean
 
 CLIENT := clients/python
 
@@ -53,6 +53,10 @@ bench-callbacks: $(STAMP)
 # Long polls woken by a decision: 1,000 waiters answered within 1 s (docs/performance.md).
 bench-longpoll: $(STAMP)
 	$(BIN)/python -m bench.longpoll $(BENCH_ARGS)
+
+# The dashboard's pages in an org of 10,000 requests: p50, p95 and size of each.
+bench-dashboard: $(STAMP)
+	$(BIN)/python -m bench.dashboard $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

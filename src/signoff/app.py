@@ -24,6 +24,7 @@ from signoff.compat.endpoints import router as legacy_clients_router
 from signoff.compat.middleware import LegacyDataEnvelope
 from signoff.config import Settings, get_settings
 from signoff.context import AppContext
+from signoff.dashboard.endpoints import install_dashboard
 from signoff.errors import AppError, MethodNotAllowed, NotFound, ServiceUnavailable
 from signoff.middleware import ApiGuard, BodySizeLimit, StripTrailingSlash
 from signoff.oauth.endpoints import api_router as oauth_api_router
@@ -202,6 +203,7 @@ def create_app(
     remote_mcp = RemoteMcp(app, settings)
     app.router.routes.extend(remote_mcp.routes())
     install_docs(app)
+    install_dashboard(app)  # the server-rendered pages, after the API's routes
     if settings.compat_legacy_clients:
         app.add_middleware(LegacyDataEnvelope)
     # Added inner first: the guard wraps the size limit, so a 413 carries rate headers too.

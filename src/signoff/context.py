@@ -15,6 +15,7 @@ from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
+from signoff.dashboard.live import OrgSignals
 from signoff.oauth.credentials import hash_token, looks_like_access_token
 from signoff.orgs.repository import PrincipalsByKey
 from signoff.ratelimit.limiter import RateLimiter
@@ -69,10 +70,14 @@ class AppContext:
     webhooks: WebhookDispatcher = field(init=False)
     # Who an API key is, read once per state of the database (orgs/repository.py).
     principals: PrincipalsByKey = field(init=False)
+    # Wakes the dashboard's open pages of an org when one of its requests changes.
+    live: OrgSignals = field(init=False)
 
     def __post_init__(self) -> None:
         self.webhooks = WebhookDispatcher(self.settings, self.db, self.box, self.poisoned)
         self.principals = PrincipalsByKey(self.db.queries)
+        postgres = self.db.dialect == "postgresql"
+        self.live = OrgSignals(self.settings.database_url if postgres else None)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AppContext:
@@ -94,9 +99,12 @@ class AppContext:
         self.publish(uow.changes)
 
     def publish(self, changes: Sequence[RequestChange]) -> None:
-        """Tell this process's watchers (long polls) of requests a commit changed."""
+        """Tell this process's watchers (long polls) of requests a commit changed, and the
+        dashboard's live pages of their orgs (every replica's, on PostgreSQL)."""
         for change in changes:
             self.waiters.notify(change.request_id)
+        for org_id in {change.org_id for change in changes}:
+            self.live.request_changed(org_id)
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[UnitOfWork]:
@@ -116,5 +124,6 @@ class AppContext:
         return None
 
     async def close(self) -> None:
+        await self.live.close()
         await self.webhooks.close()
         await self.db.dispose()

@@ -14,7 +14,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from signoff.approvals import service
-from signoff.approvals.listing import ListFilters
 from signoff.approvals.presenters import (
     comment_to_dict,
     event_to_dict,
@@ -26,7 +25,6 @@ from signoff.approvals.presenters import (
 from signoff.approvals.record import RequestRecord
 from signoff.approvals.repository import ApprovalReads
 from signoff.approvals.schemas import (
-    MAX_PAGE,
     AddComment,
     ApprovalListOut,
     ApprovalRequestDetailOut,
@@ -39,7 +37,6 @@ from signoff.approvals.schemas import (
     DecisionOut,
     ListApprovalsQuery,
 )
-from signoff.approvals.state import REQUEST_STATUSES
 from signoff.auth.principal import Principal
 from signoff.common.http import (
     context_of,
@@ -48,7 +45,13 @@ from signoff.common.http import (
     path_id,
     require_scope,
 )
-from signoff.common.openapi import UuidPath, default_setting, documented_as, errors
+from signoff.common.openapi import (
+    UuidPath,
+    default_setting,
+    documented_as,
+    errors,
+    query_parameters,
+)
 from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body, read_json_object, validate_model
@@ -60,7 +63,7 @@ from signoff.errors import (
     RequestNotPending,
     ValidationFailed,
 )
-from signoff.webhooks.service import check_callback_url, delivered
+from signoff.webhooks.service import all_succeeded, check_callback_url
 
 router = APIRouter(prefix="/api/v1", tags=["approvals"], route_class=LeanRoute)
 
@@ -68,14 +71,7 @@ Reader = Annotated[Principal, Depends(require_scope("approvals:read"))]
 Writer = Annotated[Principal, Depends(require_scope("approvals:write"))]
 Commenter = Annotated[Principal, Depends(require_scope("comments:write"))]
 
-# Query parameters as documented; the handlers read strings and validate them (400).
-PAGE = {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}
-PAGE_SIZE = {"type": "integer", "minimum": 1, "maximum": 100}
-STATUS_FILTER = {"type": "array", "items": {"type": "string", "enum": list(REQUEST_STATUSES)}}
-PRIORITY_FILTER = {"type": "string", "enum": ["low", "medium", "high", "critical"]}
-LABEL_FILTER = {"type": "string", "maxLength": default_setting("max_label_length")}
-TIMESTAMP = {"type": "string", "format": "date-time"}
-ASSIGNED_TO = {"type": "string", "anyOf": [{"enum": ["me"]}, {"format": "uuid"}]}
+# The long poll's parameter as documented; the handler reads a string and validates it.
 WAIT = {
     "type": "number",
     "minimum": 0,
@@ -140,78 +136,16 @@ def _replay(existing: RequestRecord) -> Response:
     "/approvals",
     response_model=ApprovalListOut,
     responses=errors(ValidationFailed),
+    openapi_extra={"parameters": query_parameters(ListApprovalsQuery)},
     summary="List approval requests",
 )
-async def list_approvals(
-    request: Request,
-    principal: Reader,
-    page: Annotated[
-        str | None, documented_as(PAGE), Query(description="Page number, from 1.")
-    ] = None,
-    page_size: Annotated[
-        str | None, documented_as(PAGE_SIZE), Query(description="1 to 100, default 20.")
-    ] = None,
-    limit: Annotated[
-        str | None, documented_as(PAGE_SIZE), Query(description="Alias of page_size.")
-    ] = None,
-    status: Annotated[
-        str | None,
-        documented_as(STATUS_FILTER),
-        Query(description="One status, several (repeated), or a comma-separated list."),
-    ] = None,
-    priority: Annotated[str | None, documented_as(PRIORITY_FILTER), Query()] = None,
-    action_type: Annotated[str | None, documented_as(LABEL_FILTER), Query()] = None,
-    source: Annotated[str | None, documented_as(LABEL_FILTER), Query()] = None,
-    search: Annotated[
-        str | None,
-        documented_as({"type": "string", "maxLength": 500}),
-        Query(
-            description="Full-text search of title and description: every word must match, "
-            "as a prefix, case-insensitively; punctuation and operators are ignored. Best "
-            "matches first (title matches before description matches)."
-        ),
-    ] = None,
-    created_after: Annotated[
-        str | None, documented_as(TIMESTAMP), Query(description="RFC 3339; inclusive.")
-    ] = None,
-    created_before: Annotated[
-        str | None, documented_as(TIMESTAMP), Query(description="RFC 3339; exclusive.")
-    ] = None,
-    decided_after: Annotated[
-        str | None,
-        documented_as(TIMESTAMP),
-        Query(description="RFC 3339; inclusive. Expired requests count as decided at expiry."),
-    ] = None,
-    decided_before: Annotated[
-        str | None, documented_as(TIMESTAMP), Query(description="RFC 3339; exclusive.")
-    ] = None,
-    assigned_to: Annotated[
-        str | None,
-        documented_as(ASSIGNED_TO),
-        Query(
-            description="`me` (or a user id): pending requests waiting for that user's vote "
-            "now: a step of theirs that is votable (in turn, for sequential chains), or a "
-            "count-based request they have not voted on."
-        ),
-    ] = None,
-) -> Response:
+async def list_approvals(request: Request, principal: Reader) -> Response:
     ctx = context_of(request)
-    raw = dict(request.query_params)
+    raw: dict[str, Any] = dict(request.query_params)
     if len(statuses := request.query_params.getlist("status")) > 1:
         raw["status"] = ",".join(statuses)
     query = validate_model(ListApprovalsQuery, raw, ctx.settings)
-    filters = ListFilters(
-        statuses=query.status,
-        priority=query.priority,
-        action_type=query.action_type,
-        source=query.source,
-        search=query.search,
-        created_after=query.created_after,
-        created_before=query.created_before,
-        decided_after=query.decided_after,
-        decided_before=query.decided_before,
-        assigned_to=principal.user_id if query.assigned_to == "me" else query.assigned_to_id,
-    )
+    filters = query.filters(principal.user_id)
     rendered, total = await service.list_requests(
         ApprovalReads(ctx.db.queries),
         principal,
@@ -322,7 +256,7 @@ async def decide_approval(request: Request, request_id: UuidPath, principal: Wri
         result = await service.decide(uow, principal, rid, payload, now)
     body = request_to_dict(result.request, now)
     # Attempt 1 runs now that the decision is committed; the answer reports its outcome.
-    body["callback_delivered"] = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
+    body["callback_delivered"] = all_succeeded(await ctx.webhooks.deliver_outbox(uow.outbox))
     return json_response(body)
 
 
@@ -341,7 +275,7 @@ async def cancel_approval(request: Request, request_id: UuidPath, principal: Wri
     async with ctx.transaction() as uow:
         result = await service.cancel(uow, principal, rid, now)
     body = request_to_dict(result.request, now)
-    body["callback_delivered"] = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
+    body["callback_delivered"] = all_succeeded(await ctx.webhooks.deliver_outbox(uow.outbox))
     return json_response(body)
 
 

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import (
     BindParameter,
@@ -29,6 +29,7 @@ from sqlalchemy import (
     Uuid,
     and_,
     bindparam,
+    case,
     column,
     exists,
     func,
@@ -39,7 +40,7 @@ from sqlalchemy import (
     union_all,
 )
 from sqlalchemy.orm import aliased
-from sqlalchemy.sql.selectable import NamedFromClause
+from sqlalchemy.sql.selectable import FromClause, NamedFromClause
 
 from signoff.approvals.rendered import is_past_expiry as _is_past_expiry
 from signoff.approvals.rendered import request_json
@@ -91,9 +92,13 @@ async def read_page(
     now: datetime,
     offset: int,
     limit: int,
+    order: ListOrder = "newest",
 ) -> tuple[list[str], int]:
     """A page of the org's requests that pass ``filters``, each rendered as its JSON
-    object by the database (``rendered.py``), and their total; read in one transaction."""
+    object by the database (``rendered.py``), and their total; read in one transaction.
+
+    ``order``: newest first (the API's list), or ``urgent``: highest priority first, then
+    the longest waiting (an approver's inbox)."""
     params: dict[str, Any] = {"org_id": org_id, "now": now, "offset": offset, "limit": limit}
     params.update(
         (name, getattr(filters, name))
@@ -105,12 +110,16 @@ async def read_page(
         if not terms:
             return [], 0
         params["search_query"] = _search_query(queries.dialect_name, terms, org_id)
-    plan = page_queries(
-        queries.dialect_name,
+    shape = _Shape(
         tuple(sorted(set(filters.statuses or ()))),
         frozenset(name for name in _VALUE_FILTERS if name in params),
         filters.search is not None,
     )
+    plan = page_queries(queries.dialect_name, shape.statuses, shape.filters, shape.search)
+    if order == "urgent":
+        page = urgent_page_query(queries.dialect_name, shape.statuses, shape.filters, shape.search)
+        rows, totals = await queries.all_in_one_read((page, params), (plan.count, params))
+        return [row.json for row in rows], _total(totals)
     if plan.page_of_few is None:
         rows, totals = await queries.all_in_one_read((plan.page, params), (plan.count, params))
         return [row.json for row in rows], _total(totals)
@@ -123,6 +132,49 @@ async def read_page(
         [(plan.count, params), (_UNFILTERED_TOTAL, params)], page_for
     )
     return [row.json for row in rows], _total(totals)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What a list query is prepared for: the statuses, the other filters, searching."""
+
+    statuses: tuple[str, ...]
+    filters: frozenset[str]
+    search: bool
+
+
+ListOrder = Literal["newest", "urgent"]
+_PRIORITY_RANK = {"critical": 4, "high": 3, "medium": 2, "low": 1}
+
+
+def _urgency(rows: FromClause) -> list[ColumnElement[Any]]:
+    """Most urgent first: the highest priority, then the longest waiting."""
+    rank = case(_PRIORITY_RANK, value=rows.c.priority, else_=0)
+    return [rank.desc(), rows.c.created_at.asc(), rows.c.id.asc()]
+
+
+@functools.lru_cache(maxsize=64)
+def urgent_page_query(
+    dialect: str, statuses: tuple[str, ...], filters: frozenset[str], search: bool
+) -> PreparedQuery:
+    """A page in ``urgent`` order: the page's rows chosen and sorted in a subquery, and only
+    they rendered (as ``_page_rendered_after_choosing`` does, for the same reason). Its
+    callers filter to what waits for one person, a small share of the org's requests."""
+    conditions = [ApprovalRequest.org_id == bindparam("org_id"), *_conditions(statuses, filters)]
+    columns = select(*ApprovalRequest.__table__.columns)
+    if search:
+        columns, _ = _with_search(dialect, columns)
+    requests: FromClause = ApprovalRequest.__table__
+    chosen = (
+        columns.where(*conditions)
+        .order_by(*_urgency(requests))
+        .offset(bindparam("offset"))
+        .limit(bindparam("limit"))
+        .subquery("page")
+    )
+    return PreparedQuery(
+        select(request_json(dialect, chosen).label("json")).order_by(*_urgency(chosen))
+    )
 
 
 def _total(rows: Sequence[Any]) -> int:

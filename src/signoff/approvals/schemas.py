@@ -24,8 +24,10 @@ from pydantic import (
     model_validator,
 )
 
+from signoff.approvals.listing import ListFilters
 from signoff.approvals.shape import REQUEST_FIELDS, Priority
-from signoff.common.openapi import default_setting, schema_only
+from signoff.approvals.state import REQUEST_STATUSES
+from signoff.common.openapi import default_setting, query_parameter, schema_only
 from signoff.common.time import parse_timestamp, utcnow
 from signoff.common.validation import (
     MAX_URL_LENGTH,
@@ -334,23 +336,57 @@ class DecideApprovalRequest(BaseModel):
         return value
 
 
+_PAGE_SIZE_QUERY = {"type": "integer", "minimum": 1, "maximum": 100}
+_TIMESTAMP_QUERY = {"type": "string", "format": "date-time"}
+_LABEL_QUERY = {"type": "string", "maxLength": default_setting("max_label_length")}
+
+
 class ListApprovalsQuery(BaseModel):
-    """Query of ``GET /api/v1/approvals``; unknown parameters are ignored."""
+    """Query of ``GET /api/v1/approvals``, declared once: the handler validates with it,
+    the OpenAPI document lists its parameters (``query_parameters``) and ``filters()``
+    gives the listing its ``ListFilters``. Unknown parameters are ignored."""
 
     model_config = ConfigDict(extra="ignore")
 
-    page: Count = 1
-    page_size: Count = 20
-    status: list[str] | None = None
-    priority: Priority | None = None
-    action_type: str | None = None
-    source: str | None = None
-    search: str | None = None
-    created_after: datetime | None = None
-    created_before: datetime | None = None
-    decided_after: datetime | None = None
-    decided_before: datetime | None = None
-    assigned_to: str | None = None
+    page: Count = query_parameter(
+        {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}, "Page number, from 1.", 1
+    )
+    page_size: Count = query_parameter(_PAGE_SIZE_QUERY, "1 to 100, default 20.", 20)
+    limit: Count | None = query_parameter(_PAGE_SIZE_QUERY, "Alias of page_size.")
+    status: list[str] | None = query_parameter(
+        {"type": "array", "items": {"type": "string", "enum": list(REQUEST_STATUSES)}},
+        "One status, several (repeated), or a comma-separated list.",
+    )
+    priority: Priority | None = query_parameter(
+        {"type": "string", "enum": ["low", "medium", "high", "critical"]}, "One priority."
+    )
+    action_type: str | None = query_parameter(_LABEL_QUERY, "Exactly this action type.")
+    source: str | None = query_parameter(_LABEL_QUERY, "Exactly this source.")
+    search: str | None = query_parameter(
+        {"type": "string", "maxLength": 500},
+        "Full-text search of title and description: every word must match, as a prefix, "
+        "case-insensitively; punctuation and operators are ignored. Best matches first "
+        "(title matches before description matches).",
+    )
+    created_after: datetime | None = query_parameter(_TIMESTAMP_QUERY, "RFC 3339; inclusive.")
+    created_before: datetime | None = query_parameter(_TIMESTAMP_QUERY, "RFC 3339; exclusive.")
+    decided_after: datetime | None = query_parameter(
+        _TIMESTAMP_QUERY, "RFC 3339; inclusive. Expired requests count as decided at expiry."
+    )
+    decided_before: datetime | None = query_parameter(_TIMESTAMP_QUERY, "RFC 3339; exclusive.")
+    assigned_to: str | None = query_parameter(
+        {"type": "string", "anyOf": [{"enum": ["me"]}, {"format": "uuid"}]},
+        "`me` (or a user id): pending requests waiting for that user's vote now: a step of "
+        "theirs that is votable (in turn, for sequential chains), or a count-based request "
+        "they have not voted on.",
+    )
+
+    def filters(self, caller: uuid.UUID) -> ListFilters:
+        """The listing's filters; ``caller``: who ``assigned_to=me`` means."""
+        values = {name: getattr(self, name) for name in _FILTER_FIELDS}
+        values["statuses"] = values.pop("status")
+        values["assigned_to"] = caller if self.assigned_to == "me" else self.assigned_to_id
+        return ListFilters(**values)
 
     @property
     def assigned_to_id(self) -> uuid.UUID | None:
@@ -375,7 +411,7 @@ class ListApprovalsQuery(BaseModel):
         data = {k: v for k, v in data.items() if v not in (None, "")}
         # `limit` is an alias of `page_size` used by existing SDKs (decisions.md 13).
         if "page_size" not in data and "limit" in data:
-            data["page_size"] = data["limit"]
+            data["page_size"] = data.pop("limit")
         if isinstance(data.get("status"), str):
             data["status"] = [s.strip() for s in data["status"].split(",") if s.strip()]
         return data
@@ -383,8 +419,6 @@ class ListApprovalsQuery(BaseModel):
     @field_validator("status")
     @classmethod
     def _status(cls, value: list[str] | None) -> list[str] | None:
-        from signoff.approvals.state import REQUEST_STATUSES
-
         for status in value or ():
             if status not in REQUEST_STATUSES:
                 raise ValueError(f"must be one of {', '.join(REQUEST_STATUSES)}")
@@ -422,6 +456,12 @@ class ListApprovalsQuery(BaseModel):
         if value is not None and len(value) > 500:
             raise ValueError("must be at most 500 characters")
         return value
+
+
+# The fields of the query that are filters of the listing (the rest are paging).
+_FILTER_FIELDS = tuple(
+    name for name in ListApprovalsQuery.model_fields if name not in ("page", "page_size", "limit")
+)
 
 
 class AddComment(BaseModel):

@@ -22,7 +22,7 @@ from signoff.approvals.listing import ListFilters, read_page
 from signoff.approvals.record import RequestRecord
 from signoff.approvals.repository import ApprovalReads, ApprovalRepository
 from signoff.approvals.schemas import CreateApprovalRequest, DecideApprovalRequest
-from signoff.auth.principal import Principal
+from signoff.auth.principal import OrgMember, Principal
 from signoff.common.ids import new_id
 from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
@@ -113,7 +113,7 @@ async def find_replayed_request(
 
 
 async def get_request(
-    repo: ApprovalRepository | ApprovalReads, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository | ApprovalReads, principal: OrgMember, request_id: uuid.UUID
 ) -> RequestRecord:
     row = await repo.get(principal.org_id, request_id)
     if row is None:
@@ -148,7 +148,7 @@ async def list_requests(
 
 async def decide(
     uow: UnitOfWork,
-    principal: Principal,
+    principal: OrgMember,
     request_id: uuid.UUID,
     payload: DecideApprovalRequest,
     now: datetime,
@@ -162,7 +162,7 @@ async def _transition(
     uow: UnitOfWork,
     row: RequestRecord,
     action: state.Action,
-    principal: Principal | None,
+    principal: OrgMember | None,
     now: datetime,
 ) -> TransitionResult:
     """Ask the state machine about ``action`` on the locked ``row``, and apply its answer."""
@@ -171,14 +171,14 @@ async def _transition(
     return TransitionResult(row, transition)
 
 
-def author_of(principal: Principal | None) -> effects.Author | None:
+def author_of(principal: OrgMember | None) -> effects.Author | None:
     if principal is None:
         return None
     return effects.Author(principal.user_id, principal.user_email, principal.user_name)
 
 
 async def cancel(
-    uow: UnitOfWork, principal: Principal, request_id: uuid.UUID, now: datetime
+    uow: UnitOfWork, principal: OrgMember, request_id: uuid.UUID, now: datetime
 ) -> TransitionResult:
     return await _cancel(uow, principal.org_id, principal, request_id, now)
 
@@ -192,7 +192,7 @@ CANCEL_BATCH_SIZE = 100
 async def cancel_all_pending(
     transaction: Callable[[], AbstractAsyncContextManager[UnitOfWork]],
     org_id: uuid.UUID,
-    principal: Principal | None,
+    principal: OrgMember | None,
     committed: Callable[[UnitOfWork, list[TransitionResult]], Awaitable[None]],
     *,
     poisoned: PoisonedRows | None = None,
@@ -232,7 +232,7 @@ async def cancel_all_pending(
 async def cancel_pending(
     uow: UnitOfWork,
     org_id: uuid.UUID,
-    principal: Principal | None,
+    principal: OrgMember | None,
     request_ids: Sequence[uuid.UUID],
     now: datetime,
     poisoned: PoisonedRows | None = None,
@@ -259,7 +259,7 @@ async def cancel_pending(
 async def _cancel(
     uow: UnitOfWork,
     org_id: uuid.UUID,
-    principal: Principal | None,
+    principal: OrgMember | None,
     request_id: uuid.UUID,
     now: datetime,
 ) -> TransitionResult:
@@ -295,7 +295,7 @@ async def expire_due(
 
 async def add_comment(
     repo: ApprovalRepository,
-    principal: Principal,
+    principal: OrgMember,
     request_id: uuid.UUID,
     body: str,
     now: datetime,
@@ -309,14 +309,14 @@ async def add_comment(
 
 
 async def list_comments(
-    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID
 ) -> Sequence[Comment]:
     await get_request(repo, principal, request_id)
     return await repo.list_comments(request_id)
 
 
 async def list_events(
-    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID
 ) -> Sequence[AuditEvent]:
     await get_request(repo, principal, request_id)
     return await repo.list_events(request_id)
@@ -372,7 +372,7 @@ async def _check_approvers(
 
 
 async def list_steps(
-    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID
 ) -> Sequence[ApprovalStep]:
     await get_request(repo, principal, request_id)
     return await repo.list_steps(request_id)
@@ -380,7 +380,7 @@ async def list_steps(
 
 async def vote_step(
     uow: UnitOfWork,
-    principal: Principal,
+    principal: OrgMember,
     request_id: uuid.UUID,
     step_id: uuid.UUID,
     payload: DecideApprovalRequest,
@@ -413,7 +413,7 @@ async def steps_and_votes(
 
 
 async def _get_locked(
-    repo: ApprovalRepository, principal: Principal, request_id: uuid.UUID
+    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID
 ) -> RequestRecord:
     row = await repo.get_locked(principal.org_id, request_id)
     if row is None:

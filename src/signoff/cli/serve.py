@@ -11,6 +11,8 @@ import typer
 
 from signoff import __version__
 from signoff.cli.common import err, fail, open_database, redacted_url
+from signoff.common.time import utcnow
+from signoff.config import Settings
 from signoff.context import AppContext
 from signoff.logs import configure_logging
 
@@ -45,6 +47,7 @@ def serve(
         listener = listening_socket(host, port)
     except OSError as exc:
         raise fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    setup_link = first_run_setup_link(settings, host, port)
     application = create_app(settings, background=not no_worker)
     freeze_startup_objects()
     err.print(
@@ -53,7 +56,34 @@ def serve(
         highlight=False,
         soft_wrap=True,
     )
+    if setup_link:
+        err.print(
+            "No organization yet. Open this one-time link to create it and its first admin:\n"
+            f"  {setup_link}",
+            highlight=False,
+            soft_wrap=True,
+        )
     run_server(application, listener, log_level=settings.log_level)
+
+
+def first_run_setup_link(settings: Settings, host: str, port: int) -> str | None:
+    """On an empty database, a one-time setup link (dashboard/service.py); else None."""
+    from signoff.dashboard.service import issue_setup_token
+
+    async def issue() -> str | None:
+        ctx = AppContext.from_settings(settings)
+        try:
+            async with ctx.transaction() as uow:
+                return await issue_setup_token(uow.orgs, utcnow())
+        finally:
+            await ctx.close()
+
+    token = asyncio.run(issue())
+    if token is None:
+        return None
+    explicit = "public_url" in settings.model_fields_set
+    base = settings.public_url if explicit else f"http://{host}:{port}"
+    return f"{base}/setup/{token}"
 
 
 def worker() -> None:

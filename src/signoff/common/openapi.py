@@ -141,5 +141,34 @@ def error_response(status: int, codes: Iterable[str]) -> dict[str, Any]:
     }
 
 
+PARAMETER_SCHEMA = "x-parameter-schema"
+
+
+def query_parameter(schema: dict[str, Any], description: str, default: Any = None) -> Any:
+    """A field of a query model: its default, and how the OpenAPI document shows it (its
+    real type and limits; the handler validates the string it is sent, 400 on error)."""
+    return Field(default, description=description, json_schema_extra={PARAMETER_SCHEMA: schema})
+
+
+def query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
+    """The OpenAPI ``parameters`` of a query model declared with ``query_parameter``: the
+    one declaration of a route's query, for the document as for the validation."""
+    parameters = []
+    for name, field in model.model_fields.items():
+        extra = field.json_schema_extra
+        if not isinstance(extra, dict) or PARAMETER_SCHEMA not in extra:
+            continue
+        parameters.append(
+            {
+                "name": name,
+                "in": "query",
+                "required": False,
+                "description": field.description or "",
+                "schema": extra[PARAMETER_SCHEMA],
+            }
+        )
+    return parameters
+
+
 # A path id: any other string names nothing, a 404 (http.path_id).
 UuidPath = Annotated[str, documented_as({"type": "string", "format": "uuid"})]

@@ -9,7 +9,7 @@ from signoff.models.oauth import (
     OAuthClient,
     OAuthToken,
 )
-from signoff.models.orgs import Connection, Organization, User
+from signoff.models.orgs import Connection, Organization, SetupToken, User
 from signoff.models.webhooks import WebhookAttempt, WebhookDelivery
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "OAuthClient",
     "OAuthToken",
     "Organization",
+    "SetupToken",
     "User",
     "Vote",
     "WebhookAttempt",

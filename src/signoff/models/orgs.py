@@ -34,6 +34,12 @@ class User(Base):
     # argon2id hash; null for users who may not sign in to the dashboard.
     password_hash: Mapped[str | None] = mapped_column(String(200), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # A deactivated user can no longer sign in, and their sign-in sessions end at once.
+    deactivated_at: Mapped[datetime | None] = mapped_column(default=None)
+
+    @property
+    def is_active(self) -> bool:
+        return self.deactivated_at is None
 
 
 class Connection(Base):
@@ -56,3 +62,18 @@ class Connection(Base):
     previous_webhook_secret_expires_at: Mapped[datetime | None] = mapped_column(default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class SetupToken(Base):
+    """The one-time link ``signoff serve`` logs on an empty database (first run).
+
+    Only the SHA-256 of the token is kept. It works once, and only while no organization
+    exists: the person who opens it creates the first organization and its first admin.
+    """
+
+    __tablename__ = "setup_tokens"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    used_at: Mapped[datetime | None] = mapped_column(default=None)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import CursorResult, delete, select, update
+from sqlalchemy import CursorResult, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.auth.principal import Principal
@@ -99,6 +99,46 @@ class OAuthRepository:
             .where(OAuthToken.client_pk == client_pk, OAuthToken.revoked_at.is_(None))
             .values(revoked_at=now)
         )
+
+    async def list_user_authorizations(
+        self, user_id: uuid.UUID, now: datetime
+    ) -> Sequence[tuple[OAuthClient, datetime]]:
+        """The clients holding a live token of this user, each with its latest grant."""
+        latest = func.max(OAuthToken.created_at).label("latest")
+        result = await self.session.execute(
+            select(OAuthClient, latest)
+            .join(OAuthToken, OAuthToken.client_pk == OAuthClient.id)
+            .where(
+                OAuthToken.user_id == user_id,
+                OAuthToken.revoked_at.is_(None),
+                OAuthToken.expires_at > now,
+                OAuthClient.deleted_at.is_(None),
+            )
+            .group_by(OAuthClient.id)
+            .order_by(latest.desc())
+        )
+        return [(row[0], row[1]) for row in result.all()]
+
+    async def revoke_user_client_tokens(
+        self, user_id: uuid.UUID, client_pk: uuid.UUID, now: datetime
+    ) -> int:
+        result = await self.session.execute(
+            update(OAuthToken)
+            .where(
+                OAuthToken.user_id == user_id,
+                OAuthToken.client_pk == client_pk,
+                OAuthToken.revoked_at.is_(None),
+            )
+            .values(revoked_at=now)
+        )
+        return cast(CursorResult[tuple[()]], result).rowcount
+
+    async def delete_user_sessions(self, user_id: uuid.UUID, keep: uuid.UUID | None) -> None:
+        """End every session of a user (a password change), but ``keep``."""
+        statement = delete(DashboardSession).where(DashboardSession.user_id == user_id)
+        if keep is not None:
+            statement = statement.where(DashboardSession.id != keep)
+        await self.session.execute(statement)
 
     # ---- authorization codes ----
 
@@ -205,11 +245,35 @@ class OAuthRepository:
         return cast(
             DashboardSession | None,
             await self.session.scalar(
-                select(DashboardSession).where(
-                    DashboardSession.token_hash == token_hash, DashboardSession.expires_at > now
+                # A deactivated user's sessions end at once: they no longer match.
+                select(DashboardSession)
+                .outerjoin(User, User.id == DashboardSession.user_id)
+                .where(
+                    DashboardSession.token_hash == token_hash,
+                    DashboardSession.expires_at > now,
+                    User.deactivated_at.is_(None),
                 )
             ),
         )
+
+    async def find_signed_in(
+        self, token_hash: str, now: datetime
+    ) -> tuple[DashboardSession, User, Organization] | None:
+        """A signed-in session with its (active) user and their org, in one query: every
+        dashboard page asks it first."""
+        row = (
+            await self.session.execute(
+                select(DashboardSession, User, Organization)
+                .join(User, User.id == DashboardSession.user_id)
+                .join(Organization, Organization.id == User.org_id)
+                .where(
+                    DashboardSession.token_hash == token_hash,
+                    DashboardSession.expires_at > now,
+                    User.deactivated_at.is_(None),
+                )
+            )
+        ).first()
+        return (row[0], row[1], row[2]) if row is not None else None
 
     async def delete_session(self, session_id: uuid.UUID) -> None:
         await self.session.execute(

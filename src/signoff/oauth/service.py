@@ -551,7 +551,7 @@ async def check_password(
     user = await orgs.find_user_by_email(org_id, email.strip().lower())
     stored = user.password_hash if user is not None else None
     ok = await asyncio.to_thread(_verify, stored, password)
-    return user if ok and stored is not None else None
+    return user if ok and stored is not None and user is not None and user.is_active else None
 
 
 def _verify(stored: str | None, password: str) -> bool:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, Literal, cast
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import CursorResult, bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.auth.principal import ALL_SCOPES, Principal
-from signoff.models import Connection, Organization, User
+from signoff.models import Connection, Organization, SetupToken, User
 from signoff.storage import PreparedQuery, QueryRunner
 
 # Every API call runs this: built once, since building a statement (and its cache key)
@@ -72,6 +73,42 @@ class OrgRepository:
                 select(User).where(User.org_id == org_id, User.email == email)
             ),
         )
+
+    async def find_active_users_by_email(self, email: str) -> Sequence[User]:
+        """Users of any org with this e-mail who may sign in (an e-mail is unique per org)."""
+        result = await self.session.scalars(
+            select(User)
+            .where(User.email == email, User.deactivated_at.is_(None))
+            .order_by(User.created_at)
+        )
+        return result.all()
+
+    async def find_user(self, user_id: uuid.UUID) -> User | None:
+        return await self.session.get(User, user_id)
+
+    async def any_org_exists(self) -> bool:
+        return (await self.session.scalar(select(Organization.id).limit(1))) is not None
+
+    async def add_setup_token(self, token: SetupToken) -> None:
+        self.session.add(token)
+        await self.session.flush()
+
+    async def claim_setup_token(self, token_hash: str, now: datetime) -> bool:
+        """Mark the unused setup token with this hash used; False if there is none."""
+        result = await self.session.execute(
+            update(SetupToken)
+            .where(SetupToken.token_hash == token_hash, SetupToken.used_at.is_(None))
+            .values(used_at=now)
+        )
+        return cast(CursorResult[tuple[()]], result).rowcount == 1
+
+    async def setup_token_usable(self, token_hash: str) -> bool:
+        found = await self.session.scalar(
+            select(SetupToken.id).where(
+                SetupToken.token_hash == token_hash, SetupToken.used_at.is_(None)
+            )
+        )
+        return found is not None
 
     async def list_users(self, org_id: uuid.UUID) -> Sequence[User]:
         result = await self.session.scalars(

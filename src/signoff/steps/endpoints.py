@@ -28,7 +28,7 @@ from signoff.errors import (
     ValidationFailed,
 )
 from signoff.steps.schemas import ConfiguredStepListOut, SetSteps, StepListOut, StepVoteOut
-from signoff.webhooks.service import delivered
+from signoff.webhooks.service import all_succeeded
 
 router = APIRouter(prefix="/api/v1", tags=["steps"], route_class=LeanRoute)
 
@@ -110,7 +110,7 @@ async def vote_step(
     async with ctx.transaction() as uow:
         result = await service.vote_step(uow, principal, rid, sid, payload, utcnow())
     # The vote that decides the request makes attempt 1 of its callback, as PATCH does.
-    callback_delivered = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
+    callback_delivered = all_succeeded(await ctx.webhooks.deliver_outbox(uow.outbox))
     return json_response(
         {
             **step_to_dict(result.step),

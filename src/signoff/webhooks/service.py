@@ -109,9 +109,9 @@ class RecordedAttempt:
     entry: WebhookAttempt  # its delivery log entry
 
 
-def delivered(outcomes: Sequence[RecordedAttempt | None]) -> bool:
-    """``callback_delivered``: there was a callback and its attempt succeeded."""
-    return bool(outcomes) and all(o is not None and o.result.success for o in outcomes)
+def all_succeeded(attempts: Sequence[RecordedAttempt | None]) -> bool:
+    """``callback_delivered``: there was a callback and its first attempt succeeded."""
+    return bool(attempts) and all(a is not None and a.result.success for a in attempts)
 
 
 # ---- payloads ----

@@ -1,0 +1,475 @@
+"""The dashboard's pages: thin handlers that read the form, call a service, render.
+
+Every action is a plain form (POST, redirect, GET) and works without JavaScript; the
+script only enhances (live inbox, local times, keyboard). docs/dashboard.md lists the
+pages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Depends, FastAPI
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from signoff.approvals.schemas import AddComment, DecideApprovalRequest
+from signoff.common.http import context_of
+from signoff.common.ids import parse_id
+from signoff.common.time import utcnow
+from signoff.common.validation import validate_model
+from signoff.context import AppContext
+from signoff.dashboard import service
+from signoff.dashboard.web import (
+    PAGE_HEADERS,
+    STATIC,
+    PageRefused,
+    SignInRequired,
+    Viewer,
+    checked_form,
+    csrf_ok,
+    current_viewer,
+    form_fields,
+    not_found,
+    redirect,
+    render,
+    render_fragment,
+    require_user,
+    safe_next,
+    set_session_cookie,
+    waiting_count,
+)
+from signoff.errors import AppError, RequestNotPending, ValidationFailed
+from signoff.oauth import service as oauth_service
+from signoff.oauth.endpoints import SESSION_COOKIE
+from signoff.webhooks.service import delivered
+
+router = APIRouter(include_in_schema=False)
+User = Depends(require_user)
+# Server-sent events: a comment line this often keeps proxies from closing the stream.
+LIVE_KEEPALIVE_SECONDS = 15.0
+
+
+# ---- static files ----
+
+
+@router.get("/static/{name}")
+async def static_file(name: str) -> Response:
+    found = STATIC.get(name)
+    if found is None:
+        raise not_found("This file")
+    # The URL carries the content's hash (``static_url``): a changed file is a new URL.
+    headers = {
+        "Cache-Control": "public, max-age=31536000, immutable",
+        "ETag": f'"{found.digest}"',
+        "X-Content-Type-Options": "nosniff",
+    }
+    return Response(found.body, media_type=found.media_type, headers=headers)
+
+
+# ---- first run ----
+
+
+@router.get("/setup/{token}")
+async def setup_page(request: Request, token: str) -> Response:
+    ctx = context_of(request)
+    async with ctx.reading() as uow:
+        usable = await service.setup_open(uow.orgs, token)
+    if not usable:
+        raise PageRefused(404, "Setup link not valid", _SETUP_GONE)
+    return await _setup_form(request, token)
+
+
+_SETUP_GONE = (
+    "This setup link has been used, or an organization exists already. Sign in instead, "
+    "or ask an admin of your organization for an account."
+)
+
+
+async def _setup_form(
+    request: Request, token: str, error: str | None = None, values: dict[str, str] | None = None
+) -> Response:
+    return await render(
+        request,
+        "setup.html",
+        None,
+        400 if error else 200,
+        token=token,
+        error=error,
+        values=values or {},
+    )
+
+
+@router.post("/setup/{token}")
+async def setup_submit(request: Request, token: str) -> Response:
+    """The token in the URL is the form's secret: it is as unguessable as a CSRF token."""
+    ctx = context_of(request)
+    fields = await form_fields(request)
+    form = service.SetupForm(
+        org_name=fields.get("org_name", ""),
+        name=fields.get("name", ""),
+        email=fields.get("email", ""),
+        password=fields.get("password", ""),
+    )
+    now = utcnow()
+    try:
+        async with ctx.transaction() as uow:
+            user = await service.complete_setup(uow.orgs, token, form, now)
+            _, cookie = await oauth_service.start_session(uow.oauth, user.id, ctx.settings, now)
+    except ValidationFailed as exc:
+        return await _setup_form(request, token, _field_errors(exc), fields)
+    except AppError:
+        raise PageRefused(404, "Setup link not valid", _SETUP_GONE) from None
+    response = redirect("/", flash=f"Welcome, {user.name}. {form.org_name.strip()} is ready.")
+    set_session_cookie(response, cookie, ctx.settings)
+    return response
+
+
+def _field_errors(exc: ValidationFailed) -> str:
+    fields = exc.details.get("fields") or []
+    return "; ".join(f"{f['field'].replace('_', ' ')} {f['message']}" for f in fields) or str(exc)
+
+
+# ---- sign-in ----
+
+
+@router.get("/signin")
+async def signin_page(request: Request) -> Response:
+    ctx = context_of(request)
+    next_url = safe_next(request.query_params.get("next"))
+    if await current_viewer(ctx, request) is not None:
+        return redirect(next_url)
+    return await _signin_form(request, next_url)
+
+
+async def _signin_form(
+    request: Request,
+    next_url: str,
+    *,
+    error: str | None = None,
+    email: str = "",
+    status_code: int = 200,
+) -> Response:
+    """The form, with the CSRF token of the visitor's (anonymous) session."""
+    ctx = context_of(request)
+    now = utcnow()
+    async with ctx.reading() as uow:
+        session = await oauth_service.current_session(
+            uow.oauth, request.cookies.get(SESSION_COOKIE), now
+        )
+        any_org = await uow.orgs.any_org_exists()
+    cookie = None
+    if session is None:
+        async with ctx.transaction() as uow:
+            session, cookie = await oauth_service.start_session(uow.oauth, None, ctx.settings, now)
+    response = await render(
+        request,
+        "signin.html",
+        None,
+        status_code,
+        csrf_token=session.csrf_token,
+        next_url=next_url,
+        error=error,
+        email=email,
+        first_run=not any_org,
+    )
+    if cookie is not None:
+        set_session_cookie(response, cookie, ctx.settings)
+    return response
+
+
+@router.post("/signin")
+async def signin_submit(request: Request) -> Response:
+    ctx = context_of(request)
+    settings = ctx.settings
+    fields = await form_fields(request)
+    next_url = safe_next(fields.get("next"))
+    email = fields.get("email", "").strip().lower()[:320]
+    now = utcnow()
+    async with ctx.reading() as uow:
+        session = await oauth_service.current_session(
+            uow.oauth, request.cookies.get(SESSION_COOKIE), now
+        )
+    if session is None or not csrf_ok(session.csrf_token, fields.get("csrf_token")):
+        return await _signin_form(
+            request, next_url, error="This form expired. Please try again.", status_code=403
+        )
+    address = request.client.host if request.client else "unknown"
+    limit = settings.login_attempts_per_hour
+    # Per address (shared with the OAuth sign-in page) and per account.
+    by_address = await ctx.limiter.hit(f"login:{address}", limit)
+    by_account = await ctx.limiter.hit(f"login-account:{email}", limit)
+    if not (by_address.allowed and by_account.allowed):
+        return await _signin_form(
+            request,
+            next_url,
+            error="Too many sign-in attempts. Try again later.",
+            email=email,
+            status_code=429,
+        )
+    async with ctx.reading() as uow:
+        user = await service.check_sign_in(uow.orgs, email, fields.get("password", ""))
+    if user is None:
+        return await _signin_form(
+            request, next_url, error="Wrong email or password.", email=email, status_code=401
+        )
+    async with ctx.transaction() as uow:
+        _, cookie = await oauth_service.start_session(
+            uow.oauth, user.id, settings, now, replacing=session
+        )
+    response = redirect(next_url)
+    set_session_cookie(response, cookie, settings)
+    return response
+
+
+@router.post("/signout")
+async def signout(request: Request) -> Response:
+    ctx = context_of(request)
+    fields = await form_fields(request)
+    async with ctx.transaction() as uow:
+        session = await oauth_service.current_session(
+            uow.oauth, request.cookies.get(SESSION_COOKIE), utcnow()
+        )
+        if session is not None and csrf_ok(session.csrf_token, fields.get("csrf_token")):
+            await uow.oauth.delete_session(session.id)
+    response = redirect("/signin", flash="You are signed out.", kind="info")
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+# ---- the inbox ----
+
+
+@router.get("/")
+async def inbox(request: Request, viewer: Viewer = User) -> Response:
+    ctx = context_of(request)
+    view = service.ListView.from_query(dict(request.query_params), ("pending",))
+    page = await service.inbox(ctx.db.queries, viewer.member, view)
+    waiting = await _waiting(ctx, viewer, view, page)
+    return await render(request, "inbox.html", viewer, page=page, view=view, waiting=waiting)
+
+
+async def _waiting(
+    ctx: AppContext, viewer: Viewer, view: service.ListView, page: service.Page
+) -> int:
+    """The unfiltered inbox's total is the waiting count: keep it for the other pages."""
+    if view.is_filtered:
+        return await waiting_count(ctx, viewer)
+    ctx.live.counts.put(viewer.org.id, viewer.user.id, page.total)
+    return page.total
+
+
+@router.get("/inbox/rows")
+async def inbox_rows(request: Request, viewer: Viewer = User) -> Response:
+    """The inbox's list alone, for the live update (the page's script swaps it in)."""
+    ctx = context_of(request)
+    view = service.ListView.from_query(dict(request.query_params), ("pending",))
+    page = await service.inbox(ctx.db.queries, viewer.member, view)
+    waiting = await _waiting(ctx, viewer, view, page)
+    return render_fragment("_inbox_list.html", page=page, view=view, waiting=waiting, now=utcnow())
+
+
+@router.get("/live")
+async def live(request: Request, viewer: Viewer = User) -> Response:
+    """Server-sent events: ``changed`` whenever a request of the viewer's org changes."""
+    ctx = context_of(request)
+    await ctx.live.start_listening()
+    org_id = viewer.org.id
+
+    async def events() -> AsyncIterator[str]:
+        with ctx.live.watch(org_id) as changed:
+            yield "retry: 2000\n\n"
+            while True:
+                try:
+                    await asyncio.wait_for(changed.wait(), LIVE_KEEPALIVE_SECONDS)
+                except TimeoutError:
+                    yield ": keep-alive\n\n"
+                    continue
+                changed.clear()
+                yield "event: changed\ndata: {}\n\n"
+
+    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
+
+# ---- one request ----
+
+
+def _request_id(value: str) -> uuid.UUID:
+    parsed = parse_id(value)
+    if parsed is None:
+        raise not_found("This request")
+    return parsed
+
+
+@router.get("/requests/{request_id}")
+async def request_page(request: Request, request_id: str, viewer: Viewer = User) -> Response:
+    ctx = context_of(request)
+    rid = _request_id(request_id)
+    try:
+        async with ctx.reading() as uow:
+            page = await service.request_page(uow, viewer.member, rid)
+    except AppError:
+        raise not_found("This request") from None
+    intent = request.query_params.get("decide")
+    return await render(
+        request,
+        "request.html",
+        viewer,
+        r=page,
+        intent=intent if intent in ("approve", "reject") else None,
+    )
+
+
+@router.post("/requests/{request_id}/decision")
+async def decide(request: Request, request_id: str, viewer: Viewer = User) -> Response:
+    """Approve or reject: the same services, transaction, callback attempt and wake-ups
+    as ``PATCH /api/v1/approvals/:id`` and the step vote."""
+    ctx = context_of(request)
+    rid = _request_id(request_id)
+    fields = await checked_form(request, viewer)
+    back = f"/requests/{rid}"
+    if viewer.org.emergency_stop:
+        return redirect(back, flash="The emergency stop is on: nothing is decided.", kind="error")
+    data = {"decision": fields.get("decision"), "comment": fields.get("comment", "").strip()}
+    try:
+        payload = validate_model(
+            DecideApprovalRequest, {**data, "source": "dashboard"}, ctx.settings
+        )
+    except ValidationFailed as exc:
+        return redirect(back, flash=_field_errors(exc), kind="error")
+    try:
+        async with ctx.transaction() as uow:
+            decision = await service.decide(uow, viewer.member, rid, payload, utcnow())
+    except RequestNotPending:
+        # Someone else decided meanwhile: the page says who and when.
+        return redirect(back, flash="Someone decided this request before you.", kind="info")
+    except AppError as exc:
+        if exc.status_code == 404:
+            raise not_found("This request") from None
+        return redirect(back, flash=exc.message, kind="error")
+    # Long polls and live pages were told as the transaction committed (effects.py).
+    callback = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
+    verb = "approved" if payload.decision == "approve" else "rejected"
+    message = f"You {verb} this request." if decision.final else "Your vote is recorded."
+    if decision.final and callback:
+        message += " The caller has been told."
+    return redirect(back, flash=message)
+
+
+@router.post("/requests/{request_id}/comments")
+async def add_comment(request: Request, request_id: str, viewer: Viewer = User) -> Response:
+    ctx = context_of(request)
+    rid = _request_id(request_id)
+    fields = await checked_form(request, viewer)
+    back = f"/requests/{rid}#comments"
+    try:
+        body = validate_model(AddComment, {"body": fields.get("body", "")}, ctx.settings).body
+        async with ctx.transaction() as uow:
+            await service.add_comment(uow.approvals, viewer.member, rid, body, utcnow())
+    except AppError as exc:
+        if exc.status_code == 404:
+            raise not_found("This request") from None
+        message = _field_errors(exc) if isinstance(exc, ValidationFailed) else exc.message
+        return redirect(back, flash=message, kind="error")
+    return redirect(back, flash="Comment added.")
+
+
+# ---- history ----
+
+
+@router.get("/history")
+async def history(request: Request, viewer: Viewer = User) -> Response:
+    ctx = context_of(request)
+    view = service.ListView.from_query(dict(request.query_params), service.DECIDED_STATUSES)
+    page = await service.history(ctx.db.queries, viewer.member, view)
+    return await render(
+        request, "history.html", viewer, page=page, view=view, statuses=service.DECIDED_STATUSES
+    )
+
+
+@router.get("/history.csv")
+async def history_csv(request: Request, viewer: Viewer = User) -> Response:
+    ctx = context_of(request)
+    view = service.ListView.from_query(dict(request.query_params), service.DECIDED_STATUSES)
+    text = await service.history_csv(ctx.db.queries, viewer.member, view)
+    headers = {
+        "Content-Disposition": 'attachment; filename="signoff-history.csv"',
+        "Cache-Control": "no-store",
+        "X-Content-Type-Options": "nosniff",
+    }
+    return Response(text, media_type="text/csv; charset=utf-8", headers=headers)
+
+
+# ---- account ----
+
+
+@router.get("/account")
+async def account(request: Request, viewer: Viewer = User) -> Response:
+    ctx = context_of(request)
+    async with ctx.reading() as uow:
+        grants = await service.authorizations(uow.oauth, viewer.user.id)
+    return await render(request, "account.html", viewer, grants=grants)
+
+
+@router.post("/account/password")
+async def change_password(request: Request, viewer: Viewer = User) -> Response:
+    ctx = context_of(request)
+    fields = await checked_form(request, viewer)
+    try:
+        async with ctx.transaction() as uow:
+            await service.change_password(
+                uow.orgs,
+                uow.oauth,
+                viewer.user.id,
+                viewer.session.id,
+                fields.get("current_password", ""),
+                fields.get("new_password", ""),
+            )
+    except ValidationFailed as exc:
+        return redirect("/account", flash=_field_errors(exc), kind="error")
+    return redirect("/account", flash="Password changed. Your other sessions are signed out.")
+
+
+@router.post("/account/authorizations/{client_id}/revoke")
+async def revoke_authorization(request: Request, client_id: str, viewer: Viewer = User) -> Response:
+    ctx = context_of(request)
+    await checked_form(request, viewer)
+    try:
+        async with ctx.transaction() as uow:
+            name = await service.revoke_authorization(
+                uow.oauth, viewer.user.id, client_id[:100], utcnow()
+            )
+    except AppError:
+        raise not_found("This authorization") from None
+    return redirect("/account", flash=f"{name} can no longer act for you.")
+
+
+# ---- mounting ----
+
+
+def install_dashboard(app: FastAPI) -> None:
+    """The pages, and the answers to their refusals (HTML, never the API's JSON)."""
+
+    async def on_sign_in_required(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, SignInRequired)
+        if request.headers.get("accept", "").startswith("text/event-stream"):
+            return Response(status_code=401, headers=dict(PAGE_HEADERS))
+        return redirect("/signin?" + urlencode({"next": safe_next(exc.next_url)}))
+
+    async def on_page_refused(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, PageRefused)
+        viewer = None
+        with contextlib.suppress(Exception):
+            viewer = await current_viewer(context_of(request), request)
+        return await render(
+            request, "error.html", viewer, exc.status_code, title=exc.title, message=exc.message
+        )
+
+    app.add_exception_handler(SignInRequired, on_sign_in_required)
+    app.add_exception_handler(PageRefused, on_page_refused)
+    app.include_router(router)

@@ -1,0 +1,158 @@
+"""Live updates of the dashboard: an org-level "something changed" signal.
+
+``RequestWaiters`` (context.py) wakes long polls of one request; this wakes the open
+inboxes of one org, which then read their rows again. In one process the signal is an
+in-memory broadcast. On PostgreSQL each process also sends it with NOTIFY and listens on
+one dedicated connection, so a request created or decided on any replica reaches every
+replica's open pages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+logger = logging.getLogger(__name__)
+
+NOTIFY_CHANNEL = "signoff_live"
+
+
+class OrgSignals:
+    """Per-org wake-ups for the dashboard's server-sent events."""
+
+    def __init__(self, database_url: str | None = None) -> None:
+        self._watchers: dict[uuid.UUID, set[asyncio.Event]] = {}
+        # How many changes this process has heard of, per org: what ``CountsCache`` keys on.
+        self._versions: dict[uuid.UUID, int] = {}
+        self._postgres = _PostgresRelay(database_url, self._wake) if database_url else None
+        self.counts = CountsCache(self)
+
+    def version(self, org_id: uuid.UUID) -> int:
+        return self._versions.get(org_id, 0)
+
+    @contextlib.contextmanager
+    def watch(self, org_id: uuid.UUID) -> Iterator[asyncio.Event]:
+        event = asyncio.Event()
+        self._watchers.setdefault(org_id, set()).add(event)
+        try:
+            yield event
+        finally:
+            watchers = self._watchers.get(org_id)
+            if watchers is not None:
+                watchers.discard(event)
+                if not watchers:
+                    del self._watchers[org_id]
+
+    async def start_listening(self) -> None:
+        """PostgreSQL: make sure this process hears other processes' changes."""
+        if self._postgres is not None:
+            await self._postgres.ensure_listening()
+
+    def request_changed(self, org_id: uuid.UUID) -> None:
+        """A request of the org was created or left pending (the hook of every writer)."""
+        self._wake(org_id)
+        if self._postgres is not None:
+            self._postgres.publish(org_id)
+
+    def _wake(self, org_id: uuid.UUID) -> None:
+        self._versions[org_id] = self._versions.get(org_id, 0) + 1
+        for event in self._watchers.get(org_id, ()):
+            event.set()
+
+    async def close(self) -> None:
+        if self._postgres is not None:
+            await self._postgres.close()
+
+
+class CountsCache:
+    """Counts the navigation shows on every page (requests waiting for a person), kept
+    until their org changes in this process or ``ttl`` seconds pass (changes made by
+    other processes this one did not hear of)."""
+
+    MAX_ENTRIES = 10_000
+
+    def __init__(self, signals: OrgSignals, ttl: float = 5.0) -> None:
+        self._signals = signals
+        self._ttl = ttl
+        self._entries: dict[tuple[uuid.UUID, uuid.UUID], tuple[int, float, int]] = {}
+
+    def get(self, org_id: uuid.UUID, key: uuid.UUID) -> int | None:
+        entry = self._entries.get((org_id, key))
+        if entry is None:
+            return None
+        version, at, value = entry
+        if version != self._signals.version(org_id) or time.monotonic() - at > self._ttl:
+            return None
+        return value
+
+    def put(self, org_id: uuid.UUID, key: uuid.UUID, value: int) -> None:
+        if len(self._entries) >= self.MAX_ENTRIES:
+            self._entries.clear()
+        self._entries[(org_id, key)] = (self._signals.version(org_id), time.monotonic(), value)
+
+
+class _PostgresRelay:
+    """One asyncpg connection per process: LISTENs for, and sends, the org signals."""
+
+    def __init__(self, database_url: str, on_signal: Any) -> None:
+        self.dsn = (
+            make_url(database_url)
+            .set(drivername="postgresql")
+            .render_as_string(hide_password=False)
+        )
+        self.on_signal = on_signal
+        self._connection: Any = None
+        self._lock = asyncio.Lock()
+        self._sends: set[asyncio.Task[None]] = set()
+
+    async def _connected(self) -> Any:
+        if self._connection is not None and not self._connection.is_closed():
+            return self._connection
+        import asyncpg  # type: ignore[import-untyped]
+
+        self._connection = await asyncpg.connect(self.dsn)
+        await self._connection.add_listener(NOTIFY_CHANNEL, self._notified)
+        return self._connection
+
+    async def ensure_listening(self) -> None:
+        async with self._lock:
+            try:
+                await self._connected()
+            except Exception as exc:
+                logger.warning("LISTEN %s unavailable (%s)", NOTIFY_CHANNEL, exc)
+
+    def publish(self, org_id: uuid.UUID) -> None:
+        # After the commit, off the caller's path: a lost signal costs a page a poll.
+        task = asyncio.get_running_loop().create_task(self._send(org_id))
+        self._sends.add(task)
+        task.add_done_callback(self._sends.discard)
+
+    async def _send(self, org_id: uuid.UUID) -> None:
+        async with self._lock:
+            try:
+                connection = await self._connected()
+                await connection.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, org_id.hex)
+            except Exception as exc:
+                logger.warning("NOTIFY %s failed (%s)", NOTIFY_CHANNEL, exc)
+
+    def _notified(self, _connection: Any, _pid: int, _channel: str, payload: str) -> None:
+        with contextlib.suppress(ValueError):
+            self.on_signal(uuid.UUID(hex=payload))
+
+    async def close(self) -> None:
+        # Let signals already on their way go out (a CLI decision right before exit).
+        if self._sends:
+            await asyncio.wait(list(self._sends), timeout=2)
+        for task in list(self._sends):
+            task.cancel()
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await connection.close(timeout=2)

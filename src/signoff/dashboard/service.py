@@ -1,0 +1,431 @@
+"""The dashboard's use cases, on the same services and repositories as the API.
+
+Never commits: the endpoint's ``ctx.transaction()`` does. Nothing here speaks HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import functools
+import io
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from signoff.approvals import service as approvals
+from signoff.approvals.listing import ListFilters, ListOrder, read_page
+from signoff.approvals.presenters import request_to_dict
+from signoff.approvals.repository import ApprovalRepository
+from signoff.approvals.schemas import DecideApprovalRequest
+from signoff.auth.principal import OrgMember
+from signoff.auth.secrets import hash_password, verify_password
+from signoff.common.time import utcnow
+from signoff.errors import NotFound, ValidationFailed
+from signoff.models import ApprovalStep, AuditEvent, Comment, OAuthClient, User, Vote
+from signoff.models.orgs import SetupToken
+from signoff.models.webhooks import WebhookAttempt
+from signoff.oauth import credentials
+from signoff.oauth.repository import OAuthRepository
+from signoff.orgs import service as orgs
+from signoff.orgs.repository import OrgRepository
+from signoff.storage import QueryRunner
+from signoff.unit_of_work import UnitOfWork
+
+PAGE_SIZE = 25
+CSV_MAX_ROWS = 10_000
+DECIDED_STATUSES = ("approved", "rejected", "expired", "cancelled")
+PRIORITIES = ("critical", "high", "medium", "low")
+
+
+# ---- first run ----
+
+
+async def issue_setup_token(repo: OrgRepository, now: datetime) -> str | None:
+    """A one-time setup token if the database holds no organization yet, else None."""
+    if await repo.any_org_exists():
+        return None
+    token = credentials.generate_session_token()
+    await repo.add_setup_token(SetupToken(token_hash=credentials.hash_token(token), created_at=now))
+    return token
+
+
+async def setup_open(repo: OrgRepository, token: str) -> bool:
+    """Whether this setup link still works: unused, and no organization exists."""
+    if not token or len(token) > 100 or await repo.any_org_exists():
+        return False
+    return await repo.setup_token_usable(credentials.hash_token(token))
+
+
+@dataclass(frozen=True)
+class SetupForm:
+    org_name: str
+    name: str
+    email: str
+    password: str
+
+
+async def complete_setup(repo: OrgRepository, token: str, form: SetupForm, now: datetime) -> User:
+    """Create the first organization and its admin; the link stops working."""
+    if not await setup_open(repo, token) or not await repo.claim_setup_token(
+        credentials.hash_token(token), now
+    ):
+        raise NotFound("This setup link has been used or is no longer valid.")
+    org = await orgs.create_org(repo, form.org_name, now)
+    return await orgs.create_user(
+        repo,
+        org.id,
+        email=form.email,
+        name=form.name,
+        role="admin",
+        password=form.password,
+        now=now,
+    )
+
+
+# ---- sign-in ----
+
+
+async def check_sign_in(repo: OrgRepository, email: str, password: str) -> User | None:
+    """The active user with this e-mail and password (of whichever org), or None.
+
+    An unknown e-mail costs one argon2 verification too, so timing tells nothing.
+    """
+    candidates = await repo.find_active_users_by_email(email.strip().lower())
+    hashes = [(user, user.password_hash) for user in candidates if user.password_hash]
+    if not hashes:
+        await asyncio.to_thread(_matches, _dummy_password_hash(), password)
+        return None
+    for user, stored in hashes:
+        if await asyncio.to_thread(_matches, stored, password):
+            return user
+    return None
+
+
+@functools.cache
+def _dummy_password_hash() -> str:
+    return hash_password(credentials.generate_csrf_token())
+
+
+def _matches(stored: str, password: str) -> bool:
+    return verify_password(stored, password)
+
+
+async def change_password(
+    orgs_repo: OrgRepository,
+    oauth_repo: OAuthRepository,
+    user_id: uuid.UUID,
+    session_id: uuid.UUID,
+    current: str,
+    new: str,
+) -> None:
+    """Set a new password; every other session of the person ends."""
+    user = await orgs_repo.find_user(user_id)
+    if user is None or not user.password_hash:
+        raise ValidationFailed.for_field("current_password", "is not correct")
+    if not await asyncio.to_thread(verify_password, user.password_hash, current):
+        raise ValidationFailed.for_field("current_password", "is not correct")
+    if len(new) < orgs.MIN_PASSWORD_LENGTH:
+        raise ValidationFailed.for_field(
+            "new_password", f"must be at least {orgs.MIN_PASSWORD_LENGTH} characters"
+        )
+    user.password_hash = await asyncio.to_thread(hash_password, new)
+    await oauth_repo.delete_user_sessions(user.id, keep=session_id)
+
+
+# ---- lists: the inbox and the history ----
+
+
+@dataclass(frozen=True)
+class ListView:
+    """The filters of a list page, as the query string gives them."""
+
+    status: str | None = None
+    priority: str | None = None
+    action_type: str | None = None
+    source: str | None = None
+    search: str | None = None
+    page: int = 1
+
+    @classmethod
+    def from_query(cls, query: dict[str, str], statuses: Sequence[str]) -> ListView:
+        def pick(name: str, allowed: Sequence[str] | None = None) -> str | None:
+            value = (query.get(name) or "").strip()[:100]
+            if not value or (allowed is not None and value not in allowed):
+                return None
+            return value
+
+        try:
+            page = max(1, min(10_000, int(query.get("page") or 1)))
+        except ValueError:
+            page = 1
+        return cls(
+            status=pick("status", statuses),
+            priority=pick("priority", PRIORITIES),
+            action_type=pick("action_type"),
+            source=pick("source"),
+            search=pick("search"),
+            page=page,
+        )
+
+    def query(self, **changes: Any) -> str:
+        """The query string of this view, with ``changes`` (for links and pagination)."""
+        from urllib.parse import urlencode
+
+        values = {
+            "status": self.status,
+            "priority": self.priority,
+            "action_type": self.action_type,
+            "source": self.source,
+            "search": self.search,
+            "page": self.page if self.page > 1 else None,
+        }
+        values.update(changes)
+        return urlencode({k: v for k, v in values.items() if v not in (None, "")})
+
+    @property
+    def is_filtered(self) -> bool:
+        return any((self.status, self.priority, self.action_type, self.source, self.search))
+
+
+@dataclass(frozen=True)
+class Page:
+    rows: list[dict[str, Any]]
+    total: int
+    page: int
+    page_size: int
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-self.total // self.page_size))
+
+    @property
+    def first_shown(self) -> int:
+        return 0 if not self.rows else (self.page - 1) * self.page_size + 1
+
+    @property
+    def last_shown(self) -> int:
+        return (self.page - 1) * self.page_size + len(self.rows)
+
+
+async def _page(
+    queries: QueryRunner,
+    member: OrgMember,
+    filters: ListFilters,
+    view: ListView,
+    order: ListOrder,
+    page_size: int,
+) -> Page:
+    rendered, total = await read_page(
+        queries,
+        member.org_id,
+        filters,
+        now=utcnow(),
+        offset=(view.page - 1) * page_size,
+        limit=page_size,
+        order=order,
+    )
+    return Page([orjson.loads(item) for item in rendered], total, view.page, page_size)
+
+
+def _filters(view: ListView, statuses: Sequence[str], **extra: Any) -> ListFilters:
+    return ListFilters(
+        statuses=[view.status] if view.status else list(statuses),
+        priority=view.priority,
+        action_type=view.action_type,
+        source=view.source,
+        search=view.search,
+        **extra,
+    )
+
+
+async def inbox(
+    queries: QueryRunner, member: OrgMember, view: ListView, page_size: int = PAGE_SIZE
+) -> Page:
+    """What waits for this person's vote now, most urgent first."""
+    filters = _filters(view, ("pending",), assigned_to=member.user_id)
+    return await _page(queries, member, filters, view, "urgent", page_size)
+
+
+async def history(
+    queries: QueryRunner, member: OrgMember, view: ListView, page_size: int = PAGE_SIZE
+) -> Page:
+    """The org's finished requests (decided, expired, cancelled), newest first."""
+    return await _page(queries, member, _filters(view, DECIDED_STATUSES), view, "newest", page_size)
+
+
+CSV_COLUMNS = (
+    "id",
+    "title",
+    "status",
+    "priority",
+    "action_type",
+    "source",
+    "created_at",
+    "decided_at",
+    "decided_by_name",
+    "decision_comment",
+    "current_approvals",
+    "required_approvals",
+)
+
+
+async def history_csv(queries: QueryRunner, member: OrgMember, view: ListView) -> str:
+    """The filtered history (every page, up to ``CSV_MAX_ROWS``) as CSV."""
+    whole = ListView(**{**view.__dict__, "page": 1})
+    page = await history(queries, member, whole, page_size=CSV_MAX_ROWS)
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(CSV_COLUMNS)
+    for row in page.rows:
+        writer.writerow([_csv_cell(row.get(name)) for name in CSV_COLUMNS])
+    return out.getvalue()
+
+
+def _csv_cell(value: Any) -> str:
+    text = "" if value is None else str(value)
+    # A spreadsheet runs a cell that starts like a formula: keep it text.
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+# ---- one request ----
+
+
+@dataclass
+class RequestPage:
+    request: dict[str, Any]
+    connection_name: str
+    steps: Sequence[ApprovalStep]
+    votes: Sequence[Vote]
+    comments: Sequence[Comment]
+    events: Sequence[AuditEvent]
+    attempts: Sequence[WebhookAttempt]
+    names: dict[uuid.UUID, str]
+    # The step this person may vote on now (chains), if any.
+    my_step: ApprovalStep | None = None
+    can_decide: bool = False
+    already_voted: bool = False
+    metadata_items: list[tuple[int, str, str | None]] = field(default_factory=list)
+
+
+async def request_page(uow: UnitOfWork, member: OrgMember, request_id: uuid.UUID) -> RequestPage:
+    now = utcnow()
+    row = await approvals.get_request(uow.approvals, member, request_id)
+    steps, votes = await approvals.steps_and_votes(uow.approvals, row)
+    comments = await uow.approvals.list_comments(row.id)
+    events = await uow.approvals.list_events(row.id)
+    attempts = await uow.webhooks.list_attempts(member.org_id, row.id, 50)
+    connection = await uow.orgs.get_connection(member.org_id, row.connection_id)
+    names = {user.id: user.name for user in await uow.orgs.list_users(member.org_id)}
+    body = request_to_dict(row, now)
+    page = RequestPage(
+        request=body,
+        connection_name=connection.name if connection else "",
+        steps=steps,
+        votes=votes,
+        comments=comments,
+        events=events,
+        attempts=attempts,
+        names=names,
+        metadata_items=list(metadata_tree(body["metadata"])),
+    )
+    page.already_voted = any(v.user_id == member.user_id and v.step_id is None for v in votes)
+    if body["status"] == "pending":
+        page.my_step = _votable_step(steps, member.user_id, row.is_sequential)
+        if steps:
+            page.can_decide = page.my_step is not None or member.is_admin
+        else:
+            page.can_decide = not page.already_voted
+    return page
+
+
+def _votable_step(
+    steps: Sequence[ApprovalStep], user_id: uuid.UUID, sequential: bool
+) -> ApprovalStep | None:
+    for step in steps:
+        if step.approver_id == user_id and step.status == "pending":
+            earlier = [s for s in steps if s.step_order < step.step_order]
+            if not sequential or all(s.status == "approved" for s in earlier):
+                return step
+    return None
+
+
+def metadata_tree(value: Any, depth: int = 0, key: str = "") -> Any:
+    """``metadata`` as (depth, key, value or None for a branch) lines: a readable tree."""
+    if isinstance(value, dict):
+        if key:
+            yield depth, key, None
+        for name, item in value.items():
+            yield from metadata_tree(item, depth + (1 if key else 0), str(name))
+    elif isinstance(value, list):
+        if key:
+            yield depth, key, None
+        for index, item in enumerate(value):
+            yield from metadata_tree(item, depth + (1 if key else 0), f"[{index}]")
+    else:
+        shown = orjson.dumps(value).decode() if not isinstance(value, str) else value
+        yield depth, key, shown
+
+
+@dataclass(frozen=True)
+class Decision:
+    request_id: uuid.UUID
+    final: bool
+
+
+async def decide(
+    uow: UnitOfWork,
+    member: OrgMember,
+    request_id: uuid.UUID,
+    payload: DecideApprovalRequest,
+    now: datetime,
+) -> Decision:
+    """The person's vote or decision, through the API's own services: their votable step
+    of a chain (``vote_step``), else the request itself (``decide``: count-based, or an
+    admin's override of a chain)."""
+    row = await approvals.get_request(uow.approvals, member, request_id)
+    step = None
+    if row.has_steps:
+        steps = await uow.approvals.list_steps(row.id)
+        step = _votable_step(steps, member.user_id, row.is_sequential)
+    if step is not None:
+        result = await approvals.vote_step(uow, member, request_id, step.id, payload, now)
+        return Decision(request_id, result.transition.is_final)
+    decided = await approvals.decide(uow, member, request_id, payload, now)
+    return Decision(request_id, decided.transition.is_final)
+
+
+async def add_comment(
+    repo: ApprovalRepository, member: OrgMember, request_id: uuid.UUID, body: str, now: datetime
+) -> Comment:
+    return await approvals.add_comment(repo, member, request_id, body, now)
+
+
+# ---- account ----
+
+
+@dataclass(frozen=True)
+class Authorization:
+    client: OAuthClient
+    granted_at: datetime
+
+
+async def authorizations(repo: OAuthRepository, user_id: uuid.UUID) -> list[Authorization]:
+    return [
+        Authorization(client, granted)
+        for client, granted in await repo.list_user_authorizations(user_id, utcnow())
+    ]
+
+
+async def revoke_authorization(
+    repo: OAuthRepository, user_id: uuid.UUID, client_id: str, now: datetime
+) -> str:
+    """End every token this person granted the client; answers the client's name."""
+    client = await repo.find_client_anywhere(client_id)
+    if client is None or await repo.revoke_user_client_tokens(user_id, client.id, now) == 0:
+        raise NotFound("No such authorization.")
+    return client.name

@@ -1,0 +1,36 @@
+"""The org-level live signal: in one process, and across processes on PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from signoff.config import Settings
+from signoff.context import AppContext
+
+
+async def test_a_change_wakes_the_orgs_watchers_only(ctx: AppContext) -> None:
+    acme, globex = uuid.uuid4(), uuid.uuid4()
+    with ctx.live.watch(acme) as acme_changed, ctx.live.watch(globex) as globex_changed:
+        ctx.live.request_changed(acme)
+        await asyncio.wait_for(acme_changed.wait(), 2)
+        assert not globex_changed.is_set()
+
+
+async def test_postgres_carries_the_signal_across_processes(
+    backend: str, settings: Settings
+) -> None:
+    if backend != "postgres":
+        pytest.skip("LISTEN/NOTIFY: PostgreSQL only")
+    listening, sending = AppContext.from_settings(settings), AppContext.from_settings(settings)
+    org = uuid.uuid4()
+    try:
+        await listening.live.start_listening()
+        with listening.live.watch(org) as changed:
+            sending.live.request_changed(org)  # another replica's create or decision
+            await asyncio.wait_for(changed.wait(), 2)
+    finally:
+        await sending.close()
+        await listening.close()

@@ -46,7 +46,7 @@ from signoff.dashboard.web import (
 from signoff.errors import AppError, RequestNotPending, ValidationFailed
 from signoff.oauth import service as oauth_service
 from signoff.oauth.endpoints import SESSION_COOKIE
-from signoff.webhooks.service import delivered
+from signoff.webhooks.service import all_succeeded
 
 router = APIRouter(include_in_schema=False)
 User = Depends(require_user)
@@ -353,7 +353,7 @@ async def decide(request: Request, request_id: str, viewer: Viewer = User) -> Re
             raise not_found("This request") from None
         return redirect(back, flash=exc.message, kind="error")
     # Long polls and live pages were told as the transaction committed (effects.py).
-    callback = delivered(await ctx.webhooks.deliver_outbox(uow.outbox))
+    callback = all_succeeded(await ctx.webhooks.deliver_outbox(uow.outbox))
     verb = "approved" if payload.decision == "approve" else "rejected"
     message = f"You {verb} this request." if decision.final else "Your vote is recorded."
     if decision.final and callback:

@@ -16,6 +16,7 @@ import pytest
 import uvicorn
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from signoff_client import mcp_server
 
 from mcp import Client
 from signoff.app import create_app
@@ -143,31 +144,39 @@ async def test_tools_request_decide_and_read_back(live: Live, org: Org) -> None:
         assert [item["id"] for item in listed["approvals"]] == [asked["id"]]
 
 
-async def test_waiting_reports_progress_until_the_decision(live: Live, org: Org) -> None:
+async def test_waiting_reports_progress_and_holds_one_long_poll(
+    live: Live, org: Org, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Reports every 0.1 s: several of them must fit inside one long poll.
+    monkeypatch.setattr(mcp_server, "PROGRESS_INTERVAL_SECONDS", 0.1)
     progress: list[float] = []
-    waiting = asyncio.Event()
+    reported_thrice = asyncio.Event()
 
     async def on_progress(value: float, total: float | None, message: str | None) -> None:
         progress.append(value)
-        waiting.set()
+        if len(progress) == 3:
+            reported_thrice.set()
 
-    async with live.session(org.member.api_key) as mcp:
+    async with (
+        live.session(org.member.api_key) as mcp,
+        httpx.AsyncClient(base_url=live.base_url) as api,
+    ):
         asked = structured(
             await mcp.call_tool(
                 "request_approval",
                 {"title": "Drop the staging table", "description": "Unused.", "priority": "low"},
             )
         )
+        before = await api.get(f"/api/v1/approvals/{asked['id']}", headers=org.member.headers)
 
         async def decide_once_waiting() -> None:
-            await waiting.wait()
-            async with httpx.AsyncClient(base_url=live.base_url) as api:
-                answer = await api.patch(
-                    f"/api/v1/approvals/{asked['id']}",
-                    json={"decision": "reject", "comment": "keep it"},
-                    headers=org.admin.headers,
-                )
-                assert answer.status_code == 200, answer.text
+            await reported_thrice.wait()
+            answer = await api.patch(
+                f"/api/v1/approvals/{asked['id']}",
+                json={"decision": "reject", "comment": "keep it"},
+                headers=org.admin.headers,
+            )
+            assert answer.status_code == 200, answer.text
 
         deciding = asyncio.create_task(decide_once_waiting())
         waited = structured(
@@ -178,8 +187,12 @@ async def test_waiting_reports_progress_until_the_decision(live: Live, org: Org)
             )
         )
         await deciding
+        after = await api.get(f"/api/v1/approvals/{asked['id']}", headers=org.member.headers)
     assert (waited["status"], waited["comment"]) == ("rejected", "keep it")
-    assert progress
+    assert len(progress) >= 3 and progress == sorted(progress)
+    # The member's calls between the two reads: the wait's one long poll, and the read.
+    remaining = "X-RateLimit-Remaining"
+    assert int(before.headers[remaining]) - int(after.headers[remaining]) == 2
 
 
 async def test_an_unknown_key_gets_401_naming_the_resource_metadata(live: Live) -> None:

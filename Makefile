@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve worker test lint format typecheck check bench bench-callbacks bench-longpoll bench-dashboard clean
+.PHONY: install serve worker test lint format typecheck check bench bench-callbacks bench-longpoll bench-dashboard bench-notifications clean
 
 CLIENT := clients/python
 
@@ -57,6 +57,10 @@ bench-longpoll: $(STAMP)
 # The dashboard's pages in an org of 10,000 requests: p50, p95 and size of each.
 bench-dashboard: $(STAMP)
 	$(BIN)/python -m bench.dashboard $(BENCH_ARGS)
+
+# Notifications: create to mail accepted, a burst's Slack digests (docs/notifications.md).
+bench-notifications: $(STAMP)
+	$(BIN)/python -m bench.notifications $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -27,6 +27,8 @@ from signoff.context import AppContext
 from signoff.dashboard.endpoints import install_dashboard
 from signoff.errors import AppError, MethodNotAllowed, NotFound, ServiceUnavailable
 from signoff.middleware import ApiGuard, BodySizeLimit, StripTrailingSlash
+from signoff.notifications.endpoints import pages as notification_pages
+from signoff.notifications.endpoints import router as notifications_router
 from signoff.oauth.endpoints import api_router as oauth_api_router
 from signoff.oauth.endpoints import router as oauth_router
 from signoff.openapi import install_docs
@@ -35,6 +37,7 @@ from signoff.remote_mcp.server import RemoteMcp
 from signoff.steps.endpoints import router as steps_router
 from signoff.webhooks.endpoints import router as webhooks_router
 from signoff.worker.deliveries import run_delivery_worker
+from signoff.worker.notifications import run_notification_sender
 from signoff.worker.sweeper import run_expiry_sweep
 
 logger = logging.getLogger(__name__)
@@ -165,6 +168,7 @@ def create_app(
             [
                 asyncio.create_task(run_expiry_sweep(ctx, stop)),
                 asyncio.create_task(run_delivery_worker(ctx, stop)),
+                asyncio.create_task(run_notification_sender(ctx, stop)),
             ]
             if background
             else []
@@ -196,6 +200,8 @@ def create_app(
         oauth_api_router,
         steps_router,
         webhooks_router,
+        notifications_router,
+        notification_pages,
     )
     if settings.compat_legacy_clients:
         _add_routes(app, legacy_clients_router)

@@ -100,6 +100,19 @@ class Settings(BaseSettings):
     # Older clients of the interface (docs/configuration.md): a deviation from it while on.
     compat_legacy_clients: bool = False
 
+    # Notifications (docs/notifications.md). public_url above makes the links in messages.
+    # smtp://user:pass@host:port (``?starttls=true`` to upgrade), or smtps:// (implicit TLS).
+    smtp_url: str | None = None
+    mail_from: str = "signoff <signoff@localhost>"
+    # Slack's Web API (users.info, for the Slack app's buttons); tests point it elsewhere.
+    slack_api_url: str = "https://slack.com/api"
+    notification_timeout_seconds: float = Field(10.0, gt=0)
+    # A claimed notification stays with its sender this long; past it, any worker sends it.
+    notification_lease_seconds: float = Field(60.0, gt=0)
+    # At most one message per chat channel per interval: a burst becomes one digest.
+    notification_chat_interval_seconds: float = Field(1.0, ge=0)
+    notification_poll_interval_seconds: float = Field(1.0, gt=0)
+
     @field_validator("public_url")
     @classmethod
     def _strip_public_url(cls, value: str) -> str:

@@ -16,6 +16,8 @@ from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.dashboard.live import OrgSignals
+from signoff.notifications.repository import WROTE_NOTIFICATIONS
+from signoff.notifications.sender import NotificationSender
 from signoff.oauth.credentials import hash_token, looks_like_access_token
 from signoff.orgs.repository import PrincipalsByKey
 from signoff.ratelimit.limiter import RateLimiter
@@ -72,10 +74,15 @@ class AppContext:
     principals: PrincipalsByKey = field(init=False)
     # Wakes the dashboard's open pages of an org when one of its requests changes.
     live: OrgSignals = field(init=False)
+    # Notifications: claims, sends and records (notifications/sender.py).
+    notifications: NotificationSender = field(init=False)
 
     def __post_init__(self) -> None:
         self.webhooks = WebhookDispatcher(self.settings, self.db, self.box, self.poisoned)
         self.principals = PrincipalsByKey(self.db.queries)
+        self.notifications = NotificationSender(
+            self.settings, self.db, self.box, self.webhooks.clients, self.webhooks.policy
+        )
         postgres = self.db.dialect == "postgresql"
         self.live = OrgSignals(self.settings.database_url if postgres else None)
 
@@ -97,6 +104,8 @@ class AppContext:
             uow = UnitOfWork(session, self.db.dialect, outbox)
             yield uow
         self.publish(uow.changes)
+        if session.info.pop(WROTE_NOTIFICATIONS, False):
+            self.notifications.wakeup.set()  # committed: send them now
 
     def publish(self, changes: Sequence[RequestChange]) -> None:
         """Tell this process's watchers (long polls) of requests a commit changed, and the

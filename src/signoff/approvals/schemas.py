@@ -341,6 +341,13 @@ _TIMESTAMP_QUERY = {"type": "string", "format": "date-time"}
 _LABEL_QUERY = {"type": "string", "maxLength": default_setting("max_label_length")}
 
 
+class RelayedDecision(DecideApprovalRequest):
+    """A decision made from a notification (a one-click link, a Slack button). Built in
+    code, never parsed from an API body: ``via`` goes into the audit event."""
+
+    via: Literal["email", "slack", "teams", "discord"]
+
+
 class ListApprovalsQuery(BaseModel):
     """Query of ``GET /api/v1/approvals``, declared once: the handler validates with it,
     the OpenAPI document lists its parameters (``query_parameters``) and ``filters()``

@@ -21,7 +21,11 @@ from signoff.approvals import effects, state
 from signoff.approvals.listing import ListFilters, read_page
 from signoff.approvals.record import RequestRecord
 from signoff.approvals.repository import ApprovalReads, ApprovalRepository
-from signoff.approvals.schemas import CreateApprovalRequest, DecideApprovalRequest
+from signoff.approvals.schemas import (
+    CreateApprovalRequest,
+    DecideApprovalRequest,
+    RelayedDecision,
+)
 from signoff.auth.principal import OrgMember, Principal
 from signoff.common.ids import new_id
 from signoff.common.poison import PoisonedRows
@@ -29,6 +33,8 @@ from signoff.common.time import utcnow
 from signoff.crypto import SecretBox
 from signoff.errors import NotFound, RequestNotPending, ValidationFailed
 from signoff.models import ApprovalStep, AuditEvent, Comment, Vote
+from signoff.notifications import service as notifications
+from signoff.notifications.repository import NotificationRepository, facts_of
 
 if TYPE_CHECKING:
     from signoff.unit_of_work import UnitOfWork
@@ -94,6 +100,8 @@ async def create_request(
     data = {"title": created.title, "priority": created.priority, "source": created.source}
     await repo.add_event(effects.event(created, "request.created", principal.user_id, now, data))
     uow.request_changed(created.org_id, created.id, final=False)
+    # Notification hook: rows only, in this transaction; sending comes after the commit.
+    await notifications.on_request_created(_notification_repo(uow), facts_of(created), now)
     return CreateResult(created, created=True)
 
 
@@ -153,7 +161,9 @@ async def decide(
     payload: DecideApprovalRequest,
     now: datetime,
 ) -> TransitionResult:
-    action = state.Decide(principal.actor, payload.decision, payload.comment, payload.source)
+    action = state.Decide(
+        principal.actor, payload.decision, payload.comment, payload.source, _via(payload)
+    )
     row = await _get_locked(uow.approvals, principal, request_id)
     return await _transition(uow, row, action, principal, now)
 
@@ -168,7 +178,34 @@ async def _transition(
     """Ask the state machine about ``action`` on the locked ``row``, and apply its answer."""
     transition = state.apply(await _view(uow.approvals, row), action, now)
     row = await effects.apply_transition(uow, row, transition, author_of(principal), now)
+    await _notify_transition(uow, row, transition, action, now)
     return TransitionResult(row, transition)
+
+
+async def _notify_transition(
+    uow: UnitOfWork,
+    row: RequestRecord,
+    transition: state.Transition,
+    action: state.Action,
+    now: datetime,
+) -> None:
+    """Notification hooks of a transition: a request that left pending voids its
+    scheduled reminders; a vote that moved a sequential chain on opens the next step."""
+    if transition.is_final:
+        await notifications.on_request_left_pending(_notification_repo(uow), row.id, now)
+    elif isinstance(action, state.VoteStep) and row.is_sequential:
+        repo = _notification_repo(uow)
+        approvers = await repo.open_step_approvers(row.id, sequential=True)
+        await notifications.on_step_opened(repo, facts_of(row), approvers, now)
+
+
+def _notification_repo(uow: UnitOfWork) -> NotificationRepository:
+    return NotificationRepository(uow.session, uow.dialect)
+
+
+def _via(payload: DecideApprovalRequest) -> str | None:
+    """A decision made from a notification says so in its audit event."""
+    return payload.via if isinstance(payload, RelayedDecision) else None
 
 
 def author_of(principal: OrgMember | None) -> effects.Author | None:
@@ -349,8 +386,14 @@ async def set_steps(
     # Refusals first: a stranger learns nothing of which approvers exist.
     transition = state.apply(await _view(uow.approvals, row), action, now)
     await _check_approvers(uow.approvals, principal.org_id, specs)
-    await effects.apply_transition(uow, row, transition, author_of(principal), now)
-    return await uow.approvals.list_steps(row.id)
+    row = await effects.apply_transition(uow, row, transition, author_of(principal), now)
+    steps = await uow.approvals.list_steps(row.id)
+    # Notification hook: the chain's first step (every step, unless sequential) opens.
+    opened = steps[:1] if row.is_sequential else steps
+    await notifications.on_step_opened(
+        _notification_repo(uow), facts_of(row), [s.approver_id for s in opened], now
+    )
+    return steps
 
 
 async def _check_approvers(
@@ -387,7 +430,7 @@ async def vote_step(
     now: datetime,
 ) -> StepVoteResult:
     action = state.VoteStep(
-        principal.actor, step_id, payload.decision, payload.comment, payload.source
+        principal.actor, step_id, payload.decision, payload.comment, payload.source, _via(payload)
     )
     row = await _get_locked(uow.approvals, principal, request_id)
     result = await _transition(uow, row, action, principal, now)

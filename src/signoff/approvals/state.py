@@ -104,6 +104,8 @@ class Decide:
     decision: Decision
     comment: str | None = None
     source: str | None = None
+    # Made from a notification ("email", "slack", ...): the audit event records it.
+    via: str | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ class VoteStep:
     decision: Decision
     comment: str | None = None
     source: str | None = None
+    via: str | None = None
 
 
 @dataclass(frozen=True)
@@ -369,6 +372,8 @@ def _audit_events(request: RequestView, action: Action, transition: Transition) 
             data["comment"] = action.comment
         if action.source:
             data["source"] = action.source
+        if action.via:
+            data["via"] = action.via
     if transition.is_override:
         data["override"] = True
         data["skipped_steps"] = [str(sid) for sid, _ in transition.step_changes]

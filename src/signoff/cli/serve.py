@@ -87,8 +87,9 @@ def first_run_setup_link(settings: Settings, host: str, port: int) -> str | None
 
 
 def worker() -> None:
-    """Run only the background work (delivery worker, expiry sweep), for scale-out."""
+    """Run only the background work (deliveries, notifications, expiry sweep), for scale-out."""
     from signoff.worker.deliveries import run_delivery_worker
+    from signoff.worker.notifications import run_notification_sender
     from signoff.worker.sweeper import run_expiry_sweep
 
     settings = open_database()
@@ -103,7 +104,11 @@ def worker() -> None:
         freeze_startup_objects()
         err.print(f"signoff {__version__} worker started", highlight=False)
         try:
-            await asyncio.gather(run_expiry_sweep(ctx, stop), run_delivery_worker(ctx, stop))
+            await asyncio.gather(
+                run_expiry_sweep(ctx, stop),
+                run_delivery_worker(ctx, stop),
+                run_notification_sender(ctx, stop),
+            )
         finally:
             await ctx.close()
 

@@ -3,6 +3,13 @@
 from signoff.models.activity import AuditEvent, Comment
 from signoff.models.approvals import ApprovalRequest, ApprovalStep, Vote
 from signoff.models.base import Base
+from signoff.models.notifications import (
+    DecisionLink,
+    Notification,
+    NotificationAttempt,
+    NotificationChannel,
+    RoutingConfig,
+)
 from signoff.models.oauth import (
     DashboardSession,
     OAuthAuthorizationCode,
@@ -20,10 +27,15 @@ __all__ = [
     "Comment",
     "Connection",
     "DashboardSession",
+    "DecisionLink",
+    "Notification",
+    "NotificationAttempt",
+    "NotificationChannel",
     "OAuthAuthorizationCode",
     "OAuthClient",
     "OAuthToken",
     "Organization",
+    "RoutingConfig",
     "SetupToken",
     "User",
     "Vote",

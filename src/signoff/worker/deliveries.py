@@ -49,7 +49,10 @@ CLAIM_GATHER_SECONDS = 0.1
 class PostgresListener:
     """One asyncpg connection that LISTENs and calls ``on_notify`` for each NOTIFY."""
 
-    def __init__(self, database_url: str, on_notify: Callable[[], None]) -> None:
+    def __init__(
+        self, database_url: str, on_notify: Callable[[], None], channel: str = NOTIFY_CHANNEL
+    ) -> None:
+        self.channel = channel
         self.dsn = (
             make_url(database_url)
             .set(drivername="postgresql")
@@ -67,9 +70,9 @@ class PostgresListener:
 
         try:
             self._connection = await asyncpg.connect(self.dsn)
-            await self._connection.add_listener(NOTIFY_CHANNEL, self._notified)
+            await self._connection.add_listener(self.channel, self._notified)
         except Exception as exc:
-            logger.warning("LISTEN %s unavailable (%s); polling instead", NOTIFY_CHANNEL, exc)
+            logger.warning("LISTEN %s unavailable (%s); polling instead", self.channel, exc)
             await self.close()
             return False
         # A notification may have been missed while we were not listening.

@@ -1,0 +1,218 @@
+"""``make bench-notifications``: notifications against real loopback servers.
+
+On a fresh SQLite database (or PostgreSQL with ``--postgres URL``), the app runs in this
+process with its background loops (the sender is woken by each create's commit), an SMTP
+server (aiosmtpd's protocol) and a Slack receiver on loopback ports. Then:
+
+1. latency: ``--mails`` creates one at a time, each matching a rule that mails one person.
+   Per create: *create sent to mail accepted* (the create's commit happens after it is
+   sent, so this bounds commit-to-accepted from above). p50 and p99.
+2. burst: ``--burst`` creates paced evenly over ``--burst-seconds``, each matching a rule
+   with one Slack channel, and the same burst for an org without rules. The Slack messages
+   per one-second window (the promise: at most one per channel per interval), the
+   notifications sent (none lost: every request is in exactly one message), and the
+   create latency p50/p99 with routing on and off.
+
+Figures are printed and written to ``bench/results/notifications.json``; nothing asserts
+a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+from tests.notifications.support import smtp_server
+from tests.webhooks.receiver import Receiver
+
+from bench.run import RESULTS_DIR, log, postgres_database
+from signoff.app import create_app
+from signoff.common.time import utcnow
+from signoff.config import Settings
+from signoff.context import AppContext
+from signoff.migrations import upgrade_to_head
+from signoff.orgs import service as orgs_service
+
+RATE_LIMIT = 100_000_000
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {
+        "p50_ms": round(statistics.median(values) * 1000, 2),
+        "p99_ms": round(percentile(values, 0.99) * 1000, 2),
+        "count": len(values),
+    }
+
+
+async def make_org(ctx: AppContext, name: str) -> tuple[dict[str, str], str]:
+    """An org with one admin and its API key; answers (headers, admin e-mail)."""
+    now = utcnow()
+    async with ctx.transaction() as uow:
+        org = await orgs_service.create_org(uow.orgs, name, now)
+        email = f"admin@{name.lower()}.example"
+        user = await orgs_service.create_user(
+            uow.orgs, org.id, email=email, name="Admin", role="admin", password=None, now=now
+        )
+        issued = await orgs_service.create_connection(
+            uow.orgs,
+            ctx.box,
+            ctx.settings,
+            org.id,
+            owner=user,
+            name="bench",
+            rate_limit=RATE_LIMIT,
+            now=now,
+        )
+    return {"Authorization": f"Bearer {issued.api_key}"}, email
+
+
+async def put_routing(api: httpx.AsyncClient, headers: dict[str, str], doc: dict[str, Any]) -> None:
+    answer = await api.put("/api/v1/routing", json=doc, headers=headers)
+    answer.raise_for_status()
+
+
+BODY = {"title": "Deploy", "description": "Bench request", "priority": "high"}
+
+
+async def bench_latency(
+    api: httpx.AsyncClient, box: Any, headers: dict[str, str], count: int
+) -> dict[str, Any]:
+    delays = []
+    for _ in range(count):
+        before = len(box.mails)
+        sent = time.perf_counter()
+        answer = await api.post("/api/v1/approvals", json=BODY, headers=headers)
+        answer.raise_for_status()
+        await box.wait_for(before + 1, timeout=30)
+        delays.append(time.perf_counter() - sent)
+    return summary(delays)
+
+
+async def paced_creates(
+    api: httpx.AsyncClient, headers: dict[str, str], count: int, seconds: float
+) -> list[float]:
+    times: list[float] = []
+    start = time.perf_counter()
+
+    async def one(index: int) -> None:
+        await asyncio.sleep(max(0.0, start + index * seconds / count - time.perf_counter()))
+        began = time.perf_counter()
+        answer = await api.post(
+            "/api/v1/approvals", json={**BODY, "title": f"Burst {index}"}, headers=headers
+        )
+        answer.raise_for_status()
+        times.append(time.perf_counter() - began)
+
+    await asyncio.gather(*(one(i) for i in range(count)))
+    return times
+
+
+def requests_in(message: dict[str, Any]) -> int:
+    found = re.match(r"(\d+) requests wait", message["text"])
+    return int(found.group(1)) if found else 1
+
+
+async def bench_burst(
+    api: httpx.AsyncClient, ctx: AppContext, count: int, seconds: float
+) -> dict[str, Any]:
+    on_headers, _ = await make_org(ctx, "Burst")
+    off_headers, _ = await make_org(ctx, "Quiet")
+    async with Receiver() as slack:
+        await put_routing(
+            api,
+            on_headers,
+            {
+                "channels": {"team": {"type": "slack", "webhook_url": slack.url}},
+                "rules": [{"channels": ["team"]}],
+            },
+        )
+        off = await paced_creates(api, off_headers, count, seconds)
+        on = await paced_creates(api, on_headers, count, seconds)
+        deadline = time.monotonic() + 60
+        while sum(requests_in(json.loads(r.body)) for r in slack.received) < count:
+            if time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
+        received = list(slack.received)
+    first = received[0].at if received else 0.0
+    windows = Counter(int(r.at - first) for r in received)
+    return {
+        "creates": count,
+        "seconds": seconds,
+        "slack_messages": len(received),
+        "requests_in_messages": sum(requests_in(json.loads(r.body)) for r in received),
+        "most_messages_in_one_second": max(windows.values()) if windows else 0,
+        "create_routing_off": summary(off),
+        "create_routing_on": summary(on),
+    }
+
+
+async def run(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
+    async with smtp_server() as (box, smtp_url):
+        settings = Settings(
+            database_url=database_url,
+            secret_key="bench-notifications",
+            smtp_url=smtp_url,
+            rate_limit_ceiling=RATE_LIMIT,
+            rate_limit_default=RATE_LIMIT,
+        )
+        ctx = AppContext.from_settings(settings)
+        app = create_app(settings, ctx=ctx, background=True)
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://bench") as api:
+                headers, _ = await make_org(ctx, "Mail")
+                await put_routing(
+                    api,
+                    headers,
+                    {
+                        "channels": {"mail": {"type": "email"}},
+                        "rules": [{"channels": ["mail"], "audience": "admins"}],
+                    },
+                )
+                log(f"latency: {args.mails} creates, one at a time")
+                latency = await bench_latency(api, box, headers, args.mails)
+                log(f"burst: {args.burst} creates over {args.burst_seconds} s")
+                burst = await bench_burst(api, ctx, args.burst, args.burst_seconds)
+    return {"create_sent_to_mail_accepted": latency, "burst": burst}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--postgres", help="a PostgreSQL admin URL; SQLite when absent")
+    parser.add_argument("--mails", type=int, default=200)
+    parser.add_argument("--burst", type=int, default=1000)
+    parser.add_argument("--burst-seconds", type=float, default=10.0)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as workdir:
+        if args.postgres:
+            with postgres_database(args.postgres) as url:
+                upgrade_to_head(url)
+                results = asyncio.run(run(url, args))
+        else:
+            url = f"sqlite+aiosqlite:///{Path(workdir) / 'bench.db'}"
+            upgrade_to_head(url)
+            results = asyncio.run(run(url, args))
+    RESULTS_DIR.mkdir(exist_ok=True)
+    (RESULTS_DIR / "notifications.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

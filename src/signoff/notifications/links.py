@@ -1,0 +1,126 @@
+"""One-click decisions that link scanners cannot trigger.
+
+A link's GET only *looks* (``inspect_link``): it never uses the token and never
+decides, so any number of scanners and previews leave the request pending and the link
+valid. Only the POST of the confirmation page decides (``use_link``), through the same
+services as the API and the dashboard, recording ``via`` in the audit event.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from signoff.approvals.schemas import RelayedDecision
+from signoff.auth.principal import OrgMember
+from signoff.dashboard import service as dashboard
+from signoff.models import Organization
+from signoff.models.notifications import DecisionLink
+from signoff.notifications.repository import NotificationRepository
+from signoff.notifications.routing import RequestFacts
+from signoff.notifications.service import hash_link_token
+from signoff.unit_of_work import UnitOfWork
+
+LinkState = Literal[
+    "ready", "unknown", "used", "expired", "decided", "sign_in", "foreign", "stopped"
+]
+
+
+@dataclass(frozen=True)
+class LinkView:
+    state: LinkState
+    link: DecisionLink | None = None
+    request: RequestFacts | None = None
+    status: str | None = None
+
+
+async def inspect_link(
+    repo: NotificationRepository,
+    token: str,
+    viewer: OrgMember | None,
+    now: datetime,
+    *,
+    emergency_stop: bool = False,
+) -> LinkView:
+    """What the link may do now, for this visitor; changes nothing."""
+    link = await repo.find_link(hash_link_token(token)) if 20 <= len(token) <= 100 else None
+    if link is None:
+        return LinkView("unknown")
+    found = await repo.request_facts(link.org_id, link.request_id)
+    if found is None:
+        return LinkView("unknown")
+    facts, row = found
+    view = LinkView("ready", link, facts, row.status)
+    if link.used_at is not None:
+        return _with(view, "used")
+    if row.status != "pending" or (row.expires_at is not None and row.expires_at <= now):
+        return _with(view, "decided")
+    if link.expires_at <= now:
+        return _with(view, "expired")
+    org = await repo.session.get(Organization, link.org_id)
+    if emergency_stop or (org is not None and org.emergency_stop):
+        return _with(view, "stopped")
+    if viewer is not None and (
+        viewer.org_id != link.org_id or (link.user_id and viewer.user_id != link.user_id)
+    ):
+        return _with(view, "foreign")
+    if viewer is None and (link.require_sign_in or link.user_id is None):
+        return _with(view, "sign_in")
+    return view
+
+
+def _with(view: LinkView, state: LinkState) -> LinkView:
+    return LinkView(state, view.link, view.request, view.status)
+
+
+async def use_link(
+    uow: UnitOfWork,
+    token: str,
+    viewer: OrgMember | None,
+    now: datetime,
+    *,
+    emergency_stop: bool = False,
+) -> LinkView:
+    """The confirmation's POST: decide once, as the link's person (or the signed-in one).
+
+    The link is marked used in the same transaction as the decision: if deciding is
+    refused, neither happens.
+    """
+    repo = NotificationRepository(uow.session, uow.dialect)
+    view = await inspect_link(repo, token, viewer, now, emergency_stop=emergency_stop)
+    if view.state != "ready":
+        return view
+    link = view.link
+    assert link is not None
+    member = viewer or await _member_of_link(repo, link)
+    if member is None:
+        return _with(view, "unknown")
+    if not await repo.use_link(link.id, now):
+        return _with(view, "used")  # another click won the race
+    payload = RelayedDecision(decision=link.decision, via=link.via)
+    await dashboard.decide(uow, member, link.request_id, payload, now)
+    return view
+
+
+async def _member_of_link(repo: NotificationRepository, link: DecisionLink) -> OrgMember | None:
+    if link.user_id is None:
+        return None
+    user = await repo.user_in_org(link.org_id, link.user_id)
+    org = await repo.session.get(Organization, link.org_id)
+    if user is None or org is None or not user.is_active:
+        return None
+    return OrgMember(
+        org_id=org.id,
+        org_name=org.name,
+        org_emergency_stop=org.emergency_stop,
+        user_id=user.id,
+        user_email=user.email,
+        user_name=user.name,
+        role="admin" if user.role == "admin" else "member",
+    )
+
+
+def request_id_of(view: LinkView) -> uuid.UUID | None:
+    return view.request.id if view.request else None

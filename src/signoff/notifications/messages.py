@@ -1,0 +1,386 @@
+"""What each channel is sent: pure functions from a request's facts and links to bytes.
+
+Shapes follow each service's documented format: Slack Block Kit (header, section with
+fields, actions with URL buttons), a Microsoft Teams incoming-webhook message carrying
+one Adaptive Card, a Discord webhook embed, and a signed JSON event for webhook channels.
+Texts are cut to each format's documented limits, and user-supplied text is escaped
+for the format (Slack's ``&<>``; Discord mentions are switched off).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from email.message import EmailMessage
+from typing import Any
+
+from signoff.notifications.routing import RequestFacts
+
+KIND_HEADLINES = {
+    "created": "Approval requested",
+    "step_opened": "Your approval is requested",
+    "reminder": "Reminder: still waiting for a decision",
+    "escalated": "Escalated: no decision yet",
+    "expiry_warning": "Expires soon: no decision yet",
+}
+WEBHOOK_EVENTS = {
+    "created": "approval.created",
+    "step_opened": "approval.step_opened",
+    "reminder": "approval.reminder",
+    "escalated": "approval.escalated",
+    "expiry_warning": "approval.reminder",
+}
+PRIORITY_COLOURS = {"low": 0x6B7280, "medium": 0x2563EB, "high": 0xEA580C, "critical": 0xDC2626}
+# Metadata shown in a message: the first few keys, each value cut short.
+SHOWN_METADATA_KEYS = 6
+SHOWN_VALUE_CHARS = 200
+DIGEST_ITEMS = 20
+
+
+@dataclass(frozen=True)
+class Links:
+    """Where a message's buttons go: the request page, and the one-click pages."""
+
+    open: str
+    approve: str | None
+    reject: str | None
+
+
+@dataclass(frozen=True)
+class Item:
+    """One notification of a message: its request, what kind, and its links."""
+
+    request: RequestFacts
+    kind: str
+    links: Links
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def key_metadata(request: RequestFacts) -> list[tuple[str, str]]:
+    shown = []
+    for key, value in list(request.metadata.items())[:SHOWN_METADATA_KEYS]:
+        text = value if isinstance(value, str) else _json_text(value)
+        shown.append((_cut(str(key), 80), _cut(text, SHOWN_VALUE_CHARS)))
+    return shown
+
+
+def _json_text(value: Any) -> str:
+    import orjson
+
+    return orjson.dumps(value).decode()
+
+
+def facts(request: RequestFacts) -> list[tuple[str, str]]:
+    rows = [("Priority", request.priority)]
+    if request.action_type:
+        rows.append(("Action", request.action_type))
+    if request.source:
+        rows.append(("Source", request.source))
+    if request.expires_at:
+        rows.append(("Expires", _utc(request.expires_at)))
+    return rows
+
+
+def _utc(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+# ---- e-mail ----
+
+
+def email_message(item: Item, sender: str, recipient: str) -> EmailMessage:
+    request, links = item.request, item.links
+    headline = KIND_HEADLINES[item.kind]
+    message = EmailMessage()
+    message["Subject"] = _cut(f"[{request.priority}] {headline}: {request.title}", 200)
+    message["From"] = sender
+    message["To"] = recipient
+    message.set_content(_email_text(item, headline))
+    message.add_alternative(_email_html(item, headline), subtype="html")
+    if links.approve:
+        # Mail clients and scanners must not treat the links as an unsubscribe action.
+        message["X-Auto-Response-Suppress"] = "All"
+    return message
+
+
+def _email_text(item: Item, headline: str) -> str:
+    request, links = item.request, item.links
+    lines = [headline, "", request.title, ""]
+    lines += [f"{name}: {value}" for name, value in facts(request)]
+    lines += ["", request.description, ""]
+    metadata = key_metadata(request)
+    if metadata:
+        lines += ["Details:"] + [f"  {k}: {v}" for k, v in metadata] + [""]
+    if links.approve and links.reject:
+        lines += [f"Approve: {links.approve}", f"Reject: {links.reject}"]
+        lines += ["(Each link asks you to confirm before anything is decided.)", ""]
+    lines += [f"Open the request: {links.open}", ""]
+    return "\n".join(lines)
+
+
+def _email_html(item: Item, headline: str) -> str:
+    request, links = item.request, item.links
+    e = html.escape
+    rows = "".join(
+        f'<tr><th align="left" style="padding:2px 12px 2px 0">{e(n)}</th><td>{e(v)}</td></tr>'
+        for n, v in facts(request) + key_metadata(request)
+    )
+    buttons = ""
+    if links.approve and links.reject:
+        buttons = (
+            f'<a href="{e(links.approve)}" style="background:#15803d;color:#fff;'
+            'padding:10px 18px;border-radius:6px;text-decoration:none;font-weight:600">Approve</a> '
+            f'<a href="{e(links.reject)}" style="background:#fff;color:#b91c1c;'
+            "border:1px solid #b91c1c;padding:9px 18px;border-radius:6px;"
+            'text-decoration:none;font-weight:600">Reject</a> '
+        )
+    return (
+        '<!doctype html><html><body style="font-family:system-ui,sans-serif;color:#111">'
+        f'<p style="color:#555">{e(headline)}</p>'
+        f'<h1 style="font-size:20px">{e(request.title)}</h1>'
+        f"<table>{rows}</table>"
+        f'<p style="white-space:pre-wrap">{e(request.description)}</p>'
+        f"<p>{buttons}"
+        f'<a href="{e(links.open)}">Open the request</a></p>'
+        '<p style="color:#777;font-size:12px">Approve and Reject ask you to confirm '
+        "before anything is decided.</p></body></html>"
+    )
+
+
+# ---- Slack: Block Kit ----
+
+
+def _slack_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _slack_buttons(item: Item, interactive: bool) -> dict[str, Any]:
+    rid = str(item.request.id)
+    elements: list[dict[str, Any]] = []
+    for decision, label, style in (
+        ("approve", "Approve", "primary"),
+        ("reject", "Reject", "danger"),
+    ):
+        url = getattr(item.links, decision)
+        if not (interactive or url):
+            continue
+        button: dict[str, Any] = {
+            "type": "button",
+            "text": {"type": "plain_text", "text": label},
+            "style": style,
+            "action_id": decision,
+            "value": rid,
+        }
+        if not interactive:
+            button["url"] = url
+        elements.append(button)
+    elements.append(
+        {
+            "type": "button",
+            "text": {"type": "plain_text", "text": "Open"},
+            "action_id": "open",
+            "value": rid,
+            "url": item.links.open,
+        }
+    )
+    return {"type": "actions", "block_id": f"signoff:{rid}", "elements": elements}
+
+
+def slack_blocks(item: Item, interactive: bool) -> list[dict[str, Any]]:
+    request = item.request
+    fields = [
+        {"type": "mrkdwn", "text": _cut(f"*{n}*\n{_slack_escape(v)}", 2000)}
+        for n, v in (facts(request) + key_metadata(request))[:10]
+    ]
+    return [
+        {
+            "type": "header",
+            "text": {"type": "plain_text", "text": _cut(KIND_HEADLINES[item.kind], 150)},
+        },
+        {
+            "type": "section",
+            "text": {
+                "type": "mrkdwn",
+                "text": _cut(
+                    f"*{_slack_escape(request.title)}*\n{_slack_escape(request.description)}",
+                    3000,
+                ),
+            },
+            "fields": fields,
+        },
+        _slack_buttons(item, interactive),
+    ]
+
+
+def slack_payload(items: Sequence[Item], interactive: bool) -> dict[str, Any]:
+    if len(items) == 1:
+        item = items[0]
+        return {
+            "text": _cut(f"{KIND_HEADLINES[item.kind]}: {item.request.title}", 3000),
+            "blocks": slack_blocks(item, interactive),
+        }
+    blocks: list[dict[str, Any]] = [
+        {
+            "type": "header",
+            "text": {"type": "plain_text", "text": f"{len(items)} requests wait for a decision"},
+        }
+    ]
+    for item in items[:DIGEST_ITEMS]:
+        line = f"<{item.links.open}|{_slack_escape(_cut(item.request.title, 150))}>"
+        blocks.append(
+            {
+                "type": "section",
+                "text": {"type": "mrkdwn", "text": f"{line} · {item.request.priority}"},
+            }
+        )
+    if len(items) > DIGEST_ITEMS:
+        more = f"…and {len(items) - DIGEST_ITEMS} more in the inbox."
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": more}]})
+    return {"text": f"{len(items)} requests wait for a decision", "blocks": blocks}
+
+
+def slack_decided_blocks(item: Item, outcome: str) -> list[dict[str, Any]]:
+    """The message once decided in Slack: the buttons give way to who decided."""
+    blocks = slack_blocks(item, interactive=False)[:2]
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": outcome}]})
+    return blocks
+
+
+# ---- Microsoft Teams: an Adaptive Card in the incoming-webhook message ----
+
+
+def _teams_actions(item: Item) -> list[dict[str, Any]]:
+    actions = []
+    if item.links.approve:
+        actions.append({"type": "Action.OpenUrl", "title": "Approve", "url": item.links.approve})
+    if item.links.reject:
+        actions.append({"type": "Action.OpenUrl", "title": "Reject", "url": item.links.reject})
+    actions.append({"type": "Action.OpenUrl", "title": "Open", "url": item.links.open})
+    return actions
+
+
+def teams_payload(items: Sequence[Item]) -> dict[str, Any]:
+    if len(items) == 1:
+        item = items[0]
+        request = item.request
+        body: list[dict[str, Any]] = [
+            {
+                "type": "TextBlock",
+                "text": KIND_HEADLINES[item.kind],
+                "isSubtle": True,
+                "wrap": True,
+            },
+            {
+                "type": "TextBlock",
+                "text": request.title,
+                "size": "Medium",
+                "weight": "Bolder",
+                "wrap": True,
+            },
+            {"type": "TextBlock", "text": request.description, "wrap": True},
+            {
+                "type": "FactSet",
+                "facts": [
+                    {"title": n, "value": v} for n, v in facts(request) + key_metadata(request)
+                ],
+            },
+        ]
+        actions = _teams_actions(item)
+    else:
+        body = [
+            {
+                "type": "TextBlock",
+                "text": f"{len(items)} requests wait for a decision",
+                "weight": "Bolder",
+                "wrap": True,
+            }
+        ]
+        body += [
+            {
+                "type": "TextBlock",
+                "text": f"[{_cut(i.request.title, 150)}]({i.links.open}) · {i.request.priority}",
+                "wrap": True,
+            }
+            for i in items[:DIGEST_ITEMS]
+        ]
+        actions = []
+    card = {
+        "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+        "type": "AdaptiveCard",
+        "version": "1.4",
+        "body": body,
+        "actions": actions,
+    }
+    return {
+        "type": "message",
+        "attachments": [
+            {
+                "contentType": "application/vnd.microsoft.card.adaptive",
+                "contentUrl": None,
+                "content": card,
+            }
+        ],
+    }
+
+
+# ---- Discord: an embed ----
+
+
+def discord_payload(items: Sequence[Item]) -> dict[str, Any]:
+    """Buttons (message components) need an application-owned webhook; the links are
+    markdown links in the embed instead, which every incoming webhook may carry."""
+    embeds = []
+    for item in items[:10]:
+        request, links = item.request, item.links
+        actions = [f"[Open]({links.open})"]
+        if links.approve and links.reject:
+            actions[:0] = [f"[Approve]({links.approve})", f"[Reject]({links.reject})"]
+        fields = [
+            {"name": _cut(n, 256), "value": _cut(v, 1024), "inline": True}
+            for n, v in facts(request) + key_metadata(request)
+        ][:24]
+        fields.append({"name": "Decide", "value": " · ".join(actions), "inline": False})
+        embeds.append(
+            {
+                "title": _cut(request.title, 256),
+                "description": _cut(request.description, 4096),
+                "url": links.open,
+                "color": PRIORITY_COLOURS.get(request.priority, 0),
+                "fields": fields,
+                "footer": {"text": KIND_HEADLINES[item.kind]},
+                "timestamp": request.created_at.isoformat(),
+            }
+        )
+    content = KIND_HEADLINES[items[0].kind] if len(items) == 1 else f"{len(items)} requests wait"
+    if len(items) > 10:
+        content += f" (10 shown; {len(items) - 10} more in the inbox)"
+    # No mention in a request's text may ping anyone.
+    return {"content": content, "embeds": embeds, "allowed_mentions": {"parse": []}}
+
+
+# ---- the signed webhook channel ----
+
+
+def webhook_event(item: Item, now: datetime) -> dict[str, Any]:
+    request = item.request
+    return {
+        "type": WEBHOOK_EVENTS[item.kind],
+        "timestamp": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "data": {
+            "request_id": str(request.id),
+            "kind": item.kind,
+            "title": request.title,
+            "description": request.description,
+            "priority": request.priority,
+            "action_type": request.action_type,
+            "source": request.source,
+            "metadata": request.metadata,
+            "expires_at": request.expires_at.isoformat() if request.expires_at else None,
+            "url": item.links.open,
+        },
+    }

@@ -1,0 +1,300 @@
+"""Every query on routing documents, channels, notifications, attempts and links.
+
+Claims are the callback outbox's (``webhooks/repository.py``): one ``UPDATE ... WHERE id
+IN (SELECT ... due ... FOR UPDATE SKIP LOCKED) RETURNING`` statement; on SQLite the
+writer holds the database, so the statement is a claim by itself.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Table, insert, select, text, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from signoff.models import ApprovalRequest, ApprovalStep, User
+from signoff.models.notifications import (
+    DecisionLink,
+    Notification,
+    NotificationAttempt,
+    NotificationChannel,
+    RoutingConfig,
+)
+from signoff.notifications.routing import Member, RequestFacts
+
+NOTIFY_CHANNEL = "signoff_notifications"
+SCHEDULED_KINDS = ("reminder", "escalated", "expiry_warning")
+# Set in a session's ``info`` when it wrote notifications: after its commit, the
+# process's sender is woken (``AppContext.transaction``).
+WROTE_NOTIFICATIONS = "signoff.notifications.written"
+
+
+@dataclass(frozen=True)
+class ChannelRef:
+    """What the create path needs of a channel: no secrets, nothing decrypted."""
+
+    id: uuid.UUID
+    type: str
+
+
+_NOTIFICATIONS = cast(Table, Notification.__table__)
+
+
+@dataclass(frozen=True)
+class ClaimedRow:
+    notification: Notification
+    channel: NotificationChannel
+    request: RequestFacts
+    request_status: str
+
+
+def facts_of(row: Any) -> RequestFacts:
+    """A request's facts from any row with ``ApprovalRequest``'s fields."""
+    return RequestFacts(
+        id=row.id,
+        org_id=row.org_id,
+        title=row.title,
+        description=row.description,
+        priority=row.priority,
+        action_type=row.action_type,
+        source=row.source,
+        metadata=dict(row.metadata_ or {}),
+        has_steps=bool(row.has_steps),
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+    )
+
+
+class NotificationRepository:
+    def __init__(self, session: AsyncSession, dialect: str) -> None:
+        self.session = session
+        self.dialect = dialect
+
+    # ---- routing and channels ----
+
+    async def get_routing(self, org_id: uuid.UUID) -> RoutingConfig | None:
+        return await self.session.get(RoutingConfig, org_id)
+
+    async def save_routing(
+        self, org_id: uuid.UUID, document: dict[str, Any], user_id: uuid.UUID | None, now: datetime
+    ) -> None:
+        existing = await self.get_routing(org_id)
+        if existing is None:
+            self.session.add(
+                RoutingConfig(org_id=org_id, document=document, updated_at=now, updated_by=user_id)
+            )
+        else:
+            existing.document = document
+            existing.updated_at = now
+            existing.updated_by = user_id
+        await self.session.flush()
+
+    async def routing_rules(self, org_id: uuid.UUID) -> tuple[list[Any], datetime] | None:
+        """The org's stored rules and their version (when they last changed)."""
+        row = (
+            await self.session.execute(
+                select(RoutingConfig.document, RoutingConfig.updated_at).where(
+                    RoutingConfig.org_id == org_id
+                )
+            )
+        ).first()
+        return None if row is None else (list(row[0].get("rules", [])), row[1])
+
+    async def channel_refs(self, org_id: uuid.UUID) -> dict[str, ChannelRef]:
+        rows = await self.session.execute(
+            select(
+                NotificationChannel.name, NotificationChannel.id, NotificationChannel.type
+            ).where(NotificationChannel.org_id == org_id)
+        )
+        return {name: ChannelRef(channel_id, kind) for name, channel_id, kind in rows}
+
+    async def channels(self, org_id: uuid.UUID) -> Sequence[NotificationChannel]:
+        result = await self.session.scalars(
+            select(NotificationChannel)
+            .where(NotificationChannel.org_id == org_id)
+            .order_by(NotificationChannel.name)
+        )
+        return result.all()
+
+    async def get_channel(self, channel_id: uuid.UUID) -> NotificationChannel | None:
+        return await self.session.get(NotificationChannel, channel_id)
+
+    async def add_channel(self, channel: NotificationChannel) -> None:
+        self.session.add(channel)
+
+    async def delete_channel(self, channel: NotificationChannel) -> None:
+        await self.session.delete(channel)
+
+    async def active_members(self, org_id: uuid.UUID) -> list[Member]:
+        rows = await self.session.execute(
+            select(User.id, User.email, User.name, User.role)
+            .where(User.org_id == org_id, User.deactivated_at.is_(None))
+            .order_by(User.email)
+        )
+        return [Member(r.id, r.email, r.name, r.role == "admin") for r in rows]
+
+    async def user_in_org(self, org_id: uuid.UUID, user_id: uuid.UUID) -> User | None:
+        return await self.session.scalar(
+            select(User).where(User.id == user_id, User.org_id == org_id)
+        )
+
+    async def find_user_by_email(self, email: str) -> Sequence[User]:
+        result = await self.session.scalars(
+            select(User).where(User.email == email, User.deactivated_at.is_(None))
+        )
+        return result.all()
+
+    async def open_step_approvers(self, request_id: uuid.UUID, sequential: bool) -> list[uuid.UUID]:
+        rows = (
+            await self.session.execute(
+                select(ApprovalStep.approver_id, ApprovalStep.status)
+                .where(ApprovalStep.request_id == request_id)
+                .order_by(ApprovalStep.step_order)
+            )
+        ).all()
+        pending = [r.approver_id for r in rows if r.status == "pending"]
+        return pending[:1] if sequential else pending
+
+    # ---- the outbox ----
+
+    async def insert_notifications(self, rows: Sequence[dict[str, Any]]) -> None:
+        """One multi-row insert, past the ORM's unit of work (nothing tracks these)."""
+        await self.session.execute(insert(_NOTIFICATIONS), list(rows))
+        self.session.info[WROTE_NOTIFICATIONS] = True
+
+    async def notify_workers(self) -> None:
+        """PostgreSQL: wake every listening sender when this transaction commits."""
+        if self.dialect == "postgresql":
+            await self.session.execute(text(f"NOTIFY {NOTIFY_CHANNEL}"))
+
+    async def cancel_scheduled(self, request_id: uuid.UUID, now: datetime) -> None:
+        """The request left pending: its reminders, escalation and warning are void."""
+        await self.session.execute(
+            update(Notification)
+            .where(
+                Notification.request_id == request_id,
+                Notification.status == "pending",
+                Notification.kind.in_(SCHEDULED_KINDS),
+            )
+            .values(status="cancelled", updated_at=now, last_error="request decided")
+            .execution_options(synchronize_session=False)
+        )
+
+    async def claim_due(
+        self, token: uuid.UUID, now: datetime, lease_until: datetime, limit: int
+    ) -> Sequence[uuid.UUID]:
+        candidates = (
+            select(Notification.id)
+            .where(Notification.status == "pending", Notification.due_at <= now)
+            .order_by(Notification.due_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        ids = list((await self.session.execute(candidates)).scalars())
+        if not ids:
+            return []
+        result = await self.session.execute(
+            update(Notification)
+            .where(Notification.id.in_(ids), Notification.status == "pending")
+            .values(claim_token=token, due_at=lease_until, updated_at=now)
+            .returning(Notification.id)
+            .execution_options(synchronize_session=False)
+        )
+        return list(result.scalars().all())
+
+    async def get_claimed(self, ids: Collection[uuid.UUID], token: uuid.UUID) -> list[ClaimedRow]:
+        if not ids:
+            return []
+        rows = await self.session.execute(
+            select(Notification, NotificationChannel, ApprovalRequest)
+            .join(NotificationChannel, NotificationChannel.id == Notification.channel_id)
+            .join(ApprovalRequest, ApprovalRequest.id == Notification.request_id)
+            .where(Notification.id.in_(list(ids)), Notification.claim_token == token)
+            .order_by(Notification.created_at)
+        )
+        return [ClaimedRow(n, c, facts_of(r), r.status) for n, c, r in rows]
+
+    async def put_back(
+        self, ids: Collection[uuid.UUID], token: uuid.UUID, due_at: datetime
+    ) -> None:
+        """Release claimed rows unsent, due again at ``due_at`` (a digest's wait)."""
+        if ids:
+            await self.session.execute(
+                update(Notification)
+                .where(Notification.id.in_(list(ids)), Notification.claim_token == token)
+                .values(claim_token=None, due_at=due_at)
+                .execution_options(synchronize_session=False)
+            )
+
+    async def finish(
+        self, notification_id: uuid.UUID, token: uuid.UUID, values: dict[str, Any]
+    ) -> bool:
+        """Move a claimed row on, only for the holder of its claim."""
+        result = await self.session.execute(
+            update(Notification)
+            .where(Notification.id == notification_id, Notification.claim_token == token)
+            .values(**values)
+            .execution_options(synchronize_session=False)
+        )
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+    def add_attempt(self, attempt: NotificationAttempt) -> None:
+        self.session.add(attempt)
+
+    async def next_due_at(self) -> datetime | None:
+        return await self.session.scalar(
+            select(Notification.due_at)
+            .where(Notification.status == "pending")
+            .order_by(Notification.due_at)
+            .limit(1)
+        )
+
+    async def list_for_request(
+        self, request_id: uuid.UUID
+    ) -> Sequence[tuple[Notification, str, str]]:
+        rows = await self.session.execute(
+            select(Notification, NotificationChannel.name, NotificationChannel.type)
+            .join(NotificationChannel, NotificationChannel.id == Notification.channel_id)
+            .where(Notification.request_id == request_id)
+            .order_by(Notification.due_at, Notification.created_at)
+        )
+        return [(n, name, kind) for n, name, kind in rows]
+
+    # ---- one-click links ----
+
+    def add_links(self, links: Sequence[DecisionLink]) -> None:
+        self.session.add_all(links)
+
+    async def find_link(self, token_hash: str) -> DecisionLink | None:
+        return await self.session.scalar(
+            select(DecisionLink).where(DecisionLink.token_hash == token_hash)
+        )
+
+    async def use_link(self, link_id: uuid.UUID, now: datetime) -> bool:
+        """Mark a link used; False if someone used it first (the compare-and-set)."""
+        result = await self.session.execute(
+            update(DecisionLink)
+            .where(DecisionLink.id == link_id, DecisionLink.used_at.is_(None))
+            .values(used_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+    async def org_of_request(self, request_id: uuid.UUID) -> uuid.UUID | None:
+        return await self.session.scalar(
+            select(ApprovalRequest.org_id).where(ApprovalRequest.id == request_id)
+        )
+
+    async def request_facts(
+        self, org_id: uuid.UUID, request_id: uuid.UUID
+    ) -> tuple[RequestFacts, Any] | None:
+        row = await self.session.scalar(
+            select(ApprovalRequest).where(
+                ApprovalRequest.id == request_id, ApprovalRequest.org_id == org_id
+            )
+        )
+        return None if row is None else (facts_of(row), row)

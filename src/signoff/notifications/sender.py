@@ -1,0 +1,303 @@
+"""The process's notification machinery: claim due notifications, send, record.
+
+A round is three transactions' worth, the way callbacks are delivered
+(``webhooks/dispatcher.py``), and only the middle step talks to anyone outside:
+1. a claim, which leases due rows to this process and, in the same transaction, issues
+   the one-click links of the messages about to go out (only their hashes are stored),
+   puts back chat notifications that must wait for their channel's digest, and voids
+   those whose request was decided meanwhile;
+2. the sends, outside any transaction, concurrently;
+3. the record: each attempt is logged and its rows move on (sent, retried later with
+   backoff, or failed), only by the holder of the claim.
+
+A sender that dies after 1 leaves leases that run out; any sender then claims the rows
+again and sends them: at least once, and at most once more per crash.
+
+The clock is injected (``clock``) so reminders and escalations are tested without
+sleeping: a test moves the clock and runs one round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from signoff.auth.principal import OrgMember
+from signoff.common.ids import new_id
+from signoff.common.time import utcnow
+from signoff.config import Settings
+from signoff.crypto import SecretBox
+from signoff.models.notifications import Notification, NotificationAttempt
+from signoff.notifications import messages, service
+from signoff.notifications.channels import HttpChannels, SmtpServer, send_mail
+from signoff.notifications.repository import ClaimedRow, NotificationRepository
+from signoff.notifications.routing import CHAT_TYPES, RequestFacts, plan_chat_messages
+from signoff.storage import Database
+from signoff.webhooks.delivery import AttemptResult, ClientPool
+from signoff.webhooks.urlpolicy import AddressPolicy
+
+logger = logging.getLogger(__name__)
+
+# Delays before retry 1, 2, 3, 4 of a message that failed: a chat service or mail server
+# that is down for minutes still gets it.
+RETRY_DELAYS_SECONDS = (5.0, 30.0, 120.0, 600.0)
+CLAIM_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One message to send: the rows it stands for (several for a digest)."""
+
+    rows: tuple[ClaimedRow, ...]
+    items: tuple[messages.Item, ...]
+
+
+class NotificationSender:
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        box: SecretBox,
+        clients: ClientPool,
+        policy: AddressPolicy,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.settings = settings
+        self.db = db
+        self.box = box
+        self.clock = clock
+        self.http = HttpChannels(clients, policy, settings)
+        self.smtp = SmtpServer.from_url(settings.smtp_url) if settings.smtp_url else None
+        # Set after a commit that wrote notifications (``AppContext.transaction``).
+        self.wakeup = asyncio.Event()
+        # When each chat channel last got a message from this process (clock seconds).
+        self.last_chat_message: dict[uuid.UUID, float] = {}
+        self.messages_sent = 0
+
+    def request_url(self, request_id: uuid.UUID) -> str:
+        return f"{self.settings.public_url}/requests/{request_id}"
+
+    def link_url(self, token: str) -> str:
+        return f"{self.settings.public_url}/links/{token}"
+
+    async def run_once(self) -> int:
+        """One round: claim what is due, send it, record it. Answers rows claimed."""
+        token = new_id()
+        outgoing, claimed = await self._claim(token)
+        if not outgoing:
+            return claimed
+        results = await asyncio.gather(*(self._send(message) for message in outgoing))
+        await self._record(token, list(zip(outgoing, results, strict=True)))
+        return claimed
+
+    # ---- 1. claim ----
+
+    async def _claim(self, token: uuid.UUID) -> tuple[list[Outgoing], int]:
+        now = self.clock()
+        lease = now + timedelta(seconds=self.settings.notification_lease_seconds)
+        async with self.db.write_transaction() as session:
+            repo = NotificationRepository(session, self.db.dialect)
+            ids = await repo.claim_due(token, now, lease, CLAIM_LIMIT)
+            rows = await repo.get_claimed(ids, token)
+            live, void = _split_decided(rows)
+            for row in void:
+                await repo.finish(
+                    row.notification.id,
+                    token,
+                    {
+                        "status": "cancelled",
+                        "claim_token": None,
+                        "updated_at": now,
+                        "last_error": "request no longer pending",
+                    },
+                )
+            outgoing, held = self._group(live)
+            if held:
+                wait = timedelta(seconds=self.settings.notification_chat_interval_seconds)
+                await repo.put_back([r.notification.id for r in held], token, now + wait)
+            built = [self._with_links(repo, message, now) for message in outgoing]
+        return built, len(ids)
+
+    def _group(self, rows: Sequence[ClaimedRow]) -> tuple[list[list[ClaimedRow]], list[ClaimedRow]]:
+        """E-mail and webhook rows go one by one; chat rows one message per channel."""
+        single = [[r] for r in rows if r.channel.type not in CHAT_TYPES]
+        chat = {r.notification.id: r for r in rows if r.channel.type in CHAT_TYPES}
+        loop_now = self.clock().timestamp()  # the injected clock: digests are tested too
+        planned, held_ids = plan_chat_messages(
+            [(r.notification.id, r.channel.id) for r in chat.values()],
+            self.last_chat_message,
+            loop_now,
+            self.settings.notification_chat_interval_seconds,
+        )
+        for message in planned:
+            self.last_chat_message[message.channel_id] = loop_now
+        grouped = [[chat[i] for i in message.notification_ids] for message in planned]
+        return single + grouped, [chat[i] for i in held_ids]
+
+    def _with_links(
+        self, repo: NotificationRepository, rows: list[ClaimedRow], now: datetime
+    ) -> Outgoing:
+        items = []
+        for row in rows:
+            n, channel = row.notification, row.channel
+            approve = reject = None
+            # A digest lists requests with their Open link only: no decision links.
+            digest = len(rows) > 1
+            if channel.type != "webhook" and not digest and not _interactive_slack(self.box, row):
+                issued = service.issue_links(
+                    repo,
+                    row.request,
+                    n.recipient_user_id,
+                    _via(channel.type),
+                    n.require_sign_in,
+                    now,
+                )
+                approve, reject = self.link_url(issued.approve), self.link_url(issued.reject)
+            links = messages.Links(self.request_url(row.request.id), approve, reject)
+            items.append(messages.Item(row.request, n.kind, links))
+        return Outgoing(tuple(rows), tuple(items))
+
+    # ---- 2. send ----
+
+    async def _send(self, message: Outgoing) -> AttemptResult:
+        row = message.rows[0]
+        try:
+            settings = service.channel_settings(self.box, row.channel)
+            kind = row.channel.type
+            if kind == "email":
+                if self.smtp is None:
+                    return AttemptResult(False, 0, 0, None, "SIGNOFF_SMTP_URL is not set")
+                mail = messages.email_message(
+                    message.items[0], self.settings.mail_from, row.notification.recipient
+                )
+                return await send_mail(self.smtp, mail, self.settings.notification_timeout_seconds)
+            if kind == "slack":
+                interactive = "bot_token" in settings
+                payload = messages.slack_payload(message.items, interactive)
+                return await self.http.post_json(settings["webhook_url"], payload)
+            if kind == "teams":
+                return await self.http.post_json(
+                    settings["webhook_url"], messages.teams_payload(message.items)
+                )
+            if kind == "discord":
+                return await self.http.post_json(
+                    settings["webhook_url"], messages.discord_payload(message.items)
+                )
+            event = messages.webhook_event(message.items[0], self.clock())
+            return await self.http.post_signed(
+                settings["url"],
+                settings["secret"],
+                str(row.notification.id),
+                row.notification.attempts + 1,
+                event,
+            )
+        except Exception as exc:
+            # A channel whose settings no longer decrypt (the secret key changed) fails
+            # and says so; it must not stop the round.
+            logger.warning("notification %s: %s", row.notification.id, type(exc).__name__)
+            return AttemptResult(False, 0, 0, None, f"could not send: {type(exc).__name__}")
+
+    # ---- 3. record ----
+
+    async def _record(self, token: uuid.UUID, sent: list[tuple[Outgoing, AttemptResult]]) -> None:
+        now = self.clock()
+        async with self.db.write_transaction() as session:
+            repo = NotificationRepository(session, self.db.dialect)
+            for message, result in sent:
+                for row in message.rows:
+                    await self._record_one(repo, token, row, result, now)
+
+    async def _record_one(
+        self,
+        repo: NotificationRepository,
+        token: uuid.UUID,
+        row: ClaimedRow,
+        result: AttemptResult,
+        now: datetime,
+    ) -> None:
+        n = row.notification
+        attempt = n.attempts + 1
+        values: dict[str, object] = {"attempts": attempt, "claim_token": None, "updated_at": now}
+        if result.success:
+            values.update(status="sent", sent_at=now, last_error=None)
+        elif attempt > len(RETRY_DELAYS_SECONDS):
+            values.update(status="failed", last_error=result.error)
+        else:
+            delay = timedelta(seconds=RETRY_DELAYS_SECONDS[attempt - 1])
+            values.update(due_at=now + delay, last_error=result.error)
+        if not await repo.finish(n.id, token, values):
+            logger.warning("notification %s: lease lost; another sender owns it", n.id)
+            return
+        repo.add_attempt(
+            NotificationAttempt(
+                id=new_id(),
+                notification_id=n.id,
+                request_id=n.request_id,
+                attempt=attempt,
+                success=result.success,
+                status_code=result.status_code,
+                duration_ms=result.duration_ms,
+                error=result.error,
+                created_at=now,
+            )
+        )
+        self.messages_sent += result.success
+
+    async def send_test(
+        self, org_id: uuid.UUID, channel_name: str, member: OrgMember
+    ) -> AttemptResult | None:
+        """The routing page's "send a test notification": a sample, now, not stored.
+        E-mail channels mail the admin who asked. None if the org has no such channel."""
+        async with self.db.read_session() as session:
+            channels = await NotificationRepository(session, self.db.dialect).channels(org_id)
+        channel = next((c for c in channels if c.name == channel_name), None)
+        if channel is None:
+            return None
+        now = self.clock()
+        sample = RequestFacts(
+            id=new_id(),
+            org_id=org_id,
+            title="Test notification from signoff",
+            description=f"{member.user_name} sent this to check the channel {channel_name}.",
+            priority="low",
+            action_type="signoff.test",
+            source="signoff",
+            metadata={},
+            has_steps=False,
+            created_at=now,
+            expires_at=None,
+        )
+        notification = Notification(
+            id=sample.id,
+            kind="created",
+            recipient=member.user_email if channel.type == "email" else channel_name,
+            attempts=0,
+        )
+        row = ClaimedRow(notification, channel, sample, "pending")
+        links = messages.Links(f"{self.settings.public_url}/", None, None)
+        return await self._send(Outgoing((row,), (messages.Item(sample, "created", links),)))
+
+    async def next_due_seconds(self) -> float | None:
+        async with self.db.read_session() as session:
+            due = await NotificationRepository(session, self.db.dialect).next_due_at()
+        return None if due is None else max(0.0, (due - self.clock()).total_seconds())
+
+
+def _split_decided(rows: Sequence[ClaimedRow]) -> tuple[list[ClaimedRow], list[ClaimedRow]]:
+    """A person is not asked to decide what is decided; webhook events still go out."""
+    live = [r for r in rows if r.request_status == "pending" or r.channel.type == "webhook"]
+    void = [r for r in rows if not (r.request_status == "pending" or r.channel.type == "webhook")]
+    return live, void
+
+
+def _via(channel_type: str) -> str:
+    return channel_type
+
+
+def _interactive_slack(box: SecretBox, row: ClaimedRow) -> bool:
+    """A Slack channel with the app configured decides in Slack, not by link."""
+    return row.channel.type == "slack" and "bot_token" in service.channel_settings(box, row.channel)

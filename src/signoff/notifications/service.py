@@ -1,0 +1,393 @@
+"""Use cases of notifications. Services never commit: the caller's unit of work does.
+
+The approval services call three hooks, each in the transaction of the change it reports,
+and each only *writes rows* (sending happens after the commit, in the sender):
+
+- ``on_request_created``: the first matching rule's channels and audience get a
+  ``created`` notification, and its reminders, escalation and expiry warning are
+  scheduled as rows with a later ``due_at``;
+- ``on_step_opened``: the approvers of a step that opens get a ``step_opened`` one;
+- ``on_request_left_pending``: a decision, cancellation or expiry voids what is
+  scheduled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from signoff.auth.principal import OrgMember
+from signoff.common.ids import new_id
+from signoff.common.validation import validation_failed_from
+from signoff.crypto import SecretBox
+from signoff.errors import Forbidden, NotFound, ValidationFailed
+from signoff.models.notifications import DecisionLink, NotificationChannel
+from signoff.notifications.repository import ChannelRef, NotificationRepository
+from signoff.notifications.routing import (
+    SECRET_KEYS,
+    Audience,
+    ChannelSpec,
+    Member,
+    RequestFacts,
+    RoutingDocument,
+    Rule,
+    audience_members,
+    first_matching_rule,
+    link_expiry,
+    schedule,
+)
+
+MASK = "…"
+
+
+# ---- the routing document ----
+
+
+def mask_secret(value: str) -> str:
+    """Enough to recognise a secret, never enough to use it."""
+    if "://" in value:
+        scheme, _, rest = value.partition("://")
+        host = rest.split("/", 1)[0].rsplit("@", 1)[-1]
+        return f"{scheme}://{host}/{MASK}{value[-4:]}"
+    return f"{value[:5]}{MASK}{value[-4:]}" if len(value) > 12 else MASK
+
+
+def require_admin(member: OrgMember) -> None:
+    if not member.is_admin:
+        raise Forbidden("Only an admin of the organization may read or change its routing.")
+
+
+def parse_document(data: Any) -> RoutingDocument:
+    """The document, validated whole: 400 naming every wrong field."""
+    if not isinstance(data, dict):
+        raise ValidationFailed.for_field("", "the routing document must be a JSON object")
+    try:
+        document = RoutingDocument.model_validate(data)
+    except ValidationError as exc:
+        raise validation_failed_from(exc) from None
+    wrong = document.unknown_channels()
+    if wrong:
+        raise ValidationFailed.for_fields(
+            [{"field": f, "message": "names no channel of this document"} for f in wrong]
+        )
+    return document
+
+
+async def read_routing(
+    repo: NotificationRepository, box: SecretBox, org_id: uuid.UUID
+) -> dict[str, Any]:
+    """The document as GET shows it: channels with their secrets masked."""
+    config = await repo.get_routing(org_id)
+    channels: dict[str, Any] = {}
+    for channel in await repo.channels(org_id):
+        settings = channel_settings(box, channel)
+        shown: dict[str, Any] = {"type": channel.type}
+        for key, value in settings.items():
+            shown[key] = mask_secret(value) if key in SECRET_KEYS else value
+        channels[channel.name] = shown
+    rules = (config.document if config else {}).get("rules", [])
+    return {"channels": channels, "rules": rules}
+
+
+def channel_settings(box: SecretBox, channel: NotificationChannel) -> dict[str, str]:
+    loaded: dict[str, str] = orjson.loads(box.decrypt(channel.config_encrypted))
+    return loaded
+
+
+async def write_routing(
+    repo: NotificationRepository,
+    box: SecretBox,
+    member: OrgMember | None,
+    org_id: uuid.UUID,
+    data: Any,
+    now: datetime,
+) -> dict[str, Any]:
+    """Replace the org's document (``PUT /api/v1/routing``, ``signoff routing set``).
+
+    A secret sent back masked, as GET showed it, keeps the stored value.
+    """
+    document = parse_document(data)
+    await _check_named_users(repo, org_id, document)
+    existing = {c.name: c for c in await repo.channels(org_id)}
+    for name, spec in document.channels.items():
+        stored = existing.pop(name, None)
+        settings = _merge_secrets(spec, channel_settings(box, stored) if stored else {}, name)
+        encrypted = box.encrypt(orjson.dumps(settings).decode())
+        if stored is None:
+            await repo.add_channel(
+                NotificationChannel(
+                    id=new_id(),
+                    org_id=org_id,
+                    name=name,
+                    type=spec.type,
+                    config_encrypted=encrypted,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+        else:
+            stored.type = spec.type
+            stored.config_encrypted = encrypted
+            stored.updated_at = now
+    for gone in existing.values():
+        await repo.delete_channel(gone)
+    rules = [rule.model_dump(mode="json", exclude_none=True) for rule in document.rules]
+    await repo.save_routing(org_id, {"rules": rules}, member.user_id if member else None, now)
+    return await read_routing(repo, box, org_id)
+
+
+def _merge_secrets(spec: ChannelSpec, stored: dict[str, str], name: str) -> dict[str, str]:
+    settings: dict[str, str] = {}
+    for key, given in spec.secrets().items():
+        if MASK in given and (key not in stored or mask_secret(stored[key]) != given):
+            raise ValidationFailed.for_field(
+                f"channels.{name}.{key}", "is masked; send the whole value to change it"
+            )
+        settings[key] = stored[key] if MASK in given else given
+    return settings
+
+
+async def _check_named_users(
+    repo: NotificationRepository, org_id: uuid.UUID, document: RoutingDocument
+) -> None:
+    members = await repo.active_members(org_id)
+    known = {m.email.lower() for m in members} | {str(m.id) for m in members}
+    wrong = []
+    for index, rule in enumerate(document.rules):
+        audiences: list[tuple[str, Audience | None]] = [(f"rules.{index}.audience", rule.audience)]
+        if rule.escalation:
+            audiences.append((f"rules.{index}.escalation.audience", rule.escalation.audience))
+        for field, audience in audiences:
+            if audience is None or isinstance(audience, str):
+                continue
+            for position, name in enumerate(audience.users):
+                if name.lower() not in known:
+                    wrong.append(
+                        {"field": f"{field}.users.{position}", "message": "is no active member"}
+                    )
+    if wrong:
+        raise ValidationFailed.for_fields(wrong)
+
+
+# Parsed rules by (org, version): the create path validates an org's document once per
+# change, not once per request.
+_PARSED: dict[tuple[uuid.UUID, datetime], RoutingDocument] = {}
+_PARSED_MAX = 1024
+
+
+async def load_document(repo: NotificationRepository, org_id: uuid.UUID) -> RoutingDocument | None:
+    stored = await repo.routing_rules(org_id)
+    if stored is None or not stored[0]:
+        return None
+    rules, version = stored
+    key = (org_id, version)
+    document = _PARSED.get(key)
+    if document is None:
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        document = _PARSED[key] = RoutingDocument.model_validate({"rules": rules})
+    return document
+
+
+# ---- the hooks (each in the transaction of the change it reports) ----
+
+
+async def on_request_created(
+    repo: NotificationRepository, request: RequestFacts, now: datetime
+) -> None:
+    document = await load_document(repo, request.org_id)
+    rule = first_matching_rule(document, request) if document else None
+    if rule is None:
+        return
+    plan = await _Planner.start(repo, request, rule, now)
+    plan.add("created", now, rule.channels, rule.audience)
+    for scheduled in schedule(rule, request, now):
+        channels, audience = rule.channels, rule.audience
+        if scheduled.kind == "escalated" and rule.escalation:
+            channels = rule.escalation.channels or rule.channels
+            audience = rule.escalation.audience or rule.audience
+        plan.add(scheduled.kind, scheduled.due_at, channels, audience)
+    await plan.write()
+
+
+async def on_step_opened(
+    repo: NotificationRepository,
+    request: RequestFacts,
+    approver_ids: Sequence[uuid.UUID],
+    now: datetime,
+) -> None:
+    """Steps opened (the chain was configured, or a sequential chain moved on): their
+    approvers are told, on the first matching rule's channels."""
+    if not approver_ids:
+        return
+    document = await load_document(repo, request.org_id)
+    rule = first_matching_rule(document, request) if document else None
+    if rule is None:
+        return
+    plan = await _Planner.start(repo, request, rule, now, approver_ids)
+    plan.add("step_opened", now, rule.channels, "step_approvers")
+    await plan.write()
+
+
+async def on_request_left_pending(
+    repo: NotificationRepository, request_id: uuid.UUID, now: datetime
+) -> None:
+    await repo.cancel_scheduled(request_id, now)
+
+
+@dataclass
+class _Planner:
+    """The rows one hook writes: one per person for e-mail, one per chat or webhook."""
+
+    repo: NotificationRepository
+    request: RequestFacts
+    rule: Rule
+    channels: dict[str, ChannelRef]
+    now: datetime
+    members: list[Member] | None
+    approvers: Sequence[uuid.UUID]
+    rows: list[dict[str, Any]]
+
+    @classmethod
+    async def start(
+        cls,
+        repo: NotificationRepository,
+        request: RequestFacts,
+        rule: Rule,
+        now: datetime,
+        approvers: Sequence[uuid.UUID] = (),
+    ) -> _Planner:
+        channels = await repo.channel_refs(request.org_id)
+        # People are read only when someone is mailed, or an audience may be empty.
+        needs_people = any(c.type == "email" for c in channels.values()) or not (
+            rule.audience == "all"
+            and (rule.escalation is None or rule.escalation.audience in (None, "all"))
+        )
+        members = await repo.active_members(request.org_id) if needs_people else None
+        return cls(repo, request, rule, channels, now, members, approvers, [])
+
+    def _people(self, audience: Audience) -> list[Member] | None:
+        if self.members is None:
+            return None  # everyone, not read: no e-mail channel needs their addresses
+        return audience_members(audience, self.members, self.approvers)
+
+    def add(
+        self, kind: str, due_at: datetime, channel_names: Sequence[str], audience: Audience
+    ) -> None:
+        sign_in = self.rule.require_sign_in_for_critical and self.request.priority == "critical"
+        people = self._people(audience)
+        for name in channel_names:
+            channel = self.channels.get(name)
+            if channel is None:  # pragma: no cover - PUT refuses rules naming no channel
+                continue
+            targets: list[tuple[str, uuid.UUID | None]]
+            if channel.type == "email":
+                targets = [(p.email, p.id) for p in people or ()]
+            else:
+                # A channel is told once; whoever opens its links signs in (see links).
+                targets = [(name, None)] if people is None or people else []
+            self.rows += [
+                {
+                    "id": new_id(),
+                    "org_id": self.request.org_id,
+                    "request_id": self.request.id,
+                    "channel_id": channel.id,
+                    "kind": kind,
+                    "recipient": recipient,
+                    "recipient_user_id": user_id,
+                    "require_sign_in": sign_in or user_id is None,
+                    "status": "pending",
+                    "attempts": 0,
+                    "due_at": due_at,
+                    "claim_token": None,
+                    "created_at": self.now,
+                    "updated_at": self.now,
+                    "sent_at": None,
+                    "last_error": None,
+                }
+                for recipient, user_id in targets
+            ]
+
+    async def write(self) -> None:
+        if self.rows:
+            await self.repo.insert_notifications(self.rows)
+            await self.repo.notify_workers()
+
+
+# ---- one-click links ----
+
+
+def hash_link_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class IssuedLinks:
+    approve: str
+    reject: str
+
+
+def issue_links(
+    repo: NotificationRepository,
+    request: RequestFacts,
+    user_id: uuid.UUID | None,
+    via: str,
+    require_sign_in: bool,
+    now: datetime,
+) -> IssuedLinks:
+    """A fresh approve and reject token for one message; only their hashes are kept."""
+    tokens = {decision: secrets.token_urlsafe(32) for decision in ("approve", "reject")}
+    repo.add_links(
+        [
+            DecisionLink(
+                id=new_id(),
+                token_hash=hash_link_token(token),
+                org_id=request.org_id,
+                request_id=request.id,
+                user_id=user_id,
+                decision=decision,
+                via=via,
+                require_sign_in=require_sign_in,
+                expires_at=link_expiry(request, now),
+                created_at=now,
+            )
+            for decision, token in tokens.items()
+        ]
+    )
+    return IssuedLinks(tokens["approve"], tokens["reject"])
+
+
+async def notifications_of_request(
+    repo: NotificationRepository, member: OrgMember, request_id: uuid.UUID
+) -> list[dict[str, Any]]:
+    """``GET /api/v1/approvals/:id/notifications``: what was (or will be) sent to whom."""
+    found = await repo.request_facts(member.org_id, request_id)
+    if found is None:
+        raise NotFound("No approval request with this id.")
+    return [
+        {
+            "id": str(n.id),
+            "kind": n.kind,
+            "channel": name,
+            "channel_type": kind,
+            "recipient": n.recipient,
+            "status": n.status,
+            "attempts": n.attempts,
+            "due_at": _iso(n.due_at),
+            "sent_at": _iso(n.sent_at),
+            "error": n.last_error,
+        }
+        for n, name, kind in await repo.list_for_request(request_id)
+    ]
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if value else None

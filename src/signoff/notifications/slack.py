@@ -1,0 +1,205 @@
+"""Deciding inside Slack (a Slack app with a bot token and a signing secret).
+
+Slack posts each button press to ``/integrations/slack/interactions``. The request is
+verified (``X-Slack-Signature`` v0: HMAC-SHA256 of ``v0:{timestamp}:{body}`` with the
+app's signing secret; timestamps older than 5 minutes are refused), acknowledged at
+once, and handled afterwards: the Slack user's e-mail comes from ``users.info``, names
+a signoff user of the org, who decides through the same services as everywhere else;
+the message is then updated through ``response_url`` to show who decided. A refusal
+(unknown person, one who may not decide, a request decided already) is an ephemeral
+message only the presser sees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+import httpx
+import orjson
+
+from signoff.approvals.schemas import RelayedDecision
+from signoff.auth.principal import OrgMember
+from signoff.common.ids import parse_id
+from signoff.common.time import utcnow
+from signoff.context import AppContext
+from signoff.dashboard import service as dashboard
+from signoff.errors import AppError, RequestNotPending
+from signoff.models import Organization
+from signoff.notifications import messages, service
+from signoff.notifications.repository import NotificationRepository
+from signoff.webhooks.delivery import build_transport
+
+logger = logging.getLogger(__name__)
+
+MAX_AGE_SECONDS = 300
+
+
+def slack_signature(signing_secret: str, timestamp: str, body: bytes) -> str:
+    base = b"v0:" + timestamp.encode() + b":" + body
+    return "v0=" + hmac.new(signing_secret.encode(), base, hashlib.sha256).hexdigest()
+
+
+def fresh(timestamp: str | None, now: float) -> bool:
+    try:
+        return timestamp is not None and abs(now - int(timestamp)) <= MAX_AGE_SECONDS
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Press:
+    """One button press: who pressed what, on which request."""
+
+    slack_user_id: str
+    decision: str
+    request_id: uuid.UUID
+    response_url: str
+
+
+def parse_press(body: bytes) -> Press | None:
+    try:
+        payload = orjson.loads(parse_qs(body.decode())["payload"][0])
+        action = payload["actions"][0]
+        request_id = parse_id(str(action.get("value", "")))
+        if request_id is None:
+            return None
+        return Press(
+            str(payload["user"]["id"]), action["action_id"], request_id, payload["response_url"]
+        )
+    except (KeyError, IndexError, TypeError, ValueError, orjson.JSONDecodeError):
+        return None
+
+
+@dataclass(frozen=True)
+class SlackApp:
+    org_id: uuid.UUID
+    bot_token: str
+
+
+async def verified_app(
+    ctx: AppContext, press: Press, timestamp: str, signature: str, body: bytes
+) -> SlackApp | None:
+    """The Slack app of the request's org whose signing secret signed this body."""
+    async with ctx.reading() as uow:
+        repo = NotificationRepository(uow.session, uow.dialect)
+        org_id = await repo.org_of_request(press.request_id)
+        if org_id is None:
+            return None
+        for channel in await repo.channels(org_id):
+            if channel.type != "slack":
+                continue
+            settings = service.channel_settings(ctx.box, channel)
+            secret = settings.get("signing_secret")
+            if secret and hmac.compare_digest(slack_signature(secret, timestamp, body), signature):
+                return SlackApp(org_id, settings["bot_token"])
+    return None
+
+
+async def handle_press(ctx: AppContext, app: SlackApp, press: Press) -> None:
+    """After the acknowledgement: decide, then tell Slack (update or ephemeral)."""
+    if press.decision not in ("approve", "reject"):
+        return  # the Open button: Slack reports URL buttons too; nothing to do
+    try:
+        email = await _slack_email(ctx, app.bot_token, press.slack_user_id)
+        member = await _member_by_email(ctx, app.org_id, email) if email else None
+        if member is None:
+            await _respond(ctx, press, _ephemeral("You are not a signoff user of this team."))
+            return
+        if member.org_emergency_stop or ctx.settings.emergency_stop:
+            await _respond(ctx, press, _ephemeral("The emergency stop is on: nothing is decided."))
+            return
+        payload = RelayedDecision(decision=press.decision, via="slack")
+        now = utcnow()
+        try:
+            async with ctx.transaction() as uow:
+                decision = await dashboard.decide(uow, member, press.request_id, payload, now)
+        except RequestNotPending:
+            await _respond(ctx, press, _ephemeral("This request was decided already."))
+            return
+        except AppError as exc:
+            await _respond(ctx, press, _ephemeral(f"You may not decide this: {exc.message}"))
+            return
+        # Long polls and live pages were told at the commit (the transition's effects).
+        await ctx.webhooks.deliver_outbox(uow.outbox)
+        await _respond(ctx, press, await _decided_message(ctx, app, press, member, decision.final))
+    except Exception:
+        logger.exception("slack interaction on request %s failed", press.request_id)
+
+
+async def _decided_message(
+    ctx: AppContext, app: SlackApp, press: Press, member: OrgMember, final: bool
+) -> dict[str, Any]:
+    verb = "approved" if press.decision == "approve" else "rejected"
+    outcome = (
+        f"*{member.user_name}* {verb} this request."
+        if final
+        else (f"*{member.user_name}* voted to {press.decision}; more approvals are needed.")
+    )
+    async with ctx.reading() as uow:
+        found = await NotificationRepository(uow.session, uow.dialect).request_facts(
+            app.org_id, press.request_id
+        )
+    assert found is not None
+    links = messages.Links(f"{ctx.settings.public_url}/requests/{press.request_id}", None, None)
+    item = messages.Item(found[0], "created", links)
+    return {
+        "replace_original": True,
+        "text": outcome,
+        "blocks": messages.slack_decided_blocks(item, outcome),
+    }
+
+
+def _ephemeral(text: str) -> dict[str, Any]:
+    return {"response_type": "ephemeral", "replace_original": False, "text": text}
+
+
+def _client(ctx: AppContext) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        transport=build_transport(ctx.webhooks.policy),
+        timeout=ctx.settings.notification_timeout_seconds,
+        follow_redirects=False,
+    )
+
+
+async def _slack_email(ctx: AppContext, bot_token: str, user_id: str) -> str | None:
+    async with _client(ctx) as client:
+        answer = await client.post(
+            f"{ctx.settings.slack_api_url}/users.info",
+            data={"user": user_id},
+            headers={"Authorization": f"Bearer {bot_token}"},
+        )
+    data = answer.json() if answer.status_code == 200 else {}
+    if not data.get("ok"):
+        return None
+    email = data.get("user", {}).get("profile", {}).get("email")
+    return str(email) if email else None
+
+
+async def _member_by_email(ctx: AppContext, org_id: uuid.UUID, email: str) -> OrgMember | None:
+    async with ctx.reading() as uow:
+        repo = NotificationRepository(uow.session, uow.dialect)
+        users = [u for u in await repo.find_user_by_email(email) if u.org_id == org_id]
+        org = await uow.session.get(Organization, org_id)
+    if not users or org is None:
+        return None
+    user = users[0]
+    return OrgMember(
+        org_id=org.id,
+        org_name=org.name,
+        org_emergency_stop=org.emergency_stop,
+        user_id=user.id,
+        user_email=user.email,
+        user_name=user.name,
+        role="admin" if user.role == "admin" else "member",
+    )
+
+
+async def _respond(ctx: AppContext, press: Press, message: dict[str, Any]) -> None:
+    async with _client(ctx) as client:
+        await client.post(press.response_url, json=message)

@@ -1,0 +1,63 @@
+"""The notification sender's loop: send what is due, then sleep until the next due time.
+
+Runs beside the delivery worker, inside ``signoff serve`` (unless ``--no-worker``) and in
+``signoff worker``; any number may run against one database (claims are leased rows,
+``notifications/sender.py``). It wakes at once when this process commits notifications
+(``AppContext.transaction``), on PostgreSQL when any process does (``NOTIFY
+signoff_notifications``), and otherwise at the next due time, polling at most
+``SIGNOFF_NOTIFICATION_POLL_INTERVAL_SECONDS`` apart for rows other SQLite processes wrote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from signoff.context import AppContext
+from signoff.notifications.repository import NOTIFY_CHANNEL
+from signoff.notifications.sender import CLAIM_LIMIT, NotificationSender
+from signoff.worker.deliveries import (
+    ERROR_BACKOFF_SECONDS,
+    LISTENING_POLL_SECONDS,
+    RECONNECT_SECONDS,
+    PostgresListener,
+    _wait_either,
+)
+
+logger = logging.getLogger(__name__)
+
+# How long a woken sender waits for more commits before it claims.
+WAKEUP_GATHER_SECONDS = 0.05
+
+
+async def run_notification_sender(ctx: AppContext, stop: asyncio.Event) -> None:
+    sender: NotificationSender = ctx.notifications
+    poll = ctx.settings.notification_poll_interval_seconds
+    listener = None
+    if not ctx.db.is_sqlite:
+        listener = PostgresListener(ctx.settings.database_url, sender.wakeup.set, NOTIFY_CHANNEL)
+    loop = asyncio.get_running_loop()
+    next_reconnect = 0.0
+    try:
+        while not stop.is_set():
+            if listener and not listener.alive and loop.time() >= next_reconnect:
+                await listener.connect()
+                next_reconnect = loop.time() + RECONNECT_SECONDS
+            sender.wakeup.clear()
+            try:
+                if await sender.run_once() >= CLAIM_LIMIT:
+                    continue  # a backlog: claim again at once
+                due = await sender.next_due_seconds()
+            except Exception:
+                logger.exception("notification sender round failed; retrying shortly")
+                due = ERROR_BACKOFF_SECONDS
+            cap = max(poll, LISTENING_POLL_SECONDS) if listener and listener.alive else poll
+            sleep = cap if due is None else min(cap, due)
+            if sleep > 0:
+                await _wait_either(stop, sender.wakeup, sleep)
+                if sender.wakeup.is_set():
+                    # Woken by a commit: the commits of a burst share the next claim.
+                    await _wait_either(stop, asyncio.Event(), WAKEUP_GATHER_SECONDS)
+    finally:
+        if listener:
+            await listener.close()

@@ -1,0 +1,168 @@
+"""Loopback servers for notification tests: a real SMTP server (aiosmtpd) that keeps
+every mail it accepts, and checks of each chat service's documented message shape."""
+
+from __future__ import annotations
+
+import asyncio
+import email
+import email.policy
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from email.message import EmailMessage
+from typing import Any
+
+from aiosmtpd.smtp import SMTP, Envelope, Session
+
+
+@dataclass(frozen=True)
+class Mail:
+    sender: str
+    recipients: list[str]
+    message: EmailMessage
+
+    @property
+    def text(self) -> str:
+        part = self.message.get_body(("plain",))
+        assert part is not None
+        return str(part.get_content()).replace("\r\n", "\n")  # type: ignore[attr-defined]
+
+    @property
+    def html(self) -> str:
+        part = self.message.get_body(("html",))
+        assert part is not None
+        return str(part.get_content()).replace("\r\n", "\n")  # type: ignore[attr-defined]
+
+    def link(self, label: str) -> str:
+        found = re.search(rf"^{label}: (\S+)$", self.text, re.MULTILINE)
+        assert found, self.text
+        return found.group(1)
+
+
+class MailBox:
+    """aiosmtpd's handler: every accepted message, parsed."""
+
+    def __init__(self) -> None:
+        self.mails: list[Mail] = []
+        self._arrived = asyncio.Condition()
+
+    async def wait_for(self, count: int, timeout: float = 10.0) -> list[Mail]:
+        """Wait until ``count`` mails have arrived (a readiness signal, not a sleep)."""
+        async with self._arrived:
+            await asyncio.wait_for(
+                self._arrived.wait_for(lambda: len(self.mails) >= count), timeout
+            )
+        return list(self.mails)
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        assert isinstance(envelope.content, bytes)
+        parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
+        assert isinstance(parsed, EmailMessage)
+        self.mails.append(
+            Mail(str(envelope.mail_from), [str(r) for r in envelope.rcpt_tos], parsed)
+        )
+        async with self._arrived:
+            self._arrived.notify_all()
+        return "250 OK"
+
+
+@asynccontextmanager
+async def smtp_server(box: MailBox | None = None) -> AsyncIterator[tuple[MailBox, str]]:
+    """A real SMTP server (aiosmtpd's protocol) on a loopback port, in this event loop;
+    yields its mailbox and its smtp:// URL."""
+    box = box or MailBox()
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: SMTP(box), "127.0.0.1", 0)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        yield box, f"smtp://127.0.0.1:{port}"
+    finally:
+        server.close()
+
+
+# ---- documented shapes (checked by the receivers' tests) ----
+
+SLACK_BLOCK_TYPES = {"header", "section", "actions", "context", "divider"}
+
+
+def check_slack_message(payload: dict[str, Any]) -> None:
+    """Block Kit as Slack documents it for incoming webhooks: ``text`` as the fallback,
+    at most 50 blocks; header plain_text at most 150 chars; section text at most 3000
+    and at most 10 fields of 2000; actions hold at most 25 elements; a button has
+    plain_text of at most 75 chars, an action_id of at most 255, a url of at most 3000."""
+    assert isinstance(payload["text"], str) and payload["text"]
+    blocks = payload["blocks"]
+    assert 0 < len(blocks) <= 50
+    for block in blocks:
+        assert block["type"] in SLACK_BLOCK_TYPES, block
+        if block["type"] == "header":
+            assert block["text"]["type"] == "plain_text"
+            assert len(block["text"]["text"]) <= 150
+        if block["type"] == "section":
+            assert block["text"]["type"] in ("mrkdwn", "plain_text")
+            assert len(block["text"]["text"]) <= 3000
+            for field in block.get("fields", []):
+                assert field["type"] in ("mrkdwn", "plain_text") and len(field["text"]) <= 2000
+            assert len(block.get("fields", [])) <= 10
+        if block["type"] == "actions":
+            assert 0 < len(block["elements"]) <= 25
+            assert len(block.get("block_id", "")) <= 255
+            for element in block["elements"]:
+                assert element["type"] == "button"
+                assert element["text"]["type"] == "plain_text"
+                assert len(element["text"]["text"]) <= 75
+                assert len(element["action_id"]) <= 255
+                assert element.get("style") in (None, "primary", "danger")
+                if "url" in element:
+                    assert element["url"].startswith("http") and len(element["url"]) <= 3000
+
+
+def slack_buttons(payload: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    actions = [b for b in payload["blocks"] if b["type"] == "actions"]
+    return {e["action_id"]: e for block in actions for e in block["elements"]}
+
+
+def check_teams_message(payload: dict[str, Any]) -> None:
+    """The incoming-webhook envelope Teams documents for Adaptive Cards: a ``message``
+    with one attachment of content type application/vnd.microsoft.card.adaptive whose
+    content is the card (type AdaptiveCard, a version, a body of elements)."""
+    assert payload["type"] == "message"
+    [attachment] = payload["attachments"]
+    assert attachment["contentType"] == "application/vnd.microsoft.card.adaptive"
+    assert "contentUrl" in attachment and attachment["contentUrl"] is None
+    card = attachment["content"]
+    assert card["type"] == "AdaptiveCard"
+    assert card["$schema"] == "http://adaptivecards.io/schemas/adaptive-card.json"
+    assert re.fullmatch(r"1\.\d", card["version"])
+    assert card["body"]
+    for element in card["body"]:
+        assert element["type"] in ("TextBlock", "FactSet", "ColumnSet", "Container")
+        if element["type"] == "TextBlock":
+            assert isinstance(element["text"], str)
+        if element["type"] == "FactSet":
+            for fact in element["facts"]:
+                assert set(fact) == {"title", "value"}
+    for action in card.get("actions", []):
+        assert action["type"] == "Action.OpenUrl"
+        assert action["title"] and action["url"].startswith("http")
+
+
+def check_discord_message(payload: dict[str, Any]) -> None:
+    """A Discord execute-webhook body: content of at most 2000 chars, at most 10 embeds;
+    an embed's title at most 256, description 4096, at most 25 fields (name 256, value
+    1024), a colour as an integer, and 6000 characters in all."""
+    assert len(payload.get("content", "")) <= 2000
+    embeds = payload["embeds"]
+    assert 0 < len(embeds) <= 10
+    for embed in embeds:
+        assert len(embed["title"]) <= 256
+        assert len(embed["description"]) <= 4096
+        assert isinstance(embed["color"], int)
+        assert len(embed["fields"]) <= 25
+        total = len(embed["title"]) + len(embed["description"])
+        for field in embed["fields"]:
+            assert 0 < len(field["name"]) <= 256 and 0 < len(field["value"]) <= 1024
+            total += len(field["name"]) + len(field["value"])
+        assert total <= 6000
+    assert payload["allowed_mentions"] == {"parse": []}

@@ -1,0 +1,255 @@
+"""Reminders, escalation and expiry warnings with an injected clock (no sleeping), steps
+opening in a sequential chain, and what deciding does to what is scheduled."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import httpx
+import pytest
+
+from signoff.common.time import utcnow
+from signoff.context import AppContext
+from tests.conftest import Org, create_approval
+from tests.notifications.support import MailBox
+
+pytestmark = pytest.mark.anyio
+
+
+class Clock:
+    """Real time, moved forward by the test: the API's own clock stays real."""
+
+    def __init__(self) -> None:
+        self.offset = timedelta()
+
+    @property
+    def now(self) -> datetime:
+        return utcnow() + self.offset
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, minutes: float) -> None:
+        self.offset += timedelta(minutes=minutes)
+
+
+async def put(api: httpx.AsyncClient, org: Org, rule: dict[str, object]) -> None:
+    document = {"channels": {"mail": {"type": "email"}}, "rules": [{"channels": ["mail"], **rule}]}
+    response = await api.put("/api/v1/routing", json=document, headers=org.admin.headers)
+    assert response.status_code == 200, response.text
+
+
+async def round_of(ctx: AppContext, mailbox: MailBox) -> list[tuple[str, str]]:
+    """One sender round; the (recipient, subject) of each mail it sent."""
+    before = len(mailbox.mails)
+    await ctx.notifications.run_once()
+    return [(m.recipients[0], str(m.message["Subject"])) for m in mailbox.mails[before:]]
+
+
+async def test_reminders_then_escalation_then_decision_cancels_the_rest(
+    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+) -> None:
+    clock = Clock()
+    ctx.notifications.clock = clock
+    await put(
+        api,
+        org,
+        {
+            "audience": {"users": ["member1@acme.example"]},
+            "reminders": {"after_minutes": 30, "times": 2},
+            "escalation": {"after_minutes": 90, "audience": "admins"},
+            "expiry_warning": {"at_fraction": 0.8},
+        },
+    )
+    expires = (clock.now + timedelta(minutes=200)).isoformat()
+    created = await create_approval(api, org.member, expires_at=expires)
+
+    sent = await round_of(ctx, mailbox)
+    assert [(to, subject.split(":")[0]) for to, subject in sent] == [
+        ("member1@acme.example", "[high] Approval requested")
+    ]
+    assert await round_of(ctx, mailbox) == []  # nothing else is due yet
+    clock.advance(29)
+    assert await round_of(ctx, mailbox) == []
+    clock.advance(2)
+    [(to, subject)] = await round_of(ctx, mailbox)
+    assert to == "member1@acme.example" and "Reminder" in subject
+    clock.advance(30)
+    [(to, subject)] = await round_of(ctx, mailbox)
+    assert "Reminder" in subject
+    clock.advance(30)
+    [(to, subject)] = await round_of(ctx, mailbox)
+    assert to == "admin0@acme.example" and "Escalated" in subject
+    assert await round_of(ctx, mailbox) == []
+
+    decided = await api.patch(
+        f"/api/v1/approvals/{created['id']}",
+        json={"decision": "approve"},
+        headers=org.admin.headers,
+    )
+    assert decided.status_code == 200
+    clock.advance(100)  # past the expiry warning's time (160 min)
+    assert await round_of(ctx, mailbox) == []
+    log = await api.get(
+        f"/api/v1/approvals/{created['id']}/notifications", headers=org.admin.headers
+    )
+    kinds = [(r["kind"], r["status"]) for r in log.json()["data"]]
+    assert kinds == [
+        ("created", "sent"),
+        ("reminder", "sent"),
+        ("reminder", "sent"),
+        ("escalated", "sent"),
+        ("expiry_warning", "cancelled"),
+    ]
+
+
+async def test_cancelling_cancels_pending_reminders(
+    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+) -> None:
+    clock = Clock()
+    ctx.notifications.clock = clock
+    await put(api, org, {"audience": "admins", "reminders": {"after_minutes": 5, "times": 3}})
+    created = await create_approval(api, org.member)
+    await round_of(ctx, mailbox)
+    cancelled = await api.delete(f"/api/v1/approvals/{created['id']}", headers=org.member.headers)
+    assert cancelled.status_code == 200
+    clock.advance(60)
+    assert await round_of(ctx, mailbox) == []
+    log = await api.get(
+        f"/api/v1/approvals/{created['id']}/notifications", headers=org.admin.headers
+    )
+    assert [r["status"] for r in log.json()["data"]] == [
+        "sent",
+        "cancelled",
+        "cancelled",
+        "cancelled",
+    ]
+
+
+async def test_a_sequential_chain_tells_each_approver_when_their_step_opens(
+    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+) -> None:
+    await put(api, org, {"match": {"has_steps": True}, "audience": "step_approvers"})
+    created = await create_approval(api, org.member, is_sequential=True)
+    assert await round_of(ctx, mailbox) == []  # no chain yet: the rule does not match
+    first, second = org.members[1], org.members[2]
+    steps = await api.post(
+        f"/api/v1/approvals/{created['id']}/steps",
+        json={
+            "steps": [
+                {"approver_id": first.user_id, "step_order": 1},
+                {"approver_id": second.user_id, "step_order": 2},
+            ]
+        },
+        headers=org.admin.headers,
+    )
+    assert steps.status_code == 201, steps.text
+    [(to, subject)] = await round_of(ctx, mailbox)
+    assert to == first.email and "Your approval is requested" in subject
+    step_id = steps.json()["data"][0]["id"]
+    vote = await api.patch(
+        f"/api/v1/approvals/{created['id']}/steps/{step_id}",
+        json={"decision": "approve"},
+        headers=first.headers,
+    )
+    assert vote.status_code == 200, vote.text
+    [(to, subject)] = await round_of(ctx, mailbox)
+    assert to == second.email
+
+
+async def test_the_background_sender_mails_right_after_the_commit(
+    ctx: AppContext, org: Org, mailbox: MailBox
+) -> None:
+    """With the worker loop running, the create's commit wakes it: no poll interval."""
+    from signoff.app import create_app
+
+    application = create_app(ctx.settings, ctx=ctx, background=True)
+    async with application.router.lifespan_context(application):
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://signoff.test") as api:
+            await put(api, org, {"audience": "admins"})
+            await create_approval(api, org.member)
+            await mailbox.wait_for(1)
+    assert mailbox.mails[0].recipients == ["admin0@acme.example"]
+
+
+async def test_a_failed_send_is_retried_with_backoff_and_logged_per_attempt(
+    api: httpx.AsyncClient, ctx: AppContext, org: Org
+) -> None:
+    from tests.webhooks.receiver import Receiver, Reply
+
+    clock = Clock()
+    ctx.notifications.clock = clock
+    async with Receiver(replies=[Reply(500), Reply(503)], default=Reply(200)) as teams:
+        document = {
+            "channels": {"t": {"type": "teams", "webhook_url": teams.url}},
+            "rules": [{"channels": ["t"]}],
+        }
+        assert (
+            await api.put("/api/v1/routing", json=document, headers=org.admin.headers)
+        ).status_code == 200
+        created = await create_approval(api, org.member)
+        url = f"/api/v1/approvals/{created['id']}/notifications"
+        await ctx.notifications.run_once()
+        [row] = (await api.get(url, headers=org.admin.headers)).json()["data"]
+        assert (row["status"], row["attempts"], row["error"]) == ("pending", 1, "non-2xx status")
+        await ctx.notifications.run_once()
+        assert len(teams.received) == 1  # not due again yet
+        clock.advance(5 / 60 + 0.01)  # the first retry comes after 5 s
+        await ctx.notifications.run_once()
+        clock.advance(30 / 60 + 0.01)  # the second after 30 s more
+        await ctx.notifications.run_once()
+        assert len(teams.received) == 3
+    [row] = (await api.get(url, headers=org.admin.headers)).json()["data"]
+    assert (row["status"], row["attempts"], row["error"]) == ("sent", 3, None)
+
+
+async def test_a_burst_becomes_one_slack_digest_per_interval_and_nothing_is_lost(
+    api: httpx.AsyncClient, ctx: AppContext, org: Org
+) -> None:
+    import orjson
+
+    from tests.notifications.support import check_slack_message
+    from tests.webhooks.receiver import Receiver
+
+    clock = Clock()
+    ctx.notifications.clock = clock
+    async with Receiver() as slack:
+        document = {
+            "channels": {"s": {"type": "slack", "webhook_url": slack.url}},
+            "rules": [{"channels": ["s"]}],
+        }
+        assert (
+            await api.put("/api/v1/routing", json=document, headers=org.admin.headers)
+        ).status_code == 200
+        for number in range(30):
+            await create_approval(api, org.member, title=f"Burst {number}")
+        await ctx.notifications.run_once()
+        [digest] = slack.received
+        for number in range(30, 33):
+            await create_approval(api, org.member, title=f"Burst {number}")
+        await ctx.notifications.run_once()
+        assert len(slack.received) == 1  # within the interval: they wait
+        clock.advance(1.1 / 60)
+        await ctx.notifications.run_once()
+        [_, second] = slack.received
+    first = orjson.loads(digest.body)
+    check_slack_message(first)
+    assert first["text"] == "30 requests wait for a decision"
+    assert "…and 10 more in the inbox." in digest.body.decode()
+    later = orjson.loads(second.body)
+    check_slack_message(later)
+    assert later["text"] == "3 requests wait for a decision"
+    async with ctx.reading() as uow:
+        from sqlalchemy import func, select
+
+        from signoff.models import Notification
+
+        counts = dict(
+            (
+                await uow.session.execute(
+                    select(Notification.status, func.count()).group_by(Notification.status)
+                )
+            ).all()
+        )
+    assert counts == {"sent": 33}

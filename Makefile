@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve worker test lint format typecheck check bench bench-callbacks bench-longpoll bench-dashboard bench-notifications clean
+.PHONY: install serve worker test lint format typecheck check bench bench-callbacks bench-longpoll bench-dashboard bench-notifications bench-replacements clean
 
 CLIENT := clients/python
 
@@ -61,6 +61,11 @@ bench-dashboard: $(STAMP)
 # Notifications: create to mail accepted, a burst's Slack digests (docs/notifications.md).
 bench-notifications: $(STAMP)
 	$(BIN)/python -m bench.notifications $(BENCH_ARGS)
+
+# Each hand-written replacement of a library's job against the library, A/B in one run
+# (docs/performance.md, *Hand-written replacements and what they earn*).
+bench-replacements: $(STAMP)
+	$(BIN)/python -m bench.replacements $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
 from fastapi.exceptions import RequestValidationError
-from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -26,14 +25,19 @@ from signoff.config import Settings, get_settings
 from signoff.context import AppContext
 from signoff.dashboard.endpoints import install_dashboard
 from signoff.errors import AppError, MethodNotAllowed, NotFound, ServiceUnavailable
+from signoff.logs import RequestIdMiddleware
+from signoff.metrics import HTTP_STATS
 from signoff.middleware import ApiGuard, BodySizeLimit, StripTrailingSlash
 from signoff.notifications.endpoints import pages as notification_pages
 from signoff.notifications.endpoints import router as notifications_router
 from signoff.oauth.endpoints import api_router as oauth_api_router
 from signoff.oauth.endpoints import router as oauth_router
 from signoff.openapi import install_docs
+from signoff.operations.endpoints import router as metrics_router
+from signoff.operations.service import check_ready
 from signoff.orgs.endpoints import router as orgs_router
 from signoff.remote_mcp.server import RemoteMcp
+from signoff.retention.service import run_retention
 from signoff.steps.endpoints import router as steps_router
 from signoff.webhooks.endpoints import router as webhooks_router
 from signoff.worker.deliveries import run_delivery_worker
@@ -118,18 +122,12 @@ def _install_health(app: FastAPI, ctx: AppContext) -> None:
     @app.get(
         "/readyz",
         tags=["operations"],
-        summary="The database (and Redis) answer",
+        summary="The database answers at the latest migration, Redis answers, and the "
+        "background loops run",
         responses=errors(ServiceUnavailable),
     )
     async def readyz() -> Response:
-        try:
-            async with ctx.reading() as uow:
-                await uow.session.execute(text("SELECT 1"))
-        except Exception as exc:
-            logger.warning("readiness: database unreachable: %s", exc)
-            raise ServiceUnavailable("The database is not reachable.") from None
-        if ctx.settings.redis_url and not await ctx.limiter.check_ready():
-            raise ServiceUnavailable("Redis is not reachable.")
+        await check_ready(ctx, app.state.background)
         return json_response({"status": "ready"})
 
     # HEAD too: many load balancers health-check with it.
@@ -162,17 +160,20 @@ def create_app(
     ctx = ctx or AppContext.from_settings(settings)
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         stop = asyncio.Event()
         tasks = (
             [
-                asyncio.create_task(run_expiry_sweep(ctx, stop)),
-                asyncio.create_task(run_delivery_worker(ctx, stop)),
-                asyncio.create_task(run_notification_sender(ctx, stop)),
+                asyncio.create_task(run_expiry_sweep(ctx, stop), name="expiry sweep"),
+                asyncio.create_task(run_delivery_worker(ctx, stop), name="delivery worker"),
+                asyncio.create_task(run_notification_sender(ctx, stop), name="notification sender"),
             ]
             if background
             else []
         )
+        if background and settings.retention_days is not None:
+            tasks.append(asyncio.create_task(run_retention(ctx, stop), name="retention"))
+        application.state.background = tasks  # /readyz checks they still run
         try:
             async with remote_mcp.running():
                 yield
@@ -191,6 +192,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.ctx = ctx
+    app.state.background = []
     _install_error_handlers(app)
     _add_routes(
         app,
@@ -208,6 +210,9 @@ def create_app(
     _install_health(app, ctx)
     remote_mcp = RemoteMcp(app, settings)
     app.router.routes.extend(remote_mcp.routes())
+    if settings.metrics_enabled:
+        # After the API's routes: a scrape every few seconds need not be tried first.
+        app.router.routes.extend(metrics_router.routes)
     install_docs(app)
     install_dashboard(app)  # the server-rendered pages, after the API's routes
     if settings.compat_legacy_clients:
@@ -215,5 +220,11 @@ def create_app(
     # Added inner first: the guard wraps the size limit, so a 413 carries rate headers too.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(ApiGuard, ctx=ctx)
+    # Outside the guard: its refusals carry X-Request-Id and are counted too.
+    app.add_middleware(
+        RequestIdMiddleware,
+        stats=HTTP_STATS if settings.metrics_enabled else None,
+        routes=app.router.routes,
+    )
     app.add_middleware(StripTrailingSlash)
     return app

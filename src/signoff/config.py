@@ -63,6 +63,15 @@ class Settings(BaseSettings):
     max_required_approvals: int = 20
     max_steps: int = 20
 
+    # Operations (docs/operations.md): Prometheus metrics at /metrics, and the bearer
+    # token a scraper must send there (unset: none, keep /metrics off public networks).
+    metrics_enabled: bool = True
+    metrics_token: str | None = None
+
+    # Retention (docs/operations.md): workers purge finished requests decided more than
+    # this many days ago, every hour. Unset: nothing is purged but by `signoff purge`.
+    retention_days: int | None = Field(None, ge=1)
+
     # Background work.
     expiry_sweep_interval_seconds: float = Field(1.0, gt=0)
     long_poll_max_seconds: int = Field(60, ge=0, le=300)

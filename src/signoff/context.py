@@ -33,10 +33,14 @@ class RequestWaiters:
     A reader registers with ``watch`` *before* it reads, so a change that commits between
     its read and its wait still wakes it. Changes made by other processes are noticed by
     the readers' periodic re-check.
+
+    ``close`` wakes every reader for good as the server shuts down: each answers with the
+    request's current state instead of holding the shutdown up until its wait ends.
     """
 
     def __init__(self) -> None:
         self._watchers: dict[uuid.UUID, set[asyncio.Event]] = {}
+        self.closing = False
 
     @contextmanager
     def watch(self, request_id: uuid.UUID) -> Iterator[asyncio.Event]:
@@ -55,8 +59,18 @@ class RequestWaiters:
         for event in self._watchers.get(request_id, ()):
             event.set()
 
+    def close(self) -> None:
+        self.closing = True
+        for watchers in self._watchers.values():
+            for event in watchers:
+                event.set()
+
     def __len__(self) -> int:
         return len(self._watchers)
+
+    def waiting(self) -> int:
+        """Readers waiting now (several may watch one request)."""
+        return sum(len(watchers) for watchers in self._watchers.values())
 
 
 @dataclass

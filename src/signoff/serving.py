@@ -9,6 +9,11 @@ docs/engineering-log.md, *The fifth round*).
 This server listens on its own socket and, each time it is readable, accepts what is
 waiting, as asyncio's own loop does. Everything else (protocols, signals, graceful
 shutdown) is uvicorn's.
+
+What it earns is measured against uvicorn serving the same socket itself (``make
+bench-replacements``; docs/performance.md, *Hand-written replacements and what they
+earn*): ``SIGNOFF_STOCK_ACCEPT=1`` in the environment of ``signoff serve`` selects that,
+for that measurement only.
 """
 
 from __future__ import annotations
@@ -16,8 +21,11 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
+import signal
 import socket
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -31,6 +39,8 @@ ACCEPT_BATCH = 128
 # that stays readable (asyncio does the same).
 ACCEPT_RETRY_SECONDS = 1.0
 _OUT_OF_DESCRIPTORS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+# The measurement switch (see the module's docstring): uvicorn accepts on its own.
+STOCK_SWITCH = "SIGNOFF_STOCK_ACCEPT"
 
 
 class PendingAcceptor:
@@ -102,11 +112,35 @@ class PendingAcceptor:
 
 class Server(uvicorn.Server):
     """uvicorn's server on ``listener``, with a ``PendingAcceptor`` in place of the
-    loop's own accepting (see the module's docstring)."""
+    loop's own accepting (see the module's docstring).
 
-    def __init__(self, config: uvicorn.Config, listener: socket.socket) -> None:
+    ``on_shutdown`` runs as the shutdown begins, before uvicorn waits for the requests in
+    flight: long polls are answered then instead of being cut off at the grace deadline.
+    """
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        listener: socket.socket,
+        on_shutdown: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(config)
         self.listener = listener
+        self.on_shutdown = on_shutdown
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if sig == signal.SIGTERM:
+            # uvicorn raises a caught signal again once it has shut down, so the process
+            # ends killed by SIGTERM (-15). SIGTERM is how process managers ask for a
+            # clean stop: after the graceful shutdown, the process exits 0 instead.
+            # SIGINT is still raised again (KeyboardInterrupt, exit 130), as a shell expects.
+            self._captured_signals.remove(sig)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.on_shutdown is not None:
+            self.on_shutdown()
+        await super().shutdown(sockets)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         # No sockets for uvicorn to serve itself: the acceptor below serves ours.
@@ -140,9 +174,17 @@ def listening_socket(host: str, port: int, backlog: int = 2048) -> socket.socket
     return listener
 
 
-def run_server(application: Any, listener: socket.socket, *, log_level: str = "info") -> None:
+def run_server(
+    application: Any,
+    listener: socket.socket,
+    *,
+    log_level: str = "info",
+    on_shutdown: Callable[[], None] | None = None,
+) -> None:
     """Serve ``application`` on ``listener`` until a signal stops it: what ``signoff
-    serve`` runs, and the bench's baselines with it, so that both measure one serving."""
+    serve`` runs, and the bench's baselines with it, so that both measure one serving.
+    SIGTERM stops it cleanly and the process then exits 0; an app built by
+    ``create_app`` answers its long polls as the shutdown begins."""
     config = uvicorn.Config(
         application,
         loop="uvloop",
@@ -153,4 +195,15 @@ def run_server(application: Any, listener: socket.socket, *, log_level: str = "i
         proxy_headers=True,
         timeout_graceful_shutdown=10,
     )
-    Server(config, listener).run()
+    if os.environ.get(STOCK_SWITCH) == "1":
+        uvicorn.Server(config).run(sockets=[listener])
+        return
+    Server(config, listener, on_shutdown or _long_polls_answered(application)).run()
+
+
+def _long_polls_answered(application: Any) -> Callable[[], None] | None:
+    """The app's hook that wakes its long polls (``RequestWaiters.close``), if it has one."""
+    ctx = getattr(getattr(application, "state", None), "ctx", None)
+    waiters = getattr(ctx, "waiters", None)
+    close: Callable[[], None] | None = getattr(waiters, "close", None)
+    return close

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from bench.receiver import Receiver
 
 from signoff.app import create_app
 from signoff.common.time import utcnow
@@ -30,7 +31,6 @@ from signoff.dashboard import service as dashboard_service
 from tests.api.helpers import NO_SWEEP
 from tests.conftest import Member, Org, approval_body, create_org
 from tests.oauth_support import PASSWORD, give_password
-from tests.webhooks.receiver import Receiver
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"

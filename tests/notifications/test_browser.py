@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 import pytest
+from bench.receiver import Receiver
 
 from signoff.config import Settings
 from tests.dashboard.test_browser import (
@@ -20,7 +21,6 @@ from tests.dashboard.test_browser import (
     site,
 )
 from tests.notifications.support import MailBox
-from tests.webhooks.receiver import Receiver
 
 pytestmark = pytest.mark.anyio
 __all__ = ["chromium", "server", "site"]  # fixtures, shared with the dashboard's tests

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 import pytest
+from bench.receiver import Receiver
 
 from signoff.context import AppContext
 from tests.conftest import Org, assert_error, create_approval
@@ -19,7 +20,6 @@ from tests.notifications.support import (
     check_teams_message,
     slack_buttons,
 )
-from tests.webhooks.receiver import Receiver
 
 pytestmark = pytest.mark.anyio
 

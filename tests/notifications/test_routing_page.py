@@ -6,12 +6,12 @@ from __future__ import annotations
 import httpx
 import orjson
 import pytest
+from bench.receiver import Receiver
 
 from signoff.context import AppContext
 from tests.conftest import Org
 from tests.dashboard.support import post_form, signed_in
 from tests.notifications.support import MailBox, check_slack_message
-from tests.webhooks.receiver import Receiver
 
 pytestmark = pytest.mark.anyio
 

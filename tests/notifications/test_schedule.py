@@ -176,7 +176,7 @@ async def test_the_background_sender_mails_right_after_the_commit(
 async def test_a_failed_send_is_retried_with_backoff_and_logged_per_attempt(
     api: httpx.AsyncClient, ctx: AppContext, org: Org
 ) -> None:
-    from tests.webhooks.receiver import Receiver, Reply
+    from bench.receiver import Receiver, Reply
 
     clock = Clock()
     ctx.notifications.clock = clock
@@ -208,9 +208,9 @@ async def test_a_burst_becomes_one_slack_digest_per_interval_and_nothing_is_lost
     api: httpx.AsyncClient, ctx: AppContext, org: Org
 ) -> None:
     import orjson
+    from bench.receiver import Receiver
 
     from tests.notifications.support import check_slack_message
-    from tests.webhooks.receiver import Receiver
 
     clock = Clock()
     ctx.notifications.clock = clock

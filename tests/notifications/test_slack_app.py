@@ -11,12 +11,12 @@ from urllib.parse import parse_qs, urlencode
 import httpx
 import orjson
 import pytest
+from bench.receiver import Received, Receiver, Reply
 
 from signoff.context import AppContext
 from signoff.notifications.slack import slack_signature
 from tests.conftest import Org, create_approval
 from tests.notifications.support import MailBox, check_slack_message, slack_buttons
-from tests.webhooks.receiver import Received, Receiver, Reply
 
 pytestmark = pytest.mark.anyio
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import httpx
 import pytest
+from bench.receiver import Received, Receiver, Reply
 from sqlalchemy import func, select
 
 from signoff.app import create_app
 from signoff.context import AppContext
 from signoff.models import Notification, NotificationAttempt
 from tests.conftest import Org, create_approval
-from tests.webhooks.receiver import Received, Receiver, Reply
 from tests.webhooks.test_workers import worker_process
 
 pytestmark = pytest.mark.anyio

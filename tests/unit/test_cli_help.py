@@ -21,12 +21,14 @@ TOP_LEVEL = (
     "secret-key",
     "version",
     "emergency-stop",
+    "purge",
     "db",
     "org",
     "user",
     "connection",
     "oauth-client",
     "delivery",
+    "routing",
 )
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Annotated
 
 import httpx
+import pytest
 from fastapi import APIRouter, Depends, FastAPI, Query
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from signoff.auth.principal import Principal
 from signoff.common.http import require_scope
-from signoff.common.routing import LeanRoute, _lean_handler
+from signoff.common.routing import STOCK_SWITCH, LeanRoute, _lean_handler
 from signoff.errors import AppError
 
 Reader = Annotated[Principal, Depends(require_scope("approvals:read"))]
@@ -48,9 +49,9 @@ async def plain() -> dict[str, str]:
     return {"answer": "not a Response: FastAPI serializes it"}
 
 
-def _app(scopes: tuple[str, ...]) -> FastAPI:
+def _app(scopes: tuple[str, ...], routes: APIRouter = router) -> FastAPI:
     app = FastAPI()
-    app.include_router(router)
+    app.include_router(routes)
 
     @app.middleware("http")
     async def authenticate(request: Request, call_next):  # type: ignore[no-untyped-def]
@@ -138,3 +139,24 @@ def test_the_openapi_document_still_describes_lean_parameters() -> None:
     operation = _app(("approvals:read",)).openapi()["paths"]["/lean/{item_id}"]["get"]
     names = {parameter["name"] for parameter in operation["parameters"]}
     assert names == {"item_id", "wait", "tag"}
+
+
+async def test_the_measurement_switch_hands_every_route_to_fastapi_with_the_same_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``SIGNOFF_STOCK_ROUTES=1`` (make bench-replacements' B side): FastAPI's handler."""
+    assert "_lean_handler" in _route("/lean/{item_id}").get_route_handler().__qualname__
+    lean_app = _app(("approvals:read",))  # built before the switch: its routes stay lean
+    monkeypatch.setenv(STOCK_SWITCH, "1")
+    stock = APIRouter(route_class=LeanRoute)
+    stock.add_api_route("/lean/{item_id}", lean, methods=["GET"])
+    stock_route = next(r for r in stock.routes if isinstance(r, LeanRoute))
+    assert "_lean_handler" not in stock_route.get_route_handler().__qualname__
+    answers = []
+    for app in (lean_app, _app(("approvals:read",), stock)):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            answer = await client.get("/lean/abc", params=[("wait", "1"), ("wait", "5")])
+            answers.append((answer.status_code, answer.json()))
+    assert answers[0] == answers[1]
+    assert answers[0][0] == 200

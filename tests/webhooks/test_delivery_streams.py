@@ -1,6 +1,6 @@
 """The callback transport's connections (``webhooks.delivery``), over real loopback sockets.
 
-Attempts go to a pooled transport directly, through our own network stream: kept-alive
+Attempts go to a pooled transport directly, dialled through the SSRF guard: kept-alive
 connections must be reused, a connection the receiver closed meanwhile must be noticed
 (and replaced, not failed on), over plain TCP and TLS alike.
 """

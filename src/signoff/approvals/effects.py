@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from signoff import metrics
 from signoff.approvals import state
 from signoff.approvals.record import RequestRecord
 from signoff.approvals.repository import NewEvent, NewVote
@@ -162,6 +163,8 @@ async def _update_request(
         # The row lock (PostgreSQL) or the write lock (SQLite) makes this unreachable;
         # should it ever happen, refusing is right and nothing has been written.
         raise RequestNotPending(row.status)
+    if effect.status in state.TERMINAL_STATUSES:
+        metrics.count_decision(effect.status)
     return row._replace(**values)
 
 

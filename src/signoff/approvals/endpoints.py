@@ -196,8 +196,10 @@ async def get_approval(
         while True:
             changed.clear()
             remaining = deadline - time.monotonic()
-            body, pause = await _read_detail(ctx, principal, rid, final=remaining <= 0)
-            if body["status"] != "pending" or remaining <= 0:
+            # A server shutting down answers with the current state at once.
+            last = remaining <= 0 or ctx.waiters.closing
+            body, pause = await _read_detail(ctx, principal, rid, final=last)
+            if body["status"] != "pending" or last:
                 return json_response(body)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), min(remaining, pause))

@@ -17,6 +17,7 @@ from signoff.cli.delivery import delivery_app
 from signoff.cli.emergency_stop import emergency_stop
 from signoff.cli.oauth_client import oauth_client_app
 from signoff.cli.org import org_app
+from signoff.cli.purge import purge
 from signoff.cli.routing import routing_app
 from signoff.cli.secret_key import secret_key
 from signoff.cli.serve import serve, worker
@@ -49,6 +50,7 @@ app.add_typer(connection_app, name="connection")
 app.add_typer(oauth_client_app, name="oauth-client")
 app.add_typer(delivery_app, name="delivery")
 app.add_typer(routing_app, name="routing")
+app.command()(purge)
 
 
 def main() -> None:

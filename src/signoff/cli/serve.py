@@ -88,6 +88,7 @@ def first_run_setup_link(settings: Settings, host: str, port: int) -> str | None
 
 def worker() -> None:
     """Run only the background work (deliveries, notifications, expiry sweep), for scale-out."""
+    from signoff.retention.service import run_retention
     from signoff.worker.deliveries import run_delivery_worker
     from signoff.worker.notifications import run_notification_sender
     from signoff.worker.sweeper import run_expiry_sweep
@@ -108,6 +109,7 @@ def worker() -> None:
                 run_expiry_sweep(ctx, stop),
                 run_delivery_worker(ctx, stop),
                 run_notification_sender(ctx, stop),
+                run_retention(ctx, stop),
             )
         finally:
             await ctx.close()

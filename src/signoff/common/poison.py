@@ -17,6 +17,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from signoff.metrics import count_poisoned_row
+
 logger = logging.getLogger("signoff.poison")
 
 # A parked row is tried again after this long: a fix (a new release, an operator's edit)
@@ -36,6 +38,8 @@ class PoisonedRows:
     def park(self, job: str, row_id: uuid.UUID, error: BaseException) -> None:
         """Note that ``job`` could not process ``row_id``; it is skipped for a while."""
         self.counts[job] += 1
+        count_poisoned_row(job)
+        count_poisoned_row(job)
         self._parked.setdefault(job, {})[row_id] = self.clock() + self.retry_after_seconds
         logger.error(
             "%s: row %s could not be processed and is parked for %.0f s: %s: %s",

@@ -12,11 +12,17 @@ other endpoint runs through FastAPI's own handler.
 The kinds: the ``Request``; path parameters declared as ``str``; query parameters declared
 as ``str | None`` (what FastAPI would pass: the last value, or the default); and a
 ``require_scope`` dependency, which yields the caller or refuses the call.
+
+What it earns is measured against FastAPI's own handler (``make bench-replacements``;
+docs/performance.md, *Hand-written replacements and what they earn*): with
+``SIGNOFF_STOCK_ROUTES=1`` in the environment when the routes are built, every route runs
+through FastAPI's handler. That switch is for that measurement only.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 import types
 from collections.abc import Callable, Coroutine
 from typing import Any, Union, cast, get_args, get_origin, get_type_hints
@@ -29,10 +35,14 @@ from starlette.responses import Response
 from signoff.common.http import principal_with_scope, scope_of_dependency
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+# The measurement switch (see the module's docstring): FastAPI's handler for every route.
+STOCK_SWITCH = "SIGNOFF_STOCK_ROUTES"
 
 
 class LeanRoute(APIRoute):
     def get_route_handler(self) -> Handler:
+        if os.environ.get(STOCK_SWITCH) == "1":
+            return super().get_route_handler()
         return _lean_handler(self.dependant) or super().get_route_handler()
 
 

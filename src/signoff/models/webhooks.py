@@ -60,6 +60,9 @@ class WebhookDelivery(Base):
     body: Mapped[bytes] = mapped_column(LargeBinary)
     # The request's callback_headers, still encrypted (they often carry credentials).
     headers_encrypted: Mapped[str | None] = mapped_column(Text, default=None)
+    # The X-Request-Id of the API call (or background run) that wrote it, sent on every
+    # attempt so a receiver's logs and ours can be matched.
+    request_id_header: Mapped[str | None] = mapped_column(String(128), default=None)
     status: Mapped[str] = mapped_column(String(16), default="pending")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     due_at: Mapped[datetime] = mapped_column(default=utcnow)

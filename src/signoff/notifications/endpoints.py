@@ -16,12 +16,20 @@ from starlette.responses import HTMLResponse, Response
 
 from signoff.auth.principal import OrgMember, Principal
 from signoff.common.http import context_of, json_body_doc, json_response, path_id, require_scope
+from signoff.common.openapi import errors
 from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import read_json_object
 from signoff.context import AppContext
 from signoff.dashboard import web
-from signoff.errors import AppError, RequestNotPending, Unauthorized, ValidationFailed
+from signoff.errors import (
+    AppError,
+    Forbidden,
+    NotFound,
+    RequestNotPending,
+    Unauthorized,
+    ValidationFailed,
+)
 from signoff.notifications import links, messages, service, slack
 from signoff.notifications.repository import NotificationRepository
 from signoff.notifications.routing import RoutingDocument
@@ -45,7 +53,7 @@ Admin = Depends(web.require_admin)
     summary="The organization's notification routing (admins)",
     description="Channels (secrets masked) and the ordered rules; the first matching rule "
     "applies. 403 for non-admins.",
-    responses={403: {"description": "Not an admin"}},
+    responses=errors(Forbidden),
 )
 async def get_routing(request: Request, principal: Reader) -> Response:
     ctx = context_of(request)
@@ -63,7 +71,7 @@ async def get_routing(request: Request, principal: Reader) -> Response:
     summary="Replace the organization's notification routing (admins)",
     description="Validates the whole document; 400 names each wrong field (`rules.0.channels.1`"
     "). A secret sent back masked, as GET shows it, keeps its stored value.",
-    responses={400: {"description": "Invalid document"}, 403: {"description": "Not an admin"}},
+    responses=errors(ValidationFailed, Forbidden),
 )
 async def put_routing(request: Request, principal: Writer) -> Response:
     ctx = context_of(request)
@@ -83,6 +91,7 @@ async def put_routing(request: Request, principal: Writer) -> Response:
     summary="What was sent about a request, to whom, and how it went",
     description="Scheduled reminders appear as `pending` until due; `cancelled` once the "
     "request was decided before they were.",
+    responses=errors(NotFound),
 )
 async def list_notifications(request: Request, request_id: str, principal: Reader) -> Response:
     ctx = context_of(request)

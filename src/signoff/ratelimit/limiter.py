@@ -14,9 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from limits.aio.storage import RedisStorage
-
-from signoff.ratelimit.memory import MemoryCounters
+from limits.aio.storage import MemoryStorage, RedisStorage
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +22,7 @@ Window = Literal["hour", "minute"]
 
 
 class CounterStore(Protocol):
-    """What the limiter asks of a store: ``MemoryCounters``, or ``limits``' Redis one."""
+    """What the limiter asks of a store: ``limits``' memory storage, or its Redis one."""
 
     async def incr(self, key: str, expiry: int, amount: int = 1) -> int: ...
     async def get(self, key: str) -> int: ...
@@ -81,7 +79,9 @@ class RateLimiter:
             uri = "async+" + redis_url if not redis_url.startswith("async+") else redis_url
             self.storage = RedisStorage(uri, implementation="redispy", key_prefix=key_prefix)
         else:
-            self.storage = MemoryCounters()
+            # limits' own memory store; a counter of our own earned too little to stay
+            # (docs/performance.md, *Hand-written replacements and what they earn*).
+            self.storage = MemoryStorage()
 
     async def hit(self, key: str, limit: int, window: Window = "hour") -> RateLimitDecision:
         counter = f"{window}/{key}"

@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import select
-import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import httpcore
 import httpx
@@ -61,49 +58,6 @@ class AttemptResult:
     error: str | None
 
 
-def _socket_readable(sock: socket.socket | None) -> bool:
-    """True if the peer closed (or sent something unasked): the connection is done."""
-    if sock is None or sock.fileno() < 0:
-        return True
-    poller = select.poll()
-    poller.register(sock, select.POLLIN)
-    return bool(poller.poll(0))
-
-
-class _Stream(httpcore.AsyncNetworkStream):
-    """AnyIO's stream, except for one question: on every request, httpcore asks each idle
-    connection of the pool whether its socket is readable (closed by the peer). AnyIO
-    answers through its typed attributes, rebuilding a mapping per call, a visible share
-    of a drain's CPU (``make bench-callbacks``, throughput stage; docs/engineering-log.md,
-    *Decision callbacks*). Here the raw socket is found once."""
-
-    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
-        self._inner = inner
-        self._socket: socket.socket | None = inner.get_extra_info("socket")
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return await self._inner.read(max_bytes, timeout)
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        await self._inner.write(buffer, timeout)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        return _Stream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
-
-    def get_extra_info(self, info: str) -> Any:
-        if info == "is_readable":
-            return _socket_readable(self._socket)
-        return self._inner.get_extra_info(info)
-
-
 class GuardedBackend(httpcore.AsyncNetworkBackend):
     """Resolve, check, then dial exactly the checked address (see module docstring)."""
 
@@ -123,10 +77,8 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         failure: Exception | None = None
         for address in addresses:
             try:
-                return _Stream(
-                    await self._inner.connect_tcp(
-                        str(address), port, timeout, local_address, socket_options
-                    )
+                return await self._inner.connect_tcp(
+                    str(address), port, timeout, local_address, socket_options
                 )
             except (httpcore.ConnectError, OSError) as exc:
                 failure = exc

@@ -25,12 +25,14 @@ from datetime import datetime
 import orjson
 from sqlalchemy.exc import SQLAlchemyError
 
+from signoff import metrics
 from signoff.common.ids import new_id
 from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.errors import Conflict, NotFound
+from signoff.logs import current_request_id, request_id_scope
 from signoff.storage import Database
 from signoff.webhooks import service
 from signoff.webhooks.delivery import AttemptResult, ClientPool, send_attempt
@@ -138,7 +140,15 @@ class WebhookDispatcher:
         ``batched``: the record may share a transaction with other attempts that end at
         about the same time: one commit for many attempts under load, and no wait when
         idle (a manual retry records alone; its caller waits for nothing else).
+
+        The attempt's log lines carry the request id the delivery was written with.
         """
+        with request_id_scope(claimed.request_id_header):
+            return await self._attempt(claimed, manual=manual, batched=batched)
+
+    async def _attempt(
+        self, claimed: ClaimedDelivery, *, manual: bool, batched: bool
+    ) -> RecordedAttempt | None:
         try:
             headers = signed_headers(
                 service.signing_keys(self.box, claimed.secrets, self.clock()),
@@ -147,6 +157,7 @@ class WebhookDispatcher:
                 timestamp=int(time.time()),
                 body=claimed.body,
                 extra=service.callback_headers(self.box, claimed.headers_encrypted),
+                request_id=claimed.request_id_header,
             )
         except Exception as exc:
             # A delivery that cannot even be signed (a secret that no longer decrypts after
@@ -166,6 +177,7 @@ class WebhookDispatcher:
                 read_cap=self.settings.delivery_response_read_bytes,
             )
         self.receivers.note(claimed.target, success=result.success)
+        metrics.count_callback_attempt(result.error or "success", result.duration_ms)
         item = _Record(claimed, result, manual)
         if batched:
             return await self._batcher.submit(item)
@@ -204,6 +216,8 @@ class WebhookDispatcher:
                 )
             elif outcome.status == "pending":
                 self.due_in(self.schedule.delay_after(outcome.attempt) or 0.0)
+            else:
+                metrics.count_finished_delivery(outcome.status)
         return recorded
 
     def due_in(self, seconds: float) -> None:
@@ -241,6 +255,21 @@ class WebhookDispatcher:
             await repo.release([c.id for c in claimed], outbox.token, self.clock())
             await repo.notify_workers()
         self.wakeup.set()
+
+    async def release(self, claimed: Sequence[ClaimedDelivery]) -> int:
+        """Hand deliveries this process holds back to any worker, due at once (a worker
+        shutting down mid-attempt). A delivery whose attempt was recorded meanwhile is no
+        longer held and is left alone. Answers how many were handed back."""
+        by_token: dict[uuid.UUID, list[uuid.UUID]] = {}
+        for delivery in claimed:
+            by_token.setdefault(delivery.token, []).append(delivery.id)
+        released = 0
+        async with self._transaction() as repo:
+            now = utcnow()
+            for token, ids in by_token.items():
+                released += await repo.release(ids, token, now)
+            await repo.notify_workers()
+        return released
 
     # ---- what workers and operators ask for ----
 
@@ -304,6 +333,7 @@ class WebhookDispatcher:
             attempt=1,
             timestamp=int(time.time()),
             body=body,
+            request_id=current_request_id(),
         )
         return await send_attempt(
             self.clients,

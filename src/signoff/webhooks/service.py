@@ -28,6 +28,7 @@ from signoff.common.ids import new_id
 from signoff.common.time import format_timestamp
 from signoff.crypto import SecretBox
 from signoff.errors import ValidationFailed
+from signoff.logs import current_request_id, new_request_id
 from signoff.models import AuditEvent
 from signoff.models.webhooks import WebhookAttempt, WebhookDelivery
 from signoff.webhooks.delivery import AttemptResult
@@ -54,6 +55,8 @@ class ClaimedDelivery:
     headers_encrypted: str | None
     attempts: int  # made before this one
     secrets: ConnectionSecrets
+    # Sent as X-Request-Id: the request that caused the callback (logs.py).
+    request_id_header: str | None = None
 
     @property
     def attempt_number(self) -> int:
@@ -248,6 +251,7 @@ async def enqueue_decision_callback(
         target=target_of(facts.callback_url),
         body=body,
         headers_encrypted=facts.callback_headers_encrypted,
+        request_id_header=current_request_id() or new_request_id(),
         status="pending",
         attempts=0,
         due_at=now + timedelta(seconds=outbox.lease_seconds),
@@ -275,6 +279,7 @@ def _claimed(
         headers_encrypted=delivery.headers_encrypted,
         attempts=delivery.attempts,
         secrets=secrets,
+        request_id_header=delivery.request_id_header,
     )
 
 

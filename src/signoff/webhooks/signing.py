@@ -28,6 +28,7 @@ SIGNATURE_HEADER = "X-Service-Signature"
 PREVIOUS_SIGNATURE_HEADER = "X-Service-Signature-Previous"
 DELIVERY_ID_HEADER = "X-Service-Delivery-Id"
 ATTEMPT_HEADER = "X-Service-Attempt"
+REQUEST_ID_HEADER = "X-Request-Id"
 
 
 @dataclass(frozen=True)
@@ -67,12 +68,18 @@ def signed_headers(
     timestamp: int,
     body: bytes,
     extra: dict[str, str] | None = None,
+    request_id: str | None = None,
 ) -> dict[str, str]:
     """Every header of one attempt: the caller's extras first, ours last (ours win).
 
-    Reserved names are refused when a request is created, so ``extra`` cannot collide.
+    Reserved names are refused when a request is created, so ``extra`` cannot collide;
+    ``X-Request-Id``, which callers may have set before we sent one, is replaced by ours.
     """
     headers = dict(extra or {})
+    if request_id is not None:
+        for name in [n for n in headers if n.lower() == REQUEST_ID_HEADER.lower()]:
+            del headers[name]
+        headers[REQUEST_ID_HEADER] = request_id
     headers.update(
         {
             "Content-Type": CONTENT_TYPE,

@@ -44,6 +44,9 @@ RECONNECT_SECONDS = 5.0
 ERROR_BACKOFF_SECONDS = 1.0
 # How late a retry may be claimed so that it shares a claim with others due just after it.
 CLAIM_GATHER_SECONDS = 0.1
+# On shutdown, how long attempts in flight may take to finish before their leases are
+# handed back: container runtimes send SIGKILL 10 s after SIGTERM by default.
+SHUTDOWN_GRACE_SECONDS = 5.0
 
 
 class PostgresListener:
@@ -97,6 +100,8 @@ class DeliveryWorker:
         self.concurrency = settings.delivery_concurrency
         self.poll_seconds = settings.delivery_poll_interval_seconds
         self.in_flight: set[asyncio.Task[None]] = set()
+        # Attempts cut short by the shutdown: their deliveries are handed back.
+        self.interrupted: list[ClaimedDelivery] = []
         self.per_target_in_flight: Counter[str] = Counter()
         self._waiting_for_slot = False
         # What the loop did, logged when it stops (the bench reads it): attempts started,
@@ -205,6 +210,9 @@ class DeliveryWorker:
         try:
             self.attempts_made += 1
             await self.dispatcher.attempt(delivery, batched=True)
+        except asyncio.CancelledError:
+            self.interrupted.append(delivery)
+            raise
         except Exception:
             # The lease runs out and the delivery is attempted again: nothing is lost.
             logger.exception("delivery %s: attempt could not be recorded", delivery.id)
@@ -219,15 +227,25 @@ class DeliveryWorker:
             self.dispatcher.wakeup.set()
 
     async def _drain(self) -> None:
-        """On shutdown, let attempts in flight finish (each has its own deadline)."""
+        """On shutdown, let attempts in flight finish (each has its own deadline), then
+        hand back the leases of any cut short, so another worker takes them at once
+        instead of after the lease runs out."""
         if not self.in_flight:
             return
-        grace = self.ctx.settings.delivery_timeout_seconds + 2.0
+        grace = min(self.ctx.settings.delivery_timeout_seconds + 2.0, SHUTDOWN_GRACE_SECONDS)
         _, pending = await asyncio.wait(set(self.in_flight), timeout=grace)
         for task in pending:
-            task.cancel()  # their leases run out; another worker finishes them
+            task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+        if self.interrupted:
+            try:
+                released = await self.dispatcher.release(self.interrupted)
+            except Exception:
+                # Unreleased, the leases still run out: later, but nothing is lost.
+                logger.exception("could not hand back %d leases", len(self.interrupted))
+            else:
+                logger.info("handed back %d unfinished deliveries", released)
 
 
 async def _wait_either(stop: asyncio.Event, wakeup: asyncio.Event, timeout: float) -> None:

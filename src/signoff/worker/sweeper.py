@@ -12,6 +12,7 @@ import logging
 from signoff.approvals import service
 from signoff.common.time import utcnow
 from signoff.context import AppContext
+from signoff.logs import request_id_scope
 
 logger = logging.getLogger(__name__)
 BATCH_SIZE = 100
@@ -20,8 +21,10 @@ BATCH_SIZE = 100
 async def sweep_expired_once(ctx: AppContext) -> int:
     """Expire one batch of due requests; returns how many rows it took (expired or parked)."""
     parked_before = ctx.poisoned.counts[service.EXPIRY_JOB]
-    async with ctx.transaction() as uow:
-        results = await service.expire_due(uow, utcnow(), BATCH_SIZE, ctx.poisoned)
+    # One id per batch: its log lines and the expiry callbacks it writes share it.
+    with request_id_scope():
+        async with ctx.transaction() as uow:
+            results = await service.expire_due(uow, utcnow(), BATCH_SIZE, ctx.poisoned)
     # The expiry callbacks committed with the expiries; the delivery workers send them.
     await ctx.webhooks.hand_off(uow.outbox)
     return len(results) + ctx.poisoned.counts[service.EXPIRY_JOB] - parked_before

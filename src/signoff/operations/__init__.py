@@ -1,0 +1,1 @@
+"""Operating a deployment: metrics, readiness, retention."""

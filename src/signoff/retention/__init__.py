@@ -1,0 +1,1 @@
+"""Retention: deleting old finished requests with everything recorded about them."""

@@ -19,6 +19,8 @@ from signoff.approvals.endpoints import router as approvals_router
 from signoff.common.http import json_response
 from signoff.common.openapi import errors
 from signoff.common.validation import validation_failed_from
+from signoff.compat.endpoints import router as legacy_clients_router
+from signoff.compat.middleware import LegacyDataEnvelope
 from signoff.config import Settings, get_settings
 from signoff.context import AppContext
 from signoff.dashboard.endpoints import install_dashboard
@@ -34,6 +36,7 @@ from signoff.openapi import install_docs
 from signoff.operations.endpoints import router as metrics_router
 from signoff.operations.service import check_ready
 from signoff.orgs.endpoints import router as orgs_router
+from signoff.remote_mcp.server import RemoteMcp
 from signoff.retention.service import run_retention
 from signoff.steps.endpoints import router as steps_router
 from signoff.webhooks.endpoints import router as webhooks_router
@@ -172,7 +175,8 @@ def create_app(
             tasks.append(asyncio.create_task(run_retention(ctx, stop), name="retention"))
         application.state.background = tasks  # /readyz checks they still run
         try:
-            yield
+            async with remote_mcp.running():
+                yield
         finally:
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -201,12 +205,18 @@ def create_app(
         notifications_router,
         notification_pages,
     )
+    if settings.compat_legacy_clients:
+        _add_routes(app, legacy_clients_router)
     _install_health(app, ctx)
+    remote_mcp = RemoteMcp(app, settings)
+    app.router.routes.extend(remote_mcp.routes())
     if settings.metrics_enabled:
         # After the API's routes: a scrape every few seconds need not be tried first.
         app.router.routes.extend(metrics_router.routes)
     install_docs(app)
     install_dashboard(app)  # the server-rendered pages, after the API's routes
+    if settings.compat_legacy_clients:
+        app.add_middleware(LegacyDataEnvelope)
     # Added inner first: the guard wraps the size limit, so a 413 carries rate headers too.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(ApiGuard, ctx=ctx)

@@ -106,6 +106,9 @@ class Settings(BaseSettings):
     session_ttl_seconds: int = Field(12 * 3600, ge=60)
     login_attempts_per_hour: int = Field(30, ge=1)
 
+    # Older clients of the interface (docs/configuration.md): a deviation from it while on.
+    compat_legacy_clients: bool = False
+
     # Notifications (docs/notifications.md). public_url above makes the links in messages.
     # smtp://user:pass@host:port (``?starttls=true`` to upgrade), or smtps:// (implicit TLS).
     smtp_url: str | None = None

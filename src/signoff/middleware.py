@@ -1,4 +1,5 @@
-"""ASGI middleware for ``/api/v1``: authentication, rate limits, emergency stop, body size.
+"""ASGI middleware for ``/api/v1`` (and ``/mcp``): authentication, rate limits, emergency
+stop, body size.
 
 Pure ASGI (no BaseHTTPMiddleware) to keep the hot path cheap. The guard runs before
 routing, so every ``/api/v1`` answer, errors and unknown paths included, carries the
@@ -15,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from signoff.context import AppContext
 from signoff.errors import AppError, EmergencyStopActive, PayloadTooLarge, RateLimited, Unauthorized
 from signoff.ratelimit.limiter import RateLimitDecision
+from signoff.remote_mcp.resource import MCP_PATH, resource_metadata_url
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +65,9 @@ class ApiGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
+        if scope["type"] == "http" and path == MCP_PATH:
+            await self._guard_mcp(scope, receive, send)
+            return
         if scope["type"] != "http" or not (path == API_PREFIX or path.startswith(API_PREFIX + "/")):
             await self.app(scope, receive, send)
             return
@@ -97,6 +102,32 @@ class ApiGuard:
         ):
             await send_error(send, EmergencyStopActive(), decision.headers())
             return
+        scope.setdefault("state", {})["principal"] = principal
+        await self._call_with_headers(scope, receive, send, decision)
+
+    async def _guard_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``/mcp`` authenticates as ``/api/v1`` does. Its tools act through ``/api/v1``
+        calls made in-process with the caller's credentials (remote_mcp/server.py), and
+        those are what is counted and what the emergency stop refuses: one tool call
+        costs what the same calls would cost any client, and reads go on while writes
+        are stopped."""
+        settings = self.ctx.settings
+        token = _bearer_token(scope)
+        principal = await self.ctx.authenticate(token) if token else None
+        if principal is None:
+            client = scope.get("client") or ("unknown", 0)
+            decision = await self.ctx.limiter.hit(
+                f"ip:{client[0]}", settings.rate_limit_unauthenticated
+            )
+            error: AppError = Unauthorized() if decision.allowed else RateLimited()
+            # How MCP clients find the authorization server (RFC 9728 section 5.1).
+            error.headers["WWW-Authenticate"] = (
+                f'Bearer resource_metadata="{resource_metadata_url(settings)}"'
+            )
+            await send_error(send, error, decision.headers())
+            return
+        limit = min(principal.rate_limit_per_hour, settings.rate_limit_ceiling)
+        decision = await self.ctx.limiter.peek(f"conn:{principal.connection_id.hex}", limit)
         scope.setdefault("state", {})["principal"] = principal
         await self._call_with_headers(scope, receive, send, decision)
 

@@ -49,6 +49,8 @@ SCOPE_TABLE: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/test-webhook"): WRITE,
     ("GET", "/api/v1/emergency-stop"): READ,
     ("PUT", "/api/v1/emergency-stop"): WRITE,
+    ("GET", "/api/v1/team/members"): READ,
+    ("GET", "/api/v1/org/action-types"): READ,
     ("POST", "/api/v1/oauth-clients"): ADMIN_API_KEY,
     ("GET", "/api/v1/oauth-clients"): ADMIN_API_KEY,
     ("GET", "/api/v1/oauth-clients/{}"): ADMIN_API_KEY,
@@ -200,6 +202,8 @@ async def _with(env: Env, method: str, template: str, body: dict[str, Any] | Non
 
 BUILDERS: dict[tuple[str, str], Builder] = {
     ("GET", "/api/v1/me"): lambda env: _plain("GET", "/api/v1/me"),
+    ("GET", "/api/v1/team/members"): lambda env: _plain("GET", "/api/v1/team/members"),
+    ("GET", "/api/v1/org/action-types"): lambda env: _plain("GET", "/api/v1/org/action-types"),
     ("GET", "/api/v1/approvals"): lambda env: _plain("GET", "/api/v1/approvals"),
     ("POST", "/api/v1/approvals"): lambda env: _plain("POST", "/api/v1/approvals", approval_body()),
     ("GET", "/api/v1/approvals/{}"): lambda env: _with(env, "GET", "/api/v1/approvals/{rid}", None),

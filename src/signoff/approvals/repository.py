@@ -387,6 +387,17 @@ class ApprovalRepository:
         )
         return result.all()
 
+    async def action_types_in_use(self, org_id: uuid.UUID) -> Sequence[str]:
+        """The org's distinct action types, in order: read from the index on
+        (org_id, action_type, created_at), never from the table's rows."""
+        result = await self.session.scalars(
+            select(ApprovalRequest.action_type)
+            .where(ApprovalRequest.org_id == org_id, ApprovalRequest.action_type.is_not(None))
+            .distinct()
+            .order_by(ApprovalRequest.action_type)
+        )
+        return [value for value in result.all() if value is not None]
+
     async def flush(self) -> None:
         if has_unflushed_changes(self.session):
             await self.session.flush()

@@ -87,6 +87,19 @@ def _drop_absent(data: Any, optional: frozenset[str]) -> Any:
     return data
 
 
+def _legacy_defaults(data: Any) -> Any:
+    """SIGNOFF_COMPAT_LEGACY_CLIENTS: older clients and no-code steps leave out priority
+    and description; they get ``medium`` and an empty description (docs/configuration.md)."""
+    if not isinstance(data, dict):
+        return data
+    filled = dict(data)
+    if filled.get("priority") in (None, ""):
+        filled["priority"] = "medium"
+    if filled.get("description") is None:
+        filled["description"] = ""
+    return filled
+
+
 def _require_text(value: str, field: str, limit: int) -> str:
     if not value.strip():
         raise ValueError(f"{field} must not be empty")
@@ -164,8 +177,11 @@ class CreateApprovalRequest(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _absent_means_default(cls, data: Any) -> Any:
-        return _drop_absent(data, _OPTIONAL_CREATE_FIELDS)
+    def _absent_means_default(cls, data: Any, info: ValidationInfo) -> Any:
+        data = _drop_absent(data, _OPTIONAL_CREATE_FIELDS)
+        if settings_from(info.context).compat_legacy_clients:
+            data = _legacy_defaults(data)
+        return data
 
     @field_validator("title")
     @classmethod
@@ -175,8 +191,10 @@ class CreateApprovalRequest(BaseModel):
     @field_validator("description")
     @classmethod
     def _description(cls, value: str, info: ValidationInfo) -> str:
-        limit = settings_from(info.context).max_description_length
-        return _require_text(value, "description", limit)
+        settings = settings_from(info.context)
+        if value == "" and settings.compat_legacy_clients:
+            return value
+        return _require_text(value, "description", settings.max_description_length)
 
     @field_validator("action_type")
     @classmethod

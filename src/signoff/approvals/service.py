@@ -127,6 +127,11 @@ async def get_request(
     return row
 
 
+async def action_types_in_use(repo: ApprovalRepository, principal: Principal) -> list[str]:
+    """The action types the caller's org has used, for pickers and filters."""
+    return list(await repo.action_types_in_use(principal.org_id))
+
+
 async def list_requests(
     reads: ApprovalReads,
     principal: Principal,

@@ -1,8 +1,9 @@
-"""``/api/v1/me`` and the per-org emergency stop."""
+"""``/api/v1/me``, the per-org emergency stop, and the org's directory (its members and
+the action types in use) that pickers and filters are filled from."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
@@ -24,6 +25,7 @@ from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body
 from signoff.errors import Forbidden, ValidationFailed
+from signoff.orgs import service as orgs_service
 from signoff.unit_of_work import UnitOfWork
 
 router = APIRouter(prefix="/api/v1", tags=["account"], route_class=LeanRoute)
@@ -36,6 +38,23 @@ class MeOut(BaseModel):
     scopes: list[str]
     auth_method: str
     rate_limit: dict[str, object]
+
+
+class TeamMemberOut(BaseModel):
+    id: str
+    email: str
+    full_name: str
+    role: Literal["admin", "member"]
+
+
+class TeamMemberListOut(BaseModel):
+    data: list[TeamMemberOut] = Field(description="The org's users, oldest first.")
+
+
+class ActionTypeListOut(BaseModel):
+    data: list[str] = Field(
+        description="Every distinct `action_type` of the org's requests, in order."
+    )
 
 
 class EmergencyStopIn(BaseModel):
@@ -138,3 +157,39 @@ async def put_emergency_stop(
             "cancelled": cancelled,
         }
     )
+
+
+Reader = Annotated[Principal, Depends(require_scope("approvals:read"))]
+
+
+@router.get(
+    "/team/members",
+    response_model=TeamMemberListOut,
+    tags=["org"],
+    summary="The org's members",
+    description="Everyone who can approve in the caller's org: for approver pickers.",
+)
+async def list_team_members(request: Request, principal: Reader) -> Response:
+    async with context_of(request).reading() as uow:
+        users = await orgs_service.list_users(uow.orgs, principal.org_id)
+    return json_response(
+        {
+            "data": [
+                {"id": str(user.id), "email": user.email, "full_name": user.name, "role": user.role}
+                for user in users
+            ]
+        }
+    )
+
+
+@router.get(
+    "/org/action-types",
+    response_model=ActionTypeListOut,
+    tags=["org"],
+    summary="The action types in use",
+    description="The distinct `action_type` values of the org's requests: for filters.",
+)
+async def list_action_types(request: Request, principal: Reader) -> Response:
+    async with context_of(request).reading() as uow:
+        action_types = await approvals_service.action_types_in_use(uow.approvals, principal)
+    return json_response({"data": action_types})

@@ -79,26 +79,40 @@ def api_errors() -> Iterator[None]:
         raise ToolError(f"CONNECTION_ERROR: signoff could not be reached ({exc})") from exc
 
 
+async def _decision_or_latest(
+    client: AsyncSignoffClient, approval_id: str, seconds: float
+) -> Approval:
+    try:
+        return await client.wait_for_decision(approval_id, seconds)
+    except WaitTimeout as timeout:
+        return timeout.approval or await client.get_approval(approval_id)
+
+
 async def wait_with_progress(
     client: AsyncSignoffClient, ctx: Context[Any, Any], approval_id: str, seconds: float
 ) -> Approval:
-    """Wait up to ``seconds`` for a decision, reporting progress between long polls.
+    """Wait up to ``seconds`` for a decision, reporting progress every few seconds.
 
-    The answer is the decided request, or the still-pending one when time runs out.
+    The answer is the decided request, or the still-pending one when time runs out. The
+    reports run beside the client's long polls (up to a minute each) rather than cutting
+    them short: a wait costs about one API call a minute, and every call counts against
+    the caller's rate limit.
     """
     seconds = min(max(seconds, 0.0), MAX_WAIT_SECONDS)
     started = time.monotonic()
-    while True:
-        elapsed = time.monotonic() - started
-        await ctx.report_progress(
-            round(elapsed, 1), seconds, f"waiting for a human decision on {approval_id}"
-        )
-        slice_seconds = min(PROGRESS_INTERVAL_SECONDS, seconds - elapsed)
-        try:
-            return await client.wait_for_decision(approval_id, max(slice_seconds, 0.0))
-        except WaitTimeout as timeout:
-            if time.monotonic() - started >= seconds:
-                return timeout.approval or await client.get_approval(approval_id)
+    waiting = asyncio.ensure_future(_decision_or_latest(client, approval_id, seconds))
+    try:
+        while True:
+            await ctx.report_progress(
+                round(time.monotonic() - started, 1),
+                seconds,
+                f"waiting for a human decision on {approval_id}",
+            )
+            done, _ = await asyncio.wait({waiting}, timeout=PROGRESS_INTERVAL_SECONDS)
+            if done:
+                return waiting.result()
+    finally:
+        waiting.cancel()
 
 
 def build_server(client_for: ClientFactory, *, name: str = "signoff") -> MCPServer[Any]:

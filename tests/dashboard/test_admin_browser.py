@@ -13,7 +13,6 @@ import httpx
 import pytest
 from bench.receiver import Receiver, Reply
 
-from tests.api.helpers import NO_SWEEP
 from tests.conftest import approval_body
 from tests.dashboard import test_browser as user_side
 from tests.dashboard.test_browser import (
@@ -25,6 +24,7 @@ from tests.dashboard.test_browser import (
     screenshot,
     sign_in,
 )
+from tests.helpers import NO_SWEEP
 
 # The live server, its org and Chromium: the user-side browser tests' fixtures.
 chromium = user_side.chromium

@@ -14,10 +14,10 @@ import pytest
 from bench.receiver import Receiver, Reply
 
 from signoff.context import AppContext
-from tests.api.helpers import NO_SWEEP
 from tests.conftest import Org, create_approval
 from tests.dashboard.support import browser_client, post_form, sign_in, signed_in
-from tests.oauth_support import forms_of
+from tests.helpers import NO_SWEEP
+from tests.oauth.support import forms_of
 
 
 @pytest.fixture

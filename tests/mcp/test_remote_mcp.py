@@ -13,7 +13,7 @@ from signoff_client import mcp_server
 from signoff.context import AppContext
 from tests.conftest import Org
 from tests.mcp.conftest import Live, structured, tool_error
-from tests.oauth_support import grant, register_client
+from tests.oauth.support import grant, register_client
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,7 @@ import httpx
 
 from signoff.context import AppContext
 from tests.conftest import Org, assert_error, create_approval
-from tests.oauth_support import grant, register_client
+from tests.oauth.support import grant, register_client
 
 
 async def test_members_are_the_orgs_users(

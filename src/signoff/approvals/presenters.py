@@ -10,11 +10,11 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from signoff.approvals.record import RequestRecord
+from signoff.approvals.record import RequestRecord, StepRecord, VoteRecord
 from signoff.approvals.shape import REQUEST_FIELDS
 from signoff.approvals.state import is_past_expiry
 from signoff.common.time import format_timestamp
-from signoff.models import ApprovalStep, AuditEvent, Comment, Vote
+from signoff.models import AuditEvent, Comment
 
 
 def _as_id(value: Any) -> str | None:
@@ -91,7 +91,7 @@ def pagination(page: int, page_size: int, total: int) -> dict[str, int]:
     }
 
 
-def step_to_dict(row: ApprovalStep) -> dict[str, Any]:
+def step_to_dict(row: StepRecord) -> dict[str, Any]:
     return {
         "id": str(row.id),
         "approval_request_id": str(row.request_id),
@@ -104,7 +104,7 @@ def step_to_dict(row: ApprovalStep) -> dict[str, Any]:
     }
 
 
-def vote_to_dict(row: Vote) -> dict[str, Any]:
+def vote_to_dict(row: VoteRecord) -> dict[str, Any]:
     return {
         "id": str(row.id),
         "user_id": str(row.user_id),

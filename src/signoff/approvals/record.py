@@ -47,9 +47,40 @@ class RequestRecord(NamedTuple):
     has_steps: bool
 
 
+class StepRecord(NamedTuple):
+    """A step of a request's chain, as every read answers it."""
+
+    id: uuid.UUID
+    request_id: uuid.UUID
+    step_order: int
+    approver_id: uuid.UUID
+    status: str
+    decided_at: datetime | None
+    decided_by: uuid.UUID | None
+    comment: str | None
+    created_at: datetime
+
+
+class VoteRecord(NamedTuple):
+    """A vote on a request (count-based) or on one of its steps."""
+
+    id: uuid.UUID
+    request_id: uuid.UUID
+    step_id: uuid.UUID | None
+    user_id: uuid.UUID
+    decision: str
+    comment: str | None
+    created_at: datetime
+
+
+def columns_of(entity: type[Any], record: type[tuple[Any, ...]]) -> list[Label[Any]]:
+    """The columns of ``entity`` a record is read with, labelled as its fields, in order."""
+    return [getattr(entity, name).label(name) for name in record._fields]  # type: ignore[attr-defined]
+
+
 def request_columns() -> list[Label[Any]]:
     """The columns a request is read with, labelled as ``RequestRecord``'s fields."""
-    return [getattr(ApprovalRequest, name).label(name) for name in RequestRecord._fields]
+    return columns_of(ApprovalRequest, RequestRecord)
 
 
 # A column's name where it differs from the record's field (``metadata`` is taken by

@@ -23,6 +23,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from signoff.approvals.record import (
     COLUMNS,
     RequestRecord,
+    StepRecord,
+    VoteRecord,
+    columns_of,
     new_row,
     record_written,
     request_columns,
@@ -34,7 +37,6 @@ from signoff.storage import (
     PreparedQuery,
     QueryRunner,
     count_in,
-    entity_columns,
     execute_in,
     has_unflushed_changes,
     insert_ignoring_conflicts,
@@ -94,14 +96,16 @@ _REQUEST_BY_ID = PreparedQuery(
     row_type=RequestRecord,
 )
 _STEPS_OF_REQUEST = PreparedQuery(
-    select(*entity_columns(ApprovalStep))
+    select(*columns_of(ApprovalStep, StepRecord))
     .where(ApprovalStep.request_id == bindparam("request_id"))
-    .order_by(ApprovalStep.step_order)
+    .order_by(ApprovalStep.step_order),
+    row_type=StepRecord,
 )
 _STEP_BY_ID = PreparedQuery(
-    select(*entity_columns(ApprovalStep)).where(
+    select(*columns_of(ApprovalStep, StepRecord)).where(
         ApprovalStep.id == bindparam("step_id"), ApprovalStep.request_id == bindparam("request_id")
-    )
+    ),
+    row_type=StepRecord,
 )
 # On the table, not the entity: through a session on PostgreSQL, the ORM's bulk forms of
 # these statements answer no row count.
@@ -129,9 +133,10 @@ _ANY_VOTE = PreparedQuery(
     select(Vote.id).where(Vote.request_id == bindparam("request_id")).limit(1)
 )
 _VOTES_ON_REQUEST = PreparedQuery(
-    select(*entity_columns(Vote))
+    select(*columns_of(Vote, VoteRecord))
     .where(Vote.request_id == bindparam("request_id"))
-    .order_by(Vote.created_at, Vote.id)
+    .order_by(Vote.created_at, Vote.id),
+    row_type=VoteRecord,
 )
 
 
@@ -171,10 +176,10 @@ class ApprovalReads:
         row = await self.queries.one(_REQUEST_BY_ID, {"request_id": request_id, "org_id": org_id})
         return cast(RequestRecord | None, row)
 
-    async def list_steps(self, request_id: uuid.UUID) -> Sequence[Any]:
+    async def list_steps(self, request_id: uuid.UUID) -> list[StepRecord]:
         return await self.queries.all(_STEPS_OF_REQUEST, {"request_id": request_id})
 
-    async def list_votes(self, request_id: uuid.UUID) -> Sequence[Any]:
+    async def list_votes(self, request_id: uuid.UUID) -> list[VoteRecord]:
         return await self.queries.all(_VOTES_ON_REQUEST, {"request_id": request_id})
 
 
@@ -301,19 +306,16 @@ class ApprovalRepository:
     async def has_votes(self, request_id: uuid.UUID) -> bool:
         return bool(await execute_in(self.session, _ANY_VOTE, {"request_id": request_id}))
 
-    async def list_votes(self, request_id: uuid.UUID) -> Sequence[Vote]:
-        result = await self.session.scalars(
-            select(Vote).where(Vote.request_id == request_id).order_by(Vote.created_at, Vote.id)
-        )
-        return result.all()
+    async def list_votes(self, request_id: uuid.UUID) -> list[VoteRecord]:
+        return await execute_in(self.session, _VOTES_ON_REQUEST, {"request_id": request_id})
 
     # ---- steps ----
 
-    async def list_steps(self, request_id: uuid.UUID) -> Sequence[Any]:
+    async def list_steps(self, request_id: uuid.UUID) -> list[StepRecord]:
         """The chain in order: rows with the fields of ``ApprovalStep``."""
         return await execute_in(self.session, _STEPS_OF_REQUEST, {"request_id": request_id})
 
-    async def get_step(self, request_id: uuid.UUID, step_id: uuid.UUID) -> Any | None:
+    async def get_step(self, request_id: uuid.UUID, step_id: uuid.UUID) -> StepRecord | None:
         rows = await execute_in(
             self.session, _STEP_BY_ID, {"request_id": request_id, "step_id": step_id}
         )

@@ -13,13 +13,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
 from signoff.approvals import effects, state
 from signoff.approvals.listing import ListFilters, read_page
-from signoff.approvals.record import RequestRecord
+from signoff.approvals.record import RequestRecord, StepRecord, VoteRecord
 from signoff.approvals.repository import ApprovalReads, ApprovalRepository
 from signoff.approvals.schemas import (
     CreateApprovalRequest,
@@ -32,7 +32,7 @@ from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.crypto import SecretBox
 from signoff.errors import NotFound, RequestNotPending, ValidationFailed
-from signoff.models import ApprovalStep, AuditEvent, Comment, Vote
+from signoff.models import AuditEvent, Comment
 
 if TYPE_CHECKING:
     from signoff.unit_of_work import UnitOfWork
@@ -344,7 +344,7 @@ StepSpec = state.StepSpec
 @dataclass(frozen=True)
 class StepVoteResult:
     request: RequestRecord
-    step: ApprovalStep
+    step: StepRecord
     transition: state.Transition
 
 
@@ -354,7 +354,7 @@ async def set_steps(
     request_id: uuid.UUID,
     specs: Sequence[StepSpec],
     now: datetime,
-) -> Sequence[ApprovalStep]:
+) -> Sequence[StepRecord]:
     """Replace the request's chain; who may, and when, is the state machine's to say
     (``state.ConfigureSteps``)."""
     row = await _get_locked(uow.approvals, principal, request_id)
@@ -386,7 +386,7 @@ async def _check_approvers(
 
 async def list_steps(
     repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID
-) -> Sequence[ApprovalStep]:
+) -> Sequence[StepRecord]:
     await get_request(repo, principal, request_id)
     return await repo.list_steps(request_id)
 
@@ -411,7 +411,7 @@ async def vote_step(
 
 async def steps_and_votes(
     repo: ApprovalRepository | ApprovalReads, row: RequestRecord
-) -> tuple[Sequence[ApprovalStep], Sequence[Vote]]:
+) -> tuple[Sequence[StepRecord], Sequence[VoteRecord]]:
     """What the single read shows beside the request: its chain and the votes cast.
 
     Each is queried only when the row says there can be any, to keep reads cheap.
@@ -445,7 +445,10 @@ async def _view(repo: ApprovalRepository, row: RequestRecord) -> state.RequestVi
         expires_at=row.expires_at,
         is_sequential=row.is_sequential,
         voters=await repo.count_based_voters(row.id) if count_based_pending else frozenset(),
-        steps=tuple(state.StepView(s.id, s.step_order, s.approver_id, s.status) for s in steps),
+        steps=tuple(
+            state.StepView(s.id, s.step_order, s.approver_id, cast(state.StepStatus, s.status))
+            for s in steps
+        ),
         connection_id=row.connection_id,
         has_callback=bool(row.callback_url),
     )

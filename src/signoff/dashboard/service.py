@@ -20,13 +20,14 @@ import orjson
 from signoff.approvals import service as approvals
 from signoff.approvals.listing import ListFilters, ListOrder, read_page
 from signoff.approvals.presenters import request_to_dict
+from signoff.approvals.record import StepRecord, VoteRecord
 from signoff.approvals.repository import ApprovalRepository
 from signoff.approvals.schemas import DecideApprovalRequest
 from signoff.auth.principal import OrgMember
 from signoff.auth.secrets import hash_password, verify_password
 from signoff.common.time import utcnow
 from signoff.errors import NotFound, ValidationFailed
-from signoff.models import ApprovalStep, AuditEvent, Comment, OAuthClient, User, Vote
+from signoff.models import AuditEvent, Comment, OAuthClient, User
 from signoff.models.orgs import SetupToken
 from signoff.models.webhooks import WebhookAttempt
 from signoff.oauth import credentials
@@ -299,14 +300,14 @@ def _csv_cell(value: Any) -> str:
 class RequestPage:
     request: dict[str, Any]
     connection_name: str
-    steps: Sequence[ApprovalStep]
-    votes: Sequence[Vote]
+    steps: Sequence[StepRecord]
+    votes: Sequence[VoteRecord]
     comments: Sequence[Comment]
     events: Sequence[AuditEvent]
     attempts: Sequence[WebhookAttempt]
     names: dict[uuid.UUID, str]
     # The step this person may vote on now (chains), if any.
-    my_step: ApprovalStep | None = None
+    my_step: StepRecord | None = None
     can_decide: bool = False
     already_voted: bool = False
     metadata_items: list[tuple[int, str, str | None]] = field(default_factory=list)
@@ -344,8 +345,8 @@ async def request_page(uow: UnitOfWork, member: OrgMember, request_id: uuid.UUID
 
 
 def _votable_step(
-    steps: Sequence[ApprovalStep], user_id: uuid.UUID, sequential: bool
-) -> ApprovalStep | None:
+    steps: Sequence[StepRecord], user_id: uuid.UUID, sequential: bool
+) -> StepRecord | None:
     for step in steps:
         if step.approver_id == user_id and step.status == "pending":
             earlier = [s for s in steps if s.step_order < step.step_order]

@@ -45,6 +45,7 @@ def pending_request(**fields: Any) -> RequestRecord:
         "cancelled_at": None,
         "comments_count": 0,
         "has_steps": False,
+        "auto_approved": False,
     }
     values.update(fields)
     return RequestRecord(**values)

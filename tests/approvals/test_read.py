@@ -44,6 +44,8 @@ SINGLE_READ_FIELDS = {
     "decision_comment",
     "cancelled_at",
     "comments_count",
+    # For existing clients (issue 23): false until approval policies exist.
+    "auto_approved",
 }
 
 

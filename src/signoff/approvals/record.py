@@ -45,6 +45,7 @@ class RequestRecord(NamedTuple):
     cancelled_at: datetime | None
     comments_count: int
     has_steps: bool
+    auto_approved: bool
 
 
 class StepRecord(NamedTuple):

@@ -91,4 +91,10 @@ REQUEST_FIELDS: tuple[RequestField, ...] = (
     RequestField("decision_comment", "plain", str | None, "The deciding comment."),
     RequestField("cancelled_at", "time", str | None, "RFC 3339, UTC."),
     RequestField("comments_count", "plain", int, "Comments on the request."),
+    RequestField(
+        "auto_approved",
+        "flag",
+        bool,
+        "Approved by a policy rather than a person; false until policies exist.",
+    ),
 )

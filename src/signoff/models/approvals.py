@@ -74,6 +74,8 @@ class ApprovalRequest(Base):
     comments_count: Mapped[int] = mapped_column(Integer, default=0)
     # Set while a chain is configured: reads and the inbox skip the steps table otherwise.
     has_steps: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # Approved by a policy rather than a person: always false until policies exist.
+    auto_approved: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class Vote(Base):

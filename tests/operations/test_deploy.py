@@ -111,9 +111,10 @@ def test_the_image_is_built_from_the_projects_own_files(compose: dict[str, Any])
     assert instructions[0] == ["FROM", "python:3.11-slim"]
     copied = [i[1].split()[:-1] for i in instructions if i[0] == "COPY"]
     sources = {source for sources in copied for source in sources}
-    assert sources == {"pyproject.toml", "constraints.txt", "README.md", "src"}
+    # The server, and the client library whose tools the remote MCP endpoint runs.
+    assert sources == {"pyproject.toml", "constraints.txt", "README.md", "src", "clients/python"}
     assert all((ROOT / source).exists() for source in sources)
-    assert "pip install -c constraints.txt ." in dockerfile
+    assert "pip install -c constraints.txt ./clients/python[mcp] ." in dockerfile
     assert ["ENTRYPOINT", '["signoff"]'] in instructions
     assert ["USER", "signoff"] in instructions
 

@@ -20,6 +20,7 @@ from signoff.dashboard.live import OrgSignals
 from signoff.notifications.repository import WROTE_NOTIFICATIONS
 from signoff.notifications.sender import NotificationSender
 from signoff.oauth.credentials import hash_token, looks_like_access_token
+from signoff.orgs.last_used import ConnectionUse
 from signoff.orgs.repository import PrincipalsByKey
 from signoff.ratelimit.limiter import RateLimiter
 from signoff.storage import ChannelListener, Database
@@ -116,6 +117,8 @@ class AppContext:
     webhooks: WebhookDispatcher = field(init=False)
     # Who an API key is, read once per state of the database (orgs/repository.py).
     principals: PrincipalsByKey = field(init=False)
+    # When each connection's API key was last used, written once a minute at most.
+    connection_use: ConnectionUse = field(init=False)
     # Wakes the dashboard's open pages of an org when one of its requests changes.
     live: OrgSignals = field(init=False)
     # Notifications: claims, sends and records (notifications/sender.py).
@@ -124,6 +127,7 @@ class AppContext:
     def __post_init__(self) -> None:
         self.webhooks = WebhookDispatcher(self.settings, self.db, self.box, self.poisoned)
         self.principals = PrincipalsByKey(self.db.queries)
+        self.connection_use = ConnectionUse(self.db)
         self.notifications = NotificationSender(
             self.settings, self.db, self.box, self.webhooks.clients, self.webhooks.policy
         )
@@ -170,7 +174,10 @@ class AppContext:
 
     async def authenticate(self, token: str) -> Principal | None:
         if looks_like_api_key(token):
-            return await self.principals.find(hash_api_key(token))
+            principal = await self.principals.find(hash_api_key(token))
+            if principal is not None:
+                self.connection_use.used(principal.connection_id)
+            return principal
         if looks_like_access_token(token):
             # An OAuth access token: the consenting user, the token's scopes, and the
             # rate limit of the connection that owns the client (decisions.md section 1).
@@ -181,6 +188,7 @@ class AppContext:
         return None
 
     async def close(self) -> None:
+        await self.connection_use.settled()
         await self.live.close()
         await self.waiters.stop_listening()
         await self.webhooks.close()

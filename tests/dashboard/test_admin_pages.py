@@ -74,6 +74,48 @@ async def test_connection_created_its_key_works_rotated_limited_then_revoked(
         assert "forged" not in (await admin.get("/admin/connections")).text
 
 
+def last_used_of(page: str, name: str) -> str:
+    """The Last used cell of the connection named ``name`` on the Connections page."""
+    row = next(r for r in re.findall(r"<tr[^>]*>.*?</tr>", page, re.S) if f">{name}<" in r)
+    found = re.search(r'data-testid="last-used"[^>]*>([^<]+)<', row)
+    assert found, f"no last-used cell for {name}"
+    return found.group(1)
+
+
+async def test_connections_show_when_their_key_was_last_used(
+    ctx: AppContext, app: Any, client: httpx.AsyncClient, org: Org
+) -> None:
+    async with browser_client(app) as admin:
+        await signed_in(ctx, admin, org.admin)
+        created = await post_form(
+            admin, "/admin/connections", "/admin/connections", name="nightly-job"
+        )
+        key = shown(created.text, "api-key")
+        assert last_used_of((await admin.get("/admin/connections")).text, "nightly-job") == (
+            "Never used"
+        )
+        headers = {"Authorization": f"Bearer {key}"}
+        assert (await client.get("/api/v1/me", headers=headers)).status_code == 200
+        await ctx.connection_use.settled()  # recorded off the call's path
+        page = (await admin.get("/admin/connections")).text
+        assert last_used_of(page, "nightly-job") == "just now"
+        row = next(r for r in re.findall(r"<tr[^>]*>.*?</tr>", page, re.S) if "nightly-job" in r)
+        assert re.search(r'title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"', row)
+
+        # Further calls within the minute write nothing more.
+        async with ctx.reading() as uow:
+            first = {
+                c.name: c.last_used_at for c in await uow.orgs.list_connections(uuid.UUID(org.id))
+            }
+        assert (await client.get("/api/v1/me", headers=headers)).status_code == 200
+        await ctx.connection_use.settled()
+        async with ctx.reading() as uow:
+            again = {
+                c.name: c.last_used_at for c in await uow.orgs.list_connections(uuid.UUID(org.id))
+            }
+        assert again["nightly-job"] == first["nightly-job"] is not None
+
+
 async def test_users_added_promoted_reset_and_deactivated_end_their_sessions(
     ctx: AppContext, app: Any, org: Org
 ) -> None:

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, cast
 
 import orjson
 from sqlalchemy import (
@@ -30,7 +30,6 @@ from sqlalchemy import (
     Uuid,
     and_,
     bindparam,
-    case,
     column,
     exists,
     func,
@@ -41,7 +40,9 @@ from sqlalchemy import (
     union_all,
 )
 from sqlalchemy.orm import aliased
-from sqlalchemy.sql.selectable import FromClause, NamedFromClause
+from sqlalchemy.sql import operators
+from sqlalchemy.sql.elements import UnaryExpression
+from sqlalchemy.sql.selectable import FromClause, NamedFromClause, Subquery
 
 from signoff.approvals.rendered import is_past_expiry as _is_past_expiry
 from signoff.approvals.rendered import request_json
@@ -124,13 +125,10 @@ async def read_page(
     now: datetime,
     offset: int,
     limit: int,
-    order: ListOrder = "newest",
 ) -> tuple[list[str], int]:
-    """A page of the org's requests that pass ``filters``, each rendered as its JSON
-    object by the database (``rendered.py``), and their total; read in one transaction.
-
-    ``order``: newest first (the API's list), or ``urgent``: highest priority first, then
-    the longest waiting (an approver's inbox)."""
+    """A page of the org's requests that pass ``filters``, newest first, each rendered as
+    its JSON object by the database (``rendered.py``), and their total; read in one
+    transaction. An approver's inbox, most urgent first, is ``read_inbox``."""
     params: dict[str, Any] = {"org_id": org_id, "now": now, "offset": offset, "limit": limit}
     params.update(
         (name, getattr(filters, name))
@@ -156,10 +154,6 @@ async def read_page(
         shape.search,
         filters.after is not None,
     )
-    if order == "urgent":
-        page = urgent_page_query(queries.dialect_name, shape.statuses, shape.filters, shape.search)
-        rows, totals = await queries.snapshot_read((page, params), (plan.count, params))
-        return [row.json for row in rows], _total(totals)
     if plan.page_by_sorting_matches is None:
         rows, totals = await queries.snapshot_read((plan.page, params), (plan.count, params))
         return [row.json for row in rows], _total(totals)
@@ -184,40 +178,6 @@ class _Shape:
     statuses: tuple[str, ...]
     filters: frozenset[str]
     search: bool
-
-
-ListOrder = Literal["newest", "urgent"]
-_PRIORITY_RANK = {"critical": 4, "high": 3, "medium": 2, "low": 1}
-
-
-def _urgency(rows: FromClause) -> list[ColumnElement[Any]]:
-    """Most urgent first: the highest priority, then the longest waiting."""
-    rank = case(_PRIORITY_RANK, value=rows.c.priority, else_=0)
-    return [rank.desc(), rows.c.created_at.asc(), rows.c.id.asc()]
-
-
-@functools.lru_cache(maxsize=64)
-def urgent_page_query(
-    dialect: str, statuses: tuple[str, ...], filters: frozenset[str], search: bool
-) -> PreparedQuery:
-    """A page in ``urgent`` order: the page's rows chosen and sorted in a subquery, and only
-    they rendered (as ``_page_rendered_after_choosing`` does, for the same reason). Its
-    callers filter to what waits for one person, a small share of the org's requests."""
-    conditions = [ApprovalRequest.org_id == bindparam("org_id"), *_conditions(statuses, filters)]
-    columns = select(*ApprovalRequest.__table__.columns)
-    if search:
-        columns, _ = _with_search(dialect, columns)
-    requests: FromClause = ApprovalRequest.__table__
-    chosen = (
-        columns.where(*conditions)
-        .order_by(*_urgency(requests))
-        .offset(bindparam("offset"))
-        .limit(bindparam("limit"))
-        .subquery("page")
-    )
-    return PreparedQuery(
-        select(request_json(dialect, chosen).label("json")).order_by(*_urgency(chosen))
-    )
 
 
 def _total(rows: Sequence[Any]) -> int:
@@ -759,10 +719,23 @@ def _status_condition(status: str) -> ColumnElement[bool]:
 
 
 def _awaiting_vote_of(user_id: BindParameter[Any]) -> ColumnElement[bool]:
-    """Pending requests a user can vote on right now: the approver's inbox.
+    """Pending requests a user can vote on right now: the approver's inbox
+    (``_votable_now``)."""
+    return and_(_status_condition("pending"), _votable_now(user_id, ApprovalRequest.__table__))
 
-    Either a pending step of theirs that is votable now (for a sequential chain: every
-    lower step approved), or a count-based request they have not voted on yet.
+
+def _votable_now(
+    user_id: BindParameter[Any], rows: FromClause, dialect: str = "postgresql"
+) -> ColumnElement[bool]:
+    """Requests of ``rows`` the user can vote on now, if pending.
+
+    Either a count-based request they have not voted on yet, or a pending step of theirs
+    that is votable now (for a sequential chain: every lower step approved). Which of the
+    two applies is one column (``has_steps``: steps exist only while it is set), tested
+    first: a count-based request costs one lookup in the unique index of votes. On
+    SQLite a request's steps are found by the request (``_not_indexed``): its planner,
+    without statistics, would pick the approver's index, and read all of that person's
+    pending steps for every request tested.
     """
     step, earlier = aliased(ApprovalStep), aliased(ApprovalStep)
     earlier_not_approved = exists().where(
@@ -770,16 +743,239 @@ def _awaiting_vote_of(user_id: BindParameter[Any]) -> ColumnElement[bool]:
         earlier.step_order < step.step_order,
         earlier.status != "approved",
     )
+    keep_off_index: Callable[[Any], ColumnElement[Any]]
+    keep_off_index = _not_indexed if dialect == "sqlite" else _as_is
     votable_step = exists().where(
-        step.request_id == ApprovalRequest.id,
-        step.approver_id == user_id,
-        step.status == "pending",
-        or_(ApprovalRequest.is_sequential.is_(False), ~earlier_not_approved),
+        step.request_id == rows.c.id,
+        keep_off_index(step.approver_id) == user_id,
+        keep_off_index(step.status) == "pending",
+        or_(rows.c.is_sequential.is_(False), ~earlier_not_approved),
     )
-    not_yet_voted = and_(
-        ApprovalRequest.has_steps.is_(False),
-        ~exists().where(
-            Vote.request_id == ApprovalRequest.id, Vote.user_id == user_id, Vote.step_id.is_(None)
-        ),
+    not_yet_voted = ~exists().where(
+        Vote.request_id == rows.c.id, Vote.user_id == user_id, Vote.step_id.is_(None)
     )
-    return and_(_status_condition("pending"), or_(votable_step, not_yet_voted))
+    return or_(
+        and_(rows.c.has_steps.is_(False), not_yet_voted),
+        and_(rows.c.has_steps.is_(True), votable_step),
+    )
+
+
+def _not_indexed(value: Any) -> ColumnElement[Any]:
+    """SQLite's unary ``+``: the same value, which its planner will not look up by index."""
+    return UnaryExpression(value, operator=operators.custom_op("+"), type_=value.type)
+
+
+def _as_is(value: Any) -> ColumnElement[Any]:
+    return cast("ColumnElement[Any]", value)
+
+
+# ---- the inbox: what waits for one person's vote, most urgent first ----
+
+# Most urgent first: the order of the inbox's priorities.
+INBOX_PRIORITIES = ("critical", "high", "medium", "low")
+# The inbox counts what waits for a person up to this many, and shows more as "1,000+":
+# counting stops there, so the count costs the same whatever the backlog.
+WAITING_COUNT_CAP = 1_000
+# Pending requests of an org by priority, oldest first (migration 0014): each priority's
+# part of the inbox is read in its order, and stops once the page is full.
+_INBOX_INDEX = "ix_approval_requests_org_status_priority_created"
+# Filters the inbox takes besides the priority, each compared with a parameter of its name.
+INBOX_VALUE_FILTERS = ("action_type", "source")
+
+
+@dataclass(frozen=True)
+class InboxFilters:
+    priority: str | None = None
+    action_type: str | None = None
+    source: str | None = None
+    search: str | None = None
+
+
+@dataclass(frozen=True)
+class Inbox:
+    """A page of the inbox, and how many requests wait in all: exact up to
+    ``WAITING_COUNT_CAP``; past it ``total`` is the cap and ``total_is_exact`` false."""
+
+    rendered: list[str]
+    total: int
+    total_is_exact: bool
+
+
+async def read_inbox(
+    queries: QueryRunner,
+    org_id: uuid.UUID,
+    user_id: uuid.UUID,
+    filters: InboxFilters,
+    *,
+    now: datetime,
+    offset: int,
+    limit: int,
+) -> Inbox:
+    """The pending requests of the org that ``user_id`` can vote on now and that pass
+    ``filters``: highest priority first, then the longest waiting; each rendered as its
+    JSON object by the database. Page and count are read in one snapshot."""
+    inbox = _inbox_call(queries.dialect_name, org_id, user_id, filters, now)
+    if inbox is None:
+        return Inbox([], 0, True)
+    queries_of, params = inbox
+    page, count = queries_of
+    rows, counted = await queries.snapshot_read(
+        (page, {**params, "offset": offset, "limit": limit, "reach": offset + limit}),
+        (count, params),
+    )
+    total, exact = _capped(_total(counted))
+    return Inbox([row.json for row in rows], total, exact)
+
+
+async def count_waiting(
+    queries: QueryRunner, org_id: uuid.UUID, user_id: uuid.UUID, *, now: datetime
+) -> tuple[int, bool]:
+    """How many requests wait for ``user_id``'s vote now, exact up to
+    ``WAITING_COUNT_CAP``: (the count or the cap, whether it is exact)."""
+    inbox = _inbox_call(queries.dialect_name, org_id, user_id, InboxFilters(), now)
+    assert inbox is not None  # no search: always a query
+    (_, count), params = inbox
+    return _capped(_total(await queries.all(count, params)))
+
+
+def _capped(counted: int) -> tuple[int, bool]:
+    if counted > WAITING_COUNT_CAP:
+        return WAITING_COUNT_CAP, False
+    return counted, True
+
+
+def _inbox_call(
+    dialect: str, org_id: uuid.UUID, user_id: uuid.UUID, filters: InboxFilters, now: datetime
+) -> tuple[tuple[PreparedQuery, PreparedQuery], dict[str, Any]] | None:
+    """The inbox's page and count queries for ``filters``, and their parameters (the
+    page's own, offset, limit and reach, come with the call); None for a search with no
+    word to look for."""
+    params: dict[str, Any] = {"org_id": org_id, "user_id": user_id, "now": now}
+    present = frozenset(name for name in INBOX_VALUE_FILTERS if getattr(filters, name))
+    params.update((name, getattr(filters, name)) for name in present)
+    if filters.search is not None:
+        terms = search_terms(filters.search)
+        if not terms:
+            return None
+        params["search_query"] = _search_query(dialect, terms, org_id)
+    priorities = (filters.priority,) if filters.priority else INBOX_PRIORITIES
+    return inbox_queries(dialect, priorities, present, filters.search is not None), params
+
+
+@functools.lru_cache(maxsize=64)
+def inbox_queries(
+    dialect: str, priorities: tuple[str, ...], filters: frozenset[str], search: bool
+) -> tuple[PreparedQuery, PreparedQuery]:
+    """The inbox's page and its bounded count, prepared once per shape of filters.
+
+    The page: for each priority, most urgent first, its pending requests are walked
+    oldest first through ``_INBOX_INDEX``, each tested for "awaiting this person's vote"
+    as it comes, until the page's reach (offset plus limit) is found; the parts are
+    merged and only the page's rows rendered. Sorting every waiting request by an
+    urgency rank instead tested every one of them, however long the backlog. The count
+    walks the same pending requests and stops one past ``WAITING_COUNT_CAP``.
+    """
+    parts = [_inbox_part(dialect, priority, filters, search) for priority in priorities]
+    merged = (
+        parts[0]
+        if len(parts) == 1
+        else union_all(*(select(*part.c) for part in parts)).subquery("merged")
+    )
+    chosen = (
+        select(merged.c.id, merged.c.urgency, merged.c.created_at)
+        .order_by(merged.c.urgency, merged.c.created_at, merged.c.id)
+        .offset(bindparam("offset"))
+        .limit(bindparam("limit"))
+        .subquery("chosen")
+    )
+    page = (
+        select(request_json(dialect, _PAGE).label("json"))
+        .select_from(chosen.join(_PAGE, _PAGE.c.id == chosen.c.id))
+        .order_by(chosen.c.urgency, chosen.c.created_at, chosen.c.id)
+    )
+    hints = [
+        SQLiteIndex(f"approval_requests AS {_inbox_alias(p)}", _INBOX_INDEX) for p in priorities
+    ]
+    return (
+        PreparedQuery(page, sqlite_indexes=hints if dialect == "sqlite" else ()),
+        _inbox_count(dialect, priorities, filters, search),
+    )
+
+
+def _inbox_alias(priority: str) -> str:
+    return f"waiting_{priority}"
+
+
+def _waiting_conditions(
+    dialect: str,
+    rows: NamedFromClause,
+    priorities: tuple[str, ...],
+    filters: frozenset[str],
+    search: bool,
+) -> list[ColumnElement[bool]]:
+    """The requests of ``rows`` that wait for the ``user_id`` parameter's vote now, of
+    one of ``priorities``, and pass the filters. Status and priorities are literals, as
+    the index's keys, so that either planner reads them as ranges of ``_INBOX_INDEX``."""
+    priority = (
+        rows.c.priority == literal_column(f"'{priorities[0]}'")
+        if len(priorities) == 1
+        else rows.c.priority.in_([literal_column(f"'{p}'") for p in priorities])
+    )
+    conditions: list[ColumnElement[bool]] = [
+        rows.c.org_id == bindparam("org_id"),
+        rows.c.status == literal_column("'pending'"),
+        priority,
+        ~_is_past_expiry(rows),
+    ]
+    conditions += [
+        rows.c[name] == bindparam(name) for name in INBOX_VALUE_FILTERS if name in filters
+    ]
+    if search:
+        conditions.append(_matches_search(dialect, rows))
+    conditions.append(_votable_now(bindparam("user_id"), rows, dialect))
+    return conditions
+
+
+def _matches_search(dialect: str, rows: NamedFromClause) -> ColumnElement[bool]:
+    """A full-text match of the ``search_query`` parameter, tested row by row: on SQLite
+    the org's matches are read once from the search table (``_search_query`` names the
+    org), on PostgreSQL each row's indexed vector is tested."""
+    if dialect == "postgresql":
+        tsquery = func.to_tsquery("simple", func.signoff_unaccent(_search_query_parameter()))
+        vector: ColumnElement[Any] = literal_column(f"{rows.name}.search_vector")
+        return vector.op("@@")(tsquery)
+    return rows.c.id.in_(select(_FTS.c.request_id).where(_fts_match()))
+
+
+def _inbox_part(dialect: str, priority: str, filters: frozenset[str], search: bool) -> Subquery:
+    """One priority's part of an inbox page: its first ``reach`` waiting requests, oldest
+    first, with the priority's place in the urgency order."""
+    rows = ApprovalRequest.__table__.alias(_inbox_alias(priority))
+    urgency = literal_column(str(INBOX_PRIORITIES.index(priority)), Integer()).label("urgency")
+    return (
+        select(rows.c.id, urgency, rows.c.created_at)
+        .where(*_waiting_conditions(dialect, rows, (priority,), filters, search))
+        .order_by(rows.c.created_at, rows.c.id)
+        .limit(bindparam("reach"))
+        .subquery(f"part_{priority}")
+    )
+
+
+def _inbox_count(
+    dialect: str, priorities: tuple[str, ...], filters: frozenset[str], search: bool
+) -> PreparedQuery:
+    """How many requests wait, counted one past ``WAITING_COUNT_CAP`` at most."""
+    rows = ApprovalRequest.__table__.alias("waiting")
+    waiting = (
+        select(literal_column("1"))
+        .select_from(rows)
+        .where(*_waiting_conditions(dialect, rows, priorities, filters, search))
+        .limit(WAITING_COUNT_CAP + 1)
+        .subquery("counted")
+    )
+    hint = (
+        [SQLiteIndex("approval_requests AS waiting", _INBOX_INDEX)] if dialect == "sqlite" else []
+    )
+    return PreparedQuery(
+        select(func.count().label("total")).select_from(waiting), sqlite_indexes=hint
+    )

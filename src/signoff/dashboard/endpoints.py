@@ -31,6 +31,7 @@ from signoff.dashboard.web import (
     PageRefused,
     SignInRequired,
     Viewer,
+    Waiting,
     checked_form,
     csrf_ok,
     current_viewer,
@@ -255,12 +256,13 @@ async def inbox(request: Request, viewer: Viewer = User) -> Response:
 
 async def _waiting(
     ctx: AppContext, viewer: Viewer, view: service.ListView, page: service.Page
-) -> int:
+) -> Waiting:
     """The unfiltered inbox's total is the waiting count: keep it for the other pages."""
     if view.is_filtered:
         return await waiting_count(ctx, viewer)
-    ctx.live.counts.put(viewer.org.id, viewer.user.id, page.total)
-    return page.total
+    waiting = Waiting(page.total, page.total_is_exact)
+    ctx.live.counts.put(viewer.org.id, viewer.user.id, waiting)
+    return waiting
 
 
 @router.get("/inbox/rows")

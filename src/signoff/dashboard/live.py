@@ -81,9 +81,9 @@ class CountsCache:
     def __init__(self, signals: OrgSignals, ttl: float = 5.0) -> None:
         self._signals = signals
         self._ttl = ttl
-        self._entries: dict[tuple[uuid.UUID, uuid.UUID], tuple[int, float, int]] = {}
+        self._entries: dict[tuple[uuid.UUID, uuid.UUID], tuple[int, float, object]] = {}
 
-    def get(self, org_id: uuid.UUID, key: uuid.UUID) -> int | None:
+    def get(self, org_id: uuid.UUID, key: uuid.UUID) -> object | None:
         entry = self._entries.get((org_id, key))
         if entry is None:
             return None
@@ -92,7 +92,7 @@ class CountsCache:
             return None
         return value
 
-    def put(self, org_id: uuid.UUID, key: uuid.UUID, value: int) -> None:
+    def put(self, org_id: uuid.UUID, key: uuid.UUID, value: object) -> None:
         if len(self._entries) >= self.MAX_ENTRIES:
             self._entries.clear()
         self._entries[(org_id, key)] = (self._signals.version(org_id), time.monotonic(), value)

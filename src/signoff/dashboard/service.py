@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from signoff.approvals import service as approvals
-from signoff.approvals.listing import ListFilters, ListOrder, read_page
+from signoff.approvals.listing import InboxFilters, ListFilters, read_inbox, read_page
 from signoff.approvals.presenters import request_to_dict
 from signoff.approvals.record import StepRecord, VoteRecord
 from signoff.approvals.repository import ApprovalRepository
@@ -199,10 +199,23 @@ class Page:
     total: int
     page: int
     page_size: int
+    # False when counting stopped at a bound: ``total`` is that bound, and there may be
+    # more pages than it makes (the inbox's "1,000+").
+    total_is_exact: bool = True
 
     @property
     def pages(self) -> int:
         return max(1, -(-self.total // self.page_size))
+
+    @property
+    def has_next(self) -> bool:
+        if self.page < self.pages:
+            return True
+        return not self.total_is_exact and len(self.rows) == self.page_size
+
+    @property
+    def total_text(self) -> str:
+        return f"{self.total:,}" if self.total_is_exact else f"{self.total:,}+"
 
     @property
     def first_shown(self) -> int:
@@ -214,12 +227,7 @@ class Page:
 
 
 async def _page(
-    queries: QueryRunner,
-    member: OrgMember,
-    filters: ListFilters,
-    view: ListView,
-    order: ListOrder,
-    page_size: int,
+    queries: QueryRunner, member: OrgMember, filters: ListFilters, view: ListView, page_size: int
 ) -> Page:
     rendered, total = await read_page(
         queries,
@@ -228,35 +236,46 @@ async def _page(
         now=utcnow(),
         offset=(view.page - 1) * page_size,
         limit=page_size,
-        order=order,
     )
     return Page([orjson.loads(item) for item in rendered], total, view.page, page_size)
 
 
-def _filters(view: ListView, statuses: Sequence[str], **extra: Any) -> ListFilters:
+def _filters(view: ListView, statuses: Sequence[str]) -> ListFilters:
     return ListFilters(
         statuses=[view.status] if view.status else list(statuses),
         priority=view.priority,
         action_type=view.action_type,
         source=view.source,
         search=view.search,
-        **extra,
     )
 
 
 async def inbox(
     queries: QueryRunner, member: OrgMember, view: ListView, page_size: int = PAGE_SIZE
 ) -> Page:
-    """What waits for this person's vote now, most urgent first."""
-    filters = _filters(view, ("pending",), assigned_to=member.user_id)
-    return await _page(queries, member, filters, view, "urgent", page_size)
+    """What waits for this person's vote now, most urgent first; the total counts up to
+    ``WAITING_COUNT_CAP`` (``Page.total_is_exact``)."""
+    filters = InboxFilters(
+        priority=view.priority, action_type=view.action_type, source=view.source, search=view.search
+    )
+    found = await read_inbox(
+        queries,
+        member.org_id,
+        member.user_id,
+        filters,
+        now=utcnow(),
+        offset=(view.page - 1) * page_size,
+        limit=page_size,
+    )
+    rows = [orjson.loads(item) for item in found.rendered]
+    return Page(rows, found.total, view.page, page_size, found.total_is_exact)
 
 
 async def history(
     queries: QueryRunner, member: OrgMember, view: ListView, page_size: int = PAGE_SIZE
 ) -> Page:
     """The org's finished requests (decided, expired, cancelled), newest first."""
-    return await _page(queries, member, _filters(view, DECIDED_STATUSES), view, "newest", page_size)
+    return await _page(queries, member, _filters(view, DECIDED_STATUSES), view, page_size)
 
 
 CSV_COLUMNS = (

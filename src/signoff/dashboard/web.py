@@ -30,7 +30,7 @@ from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from signoff.approvals.listing import ListFilters, read_page
+from signoff.approvals.listing import count_waiting
 from signoff.auth.principal import OrgMember
 from signoff.common.http import context_of
 from signoff.common.time import utcnow
@@ -228,21 +228,32 @@ def _flash_of(request: Request) -> dict[str, str] | None:
     return {"kind": kind, "message": message[:FLASH_MAX_CHARS]}
 
 
-async def waiting_count(ctx: AppContext, viewer: Viewer) -> int:
-    """How many requests wait for this person now (the navigation's and title's count)."""
+@dataclass(frozen=True)
+class Waiting:
+    """How many requests wait for a person's vote: exact up to the inbox's cap
+    (``WAITING_COUNT_CAP``), shown as "1,000+" past it."""
+
+    count: int
+    exact: bool = True
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def __str__(self) -> str:
+        return f"{self.count:,}" if self.exact else f"{self.count:,}+"
+
+
+async def waiting_count(ctx: AppContext, viewer: Viewer) -> Waiting:
+    """How many requests wait for this person now (the navigation's and title's count):
+    a bounded count, kept a few seconds (``CountsCache``)."""
     cached = ctx.live.counts.get(viewer.org.id, viewer.user.id)
-    if cached is not None:
+    if isinstance(cached, Waiting):
         return cached
-    _, total = await read_page(
-        ctx.db.queries,
-        viewer.org.id,
-        ListFilters(assigned_to=viewer.user.id),
-        now=utcnow(),
-        offset=0,
-        limit=1,
+    waiting = Waiting(
+        *await count_waiting(ctx.db.queries, viewer.org.id, viewer.user.id, now=utcnow())
     )
-    ctx.live.counts.put(viewer.org.id, viewer.user.id, total)
-    return total
+    ctx.live.counts.put(viewer.org.id, viewer.user.id, waiting)
+    return waiting
 
 
 def csrf_field(token: str) -> Markup:
@@ -313,6 +324,15 @@ def age(value: str | datetime | None, now: datetime) -> str:
     return _duration((now - moment).total_seconds()) if moment else ""
 
 
+def ago(value: str | datetime | None, now: datetime) -> str:
+    """How long ago, as the inbox words an age ("3 min ago"); under a minute "just now"."""
+    moment = parse_time(value) if isinstance(value, str) else value
+    if moment is None:
+        return ""
+    seconds = (now - moment).total_seconds()
+    return "just now" if seconds < 60 else f"{_duration(seconds)} ago"
+
+
 def time_left(value: str | datetime | None, now: datetime) -> str:
     moment = parse_time(value) if isinstance(value, str) else value
     if moment is None:
@@ -347,4 +367,4 @@ templates.filters.update(
     iso=iso,
     short_id=short_id,
 )
-templates.globals.update(age=age, time_left=time_left, expires_soon=expires_soon)
+templates.globals.update(age=age, ago=ago, time_left=time_left, expires_soon=expires_soon)

@@ -37,6 +37,15 @@ class ApprovalRequest(Base):
         ),
         Index("ix_approval_requests_org_source_created", "org_id", "source", "created_at"),
         Index("ix_approval_requests_org_decided", "org_id", "decided_at"),
+        # An approver's inbox: each priority's pending requests, oldest first.
+        Index(
+            "ix_approval_requests_org_status_priority_created",
+            "org_id",
+            "status",
+            "priority",
+            "created_at",
+            "id",
+        ),
         # The expiry sweep looks only at pending rows with a deadline.
         Index(
             "ix_approval_requests_pending_expiry",

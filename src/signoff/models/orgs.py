@@ -65,6 +65,9 @@ class Connection(Base):
     previous_webhook_secret_expires_at: Mapped[datetime | None] = mapped_column(default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+    # When its API key last authenticated a call: written at most once a minute per
+    # connection (auth/last_used.py), so it lags the last call by up to a minute.
+    last_used_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class SetupToken(Base):

@@ -40,14 +40,16 @@
     }
   }
 
-  // The waiting count in the title and the navigation.
+  // The waiting count in the title and the navigation, as the server wrote it
+  // ("3", or "1,000+" past the count's cap).
   function showWaiting(count) {
-    var title = document.title.replace(/^\(\d+\) /, "");
-    document.title = count > 0 ? "(" + count + ") " + title : title;
+    var title = document.title.replace(/^\([\d,]+\+?\) /, "");
+    var none = !count || count === "0";
+    document.title = none ? title : "(" + count + ") " + title;
     var badges = document.querySelectorAll("[data-waiting-count]");
     for (var i = 0; i < badges.length; i++) {
-      badges[i].textContent = String(count);
-      badges[i].hidden = count === 0;
+      badges[i].textContent = none ? "0" : count;
+      badges[i].hidden = none;
     }
   }
 
@@ -72,7 +74,7 @@
           if (!list) { return; }
           container.replaceChild(list, container.querySelector("#inbox-list"));
           localizeTimes(list);
-          showWaiting(parseInt(list.getAttribute("data-waiting"), 10) || 0);
+          showWaiting(list.getAttribute("data-waiting") || "0");
           restoreFocus(focusedHref);
         })
         .catch(function () { /* the next signal or poll tries again */ })

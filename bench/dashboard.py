@@ -10,6 +10,7 @@ assertions.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import tempfile
@@ -115,7 +116,9 @@ def main() -> None:
                     "audit": "/admin/audit",
                     "emergency stop": "/admin/emergency-stop",
                 }
-                log(f"each page {opts.rounds} times, one after another (target p95 < 50 ms):")
+                load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+                log(f"each page {opts.rounds} times, one after another (target p95 < 50 ms);")
+                log(f"load average at the start: {load}")
                 measured = [(http, name, url) for name, url in member_pages.items()]
                 measured += [(admin_http, name, url) for name, url in admin_pages.items()]
                 for client, name, url in measured:
@@ -125,6 +128,8 @@ def main() -> None:
                         f"  {name:<18} p50 {p50:6.2f} ms  p95 {p95:6.2f} ms  "
                         f"{size / 1024:6.1f} KB  {verdict}"
                     )
+                load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+                log(f"load average at the end: {load}")
 
 
 if __name__ == "__main__":

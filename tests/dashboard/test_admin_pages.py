@@ -17,7 +17,7 @@ from signoff.context import AppContext
 from tests.conftest import Org, create_approval
 from tests.dashboard.support import browser_client, post_form, sign_in, signed_in
 from tests.helpers import NO_SWEEP
-from tests.oauth.support import forms_of
+from tests.oauth.support import bearer, forms_of, grant, register_client, token_request
 
 
 @pytest.fixture
@@ -162,6 +162,41 @@ async def test_users_added_promoted_reset_and_deactivated_end_their_sessions(
         assert (await admin.get("/admin/users")).status_code == 200
 
 
+async def test_deactivating_a_user_ends_their_oauth_tokens_but_not_their_api_keys(
+    ctx: AppContext, app: Any, client: httpx.AsyncClient, org: Org
+) -> None:
+    """Tokens act as the person who granted them: they stop at once. A connection's API
+    key is the org's: it keeps working although its owner is deactivated."""
+    registered = await register_client(ctx, org.admin)
+    tokens = await grant(ctx, registered, org.member)
+    access = bearer(tokens["access_token"])
+    assert (await client.get("/api/v1/me", headers=access)).status_code == 200
+    async with browser_client(app) as admin:
+        await signed_in(ctx, admin, org.admin)
+        user_path = f"/admin/users/{org.member.user_id}"
+        deactivated = await post_form(admin, "/admin/users", f"{user_path}/deactivate")
+        assert deactivated.status_code == 303
+
+        assert (await client.get("/api/v1/me", headers=access)).status_code == 401
+        refresh = {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"]}
+        refused = await token_request(client, registered, refresh)
+        assert refused.status_code == 400 and refused.json()["error"] == "invalid_grant"
+        introspected = await client.post(
+            "/oauth/introspect",
+            data={"token": tokens["access_token"]},
+            auth=(registered.client_id, registered.client_secret or ""),
+        )
+        assert introspected.json() == {"active": False}
+        # The member's connection (its API key) still works.
+        assert (await client.get("/api/v1/me", headers=org.member.headers)).status_code == 200
+
+        # Reactivated, they sign in again, but the tokens stay revoked: a new grant is needed.
+        reactivated = await post_form(admin, "/admin/users", f"{user_path}/reactivate")
+        assert reactivated.status_code == 303
+        assert (await client.get("/api/v1/me", headers=access)).status_code == 401
+        assert (await token_request(client, registered, refresh)).status_code == 400
+
+
 async def test_oauth_client_registered_with_its_secret_then_deleted(
     ctx: AppContext, app: Any, org: Org
 ) -> None:
@@ -284,6 +319,9 @@ async def test_audit_log_filters_by_type_and_actor(
         everything = (await admin.get("/admin/audit")).text
         assert f"/requests/{mine['id']}" in everything
         assert f"/requests/{theirs['id']}" not in everything
+        # The type filter offers the types this org's log holds, in order.
+        offered = re.findall(r'<option value="([a-z_.]+)"', everything.split('name="type"')[1])
+        assert offered[:2] == ["request.created", "request.rejected"]
         by_admin = (await admin.get("/admin/audit", params={"actor_id": org.admin.user_id})).text
         assert (
             f"/requests/{mine['id']}" in by_admin

@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.models import ApprovalRequest, AuditEvent, WebhookAttempt, WebhookDelivery
+
+MAX_AUDIT_TYPES = 100
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,22 @@ class AdminRepository:
         return (await self.session.scalars(statement)).all()
 
     async def audit_types(self, org_id: uuid.UUID) -> Sequence[str]:
-        result = await self.session.scalars(
-            select(AuditEvent.type).where(AuditEvent.org_id == org_id).distinct().limit(100)
+        """The event types the org's log holds (the type filter's choices), at most
+        ``MAX_AUDIT_TYPES``: found by seeking from one type to the next in the index on
+        (org, type) (migration 0014), one step per type, where a ``DISTINCT`` read every
+        event of the org."""
+        first = select(func.min(AuditEvent.type).label("type")).where(AuditEvent.org_id == org_id)
+        found = first.cte("types", recursive=True)
+        following = (
+            select(func.min(AuditEvent.type))
+            .where(AuditEvent.org_id == org_id, AuditEvent.type > found.c.type)
+            .scalar_subquery()
         )
-        return sorted(result.all())
+        found = found.union_all(select(following).where(found.c.type.is_not(None)))
+        result = await self.session.scalars(
+            select(found.c.type).where(found.c.type.is_not(None)).limit(MAX_AUDIT_TYPES)
+        )
+        return list(result.all())
 
     async def list_deliveries(
         self, org_id: uuid.UUID, filters: DeliveryFilters, offset: int, limit: int

@@ -195,12 +195,15 @@ async def change_role(uow: UnitOfWork, admin: OrgMember, user_id: str, role: str
 
 
 async def deactivate_user(uow: UnitOfWork, admin: OrgMember, user_id: str, now: datetime) -> User:
-    """They can no longer sign in, and every dashboard session of theirs ends now."""
+    """They can no longer sign in, every dashboard session of theirs ends now, and every
+    OAuth token they granted is revoked (those act as them). API keys are the
+    connections' (the org's): they keep working (docs/dashboard.md, *Admin pages*)."""
     user = await _user(uow, admin, user_id)
     _not_self(admin, user, "deactivate")
     if user.deactivated_at is None:
         user.deactivated_at = now
     await uow.oauth.delete_user_sessions(user.id, keep=None)
+    await uow.oauth.revoke_user_tokens(user.id, now)
     return user
 
 

@@ -36,6 +36,8 @@ class AuditEvent(Base):
         Index("ix_audit_events_request_created", "request_id", "created_at"),
         # The dashboard's org-wide audit log, newest first.
         Index("ix_audit_events_org_created", "org_id", "created_at"),
+        # Its type filter: the types an org's log holds, and one type's events newest first.
+        Index("ix_audit_events_org_type_created", "org_id", "type", "created_at"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)

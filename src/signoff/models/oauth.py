@@ -70,7 +70,9 @@ class OAuthToken(Base):
     """
 
     __tablename__ = "oauth_tokens"
-    __table_args__ = (Index(None, "family_id"), Index(None, "client_pk"))
+    # user_id: a person's authorizations (the account page), and every token of theirs
+    # revoked at once when they are deactivated.
+    __table_args__ = (Index(None, "family_id"), Index(None, "client_pk"), Index(None, "user_id"))
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)

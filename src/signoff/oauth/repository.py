@@ -33,6 +33,7 @@ class TokenDetails:
     user_email: str
     org_id: uuid.UUID
     connection_revoked: bool
+    user_deactivated: bool = False
 
 
 class OAuthRepository:
@@ -133,6 +134,15 @@ class OAuthRepository:
         )
         return cast(CursorResult[tuple[()]], result).rowcount
 
+    async def revoke_user_tokens(self, user_id: uuid.UUID, now: datetime) -> int:
+        """Revoke every live OAuth token of a user (access and refresh, every client)."""
+        result = await self.session.execute(
+            update(OAuthToken)
+            .where(OAuthToken.user_id == user_id, OAuthToken.revoked_at.is_(None))
+            .values(revoked_at=now)
+        )
+        return cast(CursorResult[tuple[()]], result).rowcount
+
     async def delete_user_sessions(self, user_id: uuid.UUID, keep: uuid.UUID | None) -> None:
         """End every session of a user (a password change), but ``keep``."""
         statement = delete(DashboardSession).where(DashboardSession.user_id == user_id)
@@ -199,7 +209,13 @@ class OAuthRepository:
     async def describe_token(self, token_hash: str) -> TokenDetails | None:
         row = (
             await self.session.execute(
-                select(OAuthToken, OAuthClient, User.email, Connection.revoked_at)
+                select(
+                    OAuthToken,
+                    OAuthClient,
+                    User.email,
+                    Connection.revoked_at,
+                    User.deactivated_at,
+                )
                 .join(OAuthClient, OAuthClient.id == OAuthToken.client_pk)
                 .join(Connection, Connection.id == OAuthClient.connection_id)
                 .join(User, User.id == OAuthToken.user_id)
@@ -208,14 +224,22 @@ class OAuthRepository:
         ).first()
         if row is None:
             return None
-        token, client, email, connection_revoked_at = row
-        return TokenDetails(token, client, email, client.org_id, connection_revoked_at is not None)
+        token, client, email, connection_revoked_at, deactivated_at = row
+        return TokenDetails(
+            token,
+            client,
+            email,
+            client.org_id,
+            connection_revoked_at is not None,
+            deactivated_at is not None,
+        )
 
     async def find_principal_by_access_token_hash(
         self, token_hash: str, now: datetime
     ) -> Principal | None:
         """The identity behind an access token, in one indexed query; None unless the token
-        is live, its client not deleted and the client's connection not revoked."""
+        is live, its client not deleted, the client's connection not revoked and the user
+        who granted it not deactivated."""
         row = (
             await self.session.execute(
                 select(*PRINCIPAL_COLUMNS, OAuthToken.scope)
@@ -230,6 +254,9 @@ class OAuthRepository:
                     OAuthToken.expires_at > now,
                     OAuthClient.deleted_at.is_(None),
                     Connection.revoked_at.is_(None),
+                    # Deactivation revokes the user's tokens; this holds however the user
+                    # was deactivated (a token acts as that person).
+                    User.deactivated_at.is_(None),
                     # Belt and braces: a token never acts outside its connection's org.
                     User.org_id == Connection.org_id,
                 )

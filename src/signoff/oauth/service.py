@@ -352,6 +352,8 @@ async def _issue_tokens(
     org = await repo.get_org(client.org_id)
     if user is None or org is None or user.org_id != client.org_id:
         raise invalid_grant("The user who granted access no longer exists.")
+    if user.deactivated_at is not None:
+        raise invalid_grant("The user who granted access has been deactivated.")
     access = credentials.generate_access_token()
     refresh = credentials.generate_refresh_token()
     for kind, value, ttl in (
@@ -482,6 +484,7 @@ async def introspect(
         and row.rotated_at is None
         and details.client.deleted_at is None
         and not details.connection_revoked
+        and not details.user_deactivated
     )
     if not active:
         return {"active": False}

@@ -1,4 +1,4 @@
-"""the inbox's index, and when each connection was last used
+"""the inbox's index, when each connection was last used, OAuth tokens by user, audit types
 
 Revision ID: 0014
 Revises: 0013
@@ -12,6 +12,12 @@ sorting every waiting request (``approvals/listing.py``, ``read_inbox``).
 recorded at most once a minute per connection (``auth/last_used.py``); NULL for a
 connection never used since. Added with ``ADD COLUMN`` on both databases: a batch would
 rebuild the table.
+
+``ix_oauth_tokens_user_id``: deactivating a user revokes every OAuth token of theirs in
+one indexed update; the account page lists a person's authorizations by it too.
+
+``ix_audit_events_org_type_created``: the audit page's type filter (its choices, found
+one index seek per type, and one type's events newest first).
 """
 
 from __future__ import annotations
@@ -33,6 +39,10 @@ def upgrade() -> None:
         "approval_requests",
         ["org_id", "status", "priority", "created_at", "id"],
     )
+    op.create_index("ix_oauth_tokens_user_id", "oauth_tokens", ["user_id"])
+    op.create_index(
+        "ix_audit_events_org_type_created", "audit_events", ["org_id", "type", "created_at"]
+    )
     op.add_column(
         "connections",
         sa.Column("last_used_at", signoff.models.base.UTCDateTime(timezone=True), nullable=True),
@@ -42,6 +52,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("connections") as batch:
         batch.drop_column("last_used_at")
+    op.drop_index("ix_audit_events_org_type_created", table_name="audit_events")
+    op.drop_index("ix_oauth_tokens_user_id", table_name="oauth_tokens")
     op.drop_index(
         "ix_approval_requests_org_status_priority_created", table_name="approval_requests"
     )

@@ -850,7 +850,13 @@ def _inbox_call(
     """The inbox's page and count queries for ``filters``, and their parameters (the
     page's own, offset, limit and reach, come with the call); None for a search with no
     word to look for."""
-    params: dict[str, Any] = {"org_id": org_id, "user_id": user_id, "now": now}
+    # The cap is a parameter, read at each call (tests lower it).
+    params: dict[str, Any] = {
+        "org_id": org_id,
+        "user_id": user_id,
+        "now": now,
+        "count_reach": WAITING_COUNT_CAP + 1,
+    }
     present = frozenset(name for name in INBOX_VALUE_FILTERS if getattr(filters, name))
     params.update((name, getattr(filters, name)) for name in present)
     if filters.search is not None:
@@ -970,7 +976,7 @@ def _inbox_count(
         select(literal_column("1"))
         .select_from(rows)
         .where(*_waiting_conditions(dialect, rows, priorities, filters, search))
-        .limit(WAITING_COUNT_CAP + 1)
+        .limit(bindparam("count_reach"))
         .subquery("counted")
     )
     hint = (

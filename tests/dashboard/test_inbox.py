@@ -92,6 +92,7 @@ async def test_most_urgent_first_across_pages(
         "high, older",
         "high, newer",
     ]
+    assert await titles_waiting_for(ctx, org, org.member, priority="high' OR 'a'='a") == []
     assert await titles_waiting_for(ctx, org, org.member, action_type="deploy.prod") == expected
     assert await titles_waiting_for(ctx, org, org.member, action_type="other") == []
     assert await titles_waiting_for(ctx, org, org.member, search="newer") == [

@@ -848,8 +848,11 @@ def _inbox_call(
     dialect: str, org_id: uuid.UUID, user_id: uuid.UUID, filters: InboxFilters, now: datetime
 ) -> tuple[tuple[PreparedQuery, PreparedQuery], dict[str, Any]] | None:
     """The inbox's page and count queries for ``filters``, and their parameters (the
-    page's own, offset, limit and reach, come with the call); None for a search with no
-    word to look for."""
+    page's own, offset, limit and reach, come with the call); None when nothing can
+    match: a search with no word to look for, or a priority that is none of the four
+    (which the queries name as literals)."""
+    if filters.priority is not None and filters.priority not in INBOX_PRIORITIES:
+        return None
     # The cap is a parameter, read at each call (tests lower it).
     params: dict[str, Any] = {
         "org_id": org_id,
@@ -881,6 +884,8 @@ def inbox_queries(
     urgency rank instead tested every one of them, however long the backlog. The count
     walks the same pending requests and stops one past ``WAITING_COUNT_CAP``.
     """
+    if not set(priorities) <= set(INBOX_PRIORITIES):
+        raise ValueError(f"not priorities: {priorities}")
     parts = [_inbox_part(dialect, priority, filters, search) for priority in priorities]
     merged = (
         parts[0]

@@ -42,7 +42,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression
-from sqlalchemy.sql.selectable import FromClause, NamedFromClause, Subquery
+from sqlalchemy.sql.selectable import CTE, FromClause, NamedFromClause, Subquery
 
 from signoff.approvals.rendered import is_past_expiry as _is_past_expiry
 from signoff.approvals.rendered import request_json
@@ -949,13 +949,21 @@ def _waiting_conditions(
 
 def _matches_search(dialect: str, rows: NamedFromClause) -> ColumnElement[bool]:
     """A full-text match of the ``search_query`` parameter, tested row by row: on SQLite
-    the org's matches are read once from the search table (``_search_query`` names the
-    org), on PostgreSQL each row's indexed vector is tested."""
+    the org's matches are read from the search table once per statement (a common table
+    expression, which every priority's part shares; ``_search_query`` names the org), on
+    PostgreSQL each row's indexed vector is tested."""
     if dialect == "postgresql":
         tsquery = func.to_tsquery("simple", func.signoff_unaccent(_search_query_parameter()))
         vector: ColumnElement[Any] = literal_column(f"{rows.name}.search_vector")
         return vector.op("@@")(tsquery)
-    return rows.c.id.in_(select(_FTS.c.request_id).where(_fts_match()))
+    return rows.c.id.in_(select(_search_matches().c.request_id))
+
+
+@functools.cache
+def _search_matches() -> CTE:
+    """The org's matches of the ``search_query`` parameter in SQLite's search table: one
+    object, so that a statement that tests them in several places reads them once."""
+    return select(_FTS.c.request_id.label("request_id")).where(_fts_match()).cte("search_matches")
 
 
 def _inbox_part(dialect: str, priority: str, filters: frozenset[str], search: bool) -> Subquery:

@@ -1,7 +1,10 @@
 """The process's notification machinery: claim due notifications, send, record.
 
-A round is three transactions' worth, the way callbacks are delivered
-(``webhooks/dispatcher.py``), and only the middle step talks to anyone outside:
+A round first plans what changes left to plan (``service.plan_waiting``: the rows of a
+create or of steps opening, written and the plans deleted in one transaction, so a
+sender killed mid-way leaves the plans to the next). Then come three transactions'
+worth, the way callbacks are delivered (``webhooks/dispatcher.py``), and only the middle
+step talks to anyone outside:
 1. a claim, which leases due rows to this process and, in the same transaction, issues
    the one-click links of the messages about to go out (only their hashes are stored),
    puts back chat notifications that must wait for their channel's digest, and voids
@@ -46,6 +49,12 @@ logger = logging.getLogger(__name__)
 # that is down for minutes still gets it.
 RETRY_DELAYS_SECONDS = (5.0, 30.0, 120.0, 600.0)
 CLAIM_LIMIT = 200
+# Plans taken per planning transaction: a burst's plans are read and written together,
+# and the SQLite writer is held for one batch at a time.
+PLAN_LIMIT = 200
+# While plans wait that another sender is planning (its rows locked), look again this
+# soon rather than spin.
+PLANS_WAITING_RECHECK_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -85,7 +94,10 @@ class NotificationSender:
         return f"{self.settings.public_url}/links/{token}"
 
     async def run_once(self) -> int:
-        """One round: claim what is due, send it, record it. Answers rows claimed."""
+        """One round: plan what waits, claim what is due, send it, record it. Answers
+        rows claimed."""
+        while await self.plan() >= PLAN_LIMIT:
+            pass  # a backlog of plans: plan it all before claiming
         token = new_id()
         outgoing, claimed = await self._claim(token)
         if not outgoing:
@@ -93,6 +105,14 @@ class NotificationSender:
         results = await asyncio.gather(*(self._send(message) for message in outgoing))
         await self._record(token, list(zip(outgoing, results, strict=True)))
         return claimed
+
+    # ---- 0. plan ----
+
+    async def plan(self) -> int:
+        """Plan up to ``PLAN_LIMIT`` waiting changes in one transaction; plans taken."""
+        async with self.db.write_transaction() as session:
+            repo = NotificationRepository(session, self.db.dialect)
+            return await service.plan_waiting(repo, self.clock(), PLAN_LIMIT)
 
     # ---- 1. claim ----
 
@@ -282,8 +302,13 @@ class NotificationSender:
         return await self._send(Outgoing((row,), (messages.Item(sample, "created", links),)))
 
     async def next_due_seconds(self) -> float | None:
+        """Seconds until there is work: at once while plans wait (another process wrote
+        them, or another sender is planning them)."""
         async with self.db.read_session() as session:
-            due = await NotificationRepository(session, self.db.dialect).next_due_at()
+            repo = NotificationRepository(session, self.db.dialect)
+            if await repo.any_plan_waiting():
+                return PLANS_WAITING_RECHECK_SECONDS
+            due = await repo.next_due_at()
         return None if due is None else max(0.0, (due - self.clock()).total_seconds())
 
 

@@ -80,7 +80,11 @@ class NotificationSender:
         self.box = box
         self.clock = clock
         self.http = HttpChannels(clients, policy, settings)
-        self.smtp = SmtpServer.from_url(settings.smtp_url) if settings.smtp_url else None
+        self.smtp = (
+            SmtpServer.from_url(settings.smtp_url, settings.smtp_ca_file)
+            if settings.smtp_url
+            else None
+        )
         # Set after a commit that wrote notifications (``AppContext.transaction``).
         self.wakeup = asyncio.Event()
         # When each chat channel last got a message from this process (clock seconds).

@@ -435,6 +435,48 @@ def issue_links(
     return IssuedLinks(tokens["approve"], tokens["reject"])
 
 
+@dataclass(frozen=True)
+class NotificationLine:
+    """One notification about a request as people are shown it: no channel secret."""
+
+    id: uuid.UUID
+    kind: str
+    channel: str
+    channel_type: str
+    # An e-mail address (and the person's id) for e-mail, the channel's name otherwise.
+    recipient: str
+    recipient_user_id: uuid.UUID | None
+    status: str
+    attempts: int
+    due_at: datetime
+    sent_at: datetime | None
+    updated_at: datetime
+    error: str | None
+
+
+async def notification_log(
+    repo: NotificationRepository, request_id: uuid.UUID
+) -> list[NotificationLine]:
+    """What was (or will be) sent about a request the caller may see, oldest due first."""
+    return [
+        NotificationLine(
+            id=n.id,
+            kind=n.kind,
+            channel=name,
+            channel_type=kind,
+            recipient=n.recipient,
+            recipient_user_id=n.recipient_user_id,
+            status=n.status,
+            attempts=n.attempts,
+            due_at=n.due_at,
+            sent_at=n.sent_at,
+            updated_at=n.updated_at,
+            error=n.last_error,
+        )
+        for n, name, kind in await repo.list_for_request(request_id)
+    ]
+
+
 async def notifications_of_request(
     repo: NotificationRepository, member: OrgMember, request_id: uuid.UUID
 ) -> list[dict[str, Any]]:
@@ -444,18 +486,18 @@ async def notifications_of_request(
         raise NotFound("No approval request with this id.")
     return [
         {
-            "id": str(n.id),
-            "kind": n.kind,
-            "channel": name,
-            "channel_type": kind,
-            "recipient": n.recipient,
-            "status": n.status,
-            "attempts": n.attempts,
-            "due_at": _iso(n.due_at),
-            "sent_at": _iso(n.sent_at),
-            "error": n.last_error,
+            "id": str(line.id),
+            "kind": line.kind,
+            "channel": line.channel,
+            "channel_type": line.channel_type,
+            "recipient": line.recipient,
+            "status": line.status,
+            "attempts": line.attempts,
+            "due_at": _iso(line.due_at),
+            "sent_at": _iso(line.sent_at),
+            "error": line.error,
         }
-        for n, name, kind in await repo.list_for_request(request_id)
+        for line in await notification_log(repo, request_id)
     ]
 
 

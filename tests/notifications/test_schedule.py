@@ -307,3 +307,38 @@ async def test_a_burst_becomes_one_slack_digest_per_interval_and_nothing_is_lost
             ).all()
         )
     assert counts == {"sent": 33}
+
+
+async def test_an_org_whose_stored_rules_no_longer_validate_holds_up_no_other_org(
+    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+) -> None:
+    """Plans are taken in batches across orgs: one org's broken document (stored by an
+    older version, say) skips that org, and the batch is planned for the others."""
+    import uuid
+
+    from sqlalchemy import func, select, update
+
+    from signoff.models import NotificationPlan, RoutingConfig
+    from tests.conftest import create_org
+
+    other = await create_org(ctx, "Other", members=1)
+    for who in (org, other):
+        document = {
+            "channels": {"mail": {"type": "email"}},
+            "rules": [{"channels": ["mail"], "audience": "admins"}],
+        }
+        saved = await api.put("/api/v1/routing", json=document, headers=who.admin.headers)
+        assert saved.status_code == 200, saved.text
+    async with ctx.transaction() as uow:
+        await uow.session.execute(
+            update(RoutingConfig)
+            .where(RoutingConfig.org_id == uuid.UUID(other.id))
+            .values(document={"rules": [{"channels": ["mail"], "audience": "nobody"}]})
+        )
+    await create_approval(api, other.member)
+    await create_approval(api, org.member)
+    sent = await round_of(ctx, mailbox)
+    assert [to for to, _ in sent] == ["admin0@acme.example"]
+    async with ctx.reading() as uow:
+        left = await uow.session.scalar(select(func.count()).select_from(NotificationPlan))
+    assert left == 0

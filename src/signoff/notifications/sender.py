@@ -1,14 +1,14 @@
 """The process's notification machinery: claim due notifications, send, record.
 
-A round first plans what changes left to plan (``service.plan_waiting``: the rows of a
-create or of steps opening, written and the plans deleted in one transaction, so a
-sender killed mid-way leaves the plans to the next). Then come three transactions'
-worth, the way callbacks are delivered (``webhooks/dispatcher.py``), and only the middle
-step talks to anyone outside:
-1. a claim, which leases due rows to this process and, in the same transaction, issues
-   the one-click links of the messages about to go out (only their hashes are stored),
-   puts back chat notifications that must wait for their channel's digest, and voids
-   those whose request was decided meanwhile;
+A round is three transactions' worth, the way callbacks are delivered
+(``webhooks/dispatcher.py``), and only the middle step talks to anyone outside:
+1. a claim, which first plans what changes left to plan (``service.plan_waiting``: the
+   rows of a create or of steps opening are written and their plans deleted, so a sender
+   killed before the commit leaves the plans to the next), then leases due rows to this
+   process and, in the same transaction, issues the one-click links of the messages
+   about to go out (only their hashes are stored), puts back chat notifications that
+   must wait for their channel's digest, and voids those whose request was decided
+   meanwhile;
 2. the sends, outside any transaction, concurrently;
 3. the record: each attempt is logged and its rows move on (sent, retried later with
    backoff, or failed), only by the holder of the claim.
@@ -98,33 +98,29 @@ class NotificationSender:
         return f"{self.settings.public_url}/links/{token}"
 
     async def run_once(self) -> int:
-        """One round: plan what waits, claim what is due, send it, record it. Answers
-        rows claimed."""
-        while await self.plan() >= PLAN_LIMIT:
-            pass  # a backlog of plans: plan it all before claiming
-        token = new_id()
-        outgoing, claimed = await self._claim(token)
-        if not outgoing:
-            return claimed
-        results = await asyncio.gather(*(self._send(message) for message in outgoing))
-        await self._record(token, list(zip(outgoing, results, strict=True)))
-        return claimed
+        """One round: plan what waits and claim what is due, send it, record it; again
+        while a backlog of plans remains. Answers rows claimed."""
+        claimed = 0
+        while True:
+            token = new_id()
+            outgoing, taken, planned = await self._claim(token)
+            claimed += taken
+            if outgoing:
+                results = await asyncio.gather(*(self._send(message) for message in outgoing))
+                await self._record(token, list(zip(outgoing, results, strict=True)))
+            if planned < PLAN_LIMIT:
+                return claimed
 
-    # ---- 0. plan ----
+    # ---- 1. plan and claim ----
 
-    async def plan(self) -> int:
-        """Plan up to ``PLAN_LIMIT`` waiting changes in one transaction; plans taken."""
-        async with self.db.write_transaction() as session:
-            repo = NotificationRepository(session, self.db.dialect)
-            return await service.plan_waiting(repo, self.clock(), PLAN_LIMIT)
-
-    # ---- 1. claim ----
-
-    async def _claim(self, token: uuid.UUID) -> tuple[list[Outgoing], int]:
+    async def _claim(self, token: uuid.UUID) -> tuple[list[Outgoing], int, int]:
+        """Messages to send, rows claimed, plans taken. Planning shares the claim's
+        transaction: what a create plans is claimed with it, for one commit, not two."""
         now = self.clock()
         lease = now + timedelta(seconds=self.settings.notification_lease_seconds)
         async with self.db.write_transaction() as session:
             repo = NotificationRepository(session, self.db.dialect)
+            planned = await service.plan_waiting(repo, now, PLAN_LIMIT)
             ids = await repo.claim_due(token, now, lease, CLAIM_LIMIT)
             rows = await repo.get_claimed(ids, token)
             live, void = _split_decided(rows)
@@ -144,7 +140,7 @@ class NotificationSender:
                 wait = timedelta(seconds=self.settings.notification_chat_interval_seconds)
                 await repo.put_back([r.notification.id for r in held], token, now + wait)
             built = [self._with_links(repo, message, now) for message in outgoing]
-        return built, len(ids)
+        return built, len(ids), planned
 
     def _group(self, rows: Sequence[ClaimedRow]) -> tuple[list[list[ClaimedRow]], list[ClaimedRow]]:
         """E-mail and webhook rows go one by one; chat rows one message per channel."""

@@ -232,8 +232,13 @@ class NotificationRepository:
     async def requests_to_plan(
         self, request_ids: Collection[uuid.UUID]
     ) -> dict[uuid.UUID, PlannedRequest]:
+        """The requests of plans, share-locked until the planning commits (PostgreSQL):
+        a decision on one waits for its rows to be written, then cancels its reminders;
+        one that came first is seen here, and nothing is planned for it."""
         rows = await self.session.execute(
-            select(ApprovalRequest).where(ApprovalRequest.id.in_(list(request_ids)))
+            select(ApprovalRequest)
+            .where(ApprovalRequest.id.in_(list(request_ids)))
+            .with_for_update(read=True)
         )
         return {r.id: PlannedRequest(facts_of(r), r.status) for r in rows.scalars()}
 

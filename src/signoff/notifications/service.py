@@ -231,7 +231,7 @@ async def on_request_left_pending(
     await repo.cancel_scheduled(request_id, now)
 
 
-# ---- planning (in a worker's transaction: ``NotificationSender.plan``) ----
+# ---- planning (in a worker's claim transaction: ``NotificationSender._claim``) ----
 
 
 async def plan_waiting(repo: NotificationRepository, now: datetime, limit: int) -> int:

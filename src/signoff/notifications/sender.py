@@ -90,6 +90,7 @@ class NotificationSender:
         # When each chat channel last got a message from this process (clock seconds).
         self.last_chat_message: dict[uuid.UUID, float] = {}
         self.messages_sent = 0
+        self.planned_last_round = False
 
     def request_url(self, request_id: uuid.UUID) -> str:
         return f"{self.settings.public_url}/requests/{request_id}"
@@ -104,6 +105,7 @@ class NotificationSender:
         while True:
             token = new_id()
             outgoing, taken, planned = await self._claim(token)
+            self.planned_last_round = planned > 0
             claimed += taken
             if outgoing:
                 results = await asyncio.gather(*(self._send(message) for message in outgoing))
@@ -307,7 +309,9 @@ class NotificationSender:
         async with self.db.read_session() as session:
             repo = NotificationRepository(session, self.db.dialect)
             if await repo.any_plan_waiting():
-                return PLANS_WAITING_RECHECK_SECONDS
+                # New plans: at once. Plans the last round could not take are another
+                # sender's (PostgreSQL, locked): look again shortly rather than spin.
+                return 0.0 if self.planned_last_round else PLANS_WAITING_RECHECK_SECONDS
             due = await repo.next_due_at()
         return None if due is None else max(0.0, (due - self.clock()).total_seconds())
 

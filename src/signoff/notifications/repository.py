@@ -338,6 +338,19 @@ class NotificationRepository:
         )
         return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
+    async def finish_many(
+        self, ids: Collection[uuid.UUID], token: uuid.UUID, values: dict[str, Any]
+    ) -> set[uuid.UUID]:
+        """Move claimed rows on alike, only those this claim still holds; their ids."""
+        result = await self.session.execute(
+            update(Notification)
+            .where(Notification.id.in_(list(ids)), Notification.claim_token == token)
+            .values(**values)
+            .returning(Notification.id)
+            .execution_options(synchronize_session=False)
+        )
+        return set(result.scalars().all())
+
     def add_attempt(self, attempt: NotificationAttempt) -> None:
         self.session.add(attempt)
 

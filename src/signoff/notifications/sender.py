@@ -226,48 +226,41 @@ class NotificationSender:
     # ---- 3. record ----
 
     async def _record(self, token: uuid.UUID, sent: list[tuple[Outgoing, AttemptResult]]) -> None:
+        """Rows that move on alike (same attempt number, same outcome) are updated by one
+        statement: a digest's hundred rows, or a burst's mails, are one UPDATE, not a
+        hundred, and the writer (on SQLite, this process's event loop) is held that much
+        less."""
         now = self.clock()
+        groups: dict[tuple[int, bool, str | None], list[tuple[ClaimedRow, AttemptResult]]] = {}
+        for message, result in sent:
+            for row in message.rows:
+                attempt = row.notification.attempts + 1
+                groups.setdefault((attempt, result.success, result.error), []).append((row, result))
         async with self.db.write_transaction() as session:
             repo = NotificationRepository(session, self.db.dialect)
-            for message, result in sent:
-                for row in message.rows:
-                    await self._record_one(repo, token, row, result, now)
-
-    async def _record_one(
-        self,
-        repo: NotificationRepository,
-        token: uuid.UUID,
-        row: ClaimedRow,
-        result: AttemptResult,
-        now: datetime,
-    ) -> None:
-        n = row.notification
-        attempt = n.attempts + 1
-        values: dict[str, object] = {"attempts": attempt, "claim_token": None, "updated_at": now}
-        if result.success:
-            values.update(status="sent", sent_at=now, last_error=None)
-        elif attempt > len(RETRY_DELAYS_SECONDS):
-            values.update(status="failed", last_error=result.error)
-        else:
-            delay = timedelta(seconds=RETRY_DELAYS_SECONDS[attempt - 1])
-            values.update(due_at=now + delay, last_error=result.error)
-        if not await repo.finish(n.id, token, values):
-            logger.warning("notification %s: lease lost; another sender owns it", n.id)
-            return
-        repo.add_attempt(
-            NotificationAttempt(
-                id=new_id(),
-                notification_id=n.id,
-                request_id=n.request_id,
-                attempt=attempt,
-                success=result.success,
-                status_code=result.status_code,
-                duration_ms=result.duration_ms,
-                error=result.error,
-                created_at=now,
-            )
-        )
-        self.messages_sent += result.success
+            for (attempt, success, error), rows in groups.items():
+                values = _next_state(attempt, success, error, now)
+                ids = [row.notification.id for row, _ in rows]
+                moved = await repo.finish_many(ids, token, values)
+                for row, result in rows:
+                    n = row.notification
+                    if n.id not in moved:
+                        logger.warning("notification %s: lease lost; another sender owns it", n.id)
+                        continue
+                    repo.add_attempt(
+                        NotificationAttempt(
+                            id=new_id(),
+                            notification_id=n.id,
+                            request_id=n.request_id,
+                            attempt=attempt,
+                            success=result.success,
+                            status_code=result.status_code,
+                            duration_ms=result.duration_ms,
+                            error=result.error,
+                            created_at=now,
+                        )
+                    )
+                    self.messages_sent += result.success
 
     async def send_test(
         self, org_id: uuid.UUID, channel_name: str, member: OrgMember
@@ -314,6 +307,20 @@ class NotificationSender:
                 return 0.0 if self.planned_last_round else PLANS_WAITING_RECHECK_SECONDS
             due = await repo.next_due_at()
         return None if due is None else max(0.0, (due - self.clock()).total_seconds())
+
+
+def _next_state(attempt: int, success: bool, error: str | None, now: datetime) -> dict[str, object]:
+    """A notification's row after its ``attempt``-th send: sent, due again later, or
+    failed after its last retry."""
+    values: dict[str, object] = {"attempts": attempt, "claim_token": None, "updated_at": now}
+    if success:
+        values.update(status="sent", sent_at=now, last_error=None)
+    elif attempt > len(RETRY_DELAYS_SECONDS):
+        values.update(status="failed", last_error=error)
+    else:
+        delay = timedelta(seconds=RETRY_DELAYS_SECONDS[attempt - 1])
+        values.update(due_at=now + delay, last_error=error)
+    return values
 
 
 def _split_decided(rows: Sequence[ClaimedRow]) -> tuple[list[ClaimedRow], list[ClaimedRow]]:

@@ -10,6 +10,7 @@ import asyncio
 import email
 import email.policy
 import re
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ class Mail:
     sender: str
     recipients: list[str]
     message: EmailMessage
+    # Whether it came over TLS (STARTTLS or implicit).
+    tls: bool = False
 
     @property
     def text(self) -> str:
@@ -63,8 +66,10 @@ class MailBox:
         assert isinstance(envelope.content, bytes)
         parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
         assert isinstance(parsed, EmailMessage)
+        assert server.transport is not None
+        tls = server.transport.get_extra_info("ssl_object") is not None
         self.mails.append(
-            Mail(str(envelope.mail_from), [str(r) for r in envelope.rcpt_tos], parsed)
+            Mail(str(envelope.mail_from), [str(r) for r in envelope.rcpt_tos], parsed, tls)
         )
         async with self._arrived:
             self._arrived.notify_all()
@@ -72,14 +77,32 @@ class MailBox:
 
 
 @asynccontextmanager
-async def smtp_server(box: MailBox | None = None) -> AsyncIterator[tuple[MailBox, str]]:
+async def smtp_server(
+    box: MailBox | None = None,
+    *,
+    starttls: ssl.SSLContext | None = None,
+    implicit_tls: ssl.SSLContext | None = None,
+) -> AsyncIterator[tuple[MailBox, str]]:
     """A real SMTP server (aiosmtpd's protocol) on a loopback port, in this event loop;
-    yields its mailbox and its smtp:// URL."""
+    yields its mailbox and its URL. With ``starttls`` (a server TLS context) it offers
+    STARTTLS and refuses mail without it (``smtp://...?starttls=true``); with
+    ``implicit_tls`` it speaks TLS from the first byte (``smtps://``)."""
     box = box or MailBox()
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: SMTP(box), "127.0.0.1", 0)
+
+    def protocol() -> SMTP:
+        if starttls is None:
+            return SMTP(box)
+        return SMTP(box, tls_context=starttls, require_starttls=True)
+
+    server = await loop.create_server(protocol, "127.0.0.1", 0, ssl=implicit_tls)
     try:
         port = server.sockets[0].getsockname()[1]
-        yield box, f"smtp://127.0.0.1:{port}"
+        if implicit_tls is not None:
+            yield box, f"smtps://127.0.0.1:{port}"
+        elif starttls is not None:
+            yield box, f"smtp://127.0.0.1:{port}?starttls=true"
+        else:
+            yield box, f"smtp://127.0.0.1:{port}"
     finally:
         server.close()

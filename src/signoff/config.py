@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import ssl
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
@@ -112,6 +113,9 @@ class Settings(BaseSettings):
     # Notifications (docs/notifications.md). public_url above makes the links in messages.
     # smtp://user:pass@host:port (``?starttls=true`` to upgrade), or smtps:// (implicit TLS).
     smtp_url: str | None = None
+    # A PEM file of the CAs that sign the SMTP server's certificate (a private CA), in
+    # place of the system's; certificates are always verified.
+    smtp_ca_file: str | None = None
     mail_from: str = "signoff <signoff@localhost>"
     # Slack's Web API (users.info, for the Slack app's buttons); tests point it elsewhere.
     slack_api_url: str = "https://slack.com/api"
@@ -158,6 +162,18 @@ class Settings(BaseSettings):
                 "SIGNOFF_DELIVERY_LEASE_SECONDS must exceed SIGNOFF_DELIVERY_TIMEOUT_SECONDS"
             )
         return self
+
+    @field_validator("smtp_ca_file")
+    @classmethod
+    def _check_ca_file(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                ssl.create_default_context(cafile=value)
+            except (OSError, ssl.SSLError) as exc:
+                raise ValueError(
+                    f"SIGNOFF_SMTP_CA_FILE: no PEM certificates could be read from {value}"
+                ) from exc
+        return value
 
     @field_validator("database_url")
     @classmethod

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from signoff.approvals.record import RequestRecord
 from signoff.approvals.repository import ApprovalRepository
 from signoff.notifications import service as notifications
-from signoff.notifications.repository import NotificationRepository, facts_of
+from signoff.notifications.repository import NotificationRepository
 from signoff.oauth.repository import OAuthRepository
 from signoff.orgs.repository import OrgRepository
 from signoff.webhooks.repository import WebhookRepository
@@ -38,18 +38,18 @@ class DecisionCallbacks:
 
 
 class RequestNotifications:
-    """The notifications a request's changes cause, written into this transaction's
-    outbox by the notifications domain (routing rules decide who hears)."""
+    """The notifications a request's changes cause: one plan row in this transaction,
+    planned by a worker after the commit (routing rules decide who hears)."""
 
     def __init__(self, repo: NotificationRepository) -> None:
         self._repo = repo
 
     async def request_created(self, request: RequestRecord, now: datetime) -> None:
-        await notifications.on_request_created(self._repo, facts_of(request), now)
+        await notifications.on_request_created(self._repo, request.id, now)
 
     async def steps_opened(self, request: RequestRecord, now: datetime) -> None:
         approvers = await self._repo.open_step_approvers(request.id, request.is_sequential)
-        await notifications.on_step_opened(self._repo, facts_of(request), approvers, now)
+        await notifications.on_step_opened(self._repo, request.id, approvers, now)
 
     async def left_pending(self, request_id: uuid.UUID, now: datetime) -> None:
         await notifications.on_request_left_pending(self._repo, request_id, now)

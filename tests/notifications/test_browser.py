@@ -12,10 +12,12 @@ from bench.receiver import Receiver
 from signoff.config import Settings
 from tests.dashboard.test_browser import (
     DESKTOP,
+    PHONE,
     Site,
     assert_accessible,
     browser,
     chromium,
+    screenshot,
     server,
     sign_in,
     site,
@@ -99,3 +101,28 @@ async def test_a_critical_request_needs_the_person_signed_in_too(
         await page.wait_for_url(f"{site.url}/requests/{created['id']}")
         await expect(page.get_by_text("You rejected this request.")).to_be_visible()
     assert (await site.read(created["id"]))["status"] == "rejected"
+
+
+async def test_the_request_page_lists_the_mail_sent_on_desktop_and_phone(
+    site: Site, chromium: str, mailbox: MailBox
+) -> None:
+    from playwright.async_api import expect
+
+    await route_mail(site, reminders={"after_minutes": 30, "times": 1})
+    created = await site.create(site.org.member)
+    await mailbox.wait_for(1)
+    async with browser(chromium) as chrome:
+        page = await chrome.new_page(viewport=DESKTOP)
+        await sign_in(page, site.url, site.org.members[0])
+        await page.goto(f"{site.url}/requests/{created['id']}")
+        section = page.locator("#notifications")
+        await expect(section.get_by_text("Approval requested")).to_be_visible()
+        await expect(section.get_by_text("Sent", exact=True)).to_be_visible()
+        await expect(section.get_by_text("member1@acme.example").first).to_be_visible()
+        await expect(section.get_by_text("Reminder")).to_be_visible()
+        await assert_accessible(page)
+        await screenshot(page, "request-notifications-desktop")
+        await page.set_viewport_size(PHONE)
+        await expect(section.get_by_text("Approval requested")).to_be_visible()
+        await assert_accessible(page)
+        await screenshot(page, "request-notifications-phone")

@@ -157,6 +157,60 @@ async def test_a_sequential_chain_tells_each_approver_when_their_step_opens(
     assert to == second.email
 
 
+async def test_a_request_cancelled_before_planning_notifies_nobody(
+    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+) -> None:
+    """The create only writes a plan; a cancel that comes before a worker plans it leaves
+    no stale "approval requested" mail, and no reminders, behind."""
+    from sqlalchemy import func, select
+
+    from signoff.models import NotificationPlan
+
+    clock = Clock()
+    ctx.notifications.clock = clock
+    await put(api, org, {"audience": "admins", "reminders": {"after_minutes": 5, "times": 2}})
+    created = await create_approval(api, org.member)
+    cancelled = await api.delete(f"/api/v1/approvals/{created['id']}", headers=org.member.headers)
+    assert cancelled.status_code == 200
+    assert await round_of(ctx, mailbox) == []
+    clock.advance(60)
+    assert await round_of(ctx, mailbox) == []
+    log = await api.get(
+        f"/api/v1/approvals/{created['id']}/notifications", headers=org.admin.headers
+    )
+    assert log.json() == {"data": []}
+    async with ctx.reading() as uow:
+        left = await uow.session.scalar(select(func.count()).select_from(NotificationPlan))
+    assert left == 0  # planned (to nothing), not left waiting
+
+
+async def test_a_step_decided_before_planning_is_not_announced_to_its_approver(
+    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+) -> None:
+    await put(api, org, {"match": {"has_steps": True}, "audience": "step_approvers"})
+    created = await create_approval(api, org.member, is_sequential=True)
+    first, second = org.members[1], org.members[2]
+    steps = await api.post(
+        f"/api/v1/approvals/{created['id']}/steps",
+        json={
+            "steps": [
+                {"approver_id": first.user_id, "step_order": 1},
+                {"approver_id": second.user_id, "step_order": 2},
+            ]
+        },
+        headers=org.admin.headers,
+    )
+    assert steps.status_code == 201, steps.text
+    vote = await api.patch(
+        f"/api/v1/approvals/{created['id']}/steps/{steps.json()['data'][0]['id']}",
+        json={"decision": "approve"},
+        headers=first.headers,
+    )
+    assert vote.status_code == 200, vote.text
+    # Both openings are planned in one round: only the step still open is announced.
+    assert [to for to, _ in await round_of(ctx, mailbox)] == [second.email]
+
+
 async def test_the_background_sender_mails_right_after_the_commit(
     ctx: AppContext, org: Org, mailbox: MailBox
 ) -> None:
@@ -253,3 +307,38 @@ async def test_a_burst_becomes_one_slack_digest_per_interval_and_nothing_is_lost
             ).all()
         )
     assert counts == {"sent": 33}
+
+
+async def test_an_org_whose_stored_rules_no_longer_validate_holds_up_no_other_org(
+    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+) -> None:
+    """Plans are taken in batches across orgs: one org's broken document (stored by an
+    older version, say) skips that org, and the batch is planned for the others."""
+    import uuid
+
+    from sqlalchemy import func, select, update
+
+    from signoff.models import NotificationPlan, RoutingConfig
+    from tests.conftest import create_org
+
+    other = await create_org(ctx, "Other", members=1)
+    for who in (org, other):
+        document = {
+            "channels": {"mail": {"type": "email"}},
+            "rules": [{"channels": ["mail"], "audience": "admins"}],
+        }
+        saved = await api.put("/api/v1/routing", json=document, headers=who.admin.headers)
+        assert saved.status_code == 200, saved.text
+    async with ctx.transaction() as uow:
+        await uow.session.execute(
+            update(RoutingConfig)
+            .where(RoutingConfig.org_id == uuid.UUID(other.id))
+            .values(document={"rules": [{"channels": ["mail"], "audience": "nobody"}]})
+        )
+    await create_approval(api, other.member)
+    await create_approval(api, org.member)
+    sent = await round_of(ctx, mailbox)
+    assert [to for to, _ in sent] == ["admin0@acme.example"]
+    async with ctx.reading() as uow:
+        left = await uow.session.scalar(select(func.count()).select_from(NotificationPlan))
+    assert left == 0

@@ -1,5 +1,6 @@
 """Notification senders as real ``signoff worker`` processes: a worker killed between
-claiming and recording, and two workers competing on PostgreSQL."""
+claiming and recording (and one killed before planning a create), and two workers
+competing on PostgreSQL, for the planning of creates and for the sends."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from bench.receiver import Received, Receiver, Reply
 from sqlalchemy import func, select
 
 from signoff.app import create_app
 from signoff.context import AppContext
-from signoff.models import Notification, NotificationAttempt
+from signoff.models import Notification, NotificationAttempt, NotificationPlan
 from tests.conftest import Org, create_approval
 from tests.webhooks.test_workers import worker_process
 
@@ -72,9 +74,18 @@ async def wait_until_sent(ctx: AppContext, count: int, timeout: float = 20.0) ->
             await asyncio.sleep(0.05)
 
 
-async def test_a_worker_killed_mid_send_is_finished_by_another_at_most_once_more(
+async def plans_waiting(ctx: AppContext) -> int:
+    async with ctx.reading() as uow:
+        return int(await uow.session.scalar(select(func.count()).select_from(NotificationPlan)))
+
+
+async def test_a_worker_killed_mid_send_or_before_planning_is_finished_by_another(
     ctx: AppContext, org: Org, database_url: str, tmp_path: Path
 ) -> None:
+    """Worker A plans the first request and dies mid-send; the second request is created
+    while A is stuck in that send and dies before planning it. Worker B plans the second
+    and sends both: the first at most once more, the second once."""
+
     def script(request: Received) -> Reply:
         if len(receiver.received) == 1:
             return Reply(hang=True)  # worker A's send: A dies holding the claim
@@ -82,21 +93,30 @@ async def test_a_worker_killed_mid_send_is_finished_by_another_at_most_once_more
 
     async with Receiver(script=script) as receiver, api_without_worker(ctx) as api:
         await route_to_webhook(api, org, receiver.url)
-        await create_approval(api, org.member)  # the notification is written, not sent
-        assert await statuses(ctx) == {"pending": 1}
+        await create_approval(api, org.member)  # only a plan is written: nothing to send yet
+        assert await statuses(ctx) == {} and await plans_waiting(ctx) == 1
         async with worker_process(database_url, tmp_path / "a.log", **SENDER_SETTINGS) as a:
-            await receiver.wait_for(1, timeout=20)  # A claimed it and is mid-POST
+            await receiver.wait_for(1, timeout=20)  # A planned, claimed and is mid-POST
+            second = await create_approval(api, org.member)  # A is busy: not planned
             a.kill()  # SIGKILL: no cleanup, the claim stays behind
             await a.wait()
+        assert await plans_waiting(ctx) == 1
+        assert await statuses(ctx) == {"pending": 1}  # the first's, claimed by A
         async with worker_process(database_url, tmp_path / "b.log", **SENDER_SETTINGS):
-            sent = await receiver.wait_for(2, timeout=20)
-            await wait_until_sent(ctx, 1)
+            await receiver.wait_for(3, timeout=20)
+            await wait_until_sent(ctx, 2)
     assert a.returncode == -signal.SIGKILL
-    assert len(receiver.received) == 2  # once by A (lost with it), once more by B
-    # The same event both times: receivers deduplicate on webhook-id.
-    assert sent[0].headers["webhook-id"] == sent[1].headers["webhook-id"]
-    assert sent[1].at - sent[0].at >= SENDER_SETTINGS["notification_lease_seconds"] - 0.3
-    assert await statuses(ctx) == {"sent": 1}
+    by_id: dict[str, list[Received]] = {}
+    for call in receiver.received:
+        by_id.setdefault(call.headers["webhook-id"], []).append(call)
+    # The first event twice (once lost with A; receivers deduplicate on webhook-id), the
+    # second once, planned by B.
+    assert sorted(len(calls) for calls in by_id.values()) == [1, 2]
+    first = next(calls for calls in by_id.values() if len(calls) == 2)
+    assert first[1].at - first[0].at >= SENDER_SETTINGS["notification_lease_seconds"] - 0.3
+    [once] = [calls[0] for calls in by_id.values() if len(calls) == 1]
+    assert orjson.loads(once.body)["data"]["request_id"] == second["id"]
+    assert await statuses(ctx) == {"sent": 2} and await plans_waiting(ctx) == 0
 
 
 # Competing workers are a PostgreSQL deployment (SKIP LOCKED claims).
@@ -122,4 +142,7 @@ async def test_two_workers_send_each_notification_exactly_once(
     assert not [i for i, n in received.items() if n > 1], logs
     async with ctx.reading() as uow:
         attempts = await uow.session.scalar(select(func.count()).select_from(NotificationAttempt))
+        planned = await uow.session.scalar(select(func.count()).select_from(Notification))
     assert attempts == total
+    # Each create was planned by exactly one of the two workers.
+    assert planned == total and await plans_waiting(ctx) == 0

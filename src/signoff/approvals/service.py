@@ -98,7 +98,7 @@ async def create_request(
     data = {"title": created.title, "priority": created.priority, "source": created.source}
     await repo.add_event(effects.event(created, "request.created", principal.user_id, now, data))
     uow.request_changed(created.org_id, created.id, final=False)
-    # Notification rows only, in this transaction; sending comes after the commit.
+    # One plan row in this transaction; a worker plans and sends after the commit.
     await uow.notifications.request_created(created, now)
     return CreateResult(created, created=True)
 

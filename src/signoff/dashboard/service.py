@@ -30,6 +30,8 @@ from signoff.errors import NotFound, ValidationFailed
 from signoff.models import AuditEvent, Comment, OAuthClient, User
 from signoff.models.orgs import SetupToken
 from signoff.models.webhooks import WebhookAttempt
+from signoff.notifications.repository import NotificationRepository
+from signoff.notifications.service import NotificationLine, notification_log
 from signoff.oauth import credentials
 from signoff.oauth.repository import OAuthRepository
 from signoff.orgs import service as orgs
@@ -325,6 +327,8 @@ class RequestPage:
     events: Sequence[AuditEvent]
     attempts: Sequence[WebhookAttempt]
     names: dict[uuid.UUID, str]
+    # What was sent about it, to whom (notifications/service.notification_log).
+    notifications: Sequence[NotificationLine] = ()
     # The step this person may vote on now (chains), if any.
     my_step: StepRecord | None = None
     can_decide: bool = False
@@ -339,6 +343,8 @@ async def request_page(uow: UnitOfWork, member: OrgMember, request_id: uuid.UUID
     comments = await uow.approvals.list_comments(row.id)
     events = await uow.approvals.list_events(row.id)
     attempts = await uow.webhooks.list_attempts(member.org_id, row.id, 50)
+    # The request is the member's org's (get_request): so is everyone its log names.
+    sent = await notification_log(NotificationRepository(uow.session, uow.dialect), row.id)
     connection = await uow.orgs.get_connection(member.org_id, row.connection_id)
     names = {user.id: user.name for user in await uow.orgs.list_users(member.org_id)}
     body = request_to_dict(row, now)
@@ -351,6 +357,7 @@ async def request_page(uow: UnitOfWork, member: OrgMember, request_id: uuid.UUID
         events=events,
         attempts=attempts,
         names=names,
+        notifications=sent,
         metadata_items=list(metadata_tree(body["metadata"])),
     )
     page.already_voted = any(v.user_id == member.user_id and v.step_id is None for v in votes)

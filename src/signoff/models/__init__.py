@@ -8,6 +8,7 @@ from signoff.models.notifications import (
     Notification,
     NotificationAttempt,
     NotificationChannel,
+    NotificationPlan,
     RoutingConfig,
 )
 from signoff.models.oauth import (
@@ -31,6 +32,7 @@ __all__ = [
     "Notification",
     "NotificationAttempt",
     "NotificationChannel",
+    "NotificationPlan",
     "OAuthAuthorizationCode",
     "OAuthClient",
     "OAuthToken",

@@ -98,6 +98,29 @@ class Notification(Base):
     last_error: Mapped[str | None] = mapped_column(String(200), default=None)
 
 
+class NotificationPlan(Base):
+    """A change whose notifications are still to be planned: written by the create (or the
+    step opening) in its own transaction, the one cheap write it makes. A worker reads
+    the routing rules, resolves the audience and writes the ``Notification`` rows, then
+    deletes this row, all in one transaction (``notifications/service.plan_waiting``).
+
+    Planning is database work only, so the claim is the row lock that transaction holds
+    (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, the write lock on SQLite): a worker killed
+    mid-way rolls back and leaves the row for the next, and no two plan one row."""
+
+    __tablename__ = "notification_plans"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
+    request_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("approval_requests.id", ondelete="CASCADE")
+    )
+    # "created" or "step_opened" (a chain was configured, or moved on).
+    kind: Mapped[str] = mapped_column(String(20))
+    # step_opened: the approvers of the steps that opened (their ids as text).
+    approver_ids: Mapped[list[str] | None] = mapped_column(JSONType, default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class NotificationAttempt(Base):
     __tablename__ = "notification_attempts"
     __table_args__ = (

@@ -7,8 +7,9 @@ signed webhook channel signs with Standard Webhooks headers (``webhooks/signing.
 
 from __future__ import annotations
 
+import ssl
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.message import EmailMessage
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -32,9 +33,12 @@ class SmtpServer:
     password: str | None
     implicit_tls: bool
     starttls: bool
+    # Certificates are verified, host name included, against the system's CAs, or only
+    # against those of ``SIGNOFF_SMTP_CA_FILE`` (a private CA) when it is set.
+    tls: ssl.SSLContext = field(default_factory=ssl.create_default_context, compare=False)
 
     @classmethod
-    def from_url(cls, url: str) -> SmtpServer:
+    def from_url(cls, url: str, ca_file: str | None = None) -> SmtpServer:
         """``smtp://user:pass@host:port?starttls=true`` or ``smtps://...`` (implicit TLS)."""
         parts = urlsplit(url)
         if parts.scheme not in ("smtp", "smtps") or not parts.hostname:
@@ -49,12 +53,13 @@ class SmtpServer:
             password=unquote(parts.password) if parts.password else None,
             implicit_tls=implicit,
             starttls=starttls and not implicit,
+            tls=ssl.create_default_context(cafile=ca_file),
         )
 
 
-async def send_mail(
-    server: SmtpServer, message: EmailMessage, timeout: float, *, validate_certs: bool = True
-) -> AttemptResult:
+async def send_mail(server: SmtpServer, message: EmailMessage, timeout: float) -> AttemptResult:
+    """One attempt. A certificate that does not verify fails it (and so it is retried):
+    nothing is sent over a connection to an unproven server."""
     started = time.perf_counter()
     try:
         errors, reply = await aiosmtplib.send(
@@ -66,15 +71,28 @@ async def send_mail(
             use_tls=server.implicit_tls,
             start_tls=server.starttls,
             timeout=timeout,
-            validate_certs=validate_certs,
+            tls_context=server.tls,
         )
     except aiosmtplib.SMTPResponseException as exc:
         return AttemptResult(False, exc.code, _ms(started), None, f"smtp {exc.code}")
     except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
+        if _certificate_refused(exc):
+            error = "smtp: the server's TLS certificate did not verify"
+            return AttemptResult(False, 0, _ms(started), None, error)
         return AttemptResult(False, 0, _ms(started), None, f"smtp: {type(exc).__name__}")
     if errors:
         return AttemptResult(False, 0, _ms(started), None, "recipient refused")
     return AttemptResult(True, 250, _ms(started), reply[:200], None)
+
+
+def _certificate_refused(exc: BaseException) -> bool:
+    """aiosmtplib wraps the handshake's error (implicit TLS) or raises it (STARTTLS)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _ms(started: float) -> int:

@@ -89,8 +89,9 @@ async def put_routing(request: Request, principal: Writer) -> Response:
     "/approvals/{request_id}/notifications",
     response_model=NotificationListOut,
     summary="What was sent about a request, to whom, and how it went",
-    description="Scheduled reminders appear as `pending` until due; `cancelled` once the "
-    "request was decided before they were.",
+    description="A worker plans a request's notifications after its create commits: they "
+    "appear here within moments (an empty list until then). Scheduled reminders appear as "
+    "`pending` until due; `cancelled` once the request was decided before they were.",
     responses=errors(NotFound),
 )
 async def list_notifications(request: Request, request_id: str, principal: Reader) -> Response:

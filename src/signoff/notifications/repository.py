@@ -13,15 +13,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, insert, select, text, update
+from sqlalchemy import Table, delete, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from signoff.common.ids import new_id
 from signoff.models import ApprovalRequest, ApprovalStep, User
 from signoff.models.notifications import (
     DecisionLink,
     Notification,
     NotificationAttempt,
     NotificationChannel,
+    NotificationPlan,
     RoutingConfig,
 )
 from signoff.notifications.routing import Member, RequestFacts
@@ -42,6 +44,24 @@ class ChannelRef:
 
 
 _NOTIFICATIONS = cast(Table, Notification.__table__)
+_PLANS = cast(Table, NotificationPlan.__table__)
+
+
+@dataclass(frozen=True)
+class WaitingPlan:
+    """A change whose notifications a worker has yet to plan."""
+
+    id: uuid.UUID
+    request_id: uuid.UUID
+    kind: str
+    approver_ids: tuple[uuid.UUID, ...]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    facts: RequestFacts
+    status: str
 
 
 @dataclass(frozen=True)
@@ -159,6 +179,82 @@ class NotificationRepository:
         pending = [r.approver_id for r in rows if r.status == "pending"]
         return pending[:1] if sequential else pending
 
+    # ---- plans (written by a change, planned by a worker) ----
+
+    async def add_plan(
+        self,
+        request_id: uuid.UUID,
+        kind: str,
+        now: datetime,
+        approver_ids: Sequence[uuid.UUID] | None = None,
+    ) -> None:
+        """The change's one write for its notifications; a worker plans them."""
+        row = {
+            "id": new_id(),
+            "request_id": request_id,
+            "kind": kind,
+            "approver_ids": None if approver_ids is None else [str(a) for a in approver_ids],
+            "created_at": now,
+        }
+        await self.session.execute(insert(_PLANS), [row])
+        self.session.info[WROTE_NOTIFICATIONS] = True
+
+    async def take_plans(self, limit: int) -> list[WaitingPlan]:
+        """The oldest waiting plans, locked by this transaction (PostgreSQL: others skip
+        them; SQLite: the writer holds the database)."""
+        rows = await self.session.execute(
+            select(NotificationPlan)
+            .order_by(NotificationPlan.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        return [
+            WaitingPlan(
+                p.id,
+                p.request_id,
+                p.kind,
+                tuple(uuid.UUID(a) for a in p.approver_ids or ()),
+                p.created_at,
+            )
+            for p in rows.scalars()
+        ]
+
+    async def delete_plans(self, ids: Collection[uuid.UUID]) -> None:
+        await self.session.execute(
+            delete(NotificationPlan)
+            .where(NotificationPlan.id.in_(list(ids)))
+            .execution_options(synchronize_session=False)
+        )
+
+    async def any_plan_waiting(self) -> bool:
+        return (await self.session.scalar(select(NotificationPlan.id).limit(1))) is not None
+
+    async def requests_to_plan(
+        self, request_ids: Collection[uuid.UUID]
+    ) -> dict[uuid.UUID, PlannedRequest]:
+        """The requests of plans, share-locked until the planning commits (PostgreSQL):
+        a decision on one waits for its rows to be written, then cancels its reminders;
+        one that came first is seen here, and nothing is planned for it."""
+        rows = await self.session.execute(
+            select(ApprovalRequest)
+            .where(ApprovalRequest.id.in_(list(request_ids)))
+            .with_for_update(read=True)
+        )
+        return {r.id: PlannedRequest(facts_of(r), r.status) for r in rows.scalars()}
+
+    async def pending_step_approvers(
+        self, request_ids: Collection[uuid.UUID]
+    ) -> set[tuple[uuid.UUID, uuid.UUID]]:
+        """(request, approver) of every step still waiting for its approver."""
+        if not request_ids:
+            return set()
+        rows = await self.session.execute(
+            select(ApprovalStep.request_id, ApprovalStep.approver_id).where(
+                ApprovalStep.request_id.in_(list(request_ids)), ApprovalStep.status == "pending"
+            )
+        )
+        return {(r.request_id, r.approver_id) for r in rows}
+
     # ---- the outbox ----
 
     async def insert_notifications(self, rows: Sequence[dict[str, Any]]) -> None:
@@ -241,6 +337,19 @@ class NotificationRepository:
             .execution_options(synchronize_session=False)
         )
         return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+    async def finish_many(
+        self, ids: Collection[uuid.UUID], token: uuid.UUID, values: dict[str, Any]
+    ) -> set[uuid.UUID]:
+        """Move claimed rows on alike, only those this claim still holds; their ids."""
+        result = await self.session.execute(
+            update(Notification)
+            .where(Notification.id.in_(list(ids)), Notification.claim_token == token)
+            .values(**values)
+            .returning(Notification.id)
+            .execution_options(synchronize_session=False)
+        )
+        return set(result.scalars().all())
 
     def add_attempt(self, attempt: NotificationAttempt) -> None:
         self.session.add(attempt)

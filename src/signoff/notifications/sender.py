@@ -2,10 +2,13 @@
 
 A round is three transactions' worth, the way callbacks are delivered
 (``webhooks/dispatcher.py``), and only the middle step talks to anyone outside:
-1. a claim, which leases due rows to this process and, in the same transaction, issues
-   the one-click links of the messages about to go out (only their hashes are stored),
-   puts back chat notifications that must wait for their channel's digest, and voids
-   those whose request was decided meanwhile;
+1. a claim, which first plans what changes left to plan (``service.plan_waiting``: the
+   rows of a create or of steps opening are written and their plans deleted, so a sender
+   killed before the commit leaves the plans to the next), then leases due rows to this
+   process and, in the same transaction, issues the one-click links of the messages
+   about to go out (only their hashes are stored), puts back chat notifications that
+   must wait for their channel's digest, and voids those whose request was decided
+   meanwhile;
 2. the sends, outside any transaction, concurrently;
 3. the record: each attempt is logged and its rows move on (sent, retried later with
    backoff, or failed), only by the holder of the claim.
@@ -46,6 +49,12 @@ logger = logging.getLogger(__name__)
 # that is down for minutes still gets it.
 RETRY_DELAYS_SECONDS = (5.0, 30.0, 120.0, 600.0)
 CLAIM_LIMIT = 200
+# Plans taken per planning transaction: a burst's plans are read and written together,
+# and the SQLite writer is held for one batch at a time.
+PLAN_LIMIT = 200
+# While plans wait that another sender is planning (its rows locked), look again this
+# soon rather than spin.
+PLANS_WAITING_RECHECK_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -71,12 +80,17 @@ class NotificationSender:
         self.box = box
         self.clock = clock
         self.http = HttpChannels(clients, policy, settings)
-        self.smtp = SmtpServer.from_url(settings.smtp_url) if settings.smtp_url else None
+        self.smtp = (
+            SmtpServer.from_url(settings.smtp_url, settings.smtp_ca_file)
+            if settings.smtp_url
+            else None
+        )
         # Set after a commit that wrote notifications (``AppContext.transaction``).
         self.wakeup = asyncio.Event()
         # When each chat channel last got a message from this process (clock seconds).
         self.last_chat_message: dict[uuid.UUID, float] = {}
         self.messages_sent = 0
+        self.planned_last_round = False
 
     def request_url(self, request_id: uuid.UUID) -> str:
         return f"{self.settings.public_url}/requests/{request_id}"
@@ -85,22 +99,30 @@ class NotificationSender:
         return f"{self.settings.public_url}/links/{token}"
 
     async def run_once(self) -> int:
-        """One round: claim what is due, send it, record it. Answers rows claimed."""
-        token = new_id()
-        outgoing, claimed = await self._claim(token)
-        if not outgoing:
-            return claimed
-        results = await asyncio.gather(*(self._send(message) for message in outgoing))
-        await self._record(token, list(zip(outgoing, results, strict=True)))
-        return claimed
+        """One round: plan what waits and claim what is due, send it, record it; again
+        while a backlog of plans remains. Answers rows claimed."""
+        claimed = 0
+        while True:
+            token = new_id()
+            outgoing, taken, planned = await self._claim(token)
+            self.planned_last_round = planned > 0
+            claimed += taken
+            if outgoing:
+                results = await asyncio.gather(*(self._send(message) for message in outgoing))
+                await self._record(token, list(zip(outgoing, results, strict=True)))
+            if planned < PLAN_LIMIT:
+                return claimed
 
-    # ---- 1. claim ----
+    # ---- 1. plan and claim ----
 
-    async def _claim(self, token: uuid.UUID) -> tuple[list[Outgoing], int]:
+    async def _claim(self, token: uuid.UUID) -> tuple[list[Outgoing], int, int]:
+        """Messages to send, rows claimed, plans taken. Planning shares the claim's
+        transaction: what a create plans is claimed with it, for one commit, not two."""
         now = self.clock()
         lease = now + timedelta(seconds=self.settings.notification_lease_seconds)
         async with self.db.write_transaction() as session:
             repo = NotificationRepository(session, self.db.dialect)
+            planned = await service.plan_waiting(repo, now, PLAN_LIMIT)
             ids = await repo.claim_due(token, now, lease, CLAIM_LIMIT)
             rows = await repo.get_claimed(ids, token)
             live, void = _split_decided(rows)
@@ -120,7 +142,7 @@ class NotificationSender:
                 wait = timedelta(seconds=self.settings.notification_chat_interval_seconds)
                 await repo.put_back([r.notification.id for r in held], token, now + wait)
             built = [self._with_links(repo, message, now) for message in outgoing]
-        return built, len(ids)
+        return built, len(ids), planned
 
     def _group(self, rows: Sequence[ClaimedRow]) -> tuple[list[list[ClaimedRow]], list[ClaimedRow]]:
         """E-mail and webhook rows go one by one; chat rows one message per channel."""
@@ -204,48 +226,41 @@ class NotificationSender:
     # ---- 3. record ----
 
     async def _record(self, token: uuid.UUID, sent: list[tuple[Outgoing, AttemptResult]]) -> None:
+        """Rows that move on alike (same attempt number, same outcome) are updated by one
+        statement: a digest's hundred rows, or a burst's mails, are one UPDATE, not a
+        hundred, and the writer (on SQLite, this process's event loop) is held that much
+        less."""
         now = self.clock()
+        groups: dict[tuple[int, bool, str | None], list[tuple[ClaimedRow, AttemptResult]]] = {}
+        for message, result in sent:
+            for row in message.rows:
+                attempt = row.notification.attempts + 1
+                groups.setdefault((attempt, result.success, result.error), []).append((row, result))
         async with self.db.write_transaction() as session:
             repo = NotificationRepository(session, self.db.dialect)
-            for message, result in sent:
-                for row in message.rows:
-                    await self._record_one(repo, token, row, result, now)
-
-    async def _record_one(
-        self,
-        repo: NotificationRepository,
-        token: uuid.UUID,
-        row: ClaimedRow,
-        result: AttemptResult,
-        now: datetime,
-    ) -> None:
-        n = row.notification
-        attempt = n.attempts + 1
-        values: dict[str, object] = {"attempts": attempt, "claim_token": None, "updated_at": now}
-        if result.success:
-            values.update(status="sent", sent_at=now, last_error=None)
-        elif attempt > len(RETRY_DELAYS_SECONDS):
-            values.update(status="failed", last_error=result.error)
-        else:
-            delay = timedelta(seconds=RETRY_DELAYS_SECONDS[attempt - 1])
-            values.update(due_at=now + delay, last_error=result.error)
-        if not await repo.finish(n.id, token, values):
-            logger.warning("notification %s: lease lost; another sender owns it", n.id)
-            return
-        repo.add_attempt(
-            NotificationAttempt(
-                id=new_id(),
-                notification_id=n.id,
-                request_id=n.request_id,
-                attempt=attempt,
-                success=result.success,
-                status_code=result.status_code,
-                duration_ms=result.duration_ms,
-                error=result.error,
-                created_at=now,
-            )
-        )
-        self.messages_sent += result.success
+            for (attempt, success, error), rows in groups.items():
+                values = _next_state(attempt, success, error, now)
+                ids = [row.notification.id for row, _ in rows]
+                moved = await repo.finish_many(ids, token, values)
+                for row, result in rows:
+                    n = row.notification
+                    if n.id not in moved:
+                        logger.warning("notification %s: lease lost; another sender owns it", n.id)
+                        continue
+                    repo.add_attempt(
+                        NotificationAttempt(
+                            id=new_id(),
+                            notification_id=n.id,
+                            request_id=n.request_id,
+                            attempt=attempt,
+                            success=result.success,
+                            status_code=result.status_code,
+                            duration_ms=result.duration_ms,
+                            error=result.error,
+                            created_at=now,
+                        )
+                    )
+                    self.messages_sent += result.success
 
     async def send_test(
         self, org_id: uuid.UUID, channel_name: str, member: OrgMember
@@ -282,9 +297,30 @@ class NotificationSender:
         return await self._send(Outgoing((row,), (messages.Item(sample, "created", links),)))
 
     async def next_due_seconds(self) -> float | None:
+        """Seconds until there is work: at once while plans wait (another process wrote
+        them, or another sender is planning them)."""
         async with self.db.read_session() as session:
-            due = await NotificationRepository(session, self.db.dialect).next_due_at()
+            repo = NotificationRepository(session, self.db.dialect)
+            if await repo.any_plan_waiting():
+                # New plans: at once. Plans the last round could not take are another
+                # sender's (PostgreSQL, locked): look again shortly rather than spin.
+                return 0.0 if self.planned_last_round else PLANS_WAITING_RECHECK_SECONDS
+            due = await repo.next_due_at()
         return None if due is None else max(0.0, (due - self.clock()).total_seconds())
+
+
+def _next_state(attempt: int, success: bool, error: str | None, now: datetime) -> dict[str, object]:
+    """A notification's row after its ``attempt``-th send: sent, due again later, or
+    failed after its last retry."""
+    values: dict[str, object] = {"attempts": attempt, "claim_token": None, "updated_at": now}
+    if success:
+        values.update(status="sent", sent_at=now, last_error=None)
+    elif attempt > len(RETRY_DELAYS_SECONDS):
+        values.update(status="failed", last_error=error)
+    else:
+        delay = timedelta(seconds=RETRY_DELAYS_SECONDS[attempt - 1])
+        values.update(due_at=now + delay, last_error=error)
+    return values
 
 
 def _split_decided(rows: Sequence[ClaimedRow]) -> tuple[list[ClaimedRow], list[ClaimedRow]]:

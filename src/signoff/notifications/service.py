@@ -1,23 +1,25 @@
 """Use cases of notifications. Services never commit: the caller's unit of work does.
 
 The approval services call three hooks, each in the transaction of the change it reports,
-and each only *writes rows* (sending happens after the commit, in the sender):
+and each makes one cheap write (planning and sending happen after the commit, in a worker):
 
-- ``on_request_created``: the first matching rule's channels and audience get a
-  ``created`` notification, and its reminders, escalation and expiry warning are
-  scheduled as rows with a later ``due_at``;
-- ``on_step_opened``: the approvers of a step that opens get a ``step_opened`` one;
+- ``on_request_created`` and ``on_step_opened`` write a plan row. A worker's
+  ``plan_waiting`` then gives the first matching rule's channels and audience a
+  ``created`` notification (or the opened steps' approvers a ``step_opened`` one) and
+  schedules its reminders, escalation and expiry warning as rows with a later ``due_at``;
 - ``on_request_left_pending``: a decision, cancellation or expiry voids what is
   scheduled.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import logging
 import secrets
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -46,6 +48,8 @@ from signoff.notifications.routing import (
 )
 
 MASK = "…"
+
+logger = logging.getLogger(__name__)
 
 
 # ---- the routing document ----
@@ -201,78 +205,158 @@ async def load_document(repo: NotificationRepository, org_id: uuid.UUID) -> Rout
 
 
 async def on_request_created(
-    repo: NotificationRepository, request: RequestFacts, now: datetime
+    repo: NotificationRepository, request_id: uuid.UUID, now: datetime
 ) -> None:
-    document = await load_document(repo, request.org_id)
-    rule = first_matching_rule(document, request) if document else None
-    if rule is None:
-        return
-    plan = await _Planner.start(repo, request, rule, now)
-    plan.add("created", now, rule.channels, rule.audience)
-    for scheduled in schedule(rule, request, now):
-        channels, audience = rule.channels, rule.audience
-        if scheduled.kind == "escalated" and rule.escalation:
-            channels = rule.escalation.channels or rule.channels
-            audience = rule.escalation.audience or rule.audience
-        plan.add(scheduled.kind, scheduled.due_at, channels, audience)
-    await plan.write()
+    """One row that says "plan this request's notifications"; a worker plans them."""
+    await repo.add_plan(request_id, "created", now)
 
 
 async def on_step_opened(
     repo: NotificationRepository,
-    request: RequestFacts,
+    request_id: uuid.UUID,
     approver_ids: Sequence[uuid.UUID],
     now: datetime,
 ) -> None:
     """Steps opened (the chain was configured, or a sequential chain moved on): their
-    approvers are told, on the first matching rule's channels."""
-    if not approver_ids:
-        return
-    document = await load_document(repo, request.org_id)
-    rule = first_matching_rule(document, request) if document else None
-    if rule is None:
-        return
-    plan = await _Planner.start(repo, request, rule, now, approver_ids)
-    plan.add("step_opened", now, rule.channels, "step_approvers")
-    await plan.write()
+    approvers are to be told; a worker plans it."""
+    if approver_ids:
+        await repo.add_plan(request_id, "step_opened", now, approver_ids)
 
 
 async def on_request_left_pending(
     repo: NotificationRepository, request_id: uuid.UUID, now: datetime
 ) -> None:
+    """Reminders already planned are void. One not planned yet never will be: planning
+    skips a request that is no longer pending."""
     await repo.cancel_scheduled(request_id, now)
+
+
+# ---- planning (in a worker's claim transaction: ``NotificationSender._claim``) ----
+
+
+async def plan_waiting(repo: NotificationRepository, now: datetime, limit: int) -> int:
+    """Plan up to ``limit`` waiting changes: the first matching rule's channels and
+    audience get their rows, reminders and escalation get rows due later, and the plans
+    are deleted, all in the caller's transaction. Answers the plans taken.
+
+    A request no longer pending when its plan is taken (decided or cancelled within
+    moments of its create) notifies nobody: the message would ask for a decision that
+    has been made."""
+    plans = await repo.take_plans(limit)
+    if not plans:
+        return 0
+    requests = await repo.requests_to_plan({p.request_id for p in plans})
+    steps = {p.request_id for p in plans if p.kind == "step_opened"}
+    waiting_steps = await repo.pending_step_approvers(steps)
+    orgs: dict[uuid.UUID, _OrgRouting] = {}
+    rows: list[dict[str, Any]] = []
+    for plan in plans:
+        found = requests.get(plan.request_id)
+        if found is None or found.status != "pending":
+            continue
+        request = found.facts
+        if plan.kind == "created":
+            # Matched as created: steps come later (configuring them opens a step,
+            # planned on its own), so a create has none.
+            request = replace(request, has_steps=False)
+        org = orgs.get(request.org_id)
+        if org is None:
+            org = orgs[request.org_id] = await _OrgRouting.load(repo, request.org_id)
+        rule = first_matching_rule(org.document, request) if org.document else None
+        if rule is None:
+            continue
+        if plan.kind == "created":
+            rows += await _plan_created(repo, org, rule, request, now)
+        else:
+            approvers = [a for a in plan.approver_ids if (request.id, a) in waiting_steps]
+            rows += await _plan_step_opened(repo, org, rule, request, approvers, now)
+    if rows:
+        await repo.insert_notifications(rows)
+        await repo.notify_workers()
+    await repo.delete_plans([p.id for p in plans])
+    return len(plans)
+
+
+@dataclass
+class _OrgRouting:
+    """One org's rules, channels and (when a plan needs them) active members, read once
+    per planning transaction."""
+
+    document: RoutingDocument | None
+    channels: dict[str, ChannelRef]
+    members: list[Member] | None = None
+
+    @classmethod
+    async def load(cls, repo: NotificationRepository, org_id: uuid.UUID) -> _OrgRouting:
+        try:
+            document = await load_document(repo, org_id)
+        except ValidationError:
+            # A stored document this version no longer accepts must not hold up every
+            # other org's plans: this org notifies nobody until an admin saves it again.
+            logger.warning("org %s: its stored routing document is not valid; skipped", org_id)
+            document = None
+        channels = await repo.channel_refs(org_id) if document else {}
+        return cls(document, channels)
+
+    async def people(
+        self, repo: NotificationRepository, org_id: uuid.UUID, rule: Rule
+    ) -> list[Member] | None:
+        # People are read only when someone is mailed, or an audience may be empty.
+        needs_people = any(c.type == "email" for c in self.channels.values()) or not (
+            rule.audience == "all"
+            and (rule.escalation is None or rule.escalation.audience in (None, "all"))
+        )
+        if needs_people and self.members is None:
+            self.members = await repo.active_members(org_id)
+        return self.members if needs_people else None
+
+
+async def _plan_created(
+    repo: NotificationRepository,
+    org: _OrgRouting,
+    rule: Rule,
+    request: RequestFacts,
+    now: datetime,
+) -> list[dict[str, Any]]:
+    plan = _Planner(request, rule, org.channels, now, await org.people(repo, request.org_id, rule))
+    plan.add("created", now, rule.channels, rule.audience)
+    # Later messages count from the create, not from when it was planned.
+    for scheduled in schedule(rule, request, request.created_at):
+        channels, audience = rule.channels, rule.audience
+        if scheduled.kind == "escalated" and rule.escalation:
+            channels = rule.escalation.channels or rule.channels
+            audience = rule.escalation.audience or rule.audience
+        plan.add(scheduled.kind, scheduled.due_at, channels, audience)
+    return plan.rows
+
+
+async def _plan_step_opened(
+    repo: NotificationRepository,
+    org: _OrgRouting,
+    rule: Rule,
+    request: RequestFacts,
+    approvers: Sequence[uuid.UUID],
+    now: datetime,
+) -> list[dict[str, Any]]:
+    if not approvers:
+        return []  # each has decided since: nobody to tell
+    people = await org.people(repo, request.org_id, rule)
+    plan = _Planner(request, rule, org.channels, now, people, approvers)
+    plan.add("step_opened", now, rule.channels, "step_approvers")
+    return plan.rows
 
 
 @dataclass
 class _Planner:
-    """The rows one hook writes: one per person for e-mail, one per chat or webhook."""
+    """The rows of one plan: one per person for e-mail, one per chat or webhook."""
 
-    repo: NotificationRepository
     request: RequestFacts
     rule: Rule
     channels: dict[str, ChannelRef]
     now: datetime
     members: list[Member] | None
-    approvers: Sequence[uuid.UUID]
-    rows: list[dict[str, Any]]
-
-    @classmethod
-    async def start(
-        cls,
-        repo: NotificationRepository,
-        request: RequestFacts,
-        rule: Rule,
-        now: datetime,
-        approvers: Sequence[uuid.UUID] = (),
-    ) -> _Planner:
-        channels = await repo.channel_refs(request.org_id)
-        # People are read only when someone is mailed, or an audience may be empty.
-        needs_people = any(c.type == "email" for c in channels.values()) or not (
-            rule.audience == "all"
-            and (rule.escalation is None or rule.escalation.audience in (None, "all"))
-        )
-        members = await repo.active_members(request.org_id) if needs_people else None
-        return cls(repo, request, rule, channels, now, members, approvers, [])
+    approvers: Sequence[uuid.UUID] = ()
+    rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def _people(self, audience: Audience) -> list[Member] | None:
         if self.members is None:
@@ -315,11 +399,6 @@ class _Planner:
                 }
                 for recipient, user_id in targets
             ]
-
-    async def write(self) -> None:
-        if self.rows:
-            await self.repo.insert_notifications(self.rows)
-            await self.repo.notify_workers()
 
 
 # ---- one-click links ----
@@ -365,6 +444,48 @@ def issue_links(
     return IssuedLinks(tokens["approve"], tokens["reject"])
 
 
+@dataclass(frozen=True)
+class NotificationLine:
+    """One notification about a request as people are shown it: no channel secret."""
+
+    id: uuid.UUID
+    kind: str
+    channel: str
+    channel_type: str
+    # An e-mail address (and the person's id) for e-mail, the channel's name otherwise.
+    recipient: str
+    recipient_user_id: uuid.UUID | None
+    status: str
+    attempts: int
+    due_at: datetime
+    sent_at: datetime | None
+    updated_at: datetime
+    error: str | None
+
+
+async def notification_log(
+    repo: NotificationRepository, request_id: uuid.UUID
+) -> list[NotificationLine]:
+    """What was (or will be) sent about a request the caller may see, oldest due first."""
+    return [
+        NotificationLine(
+            id=n.id,
+            kind=n.kind,
+            channel=name,
+            channel_type=kind,
+            recipient=n.recipient,
+            recipient_user_id=n.recipient_user_id,
+            status=n.status,
+            attempts=n.attempts,
+            due_at=n.due_at,
+            sent_at=n.sent_at,
+            updated_at=n.updated_at,
+            error=n.last_error,
+        )
+        for n, name, kind in await repo.list_for_request(request_id)
+    ]
+
+
 async def notifications_of_request(
     repo: NotificationRepository, member: OrgMember, request_id: uuid.UUID
 ) -> list[dict[str, Any]]:
@@ -374,18 +495,18 @@ async def notifications_of_request(
         raise NotFound("No approval request with this id.")
     return [
         {
-            "id": str(n.id),
-            "kind": n.kind,
-            "channel": name,
-            "channel_type": kind,
-            "recipient": n.recipient,
-            "status": n.status,
-            "attempts": n.attempts,
-            "due_at": _iso(n.due_at),
-            "sent_at": _iso(n.sent_at),
-            "error": n.last_error,
+            "id": str(line.id),
+            "kind": line.kind,
+            "channel": line.channel,
+            "channel_type": line.channel_type,
+            "recipient": line.recipient,
+            "status": line.status,
+            "attempts": line.attempts,
+            "due_at": _iso(line.due_at),
+            "sent_at": _iso(line.sent_at),
+            "error": line.error,
         }
-        for n, name, kind in await repo.list_for_request(request_id)
+        for line in await notification_log(repo, request_id)
     ]
 
 

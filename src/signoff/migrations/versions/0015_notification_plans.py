@@ -1,7 +1,7 @@
 """notification_plans: a create's notifications are planned by a worker, not by the create
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0014
 Create Date: 2026-11-25
 
 Planning a request's notifications (the routing rules, the channels, the org's members,
@@ -25,7 +25,7 @@ from alembic import op
 import signoff.models.base
 
 revision = "0015"
-down_revision = "0013"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 

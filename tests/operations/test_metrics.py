@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -12,10 +13,10 @@ from bench.receiver import Receiver, Reply
 from prometheus_client.parser import text_string_to_metric_families
 
 from signoff.app import create_app
+from signoff.common.poison import PoisonedRows
 from signoff.common.time import format_timestamp, utcnow
 from signoff.config import Settings
 from signoff.context import AppContext
-from signoff.metrics import count_poisoned_row
 from tests.conftest import Org, assert_error, create_approval
 from tests.helpers import NO_SWEEP, backdate_expiry
 
@@ -108,7 +109,7 @@ async def test_the_expiry_sweep_lag_and_poisoned_rows(
     assert 90 <= lag < 150
 
     before = value(await scrape(client), "signoff_poisoned_rows_total", job="expiry")
-    count_poisoned_row("expiry")
+    PoisonedRows().park("expiry", uuid.uuid4(), RuntimeError("no encoder takes this row"))
     after = value(await scrape(client), "signoff_poisoned_rows_total", job="expiry")
     assert after == before + 1
 

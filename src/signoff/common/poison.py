@@ -39,7 +39,6 @@ class PoisonedRows:
         """Note that ``job`` could not process ``row_id``; it is skipped for a while."""
         self.counts[job] += 1
         count_poisoned_row(job)
-        count_poisoned_row(job)
         self._parked.setdefault(job, {})[row_id] = self.clock() + self.retry_after_seconds
         logger.error(
             "%s: row %s could not be processed and is parked for %.0f s: %s: %s",

@@ -129,7 +129,12 @@ class AppContext:
         self.principals = PrincipalsByKey(self.db.queries)
         self.connection_use = ConnectionUse(self.db)
         self.notifications = NotificationSender(
-            self.settings, self.db, self.box, self.webhooks.clients, self.webhooks.policy
+            self.settings,
+            self.db,
+            self.box,
+            self.webhooks.clients,
+            self.webhooks.policy,
+            self.poisoned,
         )
         postgres = self.db.dialect == "postgresql"
         self.live = OrgSignals(self.settings.database_url if postgres else None)

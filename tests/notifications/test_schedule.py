@@ -342,3 +342,42 @@ async def test_an_org_whose_stored_rules_no_longer_validate_holds_up_no_other_or
     async with ctx.reading() as uow:
         left = await uow.session.scalar(select(func.count()).select_from(NotificationPlan))
     assert left == 0
+
+
+async def test_a_plan_that_cannot_be_planned_is_parked_and_holds_up_nothing(
+    api: httpx.AsyncClient,
+    ctx: AppContext,
+    org: Org,
+    mailbox: MailBox,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One plan whose planning fails (a row no code of this version can plan) is rolled
+    back alone and parked: the other plans of its batch are planned, what is due is sent,
+    and the parked plan is planned once the fault is gone and its wait is over."""
+    import time
+
+    from signoff.notifications import service
+
+    await put(api, org, {"audience": "admins"})
+    poisoned = await create_approval(api, org.member, title="Cannot be planned")
+    await create_approval(api, org.member, title="Plans fine")
+    plan_created = service._plan_created
+
+    async def failing_for_one(*args: object, **kwargs: object) -> list[dict[str, object]]:
+        request = args[3]
+        if str(getattr(request, "id", "")) == poisoned["id"]:
+            raise RuntimeError("a row this version cannot plan")
+        return await plan_created(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(service, "_plan_created", failing_for_one)
+    sent = await round_of(ctx, mailbox)
+    assert len(sent) == 1 and "Plans fine" in sent[0][1]
+    assert ctx.poisoned.counts[service.PLAN_JOB] == 1
+    assert await round_of(ctx, mailbox) == []  # parked: not retried at once
+    assert ctx.poisoned.counts[service.PLAN_JOB] == 1
+
+    monkeypatch.setattr(service, "_plan_created", plan_created)
+    waited = time.monotonic() + ctx.poisoned.retry_after_seconds + 1
+    ctx.poisoned.clock = lambda: waited  # its wait is over
+    sent = await round_of(ctx, mailbox)
+    assert len(sent) == 1 and "Cannot be planned" in sent[0][1]

@@ -7,8 +7,9 @@ writer holds the database, so the statement is a claim by itself.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -199,11 +200,13 @@ class NotificationRepository:
         await self.session.execute(insert(_PLANS), [row])
         self.session.info[WROTE_NOTIFICATIONS] = True
 
-    async def take_plans(self, limit: int) -> list[WaitingPlan]:
+    async def take_plans(self, limit: int, skip: Collection[uuid.UUID] = ()) -> list[WaitingPlan]:
         """The oldest waiting plans, locked by this transaction (PostgreSQL: others skip
-        them; SQLite: the writer holds the database)."""
+        them; SQLite: the writer holds the database). ``skip``: plans parked after failing
+        (common/poison.py)."""
         rows = await self.session.execute(
             select(NotificationPlan)
+            .where(*_not_among(NotificationPlan.id, skip))
             .order_by(NotificationPlan.id)
             .limit(limit)
             .with_for_update(skip_locked=True)
@@ -226,8 +229,16 @@ class NotificationRepository:
             .execution_options(synchronize_session=False)
         )
 
-    async def any_plan_waiting(self) -> bool:
-        return (await self.session.scalar(select(NotificationPlan.id).limit(1))) is not None
+    async def any_plan_waiting(self, skip: Collection[uuid.UUID] = ()) -> bool:
+        first = select(NotificationPlan.id).where(*_not_among(NotificationPlan.id, skip))
+        return (await self.session.scalar(first.limit(1))) is not None
+
+    @contextlib.asynccontextmanager
+    async def savepoint(self) -> AsyncIterator[None]:
+        """A savepoint: what a block writes inside it is undone alone if the block raises."""
+        async with self.session.begin_nested():
+            await self.session.connection()  # SQLite: the SAVEPOINT is emitted now
+            yield
 
     async def requests_to_plan(
         self, request_ids: Collection[uuid.UUID]
@@ -407,3 +418,7 @@ class NotificationRepository:
             )
         )
         return None if row is None else (facts_of(row), row)
+
+
+def _not_among(column: Any, ids: Collection[uuid.UUID]) -> list[Any]:
+    return [column.not_in(list(ids))] if ids else []

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 
 from signoff.auth.principal import OrgMember
 from signoff.common.ids import new_id
+from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
@@ -73,9 +74,11 @@ class NotificationSender:
         box: SecretBox,
         clients: ClientPool,
         policy: AddressPolicy,
+        poisoned: PoisonedRows,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.settings = settings
+        self.poisoned = poisoned
         self.db = db
         self.box = box
         self.clock = clock
@@ -122,7 +125,7 @@ class NotificationSender:
         lease = now + timedelta(seconds=self.settings.notification_lease_seconds)
         async with self.db.write_transaction() as session:
             repo = NotificationRepository(session, self.db.dialect)
-            planned = await service.plan_waiting(repo, now, PLAN_LIMIT)
+            planned = await service.plan_waiting(repo, now, PLAN_LIMIT, self.poisoned)
             ids = await repo.claim_due(token, now, lease, CLAIM_LIMIT)
             rows = await repo.get_claimed(ids, token)
             live, void = _split_decided(rows)
@@ -301,7 +304,7 @@ class NotificationSender:
         them, or another sender is planning them)."""
         async with self.db.read_session() as session:
             repo = NotificationRepository(session, self.db.dialect)
-            if await repo.any_plan_waiting():
+            if await repo.any_plan_waiting(self.poisoned.parked(service.PLAN_JOB)):
                 # New plans: at once. Plans the last round could not take are another
                 # sender's (PostgreSQL, locked): look again shortly rather than spin.
                 return 0.0 if self.planned_last_round else PLANS_WAITING_RECHECK_SECONDS

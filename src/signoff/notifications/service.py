@@ -28,11 +28,12 @@ from pydantic import ValidationError
 
 from signoff.auth.principal import OrgMember
 from signoff.common.ids import new_id
+from signoff.common.poison import PoisonedRows
 from signoff.common.validation import validation_failed_from
 from signoff.crypto import SecretBox
 from signoff.errors import Forbidden, NotFound, ValidationFailed
 from signoff.models.notifications import DecisionLink, NotificationChannel
-from signoff.notifications.repository import ChannelRef, NotificationRepository
+from signoff.notifications.repository import ChannelRef, NotificationRepository, WaitingPlan
 from signoff.notifications.routing import (
     SECRET_KEYS,
     Audience,
@@ -48,6 +49,8 @@ from signoff.notifications.routing import (
 )
 
 MASK = "…"
+# The job name under which plans that fail alone are parked (common/poison.py).
+PLAN_JOB = "notification_planning"
 
 logger = logging.getLogger(__name__)
 
@@ -234,17 +237,38 @@ async def on_request_left_pending(
 # ---- planning (in a worker's claim transaction: ``NotificationSender._claim``) ----
 
 
-async def plan_waiting(repo: NotificationRepository, now: datetime, limit: int) -> int:
+async def plan_waiting(
+    repo: NotificationRepository, now: datetime, limit: int, poisoned: PoisonedRows
+) -> int:
     """Plan up to ``limit`` waiting changes: the first matching rule's channels and
     audience get their rows, reminders and escalation get rows due later, and the plans
     are deleted, all in the caller's transaction. Answers the plans taken.
 
     A request no longer pending when its plan is taken (decided or cancelled within
     moments of its create) notifies nobody: the message would ask for a decision that
-    has been made."""
-    plans = await repo.take_plans(limit)
+    has been made.
+
+    The batch is planned in a savepoint; if it fails, each plan is planned in a savepoint
+    of its own, and one that fails alone is parked (common/poison.py): it must not hold
+    up the other plans, nor the sending of what is already due, which shares this
+    transaction."""
+    plans = await repo.take_plans(limit, skip=poisoned.parked(PLAN_JOB))
     if not plans:
         return 0
+    try:
+        async with repo.savepoint():
+            await _plan(repo, plans, now)
+    except Exception:
+        for plan in plans:
+            try:
+                async with repo.savepoint():
+                    await _plan(repo, [plan], now)
+            except Exception as exc:
+                poisoned.park(PLAN_JOB, plan.id, exc)
+    return len(plans)
+
+
+async def _plan(repo: NotificationRepository, plans: Sequence[WaitingPlan], now: datetime) -> None:
     requests = await repo.requests_to_plan({p.request_id for p in plans})
     steps = {p.request_id for p in plans if p.kind == "step_opened"}
     waiting_steps = await repo.pending_step_approvers(steps)
@@ -274,7 +298,6 @@ async def plan_waiting(repo: NotificationRepository, now: datetime, limit: int) 
         await repo.insert_notifications(rows)
         await repo.notify_workers()
     await repo.delete_plans([p.id for p in plans])
-    return len(plans)
 
 
 @dataclass

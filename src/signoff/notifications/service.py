@@ -7,7 +7,7 @@ and each only *writes rows* (sending happens after the commit, in the sender):
   ``created`` notification, and its reminders, escalation and expiry warning are
   scheduled as rows with a later ``due_at``;
 - ``on_step_opened``: the approvers of a step that opens get a ``step_opened`` one;
-- ``on_request_left_pending``: a decision, cancellation or expiry voids what is
+- ``on_requests_left_pending``: decisions, cancellations or expiries void what is
   scheduled.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -237,10 +237,11 @@ async def on_step_opened(
     await plan.write()
 
 
-async def on_request_left_pending(
-    repo: NotificationRepository, request_id: uuid.UUID, now: datetime
+async def on_requests_left_pending(
+    repo: NotificationRepository, request_ids: Collection[uuid.UUID], now: datetime
 ) -> None:
-    await repo.cancel_scheduled(request_id, now)
+    if request_ids:
+        await repo.cancel_scheduled(request_ids, now)
 
 
 @dataclass

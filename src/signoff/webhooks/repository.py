@@ -27,6 +27,7 @@ CANDIDATES_PER_SLOT = 2
 # Core tables for the record's bulk inserts (no unit of work for rows nobody tracks).
 _ATTEMPTS = cast(Table, WebhookAttempt.__table__)
 _EVENTS = cast(Table, AuditEvent.__table__)
+_DELIVERIES = cast(Table, WebhookDelivery.__table__)
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,11 @@ class WebhookRepository:
 
     # ---- the outbox ----
 
-    async def add_delivery(self, delivery: WebhookDelivery) -> None:
-        self.session.add(delivery)
+    async def add_deliveries(self, deliveries: Sequence[WebhookDelivery]) -> None:
+        """New deliveries in one statement, past the session's unit of work (nothing
+        reads them back in this transaction: the outbox holds what attempts need)."""
+        if deliveries:
+            await self.session.execute(insert(_DELIVERIES), [_column_values(d) for d in deliveries])
 
     async def connection_secrets(self, connection_id: uuid.UUID) -> ConnectionSecrets | None:
         row = (

@@ -569,7 +569,7 @@ def bench_database(target: str, args: argparse.Namespace, workdir: Path) -> dict
                         stack.enter_context(running(process))
                 stack.callback(lambda: [p.stop() for p in processes if not p.port])
                 left = instant - time.time()
-                log(f"[{target}] {'and '.join(report['processes'])} started; {left:.1f} s to go")
+                log(f"[{target}] {' and '.join(report['processes'])} started; {left:.1f} s to go")
                 if left < 3:
                     raise BenchError("the server took too long to start: raise --lead")
                 load = Load(processes[0].url, other_connection["api_key"], args.api_rate)

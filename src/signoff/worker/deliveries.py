@@ -210,9 +210,20 @@ class DeliveryWorker:
             task.add_done_callback(self._finished)
 
     async def _attempt(self, delivery: ClaimedDelivery) -> None:
+        # The receiver's slot is free once it has answered: recording the attempt (a
+        # transaction shared with others, which may wait its turn) keeps the worker's slot
+        # only, so a receiver that answers fast is not held to its cap by our own writes.
+        receiver_done = False
+
+        def answered() -> None:
+            nonlocal receiver_done
+            if not receiver_done:
+                receiver_done = True
+                self._receiver_slot_freed(delivery.target)
+
         try:
             self.attempts_made += 1
-            await self.dispatcher.attempt(delivery, batched=True)
+            await self.dispatcher.attempt(delivery, batched=True, answered=answered)
         except asyncio.CancelledError:
             self.interrupted.append(delivery)
             raise
@@ -220,10 +231,13 @@ class DeliveryWorker:
             # The lease runs out and the delivery is attempted again: nothing is lost.
             logger.exception("delivery %s: attempt could not be recorded", delivery.id)
         finally:
-            self.per_target_in_flight[delivery.target] -= 1
-            if self.per_target_in_flight[delivery.target] <= 0:
-                del self.per_target_in_flight[delivery.target]
-            self._slot_freed(delivery.target)
+            answered()
+
+    def _receiver_slot_freed(self, target: str) -> None:
+        self.per_target_in_flight[target] -= 1
+        if self.per_target_in_flight[target] <= 0:
+            del self.per_target_in_flight[target]
+        self._slot_freed(target)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self.in_flight.discard(task)

@@ -477,7 +477,11 @@ async def watch_storm(
         "api_unanswered_after_storm": load.unanswered,
         "cpu_seconds_during": cpu,
         "storm_seconds": round(storm_end - instant, 2),
+        # (seconds after the instant, recorded expired, callbacks received): every 5 s,
+        # and the last look before the storm was over (or the timeout).
         "progress_every_5s": [p for i, p in enumerate(progress) if i % 20 == 0],
+        "progress_at_end": progress[-1] if progress else None,
+        "callbacks_per_second": round(len(first) / max(0.01, storm_end - instant), 1),
     }
 
 

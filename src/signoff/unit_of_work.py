@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -15,7 +16,12 @@ from signoff.notifications.repository import NotificationRepository
 from signoff.oauth.repository import OAuthRepository
 from signoff.orgs.repository import OrgRepository
 from signoff.webhooks.repository import WebhookRepository
-from signoff.webhooks.service import DecisionFacts, Outbox, enqueue_decision_callback
+from signoff.webhooks.service import (
+    DecisionFacts,
+    Outbox,
+    enqueue_decision_callback,
+    enqueue_decision_callbacks,
+)
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,9 @@ class DecisionCallbacks:
     async def enqueue(self, facts: DecisionFacts, now: datetime) -> None:
         await enqueue_decision_callback(self._webhooks, facts, now)
 
+    async def enqueue_many(self, facts: Sequence[DecisionFacts], now: datetime) -> None:
+        await enqueue_decision_callbacks(self._webhooks, facts, now)
+
 
 class RequestNotifications:
     """The notifications a request's changes cause: one plan row in this transaction,
@@ -52,7 +61,10 @@ class RequestNotifications:
         await notifications.on_step_opened(self._repo, request.id, approvers, now)
 
     async def left_pending(self, request_id: uuid.UUID, now: datetime) -> None:
-        await notifications.on_request_left_pending(self._repo, request_id, now)
+        await notifications.on_requests_left_pending(self._repo, [request_id], now)
+
+    async def left_pending_many(self, request_ids: Sequence[uuid.UUID], now: datetime) -> None:
+        await notifications.on_requests_left_pending(self._repo, request_ids, now)
 
 
 class UnitOfWork:

@@ -68,6 +68,11 @@ class FakeApprovals:
         row.update(values)
         return True
 
+    async def update_many_if_pending(self, changes: Any) -> int:
+        return sum(
+            [await self.update_if_pending(request_id, values) for request_id, values in changes]
+        )
+
     async def add_vote(self, vote: NewVote) -> None:
         self.votes.append(vote)
 
@@ -91,6 +96,9 @@ class FakeApprovals:
     async def add_event(self, event: NewEvent) -> None:
         self.events.append(event)
 
+    async def add_events(self, events: Any) -> None:
+        self.events.extend(events)
+
     async def flush(self) -> None:
         self.flushes += 1
 
@@ -101,6 +109,9 @@ class FakeCallbacks:
 
     async def enqueue(self, facts: DecisionFacts, now: datetime) -> None:
         self.sent.append(facts)
+
+    async def enqueue_many(self, facts: Any, now: datetime) -> None:
+        self.sent.extend(facts)
 
 
 @dataclass
@@ -113,6 +124,9 @@ class FakeNotifications:
 
     async def left_pending(self, request_id: uuid.UUID, now: datetime) -> None:
         self.stopped_for.append(request_id)
+
+    async def left_pending_many(self, request_ids: Any, now: datetime) -> None:
+        self.stopped_for.extend(request_ids)
 
 
 @dataclass

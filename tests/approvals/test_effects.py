@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from signoff.approvals import state
-from signoff.approvals.effects import Author, apply_transition
+from signoff.approvals.effects import Author, apply_transition, apply_transitions
 from signoff.approvals.state import Actor, RequestView, StepSpec, StepView
 from signoff.errors import Forbidden, StepsLocked, ValidationFailed
 from tests.approvals.fakes import NOW, FakeUnitOfWork, pending_request
@@ -120,6 +120,67 @@ async def test_expiry_calls_back_with_nobody_deciding_at_the_deadline() -> None:
     assert uow.approvals.votes == [] and uow.approvals.comments == []
     [facts] = uow.callbacks.sent
     assert (facts.status, facts.decided_by, facts.decided_at) == ("expired", None, deadline)
+
+
+def _written(uow: FakeUnitOfWork) -> dict[str, object]:
+    """Everything a unit of work was given, new ids aside (each write draws its own)."""
+    return {
+        "rows": uow.approvals.rows,
+        "events": [
+            (e.request_id, e.type, e.actor_id, _without_ids(e.data), e.created_at)
+            for e in uow.approvals.events
+        ],
+        "callbacks": uow.callbacks.sent,
+        "stopped": uow.notifications.stopped_for,
+        "changes": uow.changes,
+        "votes": uow.approvals.votes,
+        "steps": uow.approvals.step_updates,
+    }
+
+
+def _without_ids(data: dict[str, object]) -> dict[str, object]:
+    return {key: value for key, value in data.items() if key != "comment_id"}
+
+
+async def test_a_batch_of_transitions_writes_what_they_write_one_by_one() -> None:
+    deadline = NOW - timedelta(minutes=1)
+    step = uuid.uuid4()
+    rows_and_views = [
+        (
+            pending_request(expires_at=deadline, callback_url="https://hooks.example/x"),
+            RequestView("pending", 1, expires_at=deadline, has_callback=True),
+        ),
+        (
+            pending_request(expires_at=deadline - timedelta(hours=1), current_approvals=1),
+            RequestView("pending", 2, 1, expires_at=deadline - timedelta(hours=1)),
+        ),
+        (  # a chain: expiry leaves its steps as they are
+            pending_request(expires_at=deadline, has_steps=True, callback_url="https://h.example"),
+            RequestView(
+                "pending", 1, expires_at=deadline, has_callback=True,
+                steps=(StepView(step, 1, ALICE.user_id, "pending"),),
+            ),
+        ),
+    ]  # fmt: skip
+    items = [(row, state.apply(view, state.Expire(), NOW)) for row, view in rows_and_views]
+    one_by_one, batched = FakeUnitOfWork(), FakeUnitOfWork()
+    expected = [await apply_transition(one_by_one, row, t, None, NOW) for row, t in items]
+    assert await apply_transitions(batched, items, None, NOW) == expected
+    assert _written(batched) == _written(one_by_one)
+    assert [e.type for e in batched.approvals.events] == ["request.expired"] * 3
+    assert len(batched.callbacks.sent) == 2
+
+
+async def test_a_batch_applies_transitions_it_has_no_batch_form_for_one_by_one() -> None:
+    row = pending_request(callback_url="https://hooks.example/x")
+    view = RequestView("pending", 1, has_callback=True)
+    decide = state.Decide(actor(ALICE), "approve", comment="ok")
+    items = [(row, state.apply(view, decide, NOW))]
+    one_by_one, batched = FakeUnitOfWork(), FakeUnitOfWork()
+    await apply_transition(one_by_one, *items[0], ALICE, NOW)
+    await apply_transitions(batched, items, ALICE, NOW)
+    assert _written(batched) == _written(one_by_one)
+    assert batched.approvals.comments and batched.approvals.votes
 
 
 async def test_an_operator_cancellation_names_nobody() -> None:

@@ -14,7 +14,7 @@ import ssl
 from pathlib import Path
 
 import pytest
-from bench.receiver import Receiver
+from bench.receiver import Receiver, Reply
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -133,5 +133,24 @@ async def test_a_certificate_not_trusted_is_a_tls_error(
         async with TlsReceiver(server_context) as receiver:
             assert await _post(pool, policy, receiver.url) == (False, 0, "tls error")
             assert receiver.received == []
+    finally:
+        await pool.aclose()
+
+
+async def test_attempts_at_once_to_one_receiver_each_keep_a_connection_for_the_next(
+    policy: AddressPolicy,
+) -> None:
+    """A receiver gets as many connections as attempts run at once, and the next round of
+    attempts reuses them rather than dialling again."""
+    pool = ClientPool(policy, keepalive=8)
+    try:
+        async with Receiver(default=Reply(delay=0.05)) as receiver:
+            for _ in range(3):
+                outcomes = await asyncio.gather(
+                    *(_post(pool, policy, receiver.url) for _ in range(8))
+                )
+                assert all(success for success, _, _ in outcomes)
+            assert len(receiver.received) == 24
+            assert receiver.connections == 8
     finally:
         await pool.aclose()

@@ -254,6 +254,28 @@ class ApprovalRepository:
         params = {f"new_{column}": value for column, value in values.items()}
         return await count_in(self.session, statement, {**params, "request_id": request_id}) == 1
 
+    async def update_many_if_pending(
+        self, changes: Sequence[tuple[uuid.UUID, dict[str, Any]]]
+    ) -> int:
+        """``update_if_pending`` for many requests; answers how many changed.
+
+        Requests given the same values share one statement (``UPDATE ... WHERE id IN``):
+        requests that fall due at one instant, say, are expired in one.
+        """
+        groups: dict[tuple[tuple[str, Any], ...], list[uuid.UUID]] = {}
+        for request_id, values in changes:
+            groups.setdefault(tuple(sorted(values.items())), []).append(request_id)
+        changed = 0
+        for shared, ids in groups.items():
+            result = await self.session.execute(
+                update(ApprovalRequest)
+                .where(ApprovalRequest.id.in_(ids), ApprovalRequest.status == "pending")
+                .values(dict(shared))
+                .execution_options(synchronize_session=False)
+            )
+            changed += result.rowcount  # type: ignore[attr-defined]
+        return changed
+
     async def due_for_expiry(
         self, now: datetime, limit: int, skip: Collection[uuid.UUID] = ()
     ) -> list[RequestRecord]:
@@ -296,6 +318,23 @@ class ApprovalRepository:
 
     # ---- votes ----
 
+    async def count_based_voters_of(
+        self, request_ids: Collection[uuid.UUID]
+    ) -> dict[uuid.UUID, frozenset[uuid.UUID]]:
+        """``count_based_voters`` of many requests in one query (those without any vote
+        are left out)."""
+        if not request_ids:
+            return {}
+        rows = await self.session.execute(
+            select(Vote.request_id, Vote.user_id).where(
+                Vote.request_id.in_(list(request_ids)), Vote.step_id.is_(None)
+            )
+        )
+        voters: dict[uuid.UUID, set[uuid.UUID]] = {}
+        for request_id, user_id in rows:
+            voters.setdefault(request_id, set()).add(user_id)
+        return {request_id: frozenset(users) for request_id, users in voters.items()}
+
     async def count_based_voters(self, request_id: uuid.UUID) -> frozenset[uuid.UUID]:
         rows = await execute_in(self.session, _COUNT_BASED_VOTERS, {"request_id": request_id})
         return frozenset(row.user_id for row in rows)
@@ -314,6 +353,23 @@ class ApprovalRepository:
     async def list_steps(self, request_id: uuid.UUID) -> list[StepRecord]:
         """The chain in order: rows with the fields of ``ApprovalStep``."""
         return await execute_in(self.session, _STEPS_OF_REQUEST, {"request_id": request_id})
+
+    async def steps_of(
+        self, request_ids: Collection[uuid.UUID]
+    ) -> dict[uuid.UUID, list[StepRecord]]:
+        """``list_steps`` of many requests in one query (those without steps are left out)."""
+        if not request_ids:
+            return {}
+        rows = await self.session.execute(
+            select(*columns_of(ApprovalStep, StepRecord))
+            .where(ApprovalStep.request_id.in_(list(request_ids)))
+            .order_by(ApprovalStep.request_id, ApprovalStep.step_order)
+        )
+        steps: dict[uuid.UUID, list[StepRecord]] = {}
+        for row in rows:
+            step = StepRecord(*row)
+            steps.setdefault(step.request_id, []).append(step)
+        return steps
 
     async def get_step(self, request_id: uuid.UUID, step_id: uuid.UUID) -> StepRecord | None:
         rows = await execute_in(
@@ -380,6 +436,17 @@ class ApprovalRepository:
         values = _new_row_values(event, _INSERT_EVENT)
         values["data"] = event.data if event.data is not None else {}
         await execute_in(self.session, _INSERT_EVENT, values)
+
+    async def add_events(self, events: Sequence[NewEvent]) -> None:
+        """``add_event`` for many events, in one statement."""
+        if not events:
+            return
+        rows = []
+        for item in events:
+            values = _new_row_values(item, _INSERT_EVENT)
+            values["data"] = item.data if item.data is not None else {}
+            rows.append(values)
+        await self.session.execute(insert(_AUDIT_EVENTS), rows)
 
     async def list_events(self, request_id: uuid.UUID) -> Sequence[AuditEvent]:
         result = await self.session.scalars(

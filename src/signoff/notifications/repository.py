@@ -278,12 +278,12 @@ class NotificationRepository:
         if self.dialect == "postgresql":
             await self.session.execute(text(f"NOTIFY {NOTIFY_CHANNEL}"))
 
-    async def cancel_scheduled(self, request_id: uuid.UUID, now: datetime) -> None:
-        """The request left pending: its reminders, escalation and warning are void."""
+    async def cancel_scheduled(self, request_ids: Collection[uuid.UUID], now: datetime) -> None:
+        """The requests left pending: their reminders, escalations and warnings are void."""
         await self.session.execute(
             update(Notification)
             .where(
-                Notification.request_id == request_id,
+                Notification.request_id.in_(list(request_ids)),
                 Notification.status == "pending",
                 Notification.kind.in_(SCHEDULED_KINDS),
             )

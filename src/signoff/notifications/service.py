@@ -7,7 +7,7 @@ and each makes one cheap write (planning and sending happen after the commit, in
   ``plan_waiting`` then gives the first matching rule's channels and audience a
   ``created`` notification (or the opened steps' approvers a ``step_opened`` one) and
   schedules its reminders, escalation and expiry warning as rows with a later ``due_at``;
-- ``on_request_left_pending``: a decision, cancellation or expiry voids what is
+- ``on_requests_left_pending``: decisions, cancellations or expiries void what is
   scheduled.
 """
 
@@ -18,7 +18,7 @@ import hashlib
 import logging
 import secrets
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -226,12 +226,13 @@ async def on_step_opened(
         await repo.add_plan(request_id, "step_opened", now, approver_ids)
 
 
-async def on_request_left_pending(
-    repo: NotificationRepository, request_id: uuid.UUID, now: datetime
+async def on_requests_left_pending(
+    repo: NotificationRepository, request_ids: Collection[uuid.UUID], now: datetime
 ) -> None:
     """Reminders already planned are void. One not planned yet never will be: planning
     skips a request that is no longer pending."""
-    await repo.cancel_scheduled(request_id, now)
+    if request_ids:
+        await repo.cancel_scheduled(request_ids, now)
 
 
 # ---- planning (in a worker's claim transaction: ``NotificationSender._claim``) ----

@@ -120,19 +120,24 @@ def build_transport(
 
 
 @dataclass
-class _PooledClient:
+class _Lane:
+    """One connection's transport: an attempt has it to itself while it runs."""
+
     transport: httpx.AsyncHTTPTransport
-    in_use: int = 0
+    in_use: bool = False
     last_used: float = 0.0
 
 
 class ClientPool:
-    """One transport (one connection pool) per receiver (host:port).
+    """Transports per receiver (host:port), one connection each (*lanes*).
 
-    Separate pools keep receivers apart, and keep each pool small: httpcore matches
-    waiting requests against every connection of a pool on each request, which grows
-    quadratically in one shared pool under hundreds of concurrent attempts. Clients idle
-    for a minute are closed.
+    An attempt takes an idle lane of its receiver (a kept-alive connection) or opens a new
+    one, so a receiver has as many connections as it has attempts at once, reused from
+    one attempt to the next. One connection per transport because httpcore's pool, on
+    every request, matches its waiting requests against each of its connections (checking
+    each socket): with a receiver's 16 attempts in one pool that cost more CPU than the
+    attempt itself (``make bench-expiry``; docs/engineering-log.md, *100,000 expiries at
+    once*). Lanes idle for a minute are closed.
     """
 
     def __init__(
@@ -144,47 +149,54 @@ class ClientPool:
         ssl_context: ssl.SSLContext | None = None,
     ):
         self.policy = policy
+        # Idle lanes kept per receiver, at most (more are closed as their attempts end).
         self.keepalive = keepalive
         self.idle_seconds = idle_seconds
-        self._clients: dict[str, _PooledClient] = {}
+        self._lanes: dict[str, list[_Lane]] = {}
         self._next_prune = 0.0
         # Loading the CA bundle takes milliseconds: once per process, not per receiver.
         self._ssl_context = ssl_context or httpx.create_ssl_context(trust_env=False)
 
     @asynccontextmanager
     async def transport(self, target: str) -> AsyncIterator[httpx.AsyncHTTPTransport]:
-        entry = self._clients.get(target)
-        if entry is None:
-            entry = self._clients[target] = _PooledClient(
-                build_transport(
-                    self.policy, keepalive=self.keepalive, ssl_context=self._ssl_context
-                )
-            )
-        entry.in_use += 1
+        lanes = self._lanes.setdefault(target, [])
+        lane = next((lane for lane in lanes if not lane.in_use), None)
+        if lane is None:
+            lane = _Lane(build_transport(self.policy, keepalive=1, ssl_context=self._ssl_context))
+            lanes.append(lane)
+        lane.in_use = True
         try:
-            yield entry.transport
+            yield lane.transport
         finally:
-            entry.in_use -= 1
-            entry.last_used = time.monotonic()
+            lane.in_use = False
+            lane.last_used = time.monotonic()
+            await self._close_surplus(target)
             await self._prune()
+
+    async def _close_surplus(self, target: str) -> None:
+        lanes = self._lanes[target]
+        idle = [lane for lane in lanes if not lane.in_use]
+        for lane in idle[: max(0, len(idle) - self.keepalive)]:
+            lanes.remove(lane)
+            await lane.transport.aclose()
 
     async def _prune(self) -> None:
         now = time.monotonic()
         if now < self._next_prune:
             return
         self._next_prune = now + self.idle_seconds / 4
-        idle = [
-            target
-            for target, entry in self._clients.items()
-            if entry.in_use == 0 and now - entry.last_used > self.idle_seconds
-        ]
-        for target in idle:
-            await self._clients.pop(target).transport.aclose()
+        for target, lanes in list(self._lanes.items()):
+            idle = [x for x in lanes if not x.in_use and now - x.last_used > self.idle_seconds]
+            for lane in idle:
+                lanes.remove(lane)
+                await lane.transport.aclose()
+            if not lanes:
+                del self._lanes[target]
 
     async def aclose(self) -> None:
-        clients, self._clients = self._clients, {}
-        for entry in clients.values():
-            await entry.transport.aclose()
+        lanes, self._lanes = self._lanes, {}
+        for lane in (lane for target_lanes in lanes.values() for lane in target_lanes):
+            await lane.transport.aclose()
 
 
 def _chain(exc: BaseException) -> Iterable[BaseException]:

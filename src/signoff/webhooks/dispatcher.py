@@ -133,21 +133,33 @@ class WebhookDispatcher:
     # ---- attempts ----
 
     async def attempt(
-        self, claimed: ClaimedDelivery, *, manual: bool = False, batched: bool = False
+        self,
+        claimed: ClaimedDelivery,
+        *,
+        manual: bool = False,
+        batched: bool = False,
+        answered: Callable[[], None] | None = None,
     ) -> RecordedAttempt | None:
         """Make one attempt of a delivery we hold and record it.
 
         ``batched``: the record may share a transaction with other attempts that end at
         about the same time: one commit for many attempts under load, and no wait when
         idle (a manual retry records alone; its caller waits for nothing else).
+        ``answered``: called once the receiver is done with the attempt (answered, failed
+        or timed out), before it is recorded.
 
         The attempt's log lines carry the request id the delivery was written with.
         """
         with request_id_scope(claimed.request_id_header):
-            return await self._attempt(claimed, manual=manual, batched=batched)
+            return await self._attempt(claimed, manual=manual, batched=batched, answered=answered)
 
     async def _attempt(
-        self, claimed: ClaimedDelivery, *, manual: bool, batched: bool
+        self,
+        claimed: ClaimedDelivery,
+        *,
+        manual: bool,
+        batched: bool,
+        answered: Callable[[], None] | None,
     ) -> RecordedAttempt | None:
         try:
             headers = signed_headers(
@@ -177,6 +189,8 @@ class WebhookDispatcher:
                 read_cap=self.settings.delivery_response_read_bytes,
             )
         self.receivers.note(claimed.target, success=result.success)
+        if answered is not None:
+            answered()
         metrics.count_callback_attempt(result.error or "success", result.duration_ms)
         item = _Record(claimed, result, manual)
         if batched:

@@ -24,9 +24,12 @@ from signoff.models.webhooks import WebhookAttempt, WebhookDelivery
 NOTIFY_CHANNEL = "signoff_deliveries"
 # A claim looks at this many due rows per free slot, to fill slots past busy receivers.
 CANDIDATES_PER_SLOT = 2
+# Pending deliveries ``next_due_at`` looks at, at most, past excluded receivers.
+NEXT_DUE_LOOKAHEAD = 256
 # Core tables for the record's bulk inserts (no unit of work for rows nobody tracks).
 _ATTEMPTS = cast(Table, WebhookAttempt.__table__)
 _EVENTS = cast(Table, AuditEvent.__table__)
+_DELIVERIES = cast(Table, WebhookDelivery.__table__)
 
 
 @dataclass(frozen=True)
@@ -43,8 +46,11 @@ class WebhookRepository:
 
     # ---- the outbox ----
 
-    async def add_delivery(self, delivery: WebhookDelivery) -> None:
-        self.session.add(delivery)
+    async def add_deliveries(self, deliveries: Sequence[WebhookDelivery]) -> None:
+        """New deliveries in one statement, past the session's unit of work (nothing
+        reads them back in this transaction: the outbox holds what attempts need)."""
+        if deliveries:
+            await self.session.execute(insert(_DELIVERIES), [_column_values(d) for d in deliveries])
 
     async def connection_secrets(self, connection_id: uuid.UUID) -> ConnectionSecrets | None:
         row = (
@@ -234,14 +240,27 @@ class WebhookRepository:
         return int(result.rowcount)  # type: ignore[attr-defined]
 
     async def next_due_at(self, exclude_targets: Collection[str] = ()) -> datetime | None:
-        """When the next pending delivery falls due (or the next lease runs out)."""
+        """When the next pending delivery falls due (or the next lease runs out), among
+        those to receivers other than ``exclude_targets``.
+
+        Only the first ``NEXT_DUE_LOOKAHEAD`` pending deliveries are looked at: behind a
+        backlog for excluded receivers (one receiver's 100,000 expiry callbacks), the
+        answer is None rather than a walk through the whole backlog, once per claim.
+        """
         statement = select(func.min(WebhookDelivery.due_at)).where(
             WebhookDelivery.status == "pending"
         )
-        if exclude_targets:
-            statement = statement.where(WebhookDelivery.target.not_in(list(exclude_targets)))
-        value: datetime | None = await self.session.scalar(statement)
-        return value
+        if not exclude_targets:
+            value: datetime | None = await self.session.scalar(statement)
+            return value
+        rows = await self.session.execute(
+            select(WebhookDelivery.due_at, WebhookDelivery.target)
+            .where(WebhookDelivery.status == "pending")
+            .order_by(WebhookDelivery.due_at)
+            .limit(NEXT_DUE_LOOKAHEAD)
+        )
+        excluded = set(exclude_targets)
+        return next((due for due, target in rows if target not in excluded), None)
 
     async def notify_workers(self) -> None:
         """PostgreSQL: wake every listening worker when this transaction commits."""

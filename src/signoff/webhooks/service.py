@@ -233,15 +233,45 @@ async def enqueue_decision_callback(
     repo: WebhookRepository, facts: DecisionFacts, now: datetime
 ) -> ClaimedDelivery | None:
     """Store the callback of a final transition, claimed by the current transaction."""
+    claimed = await enqueue_decision_callbacks(repo, [facts], now)
+    return claimed[0] if claimed else None
+
+
+async def enqueue_decision_callbacks(
+    repo: WebhookRepository, facts: Sequence[DecisionFacts], now: datetime
+) -> list[ClaimedDelivery]:
+    """Store the callbacks of many final transitions (a batch of the expiry sweep, or one
+    decision), claimed by the current transaction, in one statement.
+
+    Every body is built before anything is written: one that cannot be (metadata no
+    encoder takes) raises before the batch has written a delivery."""
     outbox = outbox_of(repo.session)
-    secrets = outbox.secrets.get(facts.connection_id)
-    if secrets is None:
-        secrets = await repo.connection_secrets(facts.connection_id)
+    deliveries: list[tuple[WebhookDelivery, ConnectionSecrets]] = []
+    for item in facts:
+        secrets = await _secrets_of(repo, outbox, item.connection_id)
         if secrets is None:  # pragma: no cover - the foreign key keeps the connection
-            return None
-        outbox.secrets[facts.connection_id] = secrets
-    body = orjson.dumps(decision_payload(facts))
-    delivery = WebhookDelivery(
+            continue
+        deliveries.append((_new_delivery(item, outbox, now), secrets))
+    await repo.add_deliveries([delivery for delivery, _ in deliveries])
+    claimed = [_claimed(delivery, outbox.token, secrets) for delivery, secrets in deliveries]
+    outbox.claimed.extend(claimed)
+    return claimed
+
+
+async def _secrets_of(
+    repo: WebhookRepository, outbox: Outbox, connection_id: uuid.UUID
+) -> ConnectionSecrets | None:
+    secrets = outbox.secrets.get(connection_id)
+    if secrets is None:
+        secrets = await repo.connection_secrets(connection_id)
+        if secrets is not None:
+            outbox.secrets[connection_id] = secrets
+    return secrets
+
+
+def _new_delivery(facts: DecisionFacts, outbox: Outbox, now: datetime) -> WebhookDelivery:
+    """The delivery row of a decision callback, claimed by ``outbox``'s transaction."""
+    return WebhookDelivery(
         id=new_id(),
         org_id=facts.org_id,
         request_id=facts.request_id,
@@ -249,7 +279,7 @@ async def enqueue_decision_callback(
         event=EVENT_DECIDED,
         url=facts.callback_url,
         target=target_of(facts.callback_url),
-        body=body,
+        body=orjson.dumps(decision_payload(facts)),
         headers_encrypted=facts.callback_headers_encrypted,
         request_id_header=current_request_id() or new_request_id(),
         status="pending",
@@ -259,10 +289,6 @@ async def enqueue_decision_callback(
         created_at=now,
         updated_at=now,
     )
-    await repo.add_delivery(delivery)
-    claimed = _claimed(delivery, outbox.token, secrets)
-    outbox.claimed.append(claimed)
-    return claimed
 
 
 def _claimed(

@@ -104,6 +104,8 @@ class DeliveryWorker:
         self.interrupted: list[ClaimedDelivery] = []
         self.per_target_in_flight: Counter[str] = Counter()
         self._waiting_for_slot = False
+        # Free slots at the last step (none: the worker was full).
+        self._claimable = self.concurrency
         # What the loop did, logged when it stops (the bench reads it): attempts started,
         # claim transactions, due-time lookups, and looks again after a short wait.
         self.attempts_made = 0
@@ -161,6 +163,7 @@ class DeliveryWorker:
     async def _step(self) -> float:
         """Claim and start what is due; answer how long to sleep before the next step."""
         free = self.concurrency - len(self.in_flight)
+        self._claimable = free
         saturated = self._saturated()
         self._waiting_for_slot = free <= 0 or bool(saturated)
         if free <= 0:
@@ -207,9 +210,20 @@ class DeliveryWorker:
             task.add_done_callback(self._finished)
 
     async def _attempt(self, delivery: ClaimedDelivery) -> None:
+        # The receiver's slot is free once it has answered: recording the attempt (a
+        # transaction shared with others, which may wait its turn) keeps the worker's slot
+        # only, so a receiver that answers fast is not held to its cap by our own writes.
+        receiver_done = False
+
+        def answered() -> None:
+            nonlocal receiver_done
+            if not receiver_done:
+                receiver_done = True
+                self._receiver_slot_freed(delivery.target)
+
         try:
             self.attempts_made += 1
-            await self.dispatcher.attempt(delivery, batched=True)
+            await self.dispatcher.attempt(delivery, batched=True, answered=answered)
         except asyncio.CancelledError:
             self.interrupted.append(delivery)
             raise
@@ -217,13 +231,28 @@ class DeliveryWorker:
             # The lease runs out and the delivery is attempted again: nothing is lost.
             logger.exception("delivery %s: attempt could not be recorded", delivery.id)
         finally:
-            self.per_target_in_flight[delivery.target] -= 1
-            if self.per_target_in_flight[delivery.target] <= 0:
-                del self.per_target_in_flight[delivery.target]
+            answered()
+
+    def _receiver_slot_freed(self, target: str) -> None:
+        self.per_target_in_flight[target] -= 1
+        if self.per_target_in_flight[target] <= 0:
+            del self.per_target_in_flight[target]
+        self._slot_freed(target)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self.in_flight.discard(task)
-        if self._waiting_for_slot:
+        if self._waiting_for_slot and self._claimable <= 0:
+            self.dispatcher.wakeup.set()  # the worker was full: any free slot is worth a claim
+
+    def _slot_freed(self, target: str) -> None:
+        """An attempt to ``target`` ended. While the loop waits for its receivers' slots,
+        it claims again once ``target`` has room for several deliveries (half its cap), not
+        at every attempt's end: one claim transaction and one due-time lookup for several
+        of a busy receiver's deliveries, instead of one of each per delivery."""
+        if not self._waiting_for_slot:
+            return
+        cap = self.dispatcher.receivers.cap(target)
+        if cap - self.per_target_in_flight.get(target, 0) >= max(1, cap // 2):
             self.dispatcher.wakeup.set()
 
     async def _drain(self) -> None:

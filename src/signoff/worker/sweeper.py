@@ -15,7 +15,15 @@ from signoff.context import AppContext
 from signoff.logs import request_id_scope
 
 logger = logging.getLogger(__name__)
-BATCH_SIZE = 100
+# Requests expired per transaction. On SQLite the batch holds the one writer, and in
+# ``signoff serve`` the API's event loop, while it is written: small enough that other
+# orgs' calls wait little. On PostgreSQL it locks only its own rows, and a larger batch
+# costs fewer round trips per request (``make bench-expiry``).
+BATCH_SIZES = {"sqlite": 100, "postgresql": 500}
+
+
+def batch_size(ctx: AppContext) -> int:
+    return BATCH_SIZES.get(ctx.db.dialect, 100)
 
 
 async def sweep_expired_once(ctx: AppContext) -> int:
@@ -24,7 +32,7 @@ async def sweep_expired_once(ctx: AppContext) -> int:
     # One id per batch: its log lines and the expiry callbacks it writes share it.
     with request_id_scope():
         async with ctx.transaction() as uow:
-            results = await service.expire_due(uow, utcnow(), BATCH_SIZE, ctx.poisoned)
+            results = await service.expire_due(uow, utcnow(), batch_size(ctx), ctx.poisoned)
     # The expiry callbacks committed with the expiries; the delivery workers send them.
     await ctx.webhooks.hand_off(uow.outbox)
     return len(results) + ctx.poisoned.counts[service.EXPIRY_JOB] - parked_before
@@ -34,7 +42,7 @@ async def run_expiry_sweep(ctx: AppContext, stop: asyncio.Event) -> None:
     interval = ctx.settings.expiry_sweep_interval_seconds
     while not stop.is_set():
         try:
-            while await sweep_expired_once(ctx) == BATCH_SIZE:
+            while await sweep_expired_once(ctx) == batch_size(ctx):
                 pass  # a backlog: keep going before sleeping
         except Exception:
             logger.exception("expiry sweep failed; retrying after the interval")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, insert, select, text, update
+from sqlalchemy import Table, bindparam, insert, literal, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.models import ApprovalRequest, ApprovalStep, User
@@ -25,9 +25,21 @@ from signoff.models.notifications import (
     RoutingConfig,
 )
 from signoff.notifications.routing import Member, RequestFacts
+from signoff.storage import PreparedQuery, queue_write
 
 NOTIFY_CHANNEL = "signoff_notifications"
 SCHEDULED_KINDS = ("reminder", "escalated", "expiry_warning")
+_NOTIFICATIONS: Table = Notification.__table__  # type: ignore[assignment]
+_CANCEL_SCHEDULED = PreparedQuery(
+    update(_NOTIFICATIONS)
+    .where(
+        _NOTIFICATIONS.c.request_id == bindparam("request_id"),
+        _NOTIFICATIONS.c.status == "pending",
+        # One parameter each (a prepared statement takes no expanding list).
+        _NOTIFICATIONS.c.kind.in_([literal(kind) for kind in SCHEDULED_KINDS]),
+    )
+    .values(status="cancelled", updated_at=bindparam("now"), last_error="request decided")
+)
 # Set in a session's ``info`` when it wrote notifications: after its commit, the
 # process's sender is woken (``AppContext.transaction``).
 WROTE_NOTIFICATIONS = "signoff.notifications.written"
@@ -172,17 +184,11 @@ class NotificationRepository:
             await self.session.execute(text(f"NOTIFY {NOTIFY_CHANNEL}"))
 
     async def cancel_scheduled(self, request_id: uuid.UUID, now: datetime) -> None:
-        """The request left pending: its reminders, escalation and warning are void."""
-        await self.session.execute(
-            update(Notification)
-            .where(
-                Notification.request_id == request_id,
-                Notification.status == "pending",
-                Notification.kind.in_(SCHEDULED_KINDS),
-            )
-            .values(status="cancelled", updated_at=now, last_error="request decided")
-            .execution_options(synchronize_session=False)
-        )
+        """The request left pending: its reminders, escalation and warning are void.
+
+        Every decision runs it, so it is prepared and goes out with the decision's other
+        writes (``queue_write``)."""
+        await queue_write(self.session, _CANCEL_SCHEDULED, {"request_id": request_id, "now": now})
 
     async def claim_due(
         self, token: uuid.UUID, now: datetime, lease_until: datetime, limit: int

@@ -45,11 +45,12 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.orm import Session
 from sqlalchemy.sql.dml import Insert
 
 from signoff.storage.asyncpg_shape import ReadPool
 from signoff.storage.group_commit import GroupCommit
-from signoff.storage.prepared import QueryRunner
+from signoff.storage.prepared import QueryRunner, QueuingSession
 from signoff.storage.sqlite_driver import Checkpointer, begin_transaction, inline_connector
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -173,7 +174,11 @@ class Database:
             None if self.is_sqlite else ReadPool(url),
         )
         self._read_sessions = async_sessionmaker(self.read_engine, expire_on_commit=False)
-        self._write_sessions = async_sessionmaker(self.write_engine, expire_on_commit=False)
+        # PostgreSQL: writes that ask for no answer go out together (prepared.queue_write).
+        sync_session_class = Session if self.is_sqlite else QueuingSession
+        self._write_sessions = async_sessionmaker(
+            self.write_engine, expire_on_commit=False, sync_session_class=sync_session_class
+        )
 
     @property
     def dialect(self) -> str:

@@ -25,10 +25,15 @@ from signoff.models.notifications import (
     RoutingConfig,
 )
 from signoff.notifications.routing import Member, RequestFacts
-from signoff.storage import PreparedQuery, queue_write
+from signoff.storage import PreparedQuery, execute_in, queue_write
 
 NOTIFY_CHANNEL = "signoff_notifications"
 SCHEDULED_KINDS = ("reminder", "escalated", "expiry_warning")
+_ROUTING_RULES = PreparedQuery(
+    select(
+        RoutingConfig.document.label("document"), RoutingConfig.updated_at.label("updated_at")
+    ).where(RoutingConfig.org_id == bindparam("org_id"))
+)
 _NOTIFICATIONS: Table = Notification.__table__  # type: ignore[assignment]
 _CANCEL_SCHEDULED = PreparedQuery(
     update(_NOTIFICATIONS)
@@ -107,14 +112,9 @@ class NotificationRepository:
 
     async def routing_rules(self, org_id: uuid.UUID) -> tuple[list[Any], datetime] | None:
         """The org's stored rules and their version (when they last changed)."""
-        row = (
-            await self.session.execute(
-                select(RoutingConfig.document, RoutingConfig.updated_at).where(
-                    RoutingConfig.org_id == org_id
-                )
-            )
-        ).first()
-        return None if row is None else (list(row[0].get("rules", [])), row[1])
+        # Every create asks (``on_request_created``): a prepared read, past the ORM.
+        rows = await execute_in(self.session, _ROUTING_RULES, {"org_id": org_id})
+        return None if not rows else (list(rows[0].document.get("rules", [])), rows[0].updated_at)
 
     async def channel_refs(self, org_id: uuid.UUID) -> dict[str, ChannelRef]:
         rows = await self.session.execute(

@@ -159,6 +159,9 @@ class Database:
                 # such an integer back as the float it was, where json.loads would make an
                 # integer no encoder here can write again.
                 json_deserializer=orjson.loads,
+                # As on SQLite: orjson writes JSON (metadata, event data) far faster than
+                # the standard library SQLAlchemy uses by default.
+                json_serializer=_json_text,
             )
             _ping_idle_connections(engine, IDLE_PING_SECONDS)
             self.read_engine = self.write_engine = engine

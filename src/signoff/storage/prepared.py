@@ -379,8 +379,8 @@ async def send_queued_writes(session: AsyncSession) -> None:
     changed. They see one snapshot and none sees another's changes, which is why only
     writes that ask nothing of each other are queued (``queue_write``)."""
     if session.info.get(QUEUED_WRITES_KEY):
-        connection = await session.connection()
-        await _send_queued(session, await asyncpg_in_transaction(connection))
+        pg, _ = await _asyncpg_of(session)
+        await _send_queued(session, pg)
 
 
 class QueuingSession(Session):
@@ -402,6 +402,12 @@ def _before_flush(session: Session, _context: Any, _instances: Any) -> None:
 @event.listens_for(QueuingSession, "before_commit")
 def _before_commit(session: Session) -> None:
     _send_from_sync(session)
+
+
+@event.listens_for(QueuingSession, "after_transaction_end")
+def _after_transaction(session: Session, transaction: Any) -> None:
+    if transaction.parent is None:  # the connection goes back to the pool
+        session.info.pop(ASYNCPG_CONNECTION_KEY, None)
 
 
 @event.listens_for(QueuingSession, "after_soft_rollback")
@@ -464,9 +470,8 @@ async def execute_in(
     """
     sqlite = await sqlite_transaction_of(session)
     if sqlite is None:
-        connection = await session.connection()
-        compiled = query.for_postgres(connection.dialect)
-        pg = await asyncpg_in_transaction(connection)
+        pg, dialect = await _asyncpg_of(session)
+        compiled = query.for_postgres(dialect)
         await _send_queued(session, pg)
         records = await pg.fetch(compiled.sql, *compiled.parameters(params))
         return [compiled.row(record) for record in records] if query.keys else []
@@ -485,9 +490,8 @@ async def count_in(session: AsyncSession, query: PreparedQuery, params: Mapping[
     """
     sqlite = await sqlite_transaction_of(session)
     if sqlite is None:
-        connection = await session.connection()
-        compiled = query.for_postgres(connection.dialect)
-        pg = await asyncpg_in_transaction(connection)
+        pg, dialect = await _asyncpg_of(session)
+        compiled = query.for_postgres(dialect)
         await _send_queued(session, pg)
         status: str = await pg.execute(compiled.sql, *compiled.parameters(params))
         return _rows_changed(status)
@@ -506,10 +510,29 @@ async def sqlite_transaction_of(session: AsyncSession) -> SQLiteTransaction | No
     named = session.info.get(SQLITE_CONNECTION_KEY)
     if named is not None:
         return cast(SQLiteTransaction, named)
+    if session.bind is not None and session.bind.dialect.name != "sqlite":
+        return None  # known without taking the connection
     connection = await session.connection()
     if connection.dialect.name != "sqlite":
         return None
     return SQLiteTransaction(await inline_driver(connection), connection.dialect)
+
+
+# Where a PostgreSQL write transaction's session keeps the asyncpg connection under it,
+# once begun: asking SQLAlchemy for it is a greenlet switch per statement.
+ASYNCPG_CONNECTION_KEY = "signoff.asyncpg_connection"
+
+
+async def _asyncpg_of(session: AsyncSession) -> tuple[Any, Dialect]:
+    """The asyncpg connection under the session's transaction (begun), and the dialect."""
+    kept = session.info.get(ASYNCPG_CONNECTION_KEY)
+    if kept is not None:
+        return kept, session.sync_session.bind.dialect  # type: ignore[union-attr]
+    connection = await session.connection()
+    pg = await asyncpg_in_transaction(connection)
+    if isinstance(session.sync_session, QueuingSession):
+        session.info[ASYNCPG_CONNECTION_KEY] = pg  # forgotten when the transaction ends
+    return pg, connection.dialect
 
 
 async def inline_driver(connection: AsyncConnection) -> InlineConnection:

@@ -4,6 +4,7 @@ what applying a transition writes, so effects are tested without a database."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -61,12 +62,13 @@ class FakeApprovals:
     events: list[NewEvent] = field(default_factory=list)
     flushes: int = 0
 
-    async def update_if_pending(self, request_id: uuid.UUID, values: dict[str, Any]) -> bool:
+    async def update_if_pending(
+        self, request_id: uuid.UUID, values: dict[str, Any], refusal: Callable[[], Exception]
+    ) -> None:
         row = self.rows.setdefault(request_id, {"status": "pending"})
         if row["status"] != "pending":
-            return False
+            raise refusal()
         row.update(values)
-        return True
 
     async def update_many_if_pending(self, changes: Any) -> int:
         return sum(

@@ -209,3 +209,9 @@ async def test_concurrent_creates_with_one_key_make_one_request(
     assert len({r.json()["id"] for r in responses}) == 1
     listing = await client.get("/api/v1/approvals", headers=org.member.headers)
     assert listing.json()["pagination"]["total"] == 1
+    # The losers wrote no event either (on PostgreSQL the event is inserted by the
+    # request's own statement, from the row it inserted).
+    events = await client.get(
+        f"/api/v1/approvals/{responses[0].json()['id']}/events", headers=org.admin.headers
+    )
+    assert [event["type"] for event in events.json()["data"]] == ["request.created"]

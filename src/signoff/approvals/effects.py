@@ -14,7 +14,7 @@ applies transitions to an in-memory fake in milliseconds.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -42,7 +42,9 @@ class Author:
 class ApprovalWrites(Protocol):
     """What applying a transition writes of a request (``ApprovalRepository``)."""
 
-    async def update_if_pending(self, request_id: uuid.UUID, values: dict[str, Any]) -> bool: ...
+    async def update_if_pending(
+        self, request_id: uuid.UUID, values: dict[str, Any], refusal: Callable[[], Exception]
+    ) -> None: ...
 
     async def update_many_if_pending(
         self, changes: Sequence[tuple[uuid.UUID, dict[str, Any]]]
@@ -264,10 +266,9 @@ async def _update_request(
     now: datetime,
 ) -> RequestRecord:
     values = _request_values(row, effect, author, now)
-    if not await approvals.update_if_pending(row.id, values):
-        # The row lock (PostgreSQL) or the write lock (SQLite) makes this unreachable;
-        # should it ever happen, refusing is right and nothing has been written.
-        raise RequestNotPending(row.status)
+    # The row lock (PostgreSQL) or the write lock (SQLite) makes the refusal unreachable;
+    # should it ever happen, refusing is right and the transaction writes nothing.
+    await approvals.update_if_pending(row.id, values, lambda: RequestNotPending(row.status))
     if effect.status in state.TERMINAL_STATUSES:
         metrics.count_decision(effect.status)
     return row._replace(**values)

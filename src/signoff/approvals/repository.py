@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import uuid
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -18,6 +18,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.approvals.record import (
@@ -37,9 +38,12 @@ from signoff.storage import (
     PreparedQuery,
     QueryRunner,
     count_in,
+    discard_queued_writes,
     execute_in,
     has_unflushed_changes,
     insert_ignoring_conflicts,
+    queue_write,
+    send_queued_writes,
 )
 
 # The reads of every get and decide: built once, since building a statement (and its cache
@@ -73,11 +77,37 @@ def _insert_request(dialect: str) -> PreparedQuery:
 
 _INSERT_REQUEST = {dialect: _insert_request(dialect) for dialect in ("sqlite", "postgresql")}
 _AUDIT_EVENTS: Table = AuditEvent.__table__  # type: ignore[assignment]
-_INSERT_EVENT = PreparedQuery(
-    insert(_AUDIT_EVENTS),
-    column_keys=("id", "org_id", "request_id", "type", "actor_id", "data", "created_at"),
-)
+_EVENT_COLUMNS = ("id", "org_id", "request_id", "type", "actor_id", "data", "created_at")
+_INSERT_EVENT = PreparedQuery(insert(_AUDIT_EVENTS), column_keys=_EVENT_COLUMNS)
 
+
+def _insert_request_and_event() -> PreparedQuery:
+    """PostgreSQL: a new request and its ``request.created`` event in one statement (one
+    round trip): the event is inserted from the request's ``RETURNING``, so a create whose
+    idempotency key is taken writes neither, and the statement's row count says which."""
+    table: Table = ApprovalRequest.__table__  # type: ignore[assignment]
+    columns = {column: bindparam(column, type_=table.c[column].type) for column in COLUMNS}
+    created = (
+        postgresql.insert(table)
+        .values(columns)
+        .on_conflict_do_nothing(index_elements=["org_id", "idempotency_key"])
+        .returning(table.c.id, table.c.org_id)
+        .cte("created")
+    )
+    events = _AUDIT_EVENTS.c
+    from_created = select(
+        bindparam("event_id", type_=events.id.type),
+        created.c.org_id,
+        created.c.id,
+        bindparam("event_type", type_=events.type.type),
+        bindparam("event_actor_id", type_=events.actor_id.type),
+        bindparam("event_data", type_=events.data.type),
+        bindparam("event_created_at", type_=events.created_at.type),
+    )
+    return PreparedQuery(insert(_AUDIT_EVENTS).from_select(_EVENT_COLUMNS, from_created))
+
+
+_INSERT_REQUEST_AND_EVENT = _insert_request_and_event()
 
 # A decision's writes and reads, run by every decide (prepared.py).
 _INSERT_VOTE = PreparedQuery(
@@ -217,19 +247,36 @@ class ApprovalRepository:
 
     # ---- requests ----
 
-    async def insert_unless_key_taken(self, values: dict[str, Any]) -> RequestRecord | None:
-        """Insert a request; the row as written, or None if its idempotency key is already
-        taken in the org.
+    async def insert_unless_key_taken(
+        self, values: dict[str, Any], created_event: Callable[[RequestRecord], NewEvent]
+    ) -> RequestRecord | None:
+        """Insert a request and the audit event ``created_event`` makes of it; the row as
+        written, or None (and no event) if its idempotency key is already taken in the org.
 
         ``ON CONFLICT DO NOTHING`` against the unique (org_id, idempotency_key) constraint:
-        of concurrent creates with one key exactly one inserts, on both databases.
+        of concurrent creates with one key exactly one inserts, on both databases. On
+        PostgreSQL the two inserts are one statement (``_insert_request_and_event``).
         """
         row = new_row(values)
-        if not await count_in(self.session, _INSERT_REQUEST[self.dialect], row):
-            return None
         # The new row is what was written: the values read back as written (UTC
         # timestamps, the same JSON).
-        return record_written(row)
+        record = record_written(row)
+        event = created_event(record)
+        if self.dialect == "postgresql":
+            params = {
+                **row,
+                "event_id": event.id or new_id(),
+                "event_type": event.type,
+                "event_actor_id": event.actor_id,
+                "event_data": event.data,
+                "event_created_at": event.created_at,
+            }
+            written = await count_in(self.session, _INSERT_REQUEST_AND_EVENT, params)
+            return record if written else None
+        if not await count_in(self.session, _INSERT_REQUEST[self.dialect], row):
+            return None
+        await self.add_event(event)
+        return record
 
     async def find_by_idempotency_key(self, org_id: uuid.UUID, key: str) -> RequestRecord | None:
         rows = await execute_in(self.session, _REQUEST_BY_KEY, {"org_id": org_id, "key": key})
@@ -248,11 +295,15 @@ class ApprovalRepository:
         rows = await execute_in(self.session, _REQUEST_FOR_UPDATE, params)
         return cast(RequestRecord, rows[0]) if rows else None
 
-    async def update_if_pending(self, request_id: uuid.UUID, values: dict[str, Any]) -> bool:
-        """Compare-and-set: change a request only while it is still pending."""
+    async def update_if_pending(
+        self, request_id: uuid.UUID, values: dict[str, Any], refusal: Callable[[], Exception]
+    ) -> None:
+        """Compare-and-set: change a request only while it is still pending, else raise
+        ``refusal()`` (now, or when the transaction's queued writes are sent)."""
         statement = _update_if_pending(frozenset(values))
         params = {f"new_{column}": value for column, value in values.items()}
-        return await count_in(self.session, statement, {**params, "request_id": request_id}) == 1
+        params["request_id"] = request_id
+        await queue_write(self.session, statement, params, unless_one_row=refusal)
 
     async def update_many_if_pending(
         self, changes: Sequence[tuple[uuid.UUID, dict[str, Any]]]
@@ -302,11 +353,19 @@ class ApprovalRepository:
     @contextlib.asynccontextmanager
     async def savepoint(self) -> AsyncIterator[None]:
         """A savepoint: what a block writes inside it is undone alone if the block raises."""
+        # Writes queued before the savepoint belong outside it; those queued inside are
+        # sent before it is released, or forgotten with it.
+        await send_queued_writes(self.session)
         async with self.session.begin_nested():
             # SQLAlchemy emits SAVEPOINT when the session next uses its connection, and the
             # prepared writes here bypass the session: ask for the connection, so it is set.
             await self.session.connection()
-            yield
+            try:
+                yield
+                await send_queued_writes(self.session)
+            except BaseException:
+                discard_queued_writes(self.session)
+                raise
 
     async def pending_ids(self, org_id: uuid.UUID) -> Sequence[uuid.UUID]:
         result = await self.session.scalars(
@@ -340,7 +399,7 @@ class ApprovalRepository:
         return frozenset(row.user_id for row in rows)
 
     async def add_vote(self, vote: Vote | NewVote) -> None:
-        await execute_in(self.session, _INSERT_VOTE, _new_row_values(vote, _INSERT_VOTE))
+        await queue_write(self.session, _INSERT_VOTE, _new_row_values(vote, _INSERT_VOTE))
 
     async def has_votes(self, request_id: uuid.UUID) -> bool:
         return bool(await execute_in(self.session, _ANY_VOTE, {"request_id": request_id}))
@@ -400,7 +459,7 @@ class ApprovalRepository:
             "new_decided_by": decided_by,
             "new_comment": comment,
         }
-        await count_in(self.session, _DECIDE_STEP, values)
+        await queue_write(self.session, _DECIDE_STEP, values)
 
     async def org_user_ids(
         self, org_id: uuid.UUID, user_ids: set[uuid.UUID]
@@ -435,7 +494,7 @@ class ApprovalRepository:
         scenarios create and decide; docs/engineering-log.md, *The first round*)."""
         values = _new_row_values(event, _INSERT_EVENT)
         values["data"] = event.data if event.data is not None else {}
-        await execute_in(self.session, _INSERT_EVENT, values)
+        await queue_write(self.session, _INSERT_EVENT, values)
 
     async def add_events(self, events: Sequence[NewEvent]) -> None:
         """``add_event`` for many events, in one statement."""
@@ -468,8 +527,11 @@ class ApprovalRepository:
         return [value for value in result.all() if value is not None]
 
     async def flush(self) -> None:
+        """Write what this transaction holds back: the ORM's pending objects, and the
+        queued writes (``queue_write``), so that what follows reads them."""
         if has_unflushed_changes(self.session):
             await self.session.flush()
+        await send_queued_writes(self.session)
 
 
 def _new_row_values(item: object, insert: PreparedQuery) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import orjson
 from signoff.approvals import effects, state
 from signoff.approvals.listing import ListFilters, read_page
 from signoff.approvals.record import RequestRecord, StepRecord, VoteRecord
-from signoff.approvals.repository import ApprovalReads, ApprovalRepository
+from signoff.approvals.repository import ApprovalReads, ApprovalRepository, NewEvent
 from signoff.approvals.schemas import (
     CreateApprovalRequest,
     DecideApprovalRequest,
@@ -88,15 +88,18 @@ async def create_request(
         "updated_at": now,
     }
     repo = uow.approvals
-    created = await repo.insert_unless_key_taken(values)
+
+    def created_event(record: RequestRecord) -> NewEvent:
+        data = {"title": record.title, "priority": record.priority, "source": record.source}
+        return effects.event(record, "request.created", principal.user_id, now, data)
+
+    created = await repo.insert_unless_key_taken(values, created_event)
     if created is None:
         assert payload.idempotency_key is not None  # only a key can conflict
         existing = await repo.find_by_idempotency_key(principal.org_id, payload.idempotency_key)
         if existing is None:  # pragma: no cover - the conflicting row cannot vanish
             raise NotFound("The request holding this idempotency key no longer exists.")
         return CreateResult(existing, created=False)
-    data = {"title": created.title, "priority": created.priority, "source": created.source}
-    await repo.add_event(effects.event(created, "request.created", principal.user_id, now, data))
     uow.request_changed(created.org_id, created.id, final=False)
     # One plan row in this transaction; a worker plans and sends after the commit.
     await uow.notifications.request_created(created, now)
@@ -462,7 +465,10 @@ async def _get_locked(
 async def _view(repo: ApprovalRepository, row: RequestRecord) -> state.RequestView:
     """The state machine's snapshot of a (locked) request: its votes and its chain."""
     steps = await repo.list_steps(row.id) if row.has_steps else ()
-    count_based_pending = row.status == "pending" and not steps
+    # Each count-based vote is an approval counted in the row (a reject ends the request),
+    # so a pending request that counts none has no voters to read. The row is the locked,
+    # latest version, so a vote committed meanwhile shows in its count.
+    count_based_pending = row.status == "pending" and not steps and row.current_approvals > 0
     voters = await repo.count_based_voters(row.id) if count_based_pending else frozenset()
     return _view_of(row, steps, voters)
 
@@ -472,7 +478,11 @@ async def _views(
 ) -> list[state.RequestView]:
     """``_view`` of many (locked) requests: their chains, then their voters, in two queries."""
     steps = await repo.steps_of([row.id for row in rows if row.has_steps])
-    count_based = [row.id for row in rows if row.status == "pending" and not steps.get(row.id)]
+    count_based = [
+        row.id
+        for row in rows
+        if row.status == "pending" and not steps.get(row.id) and row.current_approvals > 0
+    ]
     voters = await repo.count_based_voters_of(count_based)
     return [_view_of(row, steps.get(row.id, ()), voters.get(row.id, frozenset())) for row in rows]
 

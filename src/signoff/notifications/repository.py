@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, delete, insert, select, text, update
+from sqlalchemy import Table, bindparam, delete, insert, literal, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.common.ids import new_id
@@ -28,9 +28,26 @@ from signoff.models.notifications import (
     RoutingConfig,
 )
 from signoff.notifications.routing import Member, RequestFacts
+from signoff.storage import PreparedQuery, execute_in, queue_write
 
 NOTIFY_CHANNEL = "signoff_notifications"
 SCHEDULED_KINDS = ("reminder", "escalated", "expiry_warning")
+_ROUTING_RULES = PreparedQuery(
+    select(
+        RoutingConfig.document.label("document"), RoutingConfig.updated_at.label("updated_at")
+    ).where(RoutingConfig.org_id == bindparam("org_id"))
+)
+_NOTIFICATIONS: Table = Notification.__table__  # type: ignore[assignment]
+_CANCEL_SCHEDULED = PreparedQuery(
+    update(_NOTIFICATIONS)
+    .where(
+        _NOTIFICATIONS.c.request_id == bindparam("request_id"),
+        _NOTIFICATIONS.c.status == "pending",
+        # One parameter each (a prepared statement takes no expanding list).
+        _NOTIFICATIONS.c.kind.in_([literal(kind) for kind in SCHEDULED_KINDS]),
+    )
+    .values(status="cancelled", updated_at=bindparam("now"), last_error="request decided")
+)
 # Set in a session's ``info`` when it wrote notifications: after its commit, the
 # process's sender is woken (``AppContext.transaction``).
 WROTE_NOTIFICATIONS = "signoff.notifications.written"
@@ -116,14 +133,9 @@ class NotificationRepository:
 
     async def routing_rules(self, org_id: uuid.UUID) -> tuple[list[Any], datetime] | None:
         """The org's stored rules and their version (when they last changed)."""
-        row = (
-            await self.session.execute(
-                select(RoutingConfig.document, RoutingConfig.updated_at).where(
-                    RoutingConfig.org_id == org_id
-                )
-            )
-        ).first()
-        return None if row is None else (list(row[0].get("rules", [])), row[1])
+        # Every create asks (``on_request_created``): a prepared read, past the ORM.
+        rows = await execute_in(self.session, _ROUTING_RULES, {"org_id": org_id})
+        return None if not rows else (list(rows[0].document.get("rules", [])), rows[0].updated_at)
 
     async def channel_refs(self, org_id: uuid.UUID) -> dict[str, ChannelRef]:
         rows = await self.session.execute(
@@ -279,11 +291,19 @@ class NotificationRepository:
             await self.session.execute(text(f"NOTIFY {NOTIFY_CHANNEL}"))
 
     async def cancel_scheduled(self, request_ids: Collection[uuid.UUID], now: datetime) -> None:
-        """The requests left pending: their reminders, escalations and warnings are void."""
+        """The requests left pending: their reminders, escalations and warnings are void.
+
+        Every decision runs it for its one request, so that form is prepared and goes out
+        with the decision's other writes (``queue_write``); the expiry sweep's batches use
+        one statement for all their requests."""
+        ids = list(request_ids)
+        if len(ids) == 1:
+            await queue_write(self.session, _CANCEL_SCHEDULED, {"request_id": ids[0], "now": now})
+            return
         await self.session.execute(
             update(Notification)
             .where(
-                Notification.request_id.in_(list(request_ids)),
+                Notification.request_id.in_(ids),
                 Notification.status == "pending",
                 Notification.kind.in_(SCHEDULED_KINDS),
             )

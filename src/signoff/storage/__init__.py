@@ -26,11 +26,15 @@ from signoff.storage.notifications import ChannelListener
 from signoff.storage.prepared import (
     PreparedQuery,
     QueryRunner,
+    QueuingSession,
     SQLiteIndex,
     count_in,
+    discard_queued_writes,
     entity_columns,
     execute_in,
     has_unflushed_changes,
+    queue_write,
+    send_queued_writes,
 )
 
 __all__ = [
@@ -38,10 +42,14 @@ __all__ = [
     "Database",
     "PreparedQuery",
     "QueryRunner",
+    "QueuingSession",
     "SQLiteIndex",
     "count_in",
+    "discard_queued_writes",
     "entity_columns",
     "execute_in",
     "has_unflushed_changes",
     "insert_ignoring_conflicts",
+    "queue_write",
+    "send_queued_writes",
 ]

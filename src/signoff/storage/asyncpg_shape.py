@@ -23,8 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.util import await_only
 
 # What this module reads of SQLAlchemy's asyncpg adapter (see above).
 ADAPTER_ATTRIBUTES = ("_connection", "_transaction", "_start_transaction")
@@ -109,4 +110,13 @@ async def asyncpg_in_transaction(connection: AsyncConnection) -> Any:
     adapter: Any = connection.sync_connection.connection.dbapi_connection  # type: ignore[union-attr]
     if adapter._transaction is None:
         await adapter._start_transaction()
+    return adapter._connection
+
+
+def asyncpg_under(connection: Connection) -> Any:
+    """As ``asyncpg_in_transaction``, from SQLAlchemy's synchronous side (an event run
+    inside the session's async call): the transaction is begun with ``await_only``."""
+    adapter: Any = connection.connection.dbapi_connection
+    if adapter._transaction is None:
+        await_only(adapter._start_transaction())
     return adapter._connection

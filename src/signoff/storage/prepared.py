@@ -26,6 +26,7 @@ Rows are tuples whose fields are named by the statement's column labels.
 
 from __future__ import annotations
 
+import functools
 import re
 import sqlite3
 from collections import namedtuple
@@ -33,12 +34,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Label, Select, inspect
+from sqlalchemy import Label, Select, event, inspect
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.orm import ORMExecuteState, Session
 from sqlalchemy.sql.dml import UpdateBase
+from sqlalchemy.util import await_only
 
-from signoff.storage.asyncpg_shape import ReadPool, asyncpg_in_transaction
+from signoff.storage.asyncpg_shape import ReadPool, asyncpg_in_transaction, asyncpg_under
 from signoff.storage.sqlite_driver import InlineConnection, Retrier, open_sqlite
 
 Processor = Callable[[Any], Any] | None
@@ -324,6 +327,138 @@ class SQLiteTransaction:
     dialect: Dialect
 
 
+# Where a PostgreSQL write transaction's session holds the writes queued for it
+# (``queue_write``), in order.
+QUEUED_WRITES_KEY = "signoff.queued_writes"
+_PLACEHOLDER = re.compile(r"\$(\d+)")
+
+
+@dataclass(frozen=True)
+class _QueuedWrite:
+    compiled: _Compiled
+    values: list[Any]
+    # Raised (by ``send_queued_writes``) unless the write changed exactly one row.
+    unless_one_row: Callable[[], Exception] | None
+
+
+async def queue_write(
+    session: AsyncSession,
+    query: PreparedQuery,
+    params: Mapping[str, Any],
+    *,
+    unless_one_row: Callable[[], Exception] | None = None,
+) -> None:
+    """Run a write (no ``RETURNING``) whose caller needs no answer now, in the session's
+    transaction: on SQLite at once; on PostgreSQL with the transaction's other queued
+    writes, as one statement, before its next statement or its commit.
+
+    Why: on PostgreSQL each statement is a round trip, and a decision's writes (the
+    request's compare-and-set, the vote, the audit event, the reminders it cancels) ask
+    nothing of each other: sent together they are one round trip instead of four.
+    ``unless_one_row``: the error to raise if the write changed no row or several (a
+    compare-and-set), then or when the queue is sent.
+    """
+    if isinstance(session.sync_session, QueuingSession):
+        compiled = query.for_postgres(session.sync_session.bind.dialect)  # type: ignore[union-attr]
+        queued = session.info.setdefault(QUEUED_WRITES_KEY, [])
+        queued.append(_QueuedWrite(compiled, compiled.parameters(params), unless_one_row))
+        return
+    changed = await count_in(session, query, params)
+    if unless_one_row is not None and changed != 1:
+        raise unless_one_row()
+
+
+def discard_queued_writes(session: AsyncSession | Session) -> None:
+    """Forget the queued writes: the transaction (or savepoint) they belong to rolled back."""
+    session.info.pop(QUEUED_WRITES_KEY, None)
+
+
+async def send_queued_writes(session: AsyncSession) -> None:
+    """Send the session's queued writes (PostgreSQL), as one statement: each a
+    data-modifying ``WITH`` of its own, the statement answering how many rows each
+    changed. They see one snapshot and none sees another's changes, which is why only
+    writes that ask nothing of each other are queued (``queue_write``)."""
+    if session.info.get(QUEUED_WRITES_KEY):
+        pg, _ = await _asyncpg_of(session)
+        await _send_queued(session, pg)
+
+
+class QueuingSession(Session):
+    """The session of a PostgreSQL write transaction: its queued writes are sent before
+    any statement it runs itself (the ORM's, a flush) and before it commits, so every
+    statement sees them; a rollback forgets them."""
+
+
+@event.listens_for(QueuingSession, "do_orm_execute")
+def _before_statement(state: ORMExecuteState) -> None:
+    _send_from_sync(state.session)
+
+
+@event.listens_for(QueuingSession, "before_flush")
+def _before_flush(session: Session, _context: Any, _instances: Any) -> None:
+    _send_from_sync(session)
+
+
+@event.listens_for(QueuingSession, "before_commit")
+def _before_commit(session: Session) -> None:
+    _send_from_sync(session)
+
+
+@event.listens_for(QueuingSession, "after_transaction_end")
+def _after_transaction(session: Session, transaction: Any) -> None:
+    if transaction.parent is None:  # the connection goes back to the pool
+        session.info.pop(ASYNCPG_CONNECTION_KEY, None)
+
+
+@event.listens_for(QueuingSession, "after_soft_rollback")
+def _after_rollback(session: Session, _previous: Any) -> None:
+    discard_queued_writes(session)
+
+
+def _send_from_sync(session: Session) -> None:
+    """``send_queued_writes`` from SQLAlchemy's synchronous side (an event, which runs
+    in the greenlet of the session's async call, where ``await_only`` may wait)."""
+    if session.info.get(QUEUED_WRITES_KEY):
+        await_only(_send_queued(session, asyncpg_under(session.connection())))
+
+
+async def _send_queued(session: AsyncSession | Session, pg: Any) -> None:
+    queued: list[_QueuedWrite] | None = session.info.pop(QUEUED_WRITES_KEY, None)
+    if not queued:
+        return
+    if len(queued) == 1:
+        write = queued[0]
+        counts = [_rows_changed(await pg.execute(write.compiled.sql, *write.values))]
+    else:
+        sql, values = _one_statement(queued)
+        counts = list(await pg.fetchrow(sql, *values))
+    for write, count in zip(queued, counts, strict=True):
+        if write.unless_one_row is not None and count != 1:
+            raise write.unless_one_row()
+
+
+def _one_statement(queued: Sequence[_QueuedWrite]) -> tuple[str, list[Any]]:
+    sql = _combined_sql(tuple(write.compiled for write in queued))
+    return sql, [value for write in queued for value in write.values]
+
+
+@functools.lru_cache(maxsize=256)
+def _combined_sql(statements: tuple[_Compiled, ...]) -> str:
+    """The writes as one statement (their parameters renumbered in order): a decision
+    sends one of a few combinations, each built once."""
+    parts, offset = [], 0
+    for index, compiled in enumerate(statements):
+        shift = offset  # bound now, for the substitution below
+
+        def renumbered(match: re.Match[str], shift: int = shift) -> str:
+            return f"${int(match.group(1)) + shift}"
+
+        parts.append(f"w{index} AS ({_PLACEHOLDER.sub(renumbered, compiled.sql)} RETURNING 1)")
+        offset += len(compiled.names)
+    counts = ", ".join(f"(SELECT count(*) FROM w{i})" for i in range(len(statements)))  # noqa: S608
+    return f"WITH {', '.join(parts)} SELECT {counts}"
+
+
 async def execute_in(
     session: AsyncSession, query: PreparedQuery, params: Mapping[str, Any]
 ) -> list[Any]:
@@ -335,9 +470,9 @@ async def execute_in(
     """
     sqlite = await sqlite_transaction_of(session)
     if sqlite is None:
-        connection = await session.connection()
-        compiled = query.for_postgres(connection.dialect)
-        pg = await asyncpg_in_transaction(connection)
+        pg, dialect = await _asyncpg_of(session)
+        compiled = query.for_postgres(dialect)
+        await _send_queued(session, pg)
         records = await pg.fetch(compiled.sql, *compiled.parameters(params))
         return [compiled.row(record) for record in records] if query.keys else []
     compiled = query.for_sqlite(sqlite.dialect)
@@ -355,9 +490,9 @@ async def count_in(session: AsyncSession, query: PreparedQuery, params: Mapping[
     """
     sqlite = await sqlite_transaction_of(session)
     if sqlite is None:
-        connection = await session.connection()
-        compiled = query.for_postgres(connection.dialect)
-        pg = await asyncpg_in_transaction(connection)
+        pg, dialect = await _asyncpg_of(session)
+        compiled = query.for_postgres(dialect)
+        await _send_queued(session, pg)
         status: str = await pg.execute(compiled.sql, *compiled.parameters(params))
         return _rows_changed(status)
     compiled = query.for_sqlite(sqlite.dialect)
@@ -375,10 +510,29 @@ async def sqlite_transaction_of(session: AsyncSession) -> SQLiteTransaction | No
     named = session.info.get(SQLITE_CONNECTION_KEY)
     if named is not None:
         return cast(SQLiteTransaction, named)
+    if session.bind is not None and session.bind.dialect.name != "sqlite":
+        return None  # known without taking the connection
     connection = await session.connection()
     if connection.dialect.name != "sqlite":
         return None
     return SQLiteTransaction(await inline_driver(connection), connection.dialect)
+
+
+# Where a PostgreSQL write transaction's session keeps the asyncpg connection under it,
+# once begun: asking SQLAlchemy for it is a greenlet switch per statement.
+ASYNCPG_CONNECTION_KEY = "signoff.asyncpg_connection"
+
+
+async def _asyncpg_of(session: AsyncSession) -> tuple[Any, Dialect]:
+    """The asyncpg connection under the session's transaction (begun), and the dialect."""
+    kept = session.info.get(ASYNCPG_CONNECTION_KEY)
+    if kept is not None:
+        return kept, session.sync_session.bind.dialect  # type: ignore[union-attr]
+    connection = await session.connection()
+    pg = await asyncpg_in_transaction(connection)
+    if isinstance(session.sync_session, QueuingSession):
+        session.info[ASYNCPG_CONNECTION_KEY] = pg  # forgotten when the transaction ends
+    return pg, connection.dialect
 
 
 async def inline_driver(connection: AsyncConnection) -> InlineConnection:

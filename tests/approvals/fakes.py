@@ -71,9 +71,13 @@ class FakeApprovals:
         row.update(values)
 
     async def update_many_if_pending(self, changes: Any) -> int:
-        return sum(
-            [await self.update_if_pending(request_id, values) for request_id, values in changes]
-        )
+        changed = 0
+        for request_id, values in changes:
+            row = self.rows.setdefault(request_id, {"status": "pending"})
+            if row["status"] == "pending":
+                row.update(values)
+                changed += 1
+        return changed
 
     async def add_vote(self, vote: NewVote) -> None:
         self.votes.append(vote)

@@ -68,6 +68,12 @@ _UNFILTERED_TOTAL = PreparedQuery(
 # the total reads as this bound (``Page.total_is_exact`` false): a page of a large org
 # never counts its whole history (docs/api.md, *Totals and cursors*).
 TOTAL_EXACT_UP_TO = 10_000
+# A search ranks its matches, best first, when it has at most this many; with more, it
+# lists them newest first, and its total reads this bound (not exact). Why: ranking reads
+# and scores every match, and a word found in a large share of a large org's requests
+# has hundreds of thousands of them; counting a search's matches also costs more per
+# match than counting a filter's (docs/api.md of the list, docs/performance.md).
+SEARCH_RANKED_UP_TO = 1_000
 
 
 @dataclass(frozen=True)
@@ -97,10 +103,17 @@ class Page:
     next_cursor: str | None
 
 
-def bounded_total(counted: int) -> tuple[int, bool]:
-    """A count that stopped at ``TOTAL_EXACT_UP_TO + 1`` as (total, exact)."""
-    if counted > TOTAL_EXACT_UP_TO:
-        return TOTAL_EXACT_UP_TO, False
+def total_bound(searched: bool) -> int:
+    """How far a page's total is counted exactly: ``SEARCH_RANKED_UP_TO`` for a search
+    (never more than ``TOTAL_EXACT_UP_TO``), ``TOTAL_EXACT_UP_TO`` otherwise."""
+    return min(SEARCH_RANKED_UP_TO, TOTAL_EXACT_UP_TO) if searched else TOTAL_EXACT_UP_TO
+
+
+def bounded_total(counted: int, *, searched: bool = False) -> tuple[int, bool]:
+    """A count that stopped one past ``total_bound(searched)`` as (total, exact)."""
+    bound = total_bound(searched)
+    if counted > bound:
+        return bound, False
     return counted, True
 
 
@@ -159,6 +172,16 @@ async def read_page(
     if order == "urgent":
         page = urgent_page_query(queries.dialect_name, shape.statuses, shape.filters, shape.search)
         rows, totals = await queries.snapshot_read((page, params), (plan.count, params))
+        return [row.json for row in rows], _total(totals)
+    if (newest := plan.newest_matches) is not None:
+
+        def search_page_for(counted: list[list[Any]]) -> list[tuple[PreparedQuery, Any]]:
+            ranked = _total(counted[0]) <= total_bound(True)
+            return [(plan.page if ranked else newest, params)]
+
+        totals, rows = await queries.snapshot_read_then_choose(
+            [(plan.count, params)], search_page_for
+        )
         return [row.json for row in rows], _total(totals)
     if plan.page_by_sorting_matches is None:
         rows, totals = await queries.snapshot_read((plan.page, params), (plan.count, params))
@@ -251,6 +274,9 @@ class ListQueries:
     page: PreparedQuery
     count: PreparedQuery
     page_by_sorting_matches: PreparedQuery | None = None
+    # A search's page newest first, for a search of more than ``SEARCH_RANKED_UP_TO``
+    # matches (``page`` ranks them).
+    newest_matches: PreparedQuery | None = None
 
     def page_for(self, matches: int, org_total: int, reach: int) -> PreparedQuery:
         """The cheaper page for ``matches`` of ``org_total`` requests, of which the page
@@ -287,15 +313,22 @@ def page_queries(
     count_query: Select[Any] = select(literal_column("1")).select_from(ApprovalRequest)
     if search:
         count_query, _ = _with_search(dialect, count_query)
+        searched_count = PreparedQuery(
+            _bounded_count(count_query.where(*conditions), total_bound(True))
+        )
     if dialect == "postgresql":
         page = PreparedQuery(_page_rendered_after_choosing(conditions, search))
+        if search:
+            newest = PreparedQuery(_page_rendered_after_choosing(conditions, search, ranked=False))
+            return ListQueries(page, searched_count, newest_matches=newest)
         return ListQueries(page, PreparedQuery(_bounded_count(count_query.where(*conditions))))
     if search and len(conditions) == 1:
         return _sqlite_org_search()
     if search:
         return ListQueries(
             _sqlite_search_page(conditions),
-            PreparedQuery(_bounded_count(count_query.where(*conditions))),
+            searched_count,
+            newest_matches=_newest(conditions),
         )
     if len(conditions) == 1:
         # The org's whole count, kept by triggers (migration 0005): an unfiltered page
@@ -376,8 +409,42 @@ def _sqlite_org_search() -> ListQueries:
         .select_from(chosen.join(_PAGE, _PAGE.c.id == chosen.c.id))
         .order_by(chosen.c.score, chosen.c.created_at.desc(), chosen.c.id.desc())
     )
-    count = _bounded_count(select(literal_column("1")).select_from(_FTS).where(match))
-    return ListQueries(PreparedQuery(page), PreparedQuery(count))
+    count = _bounded_count(
+        select(literal_column("1")).select_from(_FTS).where(match), total_bound(True)
+    )
+    return ListQueries(PreparedQuery(page), PreparedQuery(count), newest_matches=_newest(None))
+
+
+def _newest(conditions: list[ColumnElement[bool]] | None) -> PreparedQuery:
+    """A search's page newest first on SQLite: the search table's matches walked from its
+    newest row back (FTS5 reads a match in either order of its rowids, which follow the
+    order the requests were written), each joined to its request and, with other filters
+    (``conditions``), kept if it passes them, until the page is full. Only the page's
+    requests are rendered."""
+    fts_rowid: ColumnElement[Any] = literal_column("approval_requests_fts.rowid")
+    chosen: Select[Any]
+    if conditions is None:
+        chosen = select(_FTS.c.request_id.label("id"), fts_rowid.label("fts_rowid")).where(
+            _fts_match()
+        )
+    else:
+        chosen = (
+            select(ApprovalRequest.id.label("id"), fts_rowid.label("fts_rowid"))
+            .select_from(_FTS.join(ApprovalRequest, ApprovalRequest.id == _FTS.c.request_id))
+            .where(_fts_match(), *conditions)
+        )
+    newest = (
+        chosen.order_by(fts_rowid.desc())
+        .offset(bindparam("offset"))
+        .limit(bindparam("limit"))
+        .subquery("chosen")
+    )
+    page = (
+        select(request_json("sqlite", _PAGE).label("json"))
+        .select_from(newest.join(_PAGE, _PAGE.c.id == newest.c.id))
+        .order_by(newest.c.fts_rowid.desc())
+    )
+    return PreparedQuery(page)
 
 
 def _sqlite_search_page(conditions: list[ColumnElement[bool]]) -> PreparedQuery:
@@ -504,10 +571,11 @@ def _sqlite_union_filter_row_sets(
     )
 
 
-def _bounded_count(rows: Select[Any]) -> Select[Any]:
+def _bounded_count(rows: Select[Any], up_to: int | None = None) -> Select[Any]:
     """How many rows ``rows`` (a select of a constant) has, counting at most one past
-    ``TOTAL_EXACT_UP_TO`` (``bounded_total``)."""
-    chosen = rows.limit(TOTAL_EXACT_UP_TO + 1).subquery("counted")
+    ``up_to`` (``TOTAL_EXACT_UP_TO`` if not given; ``bounded_total``)."""
+    bound = TOTAL_EXACT_UP_TO if up_to is None else up_to
+    chosen = rows.limit(bound + 1).subquery("counted")
     return select(func.count().label("total")).select_from(chosen)
 
 
@@ -531,15 +599,24 @@ def _after_cursor() -> list[ColumnElement[bool]]:
 
 
 def _one_page(
-    dialect: str, query: Select[Any], conditions: list[ColumnElement[bool]], search: bool
+    dialect: str,
+    query: Select[Any],
+    conditions: list[ColumnElement[bool]],
+    search: bool,
+    *,
+    ranked: bool = True,
 ) -> tuple[Select[Any], ColumnElement[Any] | None]:
     """``query`` narrowed to the matching requests, in list order (best match first when
-    searching, then newest first), one page of them; and the search rank, if any."""
+    searching and ``ranked``, then newest first), one page of them; and the search rank,
+    if ranked."""
     order: list[Any] = [ApprovalRequest.created_at.desc(), ApprovalRequest.id.desc()]
     rank = None
     if search:
         query, rank = _with_search(dialect, query)
-        order = [rank, *order]
+        if ranked:
+            order = [rank, *order]
+        else:
+            rank = None
     page = (
         query.where(*conditions)
         .order_by(*order)
@@ -550,14 +627,14 @@ def _one_page(
 
 
 def _page_rendered_after_choosing(
-    conditions: list[ColumnElement[bool]], search: bool
+    conditions: list[ColumnElement[bool]], search: bool, *, ranked: bool = True
 ) -> Select[Any]:
     """PostgreSQL's page query: the page's rows are chosen in a subquery, and only they are
     rendered. Why: PostgreSQL evaluates the select list for every row that OFFSET then
     skips; rendering in the same query made page 25 render 500 objects to answer 20
     (docs/engineering-log.md, *The fifth round*)."""
     columns = select(*ApprovalRequest.__table__.columns)
-    chosen, rank = _one_page("postgresql", columns, conditions, search)
+    chosen, rank = _one_page("postgresql", columns, conditions, search, ranked=ranked)
     if rank is not None:
         # The rank (ts_rank(...) DESC) travels with the rows, to order the page again.
         chosen = chosen.add_columns(rank.element.label("rank"))

@@ -803,9 +803,13 @@ def _rowids_in(sets: list[_RowSet]) -> ColumnElement[bool]:
 
 
 def _count_of(sets: list[_RowSet]) -> PreparedQuery:
-    """How many rows ``sets`` (disjoint) hold, counted in their indexes alone."""
+    """How many rows ``sets`` (disjoint) hold, counted in their indexes alone, each set
+    up to one past ``TOTAL_EXACT_UP_TO``: their sum passes the bound when the filter's
+    matches do (``bounded_total``), and no set is counted whole."""
     counts = [
-        select(func.count()).select_from(alias).where(*where).scalar_subquery()
+        _bounded_count(
+            select(literal_column("1")).select_from(alias).where(*where)
+        ).scalar_subquery()
         for alias, where in sets
     ]
     return PreparedQuery(

@@ -15,7 +15,7 @@ import functools
 import operator
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -38,9 +38,11 @@ from sqlalchemy import (
     or_,
     select,
     table,
+    text,
+    true,
     union_all,
 )
-from sqlalchemy.orm import aliased
+from sqlalchemy.orm import InstrumentedAttribute, aliased
 from sqlalchemy.sql.selectable import FromClause, NamedFromClause
 
 from signoff.approvals.rendered import is_past_expiry as _is_past_expiry
@@ -155,6 +157,7 @@ async def read_page(
         if not terms:
             return [], 0
         params["search_query"] = _search_query(queries.dialect_name, terms, org_id)
+        params["search_words"] = _search_words(terms)
     if filters.after is not None:
         params["after_id"] = filters.after
     shape = _Shape(
@@ -319,8 +322,9 @@ def page_queries(
     if dialect == "postgresql":
         page = PreparedQuery(_page_rendered_after_choosing(conditions, search))
         if search:
-            newest = PreparedQuery(_page_rendered_after_choosing(conditions, search, ranked=False))
-            return ListQueries(page, searched_count, newest_matches=newest)
+            walked = [*conditions, _postgres_match_by_walking()]
+            newest = PreparedQuery(_page_rendered_after_choosing(walked, False))
+            return ListQueries(page, _postgres_search_count(conditions), newest_matches=newest)
         return ListQueries(page, PreparedQuery(_bounded_count(count_query.where(*conditions))))
     if search and len(conditions) == 1:
         return _sqlite_org_search()
@@ -398,7 +402,7 @@ def _sqlite_org_search() -> ListQueries:
             _FTS.c.created_at.label("created_at"),
             score.label("score"),
         )
-        .where(match)
+        .where(*_fts_ranked_match())
         .order_by(score.asc(), _FTS.c.created_at.desc(), _FTS.c.request_id.desc())
         .offset(bindparam("offset"))
         .limit(bindparam("limit"))
@@ -612,7 +616,7 @@ def _one_page(
     order: list[Any] = [ApprovalRequest.created_at.desc(), ApprovalRequest.id.desc()]
     rank = None
     if search:
-        query, rank = _with_search(dialect, query)
+        query, rank = _with_search(dialect, query, ranked=ranked)
         if ranked:
             order = [rank, *order]
         else:
@@ -668,32 +672,127 @@ def _conditions(
         conditions.append(ApprovalRequest.created_at < bindparam("created_before"))
     if union_sets is not None and union_sets.decided:
         conditions.append(_rowids_in(union_sets.decided))
-    else:
-        if "decided_after" in filters:
-            conditions.append(_decided_at_condition(operator.ge, bindparam("decided_after")))
-        if "decided_before" in filters:
-            conditions.append(_decided_at_condition(operator.lt, bindparam("decided_before")))
+    elif "decided_after" in filters or "decided_before" in filters:
+        conditions.append(_decided_window(statuses, filters))
     if "assigned_to" in filters:
         conditions.append(_awaiting_vote_of(bindparam("assigned_to")))
     return conditions
 
 
-def _with_search(dialect: str, query: Select[Any]) -> tuple[Select[Any], Any]:
+def _with_search(
+    dialect: str, query: Select[Any], *, ranked: bool = False
+) -> tuple[Select[Any], Any]:
     """Narrow ``query`` to full-text matches of the ``search_query`` parameter and give
     their ranking; both use an index.
 
     Every term must match, as a prefix, case-insensitively; titles weigh more than
     descriptions. PostgreSQL: the GIN-indexed ``search_vector``. SQLite: a join with the
     FTS5 table, ranked by bm25 with title and description weights (its default ``rank``
-    weighs every column alike).
+    weighs every column alike). ``ranked``: the rows are ranked (``_fts_ranked_match``).
     """
     if dialect == "postgresql":
         # Accents folded as in the indexed vector (migration 0011).
-        tsquery = func.to_tsquery("simple", func.signoff_unaccent(_search_query_parameter()))
+        tsquery = _postgres_tsquery()
         vector: ColumnElement[Any] = literal_column("approval_requests.search_vector")
         return query.where(vector.op("@@")(tsquery)), func.ts_rank(vector, tsquery).desc()
-    joined = query.join(_FTS, _FTS.c.request_id == ApprovalRequest.id).where(_fts_match())
+    match = _fts_ranked_match() if ranked else [_fts_match()]
+    joined = query.join(_FTS, _FTS.c.request_id == ApprovalRequest.id).where(*match)
     return joined, _bm25().asc()  # bm25 is negative: better matches sort first
+
+
+def _fts_ranked_match() -> list[ColumnElement[bool]]:
+    """The org's matches of a search (``_fts_match``) found in a form bm25 ranks cheaply:
+    the search table's rows that match the words alone and are among the org's matches.
+
+    Why: bm25 weighs each phrase of the query by how many rows hold it, and counts them
+    on its first call; with the org's id as a phrase of the query, it read one entry for
+    every request of the org (the org's id is in each), whatever the words, a cost that
+    grew with the org. The org's weight is nought, so the scores are the same. The org's
+    matches are read first (``+``: not as a lookup of each row) and are few: a search is
+    ranked only up to ``SEARCH_RANKED_UP_TO`` matches."""
+    words = literal_column("approval_requests_fts").op("MATCH")(
+        bindparam("search_words", type_=String())
+    )
+    orgs_matches: Select[Any] = (
+        select(literal_column("org_matches.rowid"))
+        .select_from(text("approval_requests_fts AS org_matches"))
+        .where(
+            literal_column("org_matches.approval_requests_fts").op("MATCH")(
+                _search_query_parameter()
+            )
+        )
+    )
+    return [words, literal_column("+approval_requests_fts.rowid").in_(orgs_matches)]
+
+
+# PostgreSQL: a search is first tested on the newest ``_PROBED_ROWS`` requests of the org
+# that pass its other filters; with ``_COMMON_IN_PROBED`` matches among them it is read by
+# walking the org's history (at most ``_WALKED_ROWS`` requests for its count) rather than
+# through the search index (``_postgres_search_count``).
+_PROBED_ROWS = 2_000
+_COMMON_IN_PROBED = 100
+_WALKED_ROWS = 20_000
+
+
+def _postgres_tsquery() -> ColumnElement[Any]:
+    return func.to_tsquery("simple", func.signoff_unaccent(_search_query_parameter()))
+
+
+def _postgres_match_by_walking() -> ColumnElement[bool]:
+    """The search's match, written so that PostgreSQL cannot answer it from the GIN index:
+    it is tested on each row that another index (the org's history, newest first) reads."""
+    vector: ColumnElement[Any] = literal_column("approval_requests.search_vector")
+    return vector.op("@@")(_postgres_tsquery()).is_(true())
+
+
+def _postgres_matches_among_newest(
+    conditions: list[ColumnElement[bool]], rows: int, up_to: int | None
+) -> ColumnElement[Any]:
+    """How many of the newest ``rows`` requests passing ``conditions`` match the search
+    (counting at most ``up_to + 1``), tested row by row: no GIN index."""
+    newest = (
+        select(literal_column("approval_requests.search_vector").label("vector"))
+        .select_from(ApprovalRequest)
+        .where(*conditions)
+        .order_by(ApprovalRequest.created_at.desc(), ApprovalRequest.id.desc())
+        .limit(rows)
+        .subquery("newest")
+    )
+    matching: Select[Any] = (
+        select(literal_column("1"))
+        .select_from(newest)
+        .where(newest.c.vector.op("@@")(_postgres_tsquery()))
+    )
+    if up_to is not None:
+        return _bounded_count(matching, up_to).scalar_subquery()
+    return select(func.count()).select_from(matching.subquery("matching")).scalar_subquery()
+
+
+def _postgres_search_count(conditions: list[ColumnElement[bool]]) -> PreparedQuery:
+    """A search's bounded count on PostgreSQL, read one of two ways.
+
+    Why: the GIN index finds a rare word's few matches at once, but for a word in a large
+    share of the org it gathers every match of each word before the first is counted, a
+    cost that grows with the org; reading the org's history newest first and testing each
+    row finds a common word's first ``SEARCH_RANKED_UP_TO`` matches within a few thousand
+    rows. PostgreSQL's planner cannot tell which applies: its estimate for a prefix
+    (``word:*``) is a constant. So the newest ``_PROBED_ROWS`` requests that pass the
+    other filters are tested first; if ``_COMMON_IN_PROBED`` of them match, the newest
+    ``_WALKED_ROWS`` are, and if they hold more than the bound the count is the bound's;
+    otherwise the index counts. Each branch runs only when reached (an InitPlan runs when
+    first used), and every branch gives the same total."""
+    bound = total_bound(True)
+    probed = _postgres_matches_among_newest(conditions, _PROBED_ROWS, None)
+    walked = _postgres_matches_among_newest(conditions, _WALKED_ROWS, bound)
+    every_row: Select[Any] = select(literal_column("1")).select_from(ApprovalRequest)
+    indexed, _ = _with_search("postgresql", every_row)
+    by_index = _bounded_count(indexed.where(*conditions), bound).scalar_subquery()
+    total = case(
+        (probed < _COMMON_IN_PROBED, by_index),
+        (walked > bound, walked),
+        else_=by_index,
+    )
+    return PreparedQuery(select(total.label("total")))
 
 
 def _search_query_parameter() -> BindParameter[str]:
@@ -716,29 +815,44 @@ def _search_query(dialect: str, terms: list[str], org_id: uuid.UUID) -> str:
     alone; the words are looked for in the title and the description only."""
     if dialect == "postgresql":
         return " & ".join(f"{term}:*" for term in terms)
+    return " AND ".join((f'{{org_id}} : "{org_id.hex}"', _search_words(terms)))
+
+
+def _search_words(terms: list[str]) -> str:
+    """The words of a SQLite search query (``_search_query``) without the org."""
     # A column filter on each phrase, not on a parenthesized group: FTS5 has read that
     # form since its first release.
-    words = ('{title description} : "' + term.replace('"', '""') + '"*' for term in terms)
-    return " AND ".join((f'{{org_id}} : "{org_id.hex}"', *words))
+    phrases = ('{title description} : "' + term.replace('"', '""') + '"*' for term in terms)
+    return " AND ".join(phrases)
 
 
-def _decided_at_condition(
-    compare: Callable[[Any, Any], ColumnElement[bool]], bound: BindParameter[Any]
-) -> ColumnElement[bool]:
-    """A decided_at filter that agrees with reads before the sweep has run: a pending
-    request past its deadline reads as decided at its ``expires_at``."""
-    return or_(
-        compare(ApprovalRequest.decided_at, bound),
-        and_(
-            ApprovalRequest.status == "pending",
-            _is_past_expiry(),
-            compare(ApprovalRequest.expires_at, bound),
-        ),
+def _decided_window(statuses: tuple[str, ...], filters: frozenset[str]) -> ColumnElement[bool]:
+    """A decided window that agrees with reads before the sweep has run: a pending request
+    past its deadline reads as decided at its ``expires_at``.
+
+    Written as one range of ``decided_at`` (the org's index on it reads it) or one range of
+    the pending deadlines (their partial index), since a pending request has no
+    ``decided_at`` and a decided one is not pending; and as the first alone when the
+    status filter keeps no request that may read as expired. As two ORs, one per bound,
+    PostgreSQL could read only one bound through an index."""
+    decided = and_(*_window(ApprovalRequest.decided_at, filters))
+    if statuses and not {"pending", "expired"} & set(statuses):
+        if "decided_before" not in filters:
+            return decided
+        # Implied (a request is decided after it was created), and a range of the list's
+        # order: a page walking the filter's index newest first starts at the window's end
+        # instead of reading every later request first.
+        return and_(decided, ApprovalRequest.created_at < bindparam("decided_before"))
+    expiring = and_(
+        ApprovalRequest.status == "pending",
+        _is_past_expiry(),
+        *_window(ApprovalRequest.expires_at, filters),
     )
+    return or_(decided, expiring)
 
 
 def _sqlite_decided_window(filters: frozenset[str]) -> list[_RowSet]:
-    """``_decided_at_condition`` for the window's bounds as two sets SQLite can read
+    """``_decided_window`` as two sets SQLite can read
     through indexes: the org's requests decided in the window (by their ``decided_at``),
     and the pending ones whose deadline passed in it (by the partial index of pending
     deadlines). A pending request has no ``decided_at``, and a decided one is not pending.
@@ -818,7 +932,9 @@ def _count_of(sets: list[_RowSet]) -> PreparedQuery:
     )
 
 
-def _window(moment: ColumnElement[Any], filters: frozenset[str]) -> list[ColumnElement[bool]]:
+def _window(
+    moment: ColumnElement[Any] | InstrumentedAttribute[Any], filters: frozenset[str]
+) -> list[ColumnElement[bool]]:
     bounds = []
     if "decided_after" in filters:
         bounds.append(moment >= bindparam("decided_after"))

@@ -1,14 +1,19 @@
 """``make bench-size``: one org with a million requests, seeded directly (not through
 HTTP), on SQLite and PostgreSQL.
 
-- List pages, filters, cursor pages and full-text searches, each called ``--samples``
-  times one after another against ``signoff serve``: p50 and p95 (target: p95 < 30 ms).
+- List pages, filters (one and two at a time, date windows), full-text searches (a
+  common word, two words, a word in some 1,000 requests, a rare word, a word with a
+  filter) and cursor pages, each called ``--samples`` times one after another against
+  ``signoff serve``: p50 and p95 (target: p95 < 30 ms).
 - SQLite creates per second (wrk, as ``make bench``) on a database of ``--small`` requests
   and on the large one (target: the large figure >= 80 % of the small one).
 
 Seeding: rows are made in Python with the values the API would write and inserted in
 batches (SQLite: the application's own compiled insert, then the search index's catch-up;
-PostgreSQL: COPY). ``--rows`` sets the size (the issue's scenario is the default).
+PostgreSQL: COPY, the table's indexes built after it). ``--rows`` sets the size (the
+issue's scenario is the default). ``--keep DIR`` keeps the large databases and reuses them
+on the next run with the same ``--rows`` (migrated to the current schema first): seed once,
+measure several times. The creates each run measures stay in the kept database.
 """
 
 from __future__ import annotations

@@ -11,9 +11,7 @@ the table or more (tens of thousands in an org of a million requests). The four 
 indexes now also hold the columns the other filters test (status, priority, action
 type, source, and the deadline that decides whether a pending request reads as
 expired), so SQLite and PostgreSQL test every filter in the index and read from the table
-only the requests a page shows. So does the index of decision times, with the creation
-time too: a decided window combined with a filter is read, and its page chosen, in that
-index (docs/engineering-log.md, *Issue 24*, size).
+only the requests a page shows (docs/engineering-log.md, *Issue 24*, size).
 
 The indexes keep their names; each is rebuilt, which takes a while on a large table.
 """
@@ -36,9 +34,6 @@ def _columns(column: str) -> list[str]:
     return ["org_id", column, "created_at", *others, "expires_at"]
 
 
-_DECIDED = "ix_approval_requests_org_decided"
-
-
 def _rebuild(columns_of: dict[str, list[str]]) -> None:
     for name, columns in columns_of.items():
         op.drop_index(name, table_name="approval_requests")
@@ -47,7 +42,6 @@ def _rebuild(columns_of: dict[str, list[str]]) -> None:
 
 def upgrade() -> None:
     indexes = {f"ix_approval_requests_org_{c}_created": _columns(c) for c in _FILTERS}
-    indexes[_DECIDED] = ["org_id", "decided_at", *_FILTERS, "created_at"]
     _rebuild(indexes)
 
 
@@ -55,5 +49,4 @@ def downgrade() -> None:
     indexes = {
         f"ix_approval_requests_org_{c}_created": ["org_id", c, "created_at"] for c in _FILTERS
     }
-    indexes[_DECIDED] = ["org_id", "decided_at"]
     _rebuild(indexes)

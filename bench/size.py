@@ -374,6 +374,21 @@ def kept_postgres_database(admin_url: str, name: str) -> str:
     return make_url(admin_url).set(database=name).render_as_string(hide_password=False)
 
 
+def seed_only(databases: list[str], opts: Options, args: argparse.Namespace) -> int:
+    """Seed (or find already seeded) the kept large databases, and measure nothing."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="signoff-size-") as tmp:
+            for target in databases:
+                workdir = Path(tmp) / target
+                workdir.mkdir()
+                with seeded_database(target, args.rows, opts, workdir, args.keep):
+                    pass
+    except BenchError as exc:
+        log(f"error: {exc}")
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make bench-size", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -393,6 +408,11 @@ def main(argv: list[str] | None = None) -> int:
         help="keep the large databases in this directory (and a PostgreSQL database "
         "signoff_size_ROWS) and reuse them on the next run: seed once, measure many times",
     )
+    parser.add_argument(
+        "--seed-only",
+        action="store_true",
+        help="with --keep: seed the large databases and stop (a later run measures them)",
+    )
     args = parser.parse_args(argv)
     databases = [d.strip() for d in args.databases.split(",") if d.strip()]
     opts = Options(
@@ -400,6 +420,10 @@ def main(argv: list[str] | None = None) -> int:
         list_pages=50, databases=databases, postgres_url=args.postgres_url,
         output=args.output,
     )  # fmt: skip
+    if args.seed_only:
+        if args.keep is None:
+            parser.error("--seed-only needs --keep")
+        return seed_only(databases, opts, args)
     reports = []
     try:
         with tempfile.TemporaryDirectory(prefix="signoff-size-") as tmp:

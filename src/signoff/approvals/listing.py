@@ -34,6 +34,7 @@ from sqlalchemy import (
     column,
     exists,
     func,
+    literal,
     literal_column,
     or_,
     select,
@@ -75,7 +76,7 @@ TOTAL_EXACT_UP_TO = 10_000
 # and scores every match, and a word found in a large share of a large org's requests
 # has hundreds of thousands of them; counting a search's matches also costs more per
 # match than counting a filter's (docs/api.md of the list, docs/performance.md).
-SEARCH_RANKED_UP_TO = 1_000
+SEARCH_RANKED_UP_TO = 500
 
 
 @dataclass(frozen=True)
@@ -179,8 +180,12 @@ async def read_page(
     if (newest := plan.newest_matches) is not None:
 
         def search_page_for(counted: list[list[Any]]) -> list[tuple[PreparedQuery, Any]]:
-            ranked = _total(counted[0]) <= total_bound(True)
-            return [(plan.page if ranked else newest, params)]
+            if _total(counted[0]) <= total_bound(True):
+                return [(plan.page, params)]
+            sorted_ = plan.newest_matches_sorted
+            if sorted_ is not None and int(counted[0][0].probed) < _WALKED_PAGE_FROM:
+                return [(sorted_, params)]
+            return [(newest, params)]
 
         totals, rows = await queries.snapshot_read_then_choose(
             [(plan.count, params)], search_page_for
@@ -280,6 +285,10 @@ class ListQueries:
     # A search's page newest first, for a search of more than ``SEARCH_RANKED_UP_TO``
     # matches (``page`` ranks them).
     newest_matches: PreparedQuery | None = None
+    # PostgreSQL: ``newest_matches`` read through the search index and sorted, for a search
+    # whose matches are too few among the org's newest requests to walk its history
+    # (``_postgres_search_count``'s ``probed``).
+    newest_matches_sorted: PreparedQuery | None = None
 
     def page_for(self, matches: int, org_total: int, reach: int) -> PreparedQuery:
         """The cheaper page for ``matches`` of ``org_total`` requests, of which the page
@@ -324,7 +333,12 @@ def page_queries(
         if search:
             walked = [*conditions, _postgres_match_by_walking()]
             newest = PreparedQuery(_page_rendered_after_choosing(walked, False))
-            return ListQueries(page, _postgres_search_count(conditions), newest_matches=newest)
+            return ListQueries(
+                page,
+                _postgres_search_count(conditions),
+                newest_matches=newest,
+                newest_matches_sorted=_postgres_newest_sorted(conditions),
+            )
         return ListQueries(page, PreparedQuery(_bounded_count(count_query.where(*conditions))))
     if search and len(conditions) == 1:
         return _sqlite_org_search()
@@ -730,8 +744,13 @@ def _fts_ranked_match() -> list[ColumnElement[bool]]:
 # walking the org's history (at most ``_WALKED_ROWS`` requests for its count) rather than
 # through the search index (``_postgres_search_count``).
 _PROBED_ROWS = 2_000
-_COMMON_IN_PROBED = 100
 _WALKED_ROWS = 20_000
+# A page newest first walks the org's history when this many of the probed rows match
+# (its first page then reads some thousands of rows at most); with fewer, the index finds
+# the matches and they are sorted.
+_WALKED_PAGE_FROM = 10
+# As many as the walk needs to find the bound's matches in its rows, at the same share.
+_COMMON_IN_PROBED = _PROBED_ROWS * (SEARCH_RANKED_UP_TO + 1) // _WALKED_ROWS
 
 
 def _postgres_tsquery() -> ColumnElement[Any]:
@@ -780,19 +799,43 @@ def _postgres_search_count(conditions: list[ColumnElement[bool]]) -> PreparedQue
     other filters are tested first; if ``_COMMON_IN_PROBED`` of them match, the newest
     ``_WALKED_ROWS`` are, and if they hold more than the bound the count is the bound's;
     otherwise the index counts. Each branch runs only when reached (an InitPlan runs when
-    first used), and every branch gives the same total."""
+    first used), and every branch gives the same total. The probe's matches come too
+    (``probed``), for the choice of the page (``read_page``)."""
     bound = total_bound(True)
     probed = _postgres_matches_among_newest(conditions, _PROBED_ROWS, None)
     walked = _postgres_matches_among_newest(conditions, _WALKED_ROWS, bound)
     every_row: Select[Any] = select(literal_column("1")).select_from(ApprovalRequest)
     indexed, _ = _with_search("postgresql", every_row)
     by_index = _bounded_count(indexed.where(*conditions), bound).scalar_subquery()
+    probe = select(probed.label("probed")).subquery("probe")
     total = case(
-        (probed < _COMMON_IN_PROBED, by_index),
-        (walked > bound, walked),
+        (probe.c.probed < _COMMON_IN_PROBED, by_index),
+        # The bound's own figure: ``walked`` named again would be counted again.
+        (walked > bound, literal(bound + 1)),
         else_=by_index,
     )
-    return PreparedQuery(select(total.label("total")))
+    return PreparedQuery(select(total.label("total"), probe.c.probed).select_from(probe))
+
+
+def _postgres_newest_sorted(conditions: list[ColumnElement[bool]]) -> PreparedQuery:
+    """A search's page newest first on PostgreSQL, its matches found through the GIN index
+    and sorted: for a search of more than the bound's matches that are too sparse among
+    the org's newest requests to walk its history for (``_WALKED_PAGE_FROM``). The matches
+    are gathered in a materialized CTE, which PostgreSQL plans on its own: in one query
+    with the order and the limit, its planner walked the history anyway, misled by its
+    constant estimate for a prefix."""
+    rows = ApprovalRequest.__table__
+    matched, _ = _with_search("postgresql", select(rows.c.id, rows.c.created_at))
+    matches = matched.where(*conditions).cte("matches").prefix_with("MATERIALIZED")
+    chosen = (
+        select(matches.c.id)
+        .order_by(matches.c.created_at.desc(), matches.c.id.desc())
+        .offset(bindparam("offset"))
+        .limit(bindparam("limit"))
+    )
+    page = select(*rows.columns).where(rows.c.id.in_(chosen)).subquery("page")
+    rendered = select(request_json("postgresql", page).label("json"))
+    return PreparedQuery(rendered.order_by(page.c.created_at.desc(), page.c.id.desc()))
 
 
 def _search_query_parameter() -> BindParameter[str]:

@@ -340,6 +340,27 @@ async def test_search_prefix_and_every_word(client: httpx.AsyncClient, org: Org)
     assert _ids(await _list(client, org.member, search="nothing-like-this")) == []
 
 
+async def test_search_finds_every_longer_word_of_a_prefix_however_many(
+    client: httpx.AsyncClient, org: Org
+) -> None:
+    """On SQLite a prefix with few longer words in the index is searched as those words,
+    one with many as a prefix (listing._sqlite_word_forms): both find every request with
+    a word the term is a prefix of, and no other."""
+    few = [
+        await create_approval(client, org.member, title=f"Rotate {word}")
+        for word in ("key", "keys", "keyring")
+    ]
+    many = [
+        await create_approval(client, org.member, title=f"Shard {word}")
+        for word in ("node", *(f"node{i}" for i in range(12)))
+    ]
+    await create_approval(client, org.member, title="Monkey business")  # "key" inside a word
+    cases = [("key", few), ("keyr", few[2:]), ("node", many), ("node1", [many[2], *many[11:]])]
+    for term, expected in cases:
+        body = await _list(client, org.member, search=term, page_size=50)
+        assert sorted(_ids(body)) == sorted(r["id"] for r in expected), term
+
+
 async def test_search_ranks_title_matches_over_description_matches(
     client: httpx.AsyncClient, org: Org
 ) -> None:

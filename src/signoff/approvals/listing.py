@@ -157,8 +157,11 @@ async def read_page(
         terms = search_terms(filters.search)
         if not terms:
             return [], 0
-        params["search_query"] = _search_query(queries.dialect_name, terms, org_id)
-        params["search_words"] = _search_words(terms)
+        forms = None
+        if queries.dialect_name == "sqlite":
+            forms = [await _sqlite_word_forms(queries, term) for term in terms]
+        params["search_query"] = _search_query(queries.dialect_name, terms, org_id, forms)
+        params["search_words"] = _search_words(terms, forms)
     if filters.after is not None:
         params["after_id"] = filters.after
     shape = _Shape(
@@ -851,22 +854,72 @@ def _bm25() -> ColumnElement[Any]:
     return func.bm25(literal_column("approval_requests_fts"), *_FTS_COLUMN_WEIGHTS)
 
 
-def _search_query(dialect: str, terms: list[str], org_id: uuid.UUID) -> str:
+def _search_query(
+    dialect: str,
+    terms: list[str],
+    org_id: uuid.UUID,
+    forms: Sequence[Sequence[str] | None] | None = None,
+) -> str:
     """The search box's words as the engine's query: each a prefix, all required. On
     SQLite the query also names the org, whose id migration 0006 indexes as one word of
     its own column (stored as SQLite stores UUIDs), so that FTS5 finds that org's matches
-    alone; the words are looked for in the title and the description only."""
+    alone; the words are looked for in the title and the description only. ``forms``
+    (SQLite): each term's indexed words, where known (``_sqlite_word_forms``)."""
     if dialect == "postgresql":
         return " & ".join(f"{term}:*" for term in terms)
-    return " AND ".join((f'{{org_id}} : "{org_id.hex}"', _search_words(terms)))
+    return " AND ".join((f'{{org_id}} : "{org_id.hex}"', _search_words(terms, forms)))
 
 
-def _search_words(terms: list[str]) -> str:
-    """The words of a SQLite search query (``_search_query``) without the org."""
-    # A column filter on each phrase, not on a parenthesized group: FTS5 has read that
-    # form since its first release.
-    phrases = ('{title description} : "' + term.replace('"', '""') + '"*' for term in terms)
+def _search_words(terms: list[str], forms: Sequence[Sequence[str] | None] | None = None) -> str:
+    """The words of a SQLite search query (``_search_query``) without the org: each term
+    as a prefix, or as the OR of the indexed words it is a prefix of (``forms``), which
+    finds the same rows."""
+    phrases = []
+    for index, term in enumerate(terms):
+        words = forms[index] if forms is not None else None
+        if words is None:
+            phrases.append(_phrase(term, prefix=True))
+        else:
+            # A column filter on each phrase, not on a parenthesized group: FTS5 has
+            # read that form since its first release.
+            alternatives = [_phrase(word, prefix=False) for word in [term, *words]]
+            phrases.append("(" + " OR ".join(alternatives) + ")")
     return " AND ".join(phrases)
+
+
+def _phrase(word: str, *, prefix: bool) -> str:
+    return '{title description} : "' + word.replace('"', '""') + ('"*' if prefix else '"')
+
+
+# SQLite: the search index's words (migration 0017), in order: a term's longer forms.
+_TERMS = table("approval_requests_fts_terms", column("term", String()))
+# A prefix with more longer forms than this stays a prefix query.
+_MAX_WORD_FORMS = 8
+_LONGER_WORDS = PreparedQuery(
+    select(_TERMS.c.term)
+    .where(_TERMS.c.term > bindparam("term"), _TERMS.c.term < bindparam("past"))
+    .limit(_MAX_WORD_FORMS + 1)
+)
+
+
+async def _sqlite_word_forms(queries: QueryRunner, term: str) -> list[str] | None:
+    """The words longer than ``term`` that the search index holds and ``term`` is a prefix
+    of, if there are at most ``_MAX_WORD_FORMS``; None if more, or if ``term`` is not
+    plain ASCII letters and digits (the tokenizer folds other characters, this would not).
+
+    Why: for a prefix query (``"word"*``) FTS5 gathers the entries of every word with that
+    prefix into one list before it returns the first row, a cost that grows with the
+    number of requests holding them (a common word, in a large org, costs tens of ms
+    whatever the page's size). Exact words are read lazily, as far as the page and the
+    bounded count need. The words come from the index's vocabulary (``fts5vocab``), which
+    reads its terms in order from the prefix."""
+    if not (term.isascii() and term.isalnum()):
+        return None
+    past = term[:-1] + chr(ord(term[-1]) + 1)
+    rows = await queries.all(_LONGER_WORDS, {"term": term, "past": past})
+    if len(rows) > _MAX_WORD_FORMS:
+        return None
+    return [str(row.term) for row in rows]
 
 
 def _decided_window(statuses: tuple[str, ...], filters: frozenset[str]) -> ColumnElement[bool]:

@@ -359,9 +359,14 @@ def page_queries(
     if union_sets.decided or union_sets.statuses:
         return _sqlite_union_filter_queries(statuses, filters, conditions, count_query, union_sets)
     index = _sqlite_filter_index(statuses, filters)
+    counted_by = index
+    if "decided_after" in filters or "decided_before" in filters:
+        # Only decided statuses (``_decided_window``): a range of the decided index, which
+        # holds the status too; the page walks the status's index from the window's end.
+        counted_by = [_DECIDED_INDEX]
     return ListQueries(
         _sqlite_page_by_rowids(conditions, index) if index else _page_of(conditions),
-        PreparedQuery(_bounded_count(count_query.where(*conditions)), sqlite_indexes=index),
+        PreparedQuery(_bounded_count(count_query.where(*conditions)), sqlite_indexes=counted_by),
     )
 
 
@@ -548,6 +553,7 @@ _REQUEST_INDEX = {
     for column in ("action_type", "source", "status", "priority")
 }
 _ORG_CREATED_INDEX = SQLiteIndex("approval_requests", "ix_approval_requests_org_created")
+_DECIDED_INDEX = SQLiteIndex("approval_requests", "ix_approval_requests_org_decided")
 # One set of rows of a filter that is an OR of two: the requests table under an alias,
 # and the conditions that choose the set's rows through that alias's index.
 _RowSet = tuple[NamedFromClause, list[ColumnElement[bool]]]
@@ -587,7 +593,9 @@ def _sqlite_union_filter_row_sets(
 ) -> _UnionFilterRowSets:
     decided_window = "decided_after" in filters or "decided_before" in filters
     return _UnionFilterRowSets(
-        decided=_sqlite_decided_window(filters) if decided_window else [],
+        decided=_sqlite_decided_window(filters)
+        if decided_window and not _only_decided_statuses(statuses)
+        else [],
         statuses=_sqlite_status_set(statuses) if _reads_statuses_by_rowid(statuses) else [],
     )
 
@@ -897,7 +905,7 @@ _TERMS = table("approval_requests_fts_terms", column("term", String()))
 _MAX_WORD_FORMS = 8
 _LONGER_WORDS = PreparedQuery(
     select(_TERMS.c.term)
-    .where(_TERMS.c.term > bindparam("term"), _TERMS.c.term < bindparam("past"))
+    .where(_TERMS.c.term >= bindparam("after"), _TERMS.c.term < bindparam("past"))
     .limit(_MAX_WORD_FORMS + 1)
 )
 
@@ -915,8 +923,10 @@ async def _sqlite_word_forms(queries: QueryRunner, term: str) -> list[str] | Non
     reads its terms in order from the prefix."""
     if not (term.isascii() and term.isalnum()):
         return None
-    past = term[:-1] + chr(ord(term[-1]) + 1)
-    rows = await queries.all(_LONGER_WORDS, {"term": term, "past": past})
+    # From just after ``term`` (no word holds a control character): the vocabulary
+    # counts each word it reads, and "> term" read ``term`` itself first.
+    after, past = term + "\x01", term[:-1] + chr(ord(term[-1]) + 1)
+    rows = await queries.all(_LONGER_WORDS, {"after": after, "past": past})
     if len(rows) > _MAX_WORD_FORMS:
         return None
     return [str(row.term) for row in rows]
@@ -932,7 +942,7 @@ def _decided_window(statuses: tuple[str, ...], filters: frozenset[str]) -> Colum
     status filter keeps no request that may read as expired. As two ORs, one per bound,
     PostgreSQL could read only one bound through an index."""
     decided = and_(*_window(ApprovalRequest.decided_at, filters))
-    if statuses and not {"pending", "expired"} & set(statuses):
+    if _only_decided_statuses(statuses):
         if "decided_before" not in filters:
             return decided
         # Implied (a request is decided after it was created), and a range of the list's
@@ -945,6 +955,11 @@ def _decided_window(statuses: tuple[str, ...], filters: frozenset[str]) -> Colum
         *_window(ApprovalRequest.expires_at, filters),
     )
     return or_(decided, expiring)
+
+
+def _only_decided_statuses(statuses: tuple[str, ...]) -> bool:
+    """Whether a status filter keeps only requests that cannot read as expired."""
+    return bool(statuses) and not {"pending", "expired"} & set(statuses)
 
 
 def _sqlite_decided_window(filters: frozenset[str]) -> list[_RowSet]:

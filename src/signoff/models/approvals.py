@@ -42,7 +42,7 @@ class ApprovalRequest(Base):
             Index(f"ix_approval_requests_org_{column}_created", *columns)
             for column, columns in _FILTER_INDEX_COLUMNS.items()
         ),
-        Index("ix_approval_requests_org_decided", "org_id", "decided_at"),
+        Index("ix_approval_requests_org_decided", "org_id", "decided_at", "status", "created_at"),
         # The expiry sweep looks only at pending rows with a deadline.
         Index(
             "ix_approval_requests_pending_expiry",

@@ -11,7 +11,9 @@ the table or more (tens of thousands in an org of a million requests). The four 
 indexes now also hold the columns the other filters test (status, priority, action
 type, source, and the deadline that decides whether a pending request reads as
 expired), so SQLite and PostgreSQL test every filter in the index and read from the table
-only the requests a page shows (docs/engineering-log.md, *Issue 24*, size).
+only the requests a page shows (docs/engineering-log.md, *Issue 24*, size). The index of
+decision times holds the status and the creation time too: a decided window with a
+status is counted in it alone.
 
 The indexes keep their names; each is rebuilt, which takes a while on a large table.
 
@@ -50,8 +52,12 @@ _TERMS = (
 )
 
 
+_DECIDED = "ix_approval_requests_org_decided"
+
+
 def upgrade() -> None:
     indexes = {f"ix_approval_requests_org_{c}_created": _columns(c) for c in _FILTERS}
+    indexes[_DECIDED] = ["org_id", "decided_at", "status", "created_at"]
     _rebuild(indexes)
     if op.get_bind().dialect.name == "sqlite":
         op.execute(_TERMS)
@@ -63,4 +69,5 @@ def downgrade() -> None:
     indexes = {
         f"ix_approval_requests_org_{c}_created": ["org_id", c, "created_at"] for c in _FILTERS
     }
+    indexes[_DECIDED] = ["org_id", "decided_at"]
     _rebuild(indexes)

@@ -340,6 +340,27 @@ async def test_search_prefix_and_every_word(client: httpx.AsyncClient, org: Org)
     assert _ids(await _list(client, org.member, search="nothing-like-this")) == []
 
 
+async def test_search_finds_every_longer_word_of_a_prefix_however_many(
+    client: httpx.AsyncClient, org: Org
+) -> None:
+    """On SQLite a prefix with few longer words in the index is searched as those words,
+    one with many as a prefix (listing._sqlite_word_forms): both find every request with
+    a word the term is a prefix of, and no other."""
+    few = [
+        await create_approval(client, org.member, title=f"Rotate {word}")
+        for word in ("key", "keys", "keyring")
+    ]
+    many = [
+        await create_approval(client, org.member, title=f"Shard {word}")
+        for word in ("node", *(f"node{i}" for i in range(12)))
+    ]
+    await create_approval(client, org.member, title="Monkey business")  # "key" inside a word
+    cases = [("key", few), ("keyr", few[2:]), ("node", many), ("node1", [many[2], *many[11:]])]
+    for term, expected in cases:
+        body = await _list(client, org.member, search=term, page_size=50)
+        assert sorted(_ids(body)) == sorted(r["id"] for r in expected), term
+
+
 async def test_search_ranks_title_matches_over_description_matches(
     client: httpx.AsyncClient, org: Org
 ) -> None:
@@ -376,6 +397,54 @@ async def test_search_total_counts_every_match(client: httpx.AsyncClient, org: O
     seen = [i for page in pages for i in _ids(page)]
     # Equally good matches: newest first, across pages.
     assert seen == [request["id"] for request in reversed(created)]
+
+
+async def test_a_search_of_many_matches_lists_them_newest_first(
+    client: httpx.AsyncClient, org: Org, other_org: Org, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past SEARCH_RANKED_UP_TO matches (lowered here to 3) a search is not ranked: its
+    matches come newest first, pages neither repeat nor skip one, every row matches, and
+    the total reads the bound. Alone, and beside a filter (SQLite reads the two
+    differently). At or under the bound, the best match still comes first."""
+    monkeypatch.setattr(listing, "SEARCH_RANKED_UP_TO", 3)
+    listing.page_queries.cache_clear()
+    try:
+        best = await create_approval(
+            client, org.member, title="Firewall change", description="Edge.", priority="high"
+        )
+        later = []
+        for i in range(4):
+            await _in_a_later_millisecond()
+            later.append(
+                await create_approval(
+                    client,
+                    org.member,
+                    title=f"Port {i}",
+                    description="A firewall rule.",
+                    priority="high" if i < 3 else "low",
+                )
+            )
+            await create_approval(client, org.member, title=f"Noise {i}", priority="high")
+            await create_approval(client, other_org.member, title=f"Firewall {i}")
+        newest_first = [r["id"] for r in reversed(later)] + [best["id"]]
+        high = [r["id"] for r in reversed(later[:3])] + [best["id"]]
+        for params, expected in (({}, newest_first), ({"priority": "high"}, high)):
+            pages = [
+                await _list(client, org.member, search="firewall", page_size=2, page=p, **params)
+                for p in (1, 2, 3)
+            ]
+            assert [i for page in pages for i in _ids(page)] == expected, params
+            assert (pages[0]["total"], pages[0]["total_is_exact"]) == (3, False), params
+        # Three matches: ranked, the title's match first although it is the oldest.
+        body = await _list(client, org.member, search="firewall", priority="high", source="x")
+        assert _ids(body) == []
+        for cancelled in later[:2]:
+            await client.delete(f"/api/v1/approvals/{cancelled['id']}", headers=org.member.headers)
+        body = await _list(client, org.member, search="firewall", status="pending")
+        assert _ids(body)[0] == best["id"]
+        assert (body["total"], body["total_is_exact"]) == (3, True)
+    finally:
+        listing.page_queries.cache_clear()
 
 
 async def test_search_combines_with_filters(client: httpx.AsyncClient, org: Org) -> None:

@@ -269,6 +269,7 @@ def test_no_list_query_scans_the_requests_table(database_url: str) -> None:
         "offset": 0,
         "limit": 20,
         "search_query": '"x"*',
+        "search_words": '"x"*',
         "priority": "high",
         "action_type": "deploy",
         "source": "ci",
@@ -278,7 +279,7 @@ def test_no_list_query_scans_the_requests_table(database_url: str) -> None:
         "decided_before": datetime.now(UTC),
         "assigned_to": uuid.uuid4(),
     }
-    value_filters = [frozenset({name}) for name in list(values)[5:]]
+    value_filters = [frozenset({name}) for name in list(values)[6:]]
     filter_kinds = [frozenset(), *value_filters, frozenset({"created_after", "decided_before"})]
     statuses_kinds = [(), ("pending",), ("approved",), ("expired",), ("approved", "rejected")]
     with closing(sqlite3.connect(_path(database_url))) as connection:
@@ -286,7 +287,12 @@ def test_no_list_query_scans_the_requests_table(database_url: str) -> None:
             for filters in filter_kinds:
                 for search in (False, True):
                     queries = page_queries("sqlite", statuses, filters, search)
-                    every = [queries.page, queries.count, queries.page_by_sorting_matches]
+                    every = [
+                        queries.page,
+                        queries.count,
+                        queries.page_by_sorting_matches,
+                        queries.newest_matches,
+                    ]
                     for query in (query for query in every if query is not None):
                         compiled = query.for_sqlite(_DIALECT)
                         plan = connection.execute(

@@ -18,6 +18,7 @@ import pytest
 
 from signoff.approvals import service as approvals_service
 from signoff.approvals.schemas import CreateApprovalRequest
+from signoff.approvals.search_index import SQLITE_CATCH_UP
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.storage.sqlite_driver import InlineConnection
@@ -150,3 +151,36 @@ async def test_a_request_deleted_before_its_transaction_commits_leaves_nothing_q
         )
         db.execute("DELETE FROM approval_requests WHERE title = 'Short lived'")
     assert _queued(path) == 0
+
+
+async def test_the_catch_up_reads_the_queue_first_whatever_statistics_say(
+    ctx: AppContext, org: Org, database_url: str
+) -> None:
+    """With the statistics ``ANALYZE`` leaves (an operator's, or ``PRAGMA optimize``),
+    taken while the queue was empty, SQLite planned the catch-up as a scan of every
+    request looked up in the queue: each commit then read the whole table. The catch-up
+    reads the queue and each queued request by its rowid, however large the table."""
+    path = _path(database_url)
+    mine = await _create(ctx, org, "Rotate keys")
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000) "
+            "INSERT INTO approval_requests (id, org_id, connection_id, title, description, "
+            "status, priority, metadata, required_approvals, current_approvals, "
+            "is_sequential, created_at, updated_at, comments_count, has_steps) "
+            "SELECT lower(hex(randomblob(16))), org_id, connection_id, 'Copy ' || i, "
+            "description, status, priority, metadata, required_approvals, current_approvals, "
+            "is_sequential, created_at, updated_at, 0, 0 FROM approval_requests, n "
+            "WHERE id = ?",
+            (mine,),
+        )
+        db.execute(SQLITE_CATCH_UP[0])
+        db.execute(SQLITE_CATCH_UP[1])
+        db.execute("ANALYZE")
+    with sqlite3.connect(path) as db:
+        plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + SQLITE_CATCH_UP[0])]
+    assert plan[0].startswith("SCAN p"), plan
+    assert plan[1].startswith("SEARCH r USING INTEGER PRIMARY KEY"), plan
+    later = await _create(ctx, org, "Unrelated change")
+    assert _found(path, "unrelated") == {later}
+    assert len(_found(path, "copy")) == 2000

@@ -8,9 +8,16 @@ import uuid
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
+import orjson
 import pytest
 
-from signoff.approvals.listing import _search_query, page_queries
+from signoff.approvals.listing import (
+    SEARCH_RANKED_UP_TO,
+    ListFilters,
+    _search_query,
+    page_queries,
+    read_page,
+)
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.storage.asyncpg_shape import asyncpg_dsn
@@ -46,7 +53,7 @@ async def _seed(connection: Any, org_id: uuid.UUID) -> None:
     await connection.execute("ANALYZE approval_requests")
 
 
-async def test_a_search_page_and_its_count_use_the_gin_index(
+async def test_a_search_page_and_its_count_use_the_gin_index_for_a_rare_word(
     ctx: AppContext, org: Org, backend: str
 ) -> None:
     if backend != "postgres":
@@ -71,5 +78,25 @@ async def test_a_search_page_and_its_count_use_the_gin_index(
             assert "ix_approval_requests_search" in explained, explained
         found = await ctx.db.queries.all(plan.page, params)
         assert len(found) == ROWS // 10_000
+        # The count reads the index for a rare word, and walks the org's newest requests
+        # for a word in nearly all of them, stopping one past the bound (listing.py,
+        # ``_postgres_search_count``): each branch the other leaves is never executed.
+        common = SEARCH_RANKED_UP_TO + 1  # counting stops one past the bound
+        for word, index_used, total in (("zanzibar", True, 3), ("deploy", False, common)):
+            params["search_query"] = _search_query("postgresql", [word], org_id)
+            compiled = plan.count.for_postgres(dialect)
+            rows = await connection.fetch(
+                "EXPLAIN (ANALYZE, COSTS OFF) " + compiled.sql, *compiled.parameters(params)
+            )
+            gin = [row[0] for row in rows if "ix_approval_requests_search" in row[0]]
+            assert gin and ("never executed" not in gin[0]) == index_used, (word, gin)
+            counted = await ctx.db.queries.all(plan.count, params)
+            assert counted[0].total == total, word
+        # The common word's page: its newest matches, newest first (walked, not ranked).
+        rendered, _ = await read_page(
+            ctx.db.queries, org_id, ListFilters(search="deploy"), now=utcnow(), offset=0, limit=5
+        )
+        titles = [orjson.loads(item)["title"] for item in rendered]
+        assert titles == [f"Deploy billing service {n}" for n in range(1, 6)]
     finally:
         await connection.close()

@@ -14,7 +14,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from signoff.approvals import service
-from signoff.approvals.listing import TOTAL_EXACT_UP_TO, bounded_total, next_cursor
+from signoff.approvals.listing import (
+    SEARCH_RANKED_UP_TO,
+    TOTAL_EXACT_UP_TO,
+    bounded_total,
+    next_cursor,
+)
 from signoff.approvals.presenters import (
     comment_to_dict,
     event_to_dict,
@@ -139,12 +144,14 @@ def _replay(existing: RequestRecord) -> Response:
     responses=errors(ValidationFailed),
     openapi_extra={"parameters": query_parameters(ListApprovalsQuery)},
     summary="List approval requests",
-    description="Newest first (best matches first when searching). Two ways to page: "
+    description="Newest first. Two ways to page: "
     "`page` (numbered pages), or `cursor`: pass the `next_cursor` of the page you have "
     "to get the page after it, which stays fast however deep you go and neither skips "
     "nor repeats requests when new ones arrive meanwhile. `total` counts exactly up to "
-    f"{TOTAL_EXACT_UP_TO:,} matches; past that it reads {TOTAL_EXACT_UP_TO:,} and "
-    "`total_is_exact` is false (there are more).",
+    f"{TOTAL_EXACT_UP_TO:,} matches ({SEARCH_RANKED_UP_TO:,} for a search); past that it "
+    "reads that bound and `total_is_exact` is false (there are more). A search lists its "
+    f"matches best first when it has at most {SEARCH_RANKED_UP_TO:,} of them, newest "
+    "first when it has more.",
 )
 async def list_approvals(request: Request, principal: Reader) -> Response:
     ctx = context_of(request)
@@ -163,7 +170,7 @@ async def list_approvals(request: Request, principal: Reader) -> Response:
         page_size=query.page_size,
         now=utcnow(),
     )
-    total, total_is_exact = bounded_total(total)
+    total, total_is_exact = bounded_total(total, searched=query.search is not None)
     paging = pagination(query.page, query.page_size, total)
     return json_response(
         {

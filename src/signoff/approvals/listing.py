@@ -30,16 +30,20 @@ from sqlalchemy import (
     Uuid,
     and_,
     bindparam,
+    case,
     column,
     exists,
     func,
+    literal,
     literal_column,
     or_,
     select,
     table,
+    text,
+    true,
     union_all,
 )
-from sqlalchemy.orm import aliased
+from sqlalchemy.orm import InstrumentedAttribute, aliased
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression
 from sqlalchemy.sql.selectable import CTE, FromClause, NamedFromClause, Subquery
@@ -69,6 +73,12 @@ _UNFILTERED_TOTAL = PreparedQuery(
 # the total reads as this bound (``Page.total_is_exact`` false): a page of a large org
 # never counts its whole history (docs/api.md, *Totals and cursors*).
 TOTAL_EXACT_UP_TO = 10_000
+# A search ranks its matches, best first, when it has at most this many; with more, it
+# lists them newest first, and its total reads this bound (not exact). Why: ranking reads
+# and scores every match, and a word found in a large share of a large org's requests
+# has hundreds of thousands of them; counting a search's matches also costs more per
+# match than counting a filter's (docs/api.md of the list, docs/performance.md).
+SEARCH_RANKED_UP_TO = 500
 
 
 @dataclass(frozen=True)
@@ -98,10 +108,17 @@ class Page:
     next_cursor: str | None
 
 
-def bounded_total(counted: int) -> tuple[int, bool]:
-    """A count that stopped at ``TOTAL_EXACT_UP_TO + 1`` as (total, exact)."""
-    if counted > TOTAL_EXACT_UP_TO:
-        return TOTAL_EXACT_UP_TO, False
+def total_bound(searched: bool) -> int:
+    """How far a page's total is counted exactly: ``SEARCH_RANKED_UP_TO`` for a search
+    (never more than ``TOTAL_EXACT_UP_TO``), ``TOTAL_EXACT_UP_TO`` otherwise."""
+    return min(SEARCH_RANKED_UP_TO, TOTAL_EXACT_UP_TO) if searched else TOTAL_EXACT_UP_TO
+
+
+def bounded_total(counted: int, *, searched: bool = False) -> tuple[int, bool]:
+    """A count that stopped one past ``total_bound(searched)`` as (total, exact)."""
+    bound = total_bound(searched)
+    if counted > bound:
+        return bound, False
     return counted, True
 
 
@@ -139,7 +156,11 @@ async def read_page(
         terms = search_terms(filters.search)
         if not terms:
             return [], 0
-        params["search_query"] = _search_query(queries.dialect_name, terms, org_id)
+        forms = None
+        if queries.dialect_name == "sqlite":
+            forms = [await _sqlite_word_forms(queries, term) for term in terms]
+        params["search_query"] = _search_query(queries.dialect_name, terms, org_id, forms)
+        params["search_words"] = _search_words(terms, forms)
     if filters.after is not None:
         params["after_id"] = filters.after
     shape = _Shape(
@@ -154,6 +175,20 @@ async def read_page(
         shape.search,
         filters.after is not None,
     )
+    if (newest := plan.newest_matches) is not None:
+
+        def search_page_for(counted: list[list[Any]]) -> list[tuple[PreparedQuery, Any]]:
+            if _total(counted[0]) <= total_bound(True):
+                return [(plan.page, params)]
+            sorted_ = plan.newest_matches_sorted
+            if sorted_ is not None and int(counted[0][0].probed) < _WALKED_PAGE_FROM:
+                return [(sorted_, params)]
+            return [(newest, params)]
+
+        totals, rows = await queries.snapshot_read_then_choose(
+            [(plan.count, params)], search_page_for
+        )
+        return [row.json for row in rows], _total(totals)
     if plan.page_by_sorting_matches is None:
         rows, totals = await queries.snapshot_read((plan.page, params), (plan.count, params))
         return [row.json for row in rows], _total(totals)
@@ -211,6 +246,13 @@ class ListQueries:
     page: PreparedQuery
     count: PreparedQuery
     page_by_sorting_matches: PreparedQuery | None = None
+    # A search's page newest first, for a search of more than ``SEARCH_RANKED_UP_TO``
+    # matches (``page`` ranks them).
+    newest_matches: PreparedQuery | None = None
+    # PostgreSQL: ``newest_matches`` read through the search index and sorted, for a search
+    # whose matches are too few among the org's newest requests to walk its history
+    # (``_postgres_search_count``'s ``probed``).
+    newest_matches_sorted: PreparedQuery | None = None
 
     def page_for(self, matches: int, org_total: int, reach: int) -> PreparedQuery:
         """The cheaper page for ``matches`` of ``org_total`` requests, of which the page
@@ -247,15 +289,28 @@ def page_queries(
     count_query: Select[Any] = select(literal_column("1")).select_from(ApprovalRequest)
     if search:
         count_query, _ = _with_search(dialect, count_query)
+        searched_count = PreparedQuery(
+            _bounded_count(count_query.where(*conditions), total_bound(True))
+        )
     if dialect == "postgresql":
         page = PreparedQuery(_page_rendered_after_choosing(conditions, search))
+        if search:
+            walked = [*conditions, _postgres_match_by_walking()]
+            newest = PreparedQuery(_page_rendered_after_choosing(walked, False))
+            return ListQueries(
+                page,
+                _postgres_search_count(conditions),
+                newest_matches=newest,
+                newest_matches_sorted=_postgres_newest_sorted(conditions),
+            )
         return ListQueries(page, PreparedQuery(_bounded_count(count_query.where(*conditions))))
     if search and len(conditions) == 1:
         return _sqlite_org_search()
     if search:
         return ListQueries(
             _sqlite_search_page(conditions),
-            PreparedQuery(_bounded_count(count_query.where(*conditions))),
+            searched_count,
+            newest_matches=_newest(conditions),
         )
     if len(conditions) == 1:
         # The org's whole count, kept by triggers (migration 0005): an unfiltered page
@@ -265,9 +320,14 @@ def page_queries(
     if union_sets.decided or union_sets.statuses:
         return _sqlite_union_filter_queries(statuses, filters, conditions, count_query, union_sets)
     index = _sqlite_filter_index(statuses, filters)
+    counted_by = index
+    if "decided_after" in filters or "decided_before" in filters:
+        # Only decided statuses (``_decided_window``): a range of the decided index, which
+        # holds the status too; the page walks the status's index from the window's end.
+        counted_by = [_DECIDED_INDEX]
     return ListQueries(
         _sqlite_page_by_rowids(conditions, index) if index else _page_of(conditions),
-        PreparedQuery(_bounded_count(count_query.where(*conditions)), sqlite_indexes=index),
+        PreparedQuery(_bounded_count(count_query.where(*conditions)), sqlite_indexes=counted_by),
     )
 
 
@@ -325,7 +385,7 @@ def _sqlite_org_search() -> ListQueries:
             _FTS.c.created_at.label("created_at"),
             score.label("score"),
         )
-        .where(match)
+        .where(*_fts_ranked_match())
         .order_by(score.asc(), _FTS.c.created_at.desc(), _FTS.c.request_id.desc())
         .offset(bindparam("offset"))
         .limit(bindparam("limit"))
@@ -336,8 +396,42 @@ def _sqlite_org_search() -> ListQueries:
         .select_from(chosen.join(_PAGE, _PAGE.c.id == chosen.c.id))
         .order_by(chosen.c.score, chosen.c.created_at.desc(), chosen.c.id.desc())
     )
-    count = _bounded_count(select(literal_column("1")).select_from(_FTS).where(match))
-    return ListQueries(PreparedQuery(page), PreparedQuery(count))
+    count = _bounded_count(
+        select(literal_column("1")).select_from(_FTS).where(match), total_bound(True)
+    )
+    return ListQueries(PreparedQuery(page), PreparedQuery(count), newest_matches=_newest(None))
+
+
+def _newest(conditions: list[ColumnElement[bool]] | None) -> PreparedQuery:
+    """A search's page newest first on SQLite: the search table's matches walked from its
+    newest row back (FTS5 reads a match in either order of its rowids, which follow the
+    order the requests were written), each joined to its request and, with other filters
+    (``conditions``), kept if it passes them, until the page is full. Only the page's
+    requests are rendered."""
+    fts_rowid: ColumnElement[Any] = literal_column("approval_requests_fts.rowid")
+    chosen: Select[Any]
+    if conditions is None:
+        chosen = select(_FTS.c.request_id.label("id"), fts_rowid.label("fts_rowid")).where(
+            _fts_match()
+        )
+    else:
+        chosen = (
+            select(ApprovalRequest.id.label("id"), fts_rowid.label("fts_rowid"))
+            .select_from(_FTS.join(ApprovalRequest, ApprovalRequest.id == _FTS.c.request_id))
+            .where(_fts_match(), *conditions)
+        )
+    newest = (
+        chosen.order_by(fts_rowid.desc())
+        .offset(bindparam("offset"))
+        .limit(bindparam("limit"))
+        .subquery("chosen")
+    )
+    page = (
+        select(request_json("sqlite", _PAGE).label("json"))
+        .select_from(newest.join(_PAGE, _PAGE.c.id == newest.c.id))
+        .order_by(newest.c.fts_rowid.desc())
+    )
+    return PreparedQuery(page)
 
 
 def _sqlite_search_page(conditions: list[ColumnElement[bool]]) -> PreparedQuery:
@@ -420,6 +514,7 @@ _REQUEST_INDEX = {
     for column in ("action_type", "source", "status", "priority")
 }
 _ORG_CREATED_INDEX = SQLiteIndex("approval_requests", "ix_approval_requests_org_created")
+_DECIDED_INDEX = SQLiteIndex("approval_requests", "ix_approval_requests_org_decided")
 # One set of rows of a filter that is an OR of two: the requests table under an alias,
 # and the conditions that choose the set's rows through that alias's index.
 _RowSet = tuple[NamedFromClause, list[ColumnElement[bool]]]
@@ -459,15 +554,18 @@ def _sqlite_union_filter_row_sets(
 ) -> _UnionFilterRowSets:
     decided_window = "decided_after" in filters or "decided_before" in filters
     return _UnionFilterRowSets(
-        decided=_sqlite_decided_window(filters) if decided_window else [],
+        decided=_sqlite_decided_window(filters)
+        if decided_window and not _only_decided_statuses(statuses)
+        else [],
         statuses=_sqlite_status_set(statuses) if _reads_statuses_by_rowid(statuses) else [],
     )
 
 
-def _bounded_count(rows: Select[Any]) -> Select[Any]:
+def _bounded_count(rows: Select[Any], up_to: int | None = None) -> Select[Any]:
     """How many rows ``rows`` (a select of a constant) has, counting at most one past
-    ``TOTAL_EXACT_UP_TO`` (``bounded_total``)."""
-    chosen = rows.limit(TOTAL_EXACT_UP_TO + 1).subquery("counted")
+    ``up_to`` (``TOTAL_EXACT_UP_TO`` if not given; ``bounded_total``)."""
+    bound = TOTAL_EXACT_UP_TO if up_to is None else up_to
+    chosen = rows.limit(bound + 1).subquery("counted")
     return select(func.count().label("total")).select_from(chosen)
 
 
@@ -491,15 +589,24 @@ def _after_cursor() -> list[ColumnElement[bool]]:
 
 
 def _one_page(
-    dialect: str, query: Select[Any], conditions: list[ColumnElement[bool]], search: bool
+    dialect: str,
+    query: Select[Any],
+    conditions: list[ColumnElement[bool]],
+    search: bool,
+    *,
+    ranked: bool = True,
 ) -> tuple[Select[Any], ColumnElement[Any] | None]:
     """``query`` narrowed to the matching requests, in list order (best match first when
-    searching, then newest first), one page of them; and the search rank, if any."""
+    searching and ``ranked``, then newest first), one page of them; and the search rank,
+    if ranked."""
     order: list[Any] = [ApprovalRequest.created_at.desc(), ApprovalRequest.id.desc()]
     rank = None
     if search:
-        query, rank = _with_search(dialect, query)
-        order = [rank, *order]
+        query, rank = _with_search(dialect, query, ranked=ranked)
+        if ranked:
+            order = [rank, *order]
+        else:
+            rank = None
     page = (
         query.where(*conditions)
         .order_by(*order)
@@ -510,14 +617,14 @@ def _one_page(
 
 
 def _page_rendered_after_choosing(
-    conditions: list[ColumnElement[bool]], search: bool
+    conditions: list[ColumnElement[bool]], search: bool, *, ranked: bool = True
 ) -> Select[Any]:
     """PostgreSQL's page query: the page's rows are chosen in a subquery, and only they are
     rendered. Why: PostgreSQL evaluates the select list for every row that OFFSET then
     skips; rendering in the same query made page 25 render 500 objects to answer 20
     (docs/engineering-log.md, *The fifth round*)."""
     columns = select(*ApprovalRequest.__table__.columns)
-    chosen, rank = _one_page("postgresql", columns, conditions, search)
+    chosen, rank = _one_page("postgresql", columns, conditions, search, ranked=ranked)
     if rank is not None:
         # The rank (ts_rank(...) DESC) travels with the rows, to order the page again.
         chosen = chosen.add_columns(rank.element.label("rank"))
@@ -551,32 +658,156 @@ def _conditions(
         conditions.append(ApprovalRequest.created_at < bindparam("created_before"))
     if union_sets is not None and union_sets.decided:
         conditions.append(_rowids_in(union_sets.decided))
-    else:
-        if "decided_after" in filters:
-            conditions.append(_decided_at_condition(operator.ge, bindparam("decided_after")))
-        if "decided_before" in filters:
-            conditions.append(_decided_at_condition(operator.lt, bindparam("decided_before")))
+    elif "decided_after" in filters or "decided_before" in filters:
+        conditions.append(_decided_window(statuses, filters))
     if "assigned_to" in filters:
         conditions.append(_awaiting_vote_of(bindparam("assigned_to")))
     return conditions
 
 
-def _with_search(dialect: str, query: Select[Any]) -> tuple[Select[Any], Any]:
+def _with_search(
+    dialect: str, query: Select[Any], *, ranked: bool = False
+) -> tuple[Select[Any], Any]:
     """Narrow ``query`` to full-text matches of the ``search_query`` parameter and give
     their ranking; both use an index.
 
     Every term must match, as a prefix, case-insensitively; titles weigh more than
     descriptions. PostgreSQL: the GIN-indexed ``search_vector``. SQLite: a join with the
     FTS5 table, ranked by bm25 with title and description weights (its default ``rank``
-    weighs every column alike).
+    weighs every column alike). ``ranked``: the rows are ranked (``_fts_ranked_match``).
     """
     if dialect == "postgresql":
         # Accents folded as in the indexed vector (migration 0011).
-        tsquery = func.to_tsquery("simple", func.signoff_unaccent(_search_query_parameter()))
+        tsquery = _postgres_tsquery()
         vector: ColumnElement[Any] = literal_column("approval_requests.search_vector")
         return query.where(vector.op("@@")(tsquery)), func.ts_rank(vector, tsquery).desc()
-    joined = query.join(_FTS, _FTS.c.request_id == ApprovalRequest.id).where(_fts_match())
+    match = _fts_ranked_match() if ranked else [_fts_match()]
+    joined = query.join(_FTS, _FTS.c.request_id == ApprovalRequest.id).where(*match)
     return joined, _bm25().asc()  # bm25 is negative: better matches sort first
+
+
+def _fts_ranked_match() -> list[ColumnElement[bool]]:
+    """The org's matches of a search (``_fts_match``) found in a form bm25 ranks cheaply:
+    the search table's rows that match the words alone and are among the org's matches.
+
+    Why: bm25 weighs each phrase of the query by how many rows hold it, and counts them
+    on its first call; with the org's id as a phrase of the query, it read one entry for
+    every request of the org (the org's id is in each), whatever the words, a cost that
+    grew with the org. The org's weight is nought, so the scores are the same. The org's
+    matches are read first (``+``: not as a lookup of each row) and are few: a search is
+    ranked only up to ``SEARCH_RANKED_UP_TO`` matches."""
+    words = literal_column("approval_requests_fts").op("MATCH")(
+        bindparam("search_words", type_=String())
+    )
+    orgs_matches: Select[Any] = (
+        select(literal_column("org_matches.rowid"))
+        .select_from(text("approval_requests_fts AS org_matches"))
+        .where(
+            literal_column("org_matches.approval_requests_fts").op("MATCH")(
+                _search_query_parameter()
+            )
+        )
+    )
+    return [words, literal_column("+approval_requests_fts.rowid").in_(orgs_matches)]
+
+
+# PostgreSQL: a search is first tested on the newest ``_PROBED_ROWS`` requests of the org
+# that pass its other filters; with ``_COMMON_IN_PROBED`` matches among them it is read by
+# walking the org's history (at most ``_WALKED_ROWS`` requests for its count) rather than
+# through the search index (``_postgres_search_count``).
+_PROBED_ROWS = 2_000
+_WALKED_ROWS = 20_000
+# A page newest first walks the org's history when this many of the probed rows match
+# (its first page then reads some thousands of rows at most); with fewer, the index finds
+# the matches and they are sorted.
+_WALKED_PAGE_FROM = 10
+# As many as the walk needs to find the bound's matches in its rows, at the same share.
+_COMMON_IN_PROBED = _PROBED_ROWS * (SEARCH_RANKED_UP_TO + 1) // _WALKED_ROWS
+
+
+def _postgres_tsquery() -> ColumnElement[Any]:
+    return func.to_tsquery("simple", func.signoff_unaccent(_search_query_parameter()))
+
+
+def _postgres_match_by_walking() -> ColumnElement[bool]:
+    """The search's match, written so that PostgreSQL cannot answer it from the GIN index:
+    it is tested on each row that another index (the org's history, newest first) reads."""
+    vector: ColumnElement[Any] = literal_column("approval_requests.search_vector")
+    return vector.op("@@")(_postgres_tsquery()).is_(true())
+
+
+def _postgres_matches_among_newest(
+    conditions: list[ColumnElement[bool]], rows: int, up_to: int | None
+) -> ColumnElement[Any]:
+    """How many of the newest ``rows`` requests passing ``conditions`` match the search
+    (counting at most ``up_to + 1``), tested row by row: no GIN index."""
+    newest = (
+        select(literal_column("approval_requests.search_vector").label("vector"))
+        .select_from(ApprovalRequest)
+        .where(*conditions)
+        .order_by(ApprovalRequest.created_at.desc(), ApprovalRequest.id.desc())
+        .limit(rows)
+        .subquery("newest")
+    )
+    matching: Select[Any] = (
+        select(literal_column("1"))
+        .select_from(newest)
+        .where(newest.c.vector.op("@@")(_postgres_tsquery()))
+    )
+    if up_to is not None:
+        return _bounded_count(matching, up_to).scalar_subquery()
+    return select(func.count()).select_from(matching.subquery("matching")).scalar_subquery()
+
+
+def _postgres_search_count(conditions: list[ColumnElement[bool]]) -> PreparedQuery:
+    """A search's bounded count on PostgreSQL, read one of two ways.
+
+    Why: the GIN index finds a rare word's few matches at once, but for a word in a large
+    share of the org it gathers every match of each word before the first is counted, a
+    cost that grows with the org; reading the org's history newest first and testing each
+    row finds a common word's first ``SEARCH_RANKED_UP_TO`` matches within a few thousand
+    rows. PostgreSQL's planner cannot tell which applies: its estimate for a prefix
+    (``word:*``) is a constant. So the newest ``_PROBED_ROWS`` requests that pass the
+    other filters are tested first; if ``_COMMON_IN_PROBED`` of them match, the newest
+    ``_WALKED_ROWS`` are, and if they hold more than the bound the count is the bound's;
+    otherwise the index counts. Each branch runs only when reached (an InitPlan runs when
+    first used), and every branch gives the same total. The probe's matches come too
+    (``probed``), for the choice of the page (``read_page``)."""
+    bound = total_bound(True)
+    probed = _postgres_matches_among_newest(conditions, _PROBED_ROWS, None)
+    walked = _postgres_matches_among_newest(conditions, _WALKED_ROWS, bound)
+    every_row: Select[Any] = select(literal_column("1")).select_from(ApprovalRequest)
+    indexed, _ = _with_search("postgresql", every_row)
+    by_index = _bounded_count(indexed.where(*conditions), bound).scalar_subquery()
+    probe = select(probed.label("probed")).subquery("probe")
+    total = case(
+        (probe.c.probed < _COMMON_IN_PROBED, by_index),
+        # The bound's own figure: ``walked`` named again would be counted again.
+        (walked > bound, literal(bound + 1)),
+        else_=by_index,
+    )
+    return PreparedQuery(select(total.label("total"), probe.c.probed).select_from(probe))
+
+
+def _postgres_newest_sorted(conditions: list[ColumnElement[bool]]) -> PreparedQuery:
+    """A search's page newest first on PostgreSQL, its matches found through the GIN index
+    and sorted: for a search of more than the bound's matches that are too sparse among
+    the org's newest requests to walk its history for (``_WALKED_PAGE_FROM``). The matches
+    are gathered in a materialized CTE, which PostgreSQL plans on its own: in one query
+    with the order and the limit, its planner walked the history anyway, misled by its
+    constant estimate for a prefix."""
+    rows = ApprovalRequest.__table__
+    matched, _ = _with_search("postgresql", select(rows.c.id, rows.c.created_at))
+    matches = matched.where(*conditions).cte("matches").prefix_with("MATERIALIZED")
+    chosen = (
+        select(matches.c.id)
+        .order_by(matches.c.created_at.desc(), matches.c.id.desc())
+        .offset(bindparam("offset"))
+        .limit(bindparam("limit"))
+    )
+    page = select(*rows.columns).where(rows.c.id.in_(chosen)).subquery("page")
+    rendered = select(request_json("postgresql", page).label("json"))
+    return PreparedQuery(rendered.order_by(page.c.created_at.desc(), page.c.id.desc()))
 
 
 def _search_query_parameter() -> BindParameter[str]:
@@ -592,36 +823,108 @@ def _bm25() -> ColumnElement[Any]:
     return func.bm25(literal_column("approval_requests_fts"), *_FTS_COLUMN_WEIGHTS)
 
 
-def _search_query(dialect: str, terms: list[str], org_id: uuid.UUID) -> str:
+def _search_query(
+    dialect: str,
+    terms: list[str],
+    org_id: uuid.UUID,
+    forms: Sequence[Sequence[str] | None] | None = None,
+) -> str:
     """The search box's words as the engine's query: each a prefix, all required. On
     SQLite the query also names the org, whose id migration 0006 indexes as one word of
     its own column (stored as SQLite stores UUIDs), so that FTS5 finds that org's matches
-    alone; the words are looked for in the title and the description only."""
+    alone; the words are looked for in the title and the description only. ``forms``
+    (SQLite): each term's indexed words, where known (``_sqlite_word_forms``)."""
     if dialect == "postgresql":
         return " & ".join(f"{term}:*" for term in terms)
-    # A column filter on each phrase, not on a parenthesized group: FTS5 has read that
-    # form since its first release.
-    words = ('{title description} : "' + term.replace('"', '""') + '"*' for term in terms)
-    return " AND ".join((f'{{org_id}} : "{org_id.hex}"', *words))
+    return " AND ".join((f'{{org_id}} : "{org_id.hex}"', _search_words(terms, forms)))
 
 
-def _decided_at_condition(
-    compare: Callable[[Any, Any], ColumnElement[bool]], bound: BindParameter[Any]
-) -> ColumnElement[bool]:
-    """A decided_at filter that agrees with reads before the sweep has run: a pending
-    request past its deadline reads as decided at its ``expires_at``."""
-    return or_(
-        compare(ApprovalRequest.decided_at, bound),
-        and_(
-            ApprovalRequest.status == "pending",
-            _is_past_expiry(),
-            compare(ApprovalRequest.expires_at, bound),
-        ),
+def _search_words(terms: list[str], forms: Sequence[Sequence[str] | None] | None = None) -> str:
+    """The words of a SQLite search query (``_search_query``) without the org: each term
+    as a prefix, or as the OR of the indexed words it is a prefix of (``forms``), which
+    finds the same rows."""
+    phrases = []
+    for index, term in enumerate(terms):
+        words = forms[index] if forms is not None else None
+        if words is None:
+            phrases.append(_phrase(term, prefix=True))
+        else:
+            # A column filter on each phrase, not on a parenthesized group: FTS5 has
+            # read that form since its first release.
+            alternatives = [_phrase(word, prefix=False) for word in [term, *words]]
+            phrases.append("(" + " OR ".join(alternatives) + ")")
+    return " AND ".join(phrases)
+
+
+def _phrase(word: str, *, prefix: bool) -> str:
+    return '{title description} : "' + word.replace('"', '""') + ('"*' if prefix else '"')
+
+
+# SQLite: the search index's words (migration 0016), in order: a term's longer forms.
+_TERMS = table("approval_requests_fts_terms", column("term", String()))
+# A prefix with more longer forms than this stays a prefix query.
+_MAX_WORD_FORMS = 8
+_LONGER_WORDS = PreparedQuery(
+    select(_TERMS.c.term)
+    .where(_TERMS.c.term >= bindparam("after"), _TERMS.c.term < bindparam("past"))
+    .limit(_MAX_WORD_FORMS + 1)
+)
+
+
+async def _sqlite_word_forms(queries: QueryRunner, term: str) -> list[str] | None:
+    """The words longer than ``term`` that the search index holds and ``term`` is a prefix
+    of, if there are at most ``_MAX_WORD_FORMS``; None if more, or if ``term`` is not
+    plain ASCII letters and digits (the tokenizer folds other characters, this would not).
+
+    Why: for a prefix query (``"word"*``) FTS5 gathers the entries of every word with that
+    prefix into one list before it returns the first row, a cost that grows with the
+    number of requests holding them (a common word, in a large org, costs tens of ms
+    whatever the page's size). Exact words are read lazily, as far as the page and the
+    bounded count need. The words come from the index's vocabulary (``fts5vocab``), which
+    reads its terms in order from the prefix."""
+    if not (term.isascii() and term.isalnum()):
+        return None
+    # From just after ``term`` (no word holds a control character): the vocabulary
+    # counts each word it reads, and "> term" read ``term`` itself first.
+    after, past = term + "\x01", term[:-1] + chr(ord(term[-1]) + 1)
+    rows = await queries.all(_LONGER_WORDS, {"after": after, "past": past})
+    if len(rows) > _MAX_WORD_FORMS:
+        return None
+    return [str(row.term) for row in rows]
+
+
+def _decided_window(statuses: tuple[str, ...], filters: frozenset[str]) -> ColumnElement[bool]:
+    """A decided window that agrees with reads before the sweep has run: a pending request
+    past its deadline reads as decided at its ``expires_at``.
+
+    Written as one range of ``decided_at`` (the org's index on it reads it) or one range of
+    the pending deadlines (their partial index), since a pending request has no
+    ``decided_at`` and a decided one is not pending; and as the first alone when the
+    status filter keeps no request that may read as expired. As two ORs, one per bound,
+    PostgreSQL could read only one bound through an index."""
+    decided = and_(*_window(ApprovalRequest.decided_at, filters))
+    if _only_decided_statuses(statuses):
+        if "decided_before" not in filters:
+            return decided
+        # Implied (a request is decided after it was created), and a range of the list's
+        # order: a page walking the filter's index newest first starts at the window's end
+        # instead of reading every later request first.
+        return and_(decided, ApprovalRequest.created_at < bindparam("decided_before"))
+    expiring = and_(
+        ApprovalRequest.status == "pending",
+        _is_past_expiry(),
+        *_window(ApprovalRequest.expires_at, filters),
     )
+    return or_(decided, expiring)
+
+
+def _only_decided_statuses(statuses: tuple[str, ...]) -> bool:
+    """Whether a status filter keeps only requests that cannot read as expired."""
+    return bool(statuses) and not {"pending", "expired"} & set(statuses)
 
 
 def _sqlite_decided_window(filters: frozenset[str]) -> list[_RowSet]:
-    """``_decided_at_condition`` for the window's bounds as two sets SQLite can read
+    """``_decided_window`` as two sets SQLite can read
     through indexes: the org's requests decided in the window (by their ``decided_at``),
     and the pending ones whose deadline passed in it (by the partial index of pending
     deadlines). A pending request has no ``decided_at``, and a decided one is not pending.
@@ -686,9 +989,13 @@ def _rowids_in(sets: list[_RowSet]) -> ColumnElement[bool]:
 
 
 def _count_of(sets: list[_RowSet]) -> PreparedQuery:
-    """How many rows ``sets`` (disjoint) hold, counted in their indexes alone."""
+    """How many rows ``sets`` (disjoint) hold, counted in their indexes alone, each set
+    up to one past ``TOTAL_EXACT_UP_TO``: their sum passes the bound when the filter's
+    matches do (``bounded_total``), and no set is counted whole."""
     counts = [
-        select(func.count()).select_from(alias).where(*where).scalar_subquery()
+        _bounded_count(
+            select(literal_column("1")).select_from(alias).where(*where)
+        ).scalar_subquery()
         for alias, where in sets
     ]
     return PreparedQuery(
@@ -697,7 +1004,9 @@ def _count_of(sets: list[_RowSet]) -> PreparedQuery:
     )
 
 
-def _window(moment: ColumnElement[Any], filters: frozenset[str]) -> list[ColumnElement[bool]]:
+def _window(
+    moment: ColumnElement[Any] | InstrumentedAttribute[Any], filters: frozenset[str]
+) -> list[ColumnElement[bool]]:
     bounds = []
     if "decided_after" in filters:
         bounds.append(moment >= bindparam("decided_after"))

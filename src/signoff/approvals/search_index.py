@@ -26,11 +26,16 @@ the next transaction of signoff that writes.
 
 from __future__ import annotations
 
+# ``CROSS JOIN``: SQLite then reads the queue first and each queued request by its rowid,
+# whatever statistics it holds. With the statistics ``ANALYZE`` (or ``PRAGMA optimize``)
+# leaves, and the queue empty when they were taken, it read the whole requests table
+# instead and looked each row up in the queue: every commit then cost a scan of the
+# table (docs/engineering-log.md, *Issue 24*, size).
 SQLITE_CATCH_UP = (
     "INSERT INTO approval_requests_fts (title, description, org_id, request_id, created_at) "
     "SELECT r.title, r.description, r.org_id, r.id, r.created_at "
     "FROM approval_requests_fts_pending AS p "
-    "JOIN approval_requests AS r ON r.rowid = p.request_rowid "
+    "CROSS JOIN approval_requests AS r ON r.rowid = p.request_rowid "
     "ORDER BY p.request_rowid",
     "DELETE FROM approval_requests_fts_pending",
 )

@@ -23,6 +23,12 @@ from signoff.common.ids import new_id
 from signoff.common.time import utcnow
 from signoff.models.base import Base, JSONType
 
+_FILTERS = ("status", "priority", "action_type", "source")
+_FILTER_INDEX_COLUMNS = {
+    column: ["org_id", column, "created_at", *(f for f in _FILTERS if f != column), "expires_at"]
+    for column in _FILTERS
+}
+
 
 class ApprovalRequest(Base):
     __tablename__ = "approval_requests"
@@ -30,13 +36,13 @@ class ApprovalRequest(Base):
         UniqueConstraint("org_id", "idempotency_key"),
         # List pages: newest first within an org, optionally narrowed by one filter.
         Index("ix_approval_requests_org_created", "org_id", "created_at", "id"),
-        Index("ix_approval_requests_org_status_created", "org_id", "status", "created_at"),
-        Index("ix_approval_requests_org_priority_created", "org_id", "priority", "created_at"),
-        Index(
-            "ix_approval_requests_org_action_type_created", "org_id", "action_type", "created_at"
+        # Each filter's index also holds what the other filters test, so a page filtered
+        # by two values tests both in the index (migration 0016).
+        *(
+            Index(f"ix_approval_requests_org_{column}_created", *columns)
+            for column, columns in _FILTER_INDEX_COLUMNS.items()
         ),
-        Index("ix_approval_requests_org_source_created", "org_id", "source", "created_at"),
-        Index("ix_approval_requests_org_decided", "org_id", "decided_at"),
+        Index("ix_approval_requests_org_decided", "org_id", "decided_at", "status", "created_at"),
         # An approver's inbox: each priority's pending requests, oldest first.
         Index(
             "ix_approval_requests_org_status_priority_created",

@@ -93,6 +93,13 @@ class ReadPool:
                     # is a round trip on every release; these connections only run single
                     # autocommit reads and change no session state.
                     reset=_nothing_to_reset,
+                    # Each execution planned for its values. asyncpg prepares a statement
+                    # once per connection, and after five executions PostgreSQL may keep a
+                    # generic plan, made without the values: a list page's filters (a
+                    # window of dates, a common or a rare word) then kept a plan made for
+                    # a guess, tens of times slower in a large org (docs/engineering-log.md,
+                    # *Issue 24*, size). Planning these statements anew costs far less.
+                    server_settings={"plan_cache_mode": "force_custom_plan"},
                     # A pooled connection's idle server session is closed after this long.
                     max_inactive_connection_lifetime=60.0,
                 )

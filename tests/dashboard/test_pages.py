@@ -462,6 +462,31 @@ async def test_history_filters_and_csv_export(
     assert [(r["title"], r["status"]) for r in rows] == [("'=cmd approved", "approved")]
 
 
+async def test_history_of_a_search_past_its_bound_says_so(
+    ctx: AppContext, client: httpx.AsyncClient, org: Org, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search's count stops one past a bound (``SEARCH_RANKED_UP_TO``, lowered here to a
+    page's 25): the history's pagination says "25+", as the inbox says "1,000+", never the
+    count's internal figure (26), and still offers the next page."""
+    from signoff.approvals import listing
+
+    monkeypatch.setattr(listing, "SEARCH_RANKED_UP_TO", 25)
+    listing.page_queries.cache_clear()
+    try:
+        for i in range(27):
+            made = await create_approval(client, org.admin, title=f"Firewall change {i}")
+            cancelled = await client.delete(
+                f"/api/v1/approvals/{made['id']}", headers=org.admin.headers
+            )
+            assert cancelled.status_code == 200
+        await signed_in(ctx, client, org.member)
+        page = (await client.get("/history", params={"search": "firewall"})).text
+        assert "1–25 of 25+" in page and 'rel="next"' in page  # noqa: RUF001 - the page's dash
+        assert "of 26" not in page and "of 27" not in page
+    finally:
+        listing.page_queries.cache_clear()
+
+
 async def test_account_password_change_and_authorizations(
     ctx: AppContext, client: httpx.AsyncClient, org: Org
 ) -> None:

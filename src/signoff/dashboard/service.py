@@ -18,7 +18,13 @@ from typing import Any
 import orjson
 
 from signoff.approvals import service as approvals
-from signoff.approvals.listing import InboxFilters, ListFilters, read_inbox, read_page
+from signoff.approvals.listing import (
+    InboxFilters,
+    ListFilters,
+    bounded_total,
+    read_inbox,
+    read_page,
+)
 from signoff.approvals.presenters import request_to_dict
 from signoff.approvals.record import StepRecord, VoteRecord
 from signoff.approvals.repository import ApprovalRepository
@@ -239,7 +245,9 @@ async def _page(
         offset=(view.page - 1) * page_size,
         limit=page_size,
     )
-    return Page([orjson.loads(item) for item in rendered], total, view.page, page_size)
+    shown_total, exact = bounded_total(total, searched=view.search is not None)
+    rows = [orjson.loads(item) for item in rendered]
+    return Page(rows, shown_total, view.page, page_size, exact)
 
 
 def _filters(view: ListView, statuses: Sequence[str]) -> ListFilters:

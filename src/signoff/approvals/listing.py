@@ -175,6 +175,9 @@ async def read_page(
         shape.search,
         filters.after is not None,
     )
+    # A filter's or a word's best plan depends on its value (how many rows it chooses):
+    # PostgreSQL plans those pages for each call's values; a plain page keeps one plan.
+    planned_per_call = bool(shape.statuses or shape.filters or shape.search)
     if (newest := plan.newest_matches) is not None:
 
         def search_page_for(counted: list[list[Any]]) -> list[tuple[PreparedQuery, Any]]:
@@ -186,11 +189,13 @@ async def read_page(
             return [(newest, params)]
 
         totals, rows = await queries.snapshot_read_then_choose(
-            [(plan.count, params)], search_page_for
+            [(plan.count, params)], search_page_for, plan_each_call=planned_per_call
         )
         return [row.json for row in rows], _total(totals)
     if plan.page_by_sorting_matches is None:
-        rows, totals = await queries.snapshot_read((plan.page, params), (plan.count, params))
+        rows, totals = await queries.snapshot_read(
+            (plan.page, params), (plan.count, params), plan_each_call=planned_per_call
+        )
         return [row.json for row in rows], _total(totals)
 
     def page_for(counted: list[list[Any]]) -> list[tuple[PreparedQuery, Mapping[str, Any]]]:
@@ -201,7 +206,9 @@ async def read_page(
         return [(plan.page_for(matches, org_total, offset + limit), params)]
 
     totals, _, rows = await queries.snapshot_read_then_choose(
-        [(plan.count, params), (_UNFILTERED_TOTAL, params)], page_for
+        [(plan.count, params), (_UNFILTERED_TOTAL, params)],
+        page_for,
+        plan_each_call=planned_per_call,
     )
     return [row.json for row in rows], _total(totals)
 

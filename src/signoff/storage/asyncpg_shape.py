@@ -65,9 +65,14 @@ async def _nothing_to_reset(_connection: Any) -> None:
 class ReadPool:
     """asyncpg connections for reads outside any session, opened on first use."""
 
-    def __init__(self, url: str, size: int = READ_POOL_SIZE) -> None:
+    def __init__(
+        self, url: str, size: int = READ_POOL_SIZE, *, plan_each_call: bool = False
+    ) -> None:
+        """``plan_each_call``: PostgreSQL plans every execution for its values (see
+        ``_open``); else it may keep a generic plan after a statement's fifth run."""
         self._dsn = asyncpg_dsn(url)
         self._size = size
+        self._server_settings = {"plan_cache_mode": "force_custom_plan"} if plan_each_call else {}
         self._pool: Any = None
         self._opening: asyncio.Lock | None = None
 
@@ -93,13 +98,16 @@ class ReadPool:
                     # is a round trip on every release; these connections only run single
                     # autocommit reads and change no session state.
                     reset=_nothing_to_reset,
-                    # Each execution planned for its values. asyncpg prepares a statement
-                    # once per connection, and after five executions PostgreSQL may keep a
-                    # generic plan, made without the values: a list page's filters (a
-                    # window of dates, a common or a rare word) then kept a plan made for
-                    # a guess, tens of times slower in a large org (docs/engineering-log.md,
-                    # *Issue 24*, size). Planning these statements anew costs far less.
-                    server_settings={"plan_cache_mode": "force_custom_plan"},
+                    # With ``plan_each_call``, each execution is planned for its values.
+                    # asyncpg prepares a statement once per connection, and after five
+                    # executions PostgreSQL may keep a generic plan, made without the
+                    # values: a list page's filters (a window of dates, a common or a rare
+                    # word) then kept a plan made for a guess, tens of times slower in a
+                    # large org (docs/engineering-log.md, *Issue 24*, size). Planning
+                    # anew costs every call, so the statements whose plans do not depend on
+                    # their values (a get, a plain page) keep generic plans, on a pool of
+                    # their own.
+                    server_settings=self._server_settings,
                     # A pooled connection's idle server session is closed after this long.
                     max_inactive_connection_lifetime=60.0,
                 )

@@ -175,6 +175,7 @@ class Database:
             # On PostgreSQL on asyncpg directly, in autocommit: a read outside any session
             # needs no BEGIN and ROLLBACK around it, two round trips (prepared.py).
             None if self.is_sqlite else ReadPool(url),
+            None if self.is_sqlite else ReadPool(url, plan_each_call=True),
         )
         self._read_sessions = async_sessionmaker(self.read_engine, expire_on_commit=False)
         # PostgreSQL: writes that ask for no answer go out together (prepared.queue_write).

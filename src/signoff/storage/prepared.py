@@ -181,11 +181,15 @@ class QueryRunner:
         sqlite_url: str | None,
         busy_timeout: float,
         postgres: ReadPool | None = None,
+        postgres_planned_per_call: ReadPool | None = None,
     ) -> None:
+        """``postgres_planned_per_call``: the pool of reads whose best plan depends on
+        their values (``snapshot_read``'s ``plan_each_call``)."""
         self._engine = engine
         self._dialect = engine.dialect
         self._sqlite_url = sqlite_url
         self._postgres = postgres
+        self._postgres_planned_per_call = postgres_planned_per_call or postgres
         self._retrier = Retrier(busy_timeout)
         self._connection: sqlite3.Connection | None = None
         self._connections_opened = 0
@@ -211,22 +215,30 @@ class QueryRunner:
         return [compiled.row(raw) for raw in raw_rows]
 
     async def snapshot_read(
-        self, *statements: tuple[PreparedQuery, Mapping[str, Any]]
+        self, *statements: tuple[PreparedQuery, Mapping[str, Any]], plan_each_call: bool = False
     ) -> list[list[Any]]:
         """The rows of each statement: on SQLite in one transaction, one snapshot (a page
         and its total agree); on PostgreSQL on one connection, each statement with a
-        snapshot of its own, as in a READ COMMITTED transaction (a session's reads)."""
-        return await self.snapshot_read_then_choose(list(statements), lambda _: [])
+        snapshot of its own, as in a READ COMMITTED transaction (a session's reads).
+
+        ``plan_each_call``: on PostgreSQL, the statements' plans depend on their values
+        (filters, words): each call is planned for its own (``ReadPool``)."""
+        return await self.snapshot_read_then_choose(
+            list(statements), lambda _: [], plan_each_call=plan_each_call
+        )
 
     async def snapshot_read_then_choose(
         self,
         first: Sequence[tuple[PreparedQuery, Mapping[str, Any]]],
         then: Callable[[list[list[Any]]], Sequence[tuple[PreparedQuery, Mapping[str, Any]]]],
+        *,
+        plan_each_call: bool = False,
     ) -> list[list[Any]]:
         """As ``snapshot_read``: the rows of ``first``'s statements, then of the
         statements ``then`` chooses from those rows, in the same read. ``then`` must not
         block: on SQLite it runs inside the read."""
-        if self._postgres is not None:
+        pool = self._postgres_planned_per_call if plan_each_call else self._postgres
+        if pool is not None:
             dialect = self._dialect
 
             async def on_one_connection(pg: Any) -> list[list[Any]]:
@@ -240,7 +252,7 @@ class QueryRunner:
                     results.append(await rows_of(query, params))
                 return results
 
-            rows: list[list[Any]] = await self._postgres.fetch(on_one_connection)
+            rows: list[list[Any]] = await pool.fetch(on_one_connection)
             return rows
         if self._sqlite_url is None:
             async with self._engine.connect() as pooled:
@@ -312,6 +324,8 @@ class QueryRunner:
             self._connection = None
         if self._postgres is not None:
             await self._postgres.close()
+        if self._postgres_planned_per_call not in (None, self._postgres):
+            await self._postgres_planned_per_call.close()
 
 
 # Where a write transaction's session names the SQLite connection under it (set by

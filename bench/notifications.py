@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import re
 import statistics
@@ -40,7 +41,7 @@ from bench.receiver import Receiver
 from bench.run import RESULTS_DIR, log, postgres_database
 from signoff.app import create_app
 from signoff.common.time import utcnow
-from signoff.config import Settings
+from signoff.config import Settings, normalize_database_url
 from signoff.context import AppContext
 from signoff.migrations import upgrade_to_head
 from signoff.orgs import service as orgs_service
@@ -166,6 +167,11 @@ async def bench_burst(
         "requests_in_messages": told,
         "lost": count - told,
         "most_messages_in_one_second": max(windows.values()) if windows else 0,
+        # The windows above start at the first message; the receiver's clock adds the
+        # network's jitter to the sender's spacing, so the gaps themselves are given too.
+        "shortest_gap_between_messages_s": round(
+            min((b.at - a.at for a, b in itertools.pairwise(received)), default=0.0), 3
+        ),
         "create_routing_off": off_summary,
         "create_routing_on": on_summary,
         "create_routing_off_after": after_summary,
@@ -212,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as workdir:
         if args.postgres:
-            with postgres_database(args.postgres) as url:
+            with postgres_database(args.postgres) as admin_form:
+                url = normalize_database_url(admin_form)  # the app's own driver
                 upgrade_to_head(url)
                 results = asyncio.run(run(url, args))
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -38,11 +38,11 @@ from signoff.storage import (
     PreparedQuery,
     QueryRunner,
     count_in,
-    discard_queued_writes,
     execute_in,
     has_unflushed_changes,
     insert_ignoring_conflicts,
     queue_write,
+    savepoint,
     send_queued_writes,
 )
 
@@ -350,22 +350,9 @@ class ApprovalRepository:
         )
         return [RequestRecord(*row) for row in await self.session.execute(statement)]
 
-    @contextlib.asynccontextmanager
-    async def savepoint(self) -> AsyncIterator[None]:
+    def savepoint(self) -> contextlib.AbstractAsyncContextManager[None]:
         """A savepoint: what a block writes inside it is undone alone if the block raises."""
-        # Writes queued before the savepoint belong outside it; those queued inside are
-        # sent before it is released, or forgotten with it.
-        await send_queued_writes(self.session)
-        async with self.session.begin_nested():
-            # SQLAlchemy emits SAVEPOINT when the session next uses its connection, and the
-            # prepared writes here bypass the session: ask for the connection, so it is set.
-            await self.session.connection()
-            try:
-                yield
-                await send_queued_writes(self.session)
-            except BaseException:
-                discard_queued_writes(self.session)
-                raise
+        return savepoint(self.session)
 
     async def pending_ids(self, org_id: uuid.UUID) -> Sequence[uuid.UUID]:
         result = await self.session.scalars(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -28,7 +28,7 @@ from signoff.models.notifications import (
     RoutingConfig,
 )
 from signoff.notifications.routing import Member, RequestFacts
-from signoff.storage import PreparedQuery, execute_in, queue_write
+from signoff.storage import PreparedQuery, execute_in, queue_write, savepoint
 
 NOTIFY_CHANNEL = "signoff_notifications"
 SCHEDULED_KINDS = ("reminder", "escalated", "expiry_warning")
@@ -245,12 +245,9 @@ class NotificationRepository:
         first = select(NotificationPlan.id).where(*_not_among(NotificationPlan.id, skip))
         return (await self.session.scalar(first.limit(1))) is not None
 
-    @contextlib.asynccontextmanager
-    async def savepoint(self) -> AsyncIterator[None]:
+    def savepoint(self) -> contextlib.AbstractAsyncContextManager[None]:
         """A savepoint: what a block writes inside it is undone alone if the block raises."""
-        async with self.session.begin_nested():
-            await self.session.connection()  # SQLite: the SAVEPOINT is emitted now
-            yield
+        return savepoint(self.session)
 
     async def requests_to_plan(
         self, request_ids: Collection[uuid.UUID]

@@ -34,6 +34,7 @@ from signoff.storage.prepared import (
     execute_in,
     has_unflushed_changes,
     queue_write,
+    savepoint,
     send_queued_writes,
 )
 
@@ -51,5 +52,6 @@ __all__ = [
     "has_unflushed_changes",
     "insert_ignoring_conflicts",
     "queue_write",
+    "savepoint",
     "send_queued_writes",
 ]

@@ -26,11 +26,12 @@ Rows are tuples whose fields are named by the statement's column labels.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import sqlite3
 from collections import namedtuple
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -395,6 +396,25 @@ async def send_queued_writes(session: AsyncSession) -> None:
     if session.info.get(QUEUED_WRITES_KEY):
         pg, _ = await _asyncpg_of(session)
         await _send_queued(session, pg)
+
+
+@contextlib.asynccontextmanager
+async def savepoint(session: AsyncSession) -> AsyncIterator[None]:
+    """A savepoint: what a block writes inside it is undone alone if the block raises.
+
+    Writes queued before the savepoint belong outside it, so they are sent first; those
+    queued inside are sent before it is released, or forgotten with it."""
+    await send_queued_writes(session)
+    async with session.begin_nested():
+        # SQLAlchemy emits SAVEPOINT when the session next uses its connection, and the
+        # prepared writes bypass the session: ask for the connection, so it is set.
+        await session.connection()
+        try:
+            yield
+            await send_queued_writes(session)
+        except BaseException:
+            discard_queued_writes(session)
+            raise
 
 
 class QueuingSession(Session):

@@ -541,3 +541,21 @@ async def test_pages_stay_light(ctx: AppContext, client: httpx.AsyncClient, org:
         for asset in re.findall(r'(?:href|src)="(/static/[^"]+)"', page.text):
             size += len((await client.get(asset)).content)
         assert size < 100_000, (url, size)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "words"),
+    [
+        (42, "42 s"),
+        (5 * 60, "5 min"),
+        (4 * 3600 + 38 * 60, "4 h 38 min"),
+        (2 * 86400 + 5 * 3600, "2 d 5 h"),
+        (40 * 86400, "40 d"),
+        (72 * 365 * 86400 + 3 * 86400, "72 y"),
+    ],
+)
+def test_time_left_reads_as_a_person_would_say_it(seconds: int, words: str) -> None:
+    """An expiry countdown: a deadline decades away reads in years, not as "26334 d"."""
+    from signoff.dashboard.web import _duration
+
+    assert _duration(seconds) == words

@@ -312,6 +312,8 @@ def _duration(seconds: float) -> str:
         hours, minutes = divmod(seconds // 60, 60)
         return f"{hours} h {minutes} min" if minutes and hours < 10 else f"{hours} h"
     days, rest = divmod(seconds, 86400)
+    if days >= 365:
+        return f"{days // 365} y"  # a far deadline: "26334 d" reads as noise
     return f"{days} d {rest // 3600} h" if days < 7 and rest >= 3600 else f"{days} d"
 
 

@@ -30,6 +30,7 @@
       return minutes && hours < 10 ? hours + " h " + minutes + " min" : hours + " h";
     }
     var days = Math.floor(seconds / 86400), rest = seconds % 86400;
+    if (days >= 365) { return Math.floor(days / 365) + " y"; }
     return days < 7 && rest >= 3600 ? days + " d " + Math.floor(rest / 3600) + " h" : days + " d";
   }
   function tickCountdowns() {

@@ -10,7 +10,8 @@ nothing stores it to show it again.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends
@@ -34,10 +35,15 @@ from signoff.dashboard.web import (
     require_admin,
 )
 from signoff.errors import AppError, RequestNotPending, ValidationFailed
+from signoff.oauth.service import IssuedClient
 from signoff.unit_of_work import UnitOfWork
 
 router = APIRouter(include_in_schema=False)
 Admin = Depends(require_admin)
+
+Done = TypeVar("Done")
+# An admin action: its writes in the unit of work, from the form's fields.
+Action = Callable[[UnitOfWork, dict[str, str]], Awaitable[Done]]
 
 
 def _message(exc: AppError) -> str:
@@ -55,8 +61,47 @@ def _failed(back: str, exc: AppError) -> Response:
     return redirect(back, flash=_message(exc), kind="error")
 
 
-async def _secret_page(request: Request, viewer: Viewer, **values: Any) -> Response:
-    return await render(request, "admin_secret.html", viewer, **values)
+async def _acted(
+    request: Request, viewer: Viewer, back: str, action: Action[Done]
+) -> Done | Response:
+    """Runs a form's action in one transaction: what it did, or the refusal's answer."""
+    ctx = context_of(request)
+    fields = await checked_form(request, viewer)
+    try:
+        async with ctx.transaction() as uow:
+            return await action(uow, fields)
+    except AppError as exc:
+        return _failed(back, exc)
+
+
+async def _change(
+    request: Request,
+    viewer: Viewer,
+    back: str,
+    action: Action[Done],
+    flash: Callable[[Done], str],
+) -> Response:
+    """A form action answered by a redirect to ``back`` with a flash saying what it did."""
+    done = await _acted(request, viewer, back, action)
+    if isinstance(done, Response):
+        return done
+    return redirect(back, flash=flash(done))
+
+
+async def _issue(
+    request: Request,
+    viewer: Viewer,
+    back: str,
+    action: Action[Done],
+    shown: Callable[[Done], dict[str, Any]],
+    refused_to: str | None = None,
+) -> Response:
+    """A form action that issues a secret: its answer is the page that shows it, once
+    (``back`` is where that page leads; a refusal goes to ``refused_to``, else there)."""
+    done = await _acted(request, viewer, refused_to or back, action)
+    if isinstance(done, Response):
+        return done
+    return await render(request, "admin_secret.html", viewer, back=back, **shown(done))
 
 
 # ---- connections ----
@@ -84,32 +129,30 @@ async def connections_page(request: Request, viewer: Viewer = Admin) -> Response
 @router.post("/admin/connections")
 async def create_connection(request: Request, viewer: Viewer = Admin) -> Response:
     ctx = context_of(request)
-    fields = await checked_form(request, viewer)
-    try:
-        async with ctx.transaction() as uow:
-            issued = await admin.create_connection(
-                uow,
-                ctx.box,
-                ctx.settings,
-                viewer.member,
-                name=fields.get("name", ""),
-                owner=fields.get("owner_id", ""),
-                rate_limit=fields.get("rate_limit", ""),
-                now=utcnow(),
-            )
-    except AppError as exc:
-        return _failed("/admin/connections?new=1#new-connection", exc)
-    return await _secret_page(
+    return await _issue(
         request,
         viewer,
-        title=f"Connection {issued.connection.name} created",
-        lead="Give these to the automation that uses this connection. They are shown once: "
-        "copy them now. Only their hashes or encrypted forms are kept.",
-        secrets=[
-            ("API key", "api-key", issued.api_key),
-            ("Webhook secret", "webhook-secret", issued.webhook_secret),
-        ],
-        back="/admin/connections",
+        "/admin/connections",
+        lambda uow, fields: admin.create_connection(
+            uow,
+            ctx.box,
+            ctx.settings,
+            viewer.member,
+            name=fields.get("name", ""),
+            owner=fields.get("owner_id", ""),
+            rate_limit=fields.get("rate_limit", ""),
+            now=utcnow(),
+        ),
+        lambda issued: {
+            "title": f"Connection {issued.connection.name} created",
+            "lead": "Give these to the automation that uses this connection. They are "
+            "shown once: copy them now. Only their hashes or encrypted forms are kept.",
+            "secrets": [
+                ("API key", "api-key", issued.api_key),
+                ("Webhook secret", "webhook-secret", issued.webhook_secret),
+            ],
+        },
+        refused_to="/admin/connections?new=1#new-connection",
     )
 
 
@@ -117,55 +160,46 @@ async def create_connection(request: Request, viewer: Viewer = Admin) -> Respons
 async def revoke_connection(
     request: Request, connection_id: str, viewer: Viewer = Admin
 ) -> Response:
-    ctx = context_of(request)
-    await checked_form(request, viewer)
-    try:
-        async with ctx.transaction() as uow:
-            found = await admin.revoke_connection(uow, viewer.member, connection_id, utcnow())
-    except AppError as exc:
-        return _failed("/admin/connections", exc)
-    return redirect(
-        "/admin/connections", flash=f"{found.name} is revoked: its API key no longer works."
+    return await _change(
+        request,
+        viewer,
+        "/admin/connections",
+        lambda uow, fields: admin.revoke_connection(uow, viewer.member, connection_id, utcnow()),
+        lambda found: f"{found.name} is revoked: its API key no longer works.",
     )
 
 
 @router.post("/admin/connections/{connection_id}/rotate-secret")
 async def rotate_secret(request: Request, connection_id: str, viewer: Viewer = Admin) -> Response:
     ctx = context_of(request)
-    await checked_form(request, viewer)
-    try:
-        async with ctx.transaction() as uow:
-            found, secret = await admin.rotate_webhook_secret(
-                uow, ctx.box, viewer.member, connection_id, utcnow()
-            )
-    except AppError as exc:
-        return _failed("/admin/connections", exc)
-    return await _secret_page(
+    return await _issue(
         request,
         viewer,
-        title=f"New webhook secret for {found.name}",
-        lead=f"Callbacks are signed with both the old and the new secret for the next "
-        f"{admin.DEFAULT_GRACE_HOURS} hours; switch your receiver over before then. "
-        "The new secret is shown once.",
-        secrets=[("Webhook secret", "webhook-secret", secret)],
-        back="/admin/connections",
+        "/admin/connections",
+        lambda uow, fields: admin.rotate_webhook_secret(
+            uow, ctx.box, viewer.member, connection_id, utcnow()
+        ),
+        lambda rotated: {
+            "title": f"New webhook secret for {rotated[0].name}",
+            "lead": "Callbacks are signed with both the old and the new secret for the next "
+            f"{admin.DEFAULT_GRACE_HOURS} hours; switch your receiver over before then. "
+            "The new secret is shown once.",
+            "secrets": [("Webhook secret", "webhook-secret", rotated[1])],
+        },
     )
 
 
 @router.post("/admin/connections/{connection_id}/rate-limit")
 async def set_rate_limit(request: Request, connection_id: str, viewer: Viewer = Admin) -> Response:
     ctx = context_of(request)
-    fields = await checked_form(request, viewer)
-    try:
-        async with ctx.transaction() as uow:
-            found = await admin.set_rate_limit(
-                uow, ctx.settings, viewer.member, connection_id, fields.get("rate_limit", "")
-            )
-    except AppError as exc:
-        return _failed("/admin/connections", exc)
-    return redirect(
+    return await _change(
+        request,
+        viewer,
         "/admin/connections",
-        flash=f"{found.name} may now make {found.rate_limit_per_hour:,} calls an hour.",
+        lambda uow, fields: admin.set_rate_limit(
+            uow, ctx.settings, viewer.member, connection_id, fields.get("rate_limit", "")
+        ),
+        lambda found: f"{found.name} may now make {found.rate_limit_per_hour:,} calls an hour.",
     )
 
 
@@ -182,84 +216,73 @@ async def users_page(request: Request, viewer: Viewer = Admin) -> Response:
 
 @router.post("/admin/users")
 async def add_user(request: Request, viewer: Viewer = Admin) -> Response:
-    ctx = context_of(request)
-    fields = await checked_form(request, viewer)
-    try:
-        async with ctx.transaction() as uow:
-            user, password = await admin.add_user(
-                uow,
-                viewer.member,
-                email=fields.get("email", ""),
-                name=fields.get("name", ""),
-                role=fields.get("role", "member"),
-                now=utcnow(),
-            )
-    except AppError as exc:
-        return _failed("/admin/users", exc)
-    return await _secret_page(
+    return await _issue(
         request,
         viewer,
-        title=f"{user.name} can sign in",
-        lead=f"Send {user.email} this initial password over a channel you trust; they can "
-        "change it under Account. It is shown once.",
-        secrets=[("Password", "password", password)],
-        back="/admin/users",
+        "/admin/users",
+        lambda uow, fields: admin.add_user(
+            uow,
+            viewer.member,
+            email=fields.get("email", ""),
+            name=fields.get("name", ""),
+            role=fields.get("role", "member"),
+            now=utcnow(),
+        ),
+        lambda added: {
+            "title": f"{added[0].name} can sign in",
+            "lead": f"Send {added[0].email} this initial password over a channel you trust; "
+            "they can change it under Account. It is shown once.",
+            "secrets": [("Password", "password", added[1])],
+        },
     )
 
 
 @router.post("/admin/users/{user_id}/role")
 async def change_role(request: Request, user_id: str, viewer: Viewer = Admin) -> Response:
-    ctx = context_of(request)
-    fields = await checked_form(request, viewer)
-    try:
-        async with ctx.transaction() as uow:
-            user = await admin.change_role(uow, viewer.member, user_id, fields.get("role", ""))
-    except AppError as exc:
-        return _failed("/admin/users", exc)
-    return redirect("/admin/users", flash=f"{user.name} is now {user.role}.")
+    return await _change(
+        request,
+        viewer,
+        "/admin/users",
+        lambda uow, fields: admin.change_role(uow, viewer.member, user_id, fields.get("role", "")),
+        lambda user: f"{user.name} is now {user.role}.",
+    )
 
 
 @router.post("/admin/users/{user_id}/deactivate")
 async def deactivate_user(request: Request, user_id: str, viewer: Viewer = Admin) -> Response:
-    ctx = context_of(request)
-    await checked_form(request, viewer)
-    try:
-        async with ctx.transaction() as uow:
-            user = await admin.deactivate_user(uow, viewer.member, user_id, utcnow())
-    except AppError as exc:
-        return _failed("/admin/users", exc)
-    return redirect("/admin/users", flash=f"{user.name} is deactivated and signed out everywhere.")
+    return await _change(
+        request,
+        viewer,
+        "/admin/users",
+        lambda uow, fields: admin.deactivate_user(uow, viewer.member, user_id, utcnow()),
+        lambda user: f"{user.name} is deactivated and signed out everywhere.",
+    )
 
 
 @router.post("/admin/users/{user_id}/reactivate")
 async def reactivate_user(request: Request, user_id: str, viewer: Viewer = Admin) -> Response:
-    ctx = context_of(request)
-    await checked_form(request, viewer)
-    try:
-        async with ctx.transaction() as uow:
-            user = await admin.reactivate_user(uow, viewer.member, user_id)
-    except AppError as exc:
-        return _failed("/admin/users", exc)
-    return redirect("/admin/users", flash=f"{user.name} can sign in again.")
+    return await _change(
+        request,
+        viewer,
+        "/admin/users",
+        lambda uow, fields: admin.reactivate_user(uow, viewer.member, user_id),
+        lambda user: f"{user.name} can sign in again.",
+    )
 
 
 @router.post("/admin/users/{user_id}/reset-password")
 async def reset_password(request: Request, user_id: str, viewer: Viewer = Admin) -> Response:
-    ctx = context_of(request)
-    await checked_form(request, viewer)
-    try:
-        async with ctx.transaction() as uow:
-            user, password = await admin.reset_password(uow, viewer.member, user_id)
-    except AppError as exc:
-        return _failed("/admin/users", exc)
-    return await _secret_page(
+    return await _issue(
         request,
         viewer,
-        title=f"New password for {user.name}",
-        lead="Their old password no longer works and their sessions have ended. "
-        "The new password is shown once.",
-        secrets=[("Password", "password", password)],
-        back="/admin/users",
+        "/admin/users",
+        lambda uow, fields: admin.reset_password(uow, viewer.member, user_id),
+        lambda reset_one: {
+            "title": f"New password for {reset_one[0].name}",
+            "lead": "Their old password no longer works and their sessions have ended. "
+            "The new password is shown once.",
+            "secrets": [("Password", "password", reset_one[1])],
+        },
     )
 
 
@@ -284,47 +307,45 @@ async def clients_page(request: Request, viewer: Viewer = Admin) -> Response:
 @router.post("/admin/oauth-clients")
 async def register_client(request: Request, viewer: Viewer = Admin) -> Response:
     ctx = context_of(request)
-    fields = await checked_form(request, viewer)
-    try:
-        async with ctx.transaction() as uow:
-            issued = await admin.register_client(
-                uow,
-                ctx.settings,
-                viewer.member,
-                name=fields.get("name", ""),
-                redirect_uris=fields.get("redirect_uris", ""),
-                public=fields.get("kind") == "public",
-                connection_id=fields.get("connection_id", ""),
-                now=utcnow(),
-            )
-    except AppError as exc:
-        return _failed("/admin/oauth-clients", exc)
+    return await _issue(
+        request,
+        viewer,
+        "/admin/oauth-clients",
+        lambda uow, fields: admin.register_client(
+            uow,
+            ctx.settings,
+            viewer.member,
+            name=fields.get("name", ""),
+            redirect_uris=fields.get("redirect_uris", ""),
+            public=fields.get("kind") == "public",
+            connection_id=fields.get("connection_id", ""),
+            now=utcnow(),
+        ),
+        _client_shown,
+    )
+
+
+def _client_shown(issued: IssuedClient) -> dict[str, Any]:
     shown = [("Client ID", "client-id", issued.client.client_id)]
     if issued.client_secret:
         shown.append(("Client secret", "client-secret", issued.client_secret))
-    return await _secret_page(
-        request,
-        viewer,
-        title=f"OAuth client {issued.client.name} registered",
-        lead="The client ID is public. The client secret is shown once: copy it now."
+    return {
+        "title": f"OAuth client {issued.client.name} registered",
+        "lead": "The client ID is public. The client secret is shown once: copy it now."
         if issued.client_secret
         else "A public client has no secret: it proves itself with PKCE.",
-        secrets=shown,
-        back="/admin/oauth-clients",
-    )
+        "secrets": shown,
+    }
 
 
 @router.post("/admin/oauth-clients/{client_id}/delete")
 async def delete_client(request: Request, client_id: str, viewer: Viewer = Admin) -> Response:
-    ctx = context_of(request)
-    await checked_form(request, viewer)
-    try:
-        async with ctx.transaction() as uow:
-            client = await admin.delete_client(uow, viewer.member, client_id, utcnow())
-    except AppError as exc:
-        return _failed("/admin/oauth-clients", exc)
-    return redirect(
-        "/admin/oauth-clients", flash=f"{client.name} is deleted; its tokens no longer work."
+    return await _change(
+        request,
+        viewer,
+        "/admin/oauth-clients",
+        lambda uow, fields: admin.delete_client(uow, viewer.member, client_id, utcnow()),
+        lambda client: f"{client.name} is deleted; its tokens no longer work.",
     )
 
 

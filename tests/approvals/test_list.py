@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -577,6 +578,52 @@ async def test_the_unfiltered_total_counts_each_org_once_per_request(
     assert (await _list(client, other_org.member))["total"] == 1
     filtered = await _list(client, org.member, status="pending", priority="high")
     assert filtered["total"] == 3
+
+
+# Copies of every stored request, written by one statement as a bulk import would.
+_COPY_EVERY_REQUEST = (
+    "INSERT INTO approval_requests (id, org_id, connection_id, title, description, status, "
+    "priority, metadata, required_approvals, current_approvals, is_sequential, created_at, "
+    "updated_at, comments_count, has_steps, auto_approved) "
+    "SELECT {new_id}, org_id, connection_id, title || ' (copy)', description, status, "
+    "priority, metadata, required_approvals, current_approvals, is_sequential, created_at, "
+    "updated_at, comments_count, has_steps, auto_approved FROM approval_requests"
+)
+
+
+async def test_the_unfiltered_total_follows_every_write_to_the_requests(
+    client: httpx.AsyncClient, ctx: AppContext, org: Org, other_org: Org, backend: str
+) -> None:
+    """The unfiltered total is kept by triggers, not counted (migrations 0005 and 0018):
+    it stays exact for creates made at once, rows written or deleted many per statement
+    (an import, retention), and a write rolled back."""
+
+    async def totals() -> tuple[int, int]:
+        ours, theirs = await _list(client, org.member), await _list(client, other_org.member)
+        return ours["total"], theirs["total"]
+
+    await asyncio.gather(
+        *(create_approval(client, org.member, title=f"Together {i}") for i in range(12))
+    )
+    await create_approval(client, other_org.member, title="Theirs")
+    assert await totals() == (12, 1)
+
+    new_id = "gen_random_uuid()" if backend == "postgres" else "lower(hex(randomblob(16)))"
+    async with ctx.transaction() as uow:
+        await uow.session.execute(text(_COPY_EVERY_REQUEST.format(new_id=new_id)))
+    assert await totals() == (24, 2)
+
+    async with ctx.transaction() as uow:
+        await uow.session.execute(text("DELETE FROM approval_requests WHERE title LIKE '%(copy)'"))
+    assert await totals() == (12, 1)
+
+    with pytest.raises(RuntimeError):
+        async with ctx.transaction() as uow:
+            await uow.session.execute(text(_COPY_EVERY_REQUEST.format(new_id=new_id)))
+            raise RuntimeError("rolled back")
+    assert await totals() == (12, 1)
+    filtered = await _list(client, org.member, status="pending")
+    assert filtered["total"] == 12
 
 
 async def test_search_ignores_accents_both_ways(client: httpx.AsyncClient, org: Org) -> None:

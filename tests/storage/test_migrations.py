@@ -9,7 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +137,59 @@ def test_request_counts_start_from_the_requests_already_stored(tmp_path: Path) -
         db.execute("DELETE FROM approval_requests WHERE org_id = ?", (orgs[1],))
         counts = dict(db.execute("SELECT org_id, total FROM approval_request_counts"))
     assert counts == {orgs[0]: 3, orgs[1]: 0}
+
+
+def test_postgres_request_counts_start_from_the_requests_already_stored() -> None:
+    """Upgrading a PostgreSQL database that holds requests to 0018: each org's count is
+    its requests, and later writes, a delete and a truncation keep it so."""
+    if not POSTGRES_URL:
+        pytest.skip("PostgreSQL migrations: set SIGNOFF_TEST_POSTGRES_URL=postgresql://...")
+    name = f"signoff_migrations_{uuid.uuid4().hex[:12]}"
+    url = asyncio.run(_create_pg_database(name))
+    orgs = [uuid.uuid4(), uuid.uuid4()]
+
+    def insert(connection: Connection, org_id: uuid.UUID, how_many: int) -> None:
+        # As an older version stored them; the org and connection rows do not matter here.
+        connection.execute(text("SET session_replication_role = replica"))
+        connection.execute(
+            text(
+                "INSERT INTO approval_requests (id, org_id, connection_id, title, description, "
+                "status, priority, metadata, required_approvals, current_approvals, "
+                "is_sequential, created_at, updated_at, comments_count, has_steps) "
+                "SELECT gen_random_uuid(), :org, gen_random_uuid(), 't', 'd', 'pending', "
+                "'low', '{}', 1, 0, false, now(), now(), 0, false "
+                "FROM generate_series(1, :n)"
+            ),
+            {"org": org_id, "n": how_many},
+        )
+        connection.execute(text("SET session_replication_role = origin"))
+        connection.commit()
+
+    def counts(connection: Connection) -> dict[uuid.UUID, int]:
+        rows = connection.execute(
+            text("SELECT org_id, sum(total) FROM approval_request_counts GROUP BY org_id")
+        )
+        return {row[0]: int(row[1]) for row in rows}
+
+    def then(statement: str) -> Callable[[Connection], dict[uuid.UUID, int]]:
+        def run(connection: Connection) -> dict[uuid.UUID, int]:
+            connection.execute(text(statement), {"org": orgs[1]})
+            connection.commit()
+            return counts(connection)
+
+        return run
+
+    try:
+        command.upgrade(alembic_config(url), "0016")
+        for org_id, how_many in zip(orgs, (3, 1), strict=True):
+            asyncio.run(run_on(url, lambda c, o=org_id, n=how_many: insert(c, o, n)))
+        upgrade_to_head(url)
+        assert asyncio.run(run_on(url, counts)) == {orgs[0]: 3, orgs[1]: 1}
+        delete = then("DELETE FROM approval_requests WHERE org_id = :org")
+        assert asyncio.run(run_on(url, delete)) == {orgs[0]: 3, orgs[1]: 0}
+        assert asyncio.run(run_on(url, then("TRUNCATE approval_requests CASCADE"))) == {}
+    finally:
+        asyncio.run(_drop_pg_database(name))
 
 
 def test_search_by_org_indexes_the_requests_already_stored(tmp_path: Path) -> None:

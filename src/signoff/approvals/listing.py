@@ -62,13 +62,16 @@ _FTS = table("approval_requests_fts", column("request_id"), column("created_at")
 # org, which every match of a search has, weighs nothing.
 _FTS_COLUMN_WEIGHTS = (10.0, 1.0, 0.0)
 
-# SQLite only (migration 0005): each org's number of requests, kept by triggers.
+# Each org's number of requests, kept by triggers: on SQLite one row per org (migration
+# 0005), on PostgreSQL a few rows per org whose sum it is (0018: concurrent creates add to
+# different rows, so none waits on another's row lock).
 _REQUEST_COUNTS = table(
     "approval_request_counts", column("org_id", Uuid()), column("total", Integer())
 )
-_UNFILTERED_TOTAL = PreparedQuery(
-    select(_REQUEST_COUNTS.c.total).where(_REQUEST_COUNTS.c.org_id == bindparam("org_id"))
-)
+_ORG_TOTAL: Select[Any] = select(
+    func.coalesce(func.sum(_REQUEST_COUNTS.c.total), literal_column("0")).label("total")
+).where(_REQUEST_COUNTS.c.org_id == bindparam("org_id"))
+_UNFILTERED_TOTAL = PreparedQuery(_ORG_TOTAL)
 # A page's total is counted exactly up to this many matches; past it, counting stops and
 # the total reads as this bound (``Page.total_is_exact`` false): a page of a large org
 # never counts its whole history (docs/api.md, *Totals and cursors*).
@@ -192,6 +195,11 @@ async def read_page(
             [(plan.count, params)], search_page_for, plan_each_call=planned_per_call
         )
         return [row.json for row in rows], _total(totals)
+    if (page_and_total := plan.page_and_total) is not None:
+        ((row,),) = await queries.snapshot_read(
+            (page_and_total, params), plan_each_call=planned_per_call
+        )
+        return list(row.rendered), int(row.total)
     if plan.page_by_sorting_matches is None:
         rows, totals = await queries.snapshot_read(
             (plan.page, params), (plan.count, params), plan_each_call=planned_per_call
@@ -260,6 +268,9 @@ class ListQueries:
     # whose matches are too few among the org's newest requests to walk its history
     # (``_postgres_search_count``'s ``probed``).
     newest_matches_sorted: PreparedQuery | None = None
+    # PostgreSQL, a page that is not searched: the page and its total in one statement, one
+    # row (``_page_and_total``), so one round trip instead of two.
+    page_and_total: PreparedQuery | None = None
 
     def page_for(self, matches: int, org_total: int, reach: int) -> PreparedQuery:
         """The cheaper page for ``matches`` of ``org_total`` requests, of which the page
@@ -289,10 +300,13 @@ def page_queries(
             raise ValueError("a search is ordered by rank: it has no cursor")
         keyset = [*conditions, *_after_cursor()]
         if dialect == "postgresql":
-            page = PreparedQuery(_page_rendered_after_choosing(keyset, False))
-        else:
-            page = _page_of(keyset, indexes=[_ORG_CREATED_INDEX])
-        return ListQueries(page, counted.count)
+            rendered = _page_rendered_after_choosing(keyset, False)
+            return ListQueries(
+                PreparedQuery(rendered),
+                counted.count,
+                page_and_total=_page_and_total(rendered, counted.count),
+            )
+        return ListQueries(_page_of(keyset, indexes=[_ORG_CREATED_INDEX]), counted.count)
     count_query: Select[Any] = select(literal_column("1")).select_from(ApprovalRequest)
     if search:
         count_query, _ = _with_search(dialect, count_query)
@@ -300,8 +314,8 @@ def page_queries(
             _bounded_count(count_query.where(*conditions), total_bound(True))
         )
     if dialect == "postgresql":
-        page = PreparedQuery(_page_rendered_after_choosing(conditions, search))
         if search:
+            page = PreparedQuery(_page_rendered_after_choosing(conditions, True))
             walked = [*conditions, _postgres_match_by_walking()]
             newest = PreparedQuery(_page_rendered_after_choosing(walked, False))
             return ListQueries(
@@ -310,7 +324,14 @@ def page_queries(
                 newest_matches=newest,
                 newest_matches_sorted=_postgres_newest_sorted(conditions),
             )
-        return ListQueries(page, PreparedQuery(_bounded_count(count_query.where(*conditions))))
+        # With no filter, the org's count kept by triggers: nothing of its history is read.
+        rendered = _page_rendered_after_choosing(conditions, False)
+        count = PreparedQuery(
+            _ORG_TOTAL if len(conditions) == 1 else _bounded_count(count_query.where(*conditions))
+        )
+        return ListQueries(
+            PreparedQuery(rendered), count, page_and_total=_page_and_total(rendered, count)
+        )
     if search and len(conditions) == 1:
         return _sqlite_org_search()
     if search:
@@ -640,6 +661,21 @@ def _page_rendered_after_choosing(
     if rank is not None:
         outer_order = [page.c.rank.desc(), *outer_order]
     return select(request_json("postgresql", page).label("json")).order_by(*outer_order)
+
+
+def _page_and_total(page: Select[Any], count: PreparedQuery) -> PreparedQuery:
+    """PostgreSQL: a page (one column, ``json``, in list order) and its total (``count``)
+    as one statement that answers one row: ``total``, and ``rendered``, the page's
+    objects in order (an array, empty past the last page). Each part is planned as it is
+    alone (a subquery each); asked as two statements, they cost the server and the
+    database a round trip more."""
+    assert isinstance(count.statement, Select)
+    return PreparedQuery(
+        select(
+            count.statement.scalar_subquery().label("total"),
+            func.array(page.scalar_subquery()).label("rendered"),
+        )
+    )
 
 
 def _conditions(

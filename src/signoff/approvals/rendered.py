@@ -3,9 +3,9 @@ as one SQL expression per dialect.
 
 Why: a list page holds 20 to 100 requests. Converting each of their columns to Python
 objects (UUIDs, datetimes) and back to text cost more than the query itself (``make
-bench``, scenario list; docs/engineering-log.md, *The fourth round*). The JSON functions
-of SQLite (``json_object``) and PostgreSQL (``json_build_object``) do the same work in C,
-and the page is answered with the rendered objects as they are (``orjson.Fragment``).
+bench``, scenario list; docs/engineering-log.md, *The fourth round*). SQLite's
+``json_object`` and, on PostgreSQL, text joined in SQL (``_PostgreSQL``) do the same work
+in C, and the page is answered with the rendered objects as they are (``orjson.Fragment``).
 
 Both renderings must stay equal: ``tests/approvals/test_rendered.py`` compares them byte for
 byte, on both databases, with every kind of value a request holds.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from sqlalchemy import (
     ColumnElement,
     FromClause,
@@ -62,14 +63,13 @@ def request_json(dialect: str, rows: FromClause = _REQUESTS) -> ColumnElement[st
         "status": _sql("expired"),
         "deadline": r.expires_at,
     }
-    arguments: list[ColumnElement[Any]] = []
+    pairs: list[tuple[str, ColumnElement[Any]]] = []
     for field in REQUEST_FIELDS:
         value: ColumnElement[Any] = r[COLUMN_OF_FIELD.get(field.source, field.source)]
         if field.when_expired:
             value = case((expired, read_expired[field.when_expired]), else_=value)
-        # Keys are constants of ours: inlined, so the statement binds only real values.
-        arguments += [_sql(field.key), _render_kind(render, field.kind, value)]
-    return render.object(arguments)
+        pairs.append((field.key, _render_kind(render, field.kind, value)))
+    return render.object(pairs)
 
 
 def _render_kind(render: _Renderer, kind: str, value: ColumnElement[Any]) -> ColumnElement[Any]:
@@ -81,7 +81,7 @@ def _render_kind(render: _Renderer, kind: str, value: ColumnElement[Any]) -> Col
         return render.boolean(value)
     if kind == "object":
         return render.json_object_or_empty(value)
-    return value
+    return render.plain(value)
 
 
 class _SQLite:
@@ -89,7 +89,9 @@ class _SQLite:
     as 0 and 1, JSON as text (``models.base``)."""
 
     @staticmethod
-    def object(arguments: list[ColumnElement[Any]]) -> ColumnElement[str]:
+    def object(pairs: list[tuple[str, ColumnElement[Any]]]) -> ColumnElement[str]:
+        # Keys are constants of ours: inlined, so the statement binds only real values.
+        arguments = [part for key, value in pairs for part in (_sql(key), value)]
         return func.json_object(*arguments, type_=Text)
 
     @staticmethod
@@ -115,33 +117,67 @@ class _SQLite:
         # A JSON null (how an absent value may be stored) reads as {} too.
         return func.json(func.coalesce(func.nullif(value, _sql("null")), _sql("{}")))
 
+    @staticmethod
+    def plain(value: _Column) -> ColumnElement[Any]:
+        return value
+
 
 class _PostgreSQL:
-    """PostgreSQL: native uuid, timestamptz, boolean and jsonb."""
+    """PostgreSQL: native uuid, timestamptz, boolean and jsonb.
+
+    The object is written as text: each value as its JSON text (``null`` when absent),
+    joined with its key by ``||``. Why: ``json_build_object`` looks up how to write each
+    of its 54 arguments, keys included, again for every row, most of what rendering a
+    page cost the database (docs/engineering-log.md, *Issue 24: PostgreSQL list pages*).
+    Only text that may need escaping goes through ``to_json``; UUIDs, times, numbers and
+    booleans are written as they are, as JSON writes them."""
 
     @staticmethod
-    def object(arguments: list[ColumnElement[Any]]) -> ColumnElement[str]:
-        return cast(func.json_build_object(*arguments), Text)
+    def object(pairs: list[tuple[str, ColumnElement[Any]]]) -> ColumnElement[str]:
+        rendered: ColumnElement[Any] | None = None
+        for index, (key, value) in enumerate(pairs):
+            opening = "{" if index == 0 else ","
+            part = _sql(f"{opening}{orjson.dumps(key).decode()}:").op("||")(value)
+            rendered = part if rendered is None else rendered.op("||")(part)
+        assert rendered is not None
+        return cast(rendered.op("||")(_sql("}")), Text)
 
     @staticmethod
     def uuid(value: _Column) -> ColumnElement[Any]:
-        return cast(value, Text)
+        return _or_null(_quoted(cast(value, Text)))
 
     @staticmethod
     def timestamp(value: _Column) -> ColumnElement[Any]:
-        return func.to_char(
+        text = func.to_char(
             func.timezone(_sql("UTC"), value), _sql('YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
         )
+        return _or_null(_quoted(text))
 
     @staticmethod
     def boolean(value: _Column) -> ColumnElement[Any]:
-        return value
+        return _or_null(case((value, _sql("true")), (~value, _sql("false"))))
 
     @staticmethod
     def json_object_or_empty(value: _Column) -> ColumnElement[Any]:
-        return func.coalesce(
-            func.nullif(value, literal_column("'null'::jsonb")), literal_column("'{}'::jsonb")
+        return cast(
+            func.coalesce(
+                func.nullif(value, literal_column("'null'::jsonb")), literal_column("'{}'::jsonb")
+            ),
+            Text,
         )
+
+    @staticmethod
+    def plain(value: _Column) -> ColumnElement[Any]:
+        return _or_null(cast(func.to_json(value), Text))
+
+
+def _quoted(text: ColumnElement[Any]) -> ColumnElement[Any]:
+    """A text that needs no escaping (a UUID, a time) as a JSON string."""
+    return _sql('"').op("||")(text).op("||")(_sql('"'))
+
+
+def _or_null(text: ColumnElement[Any]) -> ColumnElement[Any]:
+    return func.coalesce(text, _sql("null"))
 
 
 # (start, length) of each group of a UUID's 32 hex digits, as SQL's substr counts.

@@ -18,7 +18,7 @@ MIGRATIONS_DIR = Path(__file__).parent
 T = TypeVar("T")
 
 # Dialect-specific objects the models do not describe, managed by hand in the migrations:
-# full-text search (0001) and the SQLite request counts (0005).
+# full-text search (0001) and the request counts (0005 on SQLite, 0018 on PostgreSQL).
 HAND_MANAGED_PREFIXES = (
     "approval_requests_fts",
     "search_vector",

@@ -15,8 +15,14 @@ server (aiosmtpd's protocol) and a Slack receiver on loopback ports. Then:
    create latency p50/p99 with routing on and off (a create only writes a plan row; the
    worker in this process plans and sends meanwhile).
 
-Figures are printed and written to ``bench/results/notifications.json``; nothing asserts
-a timing.
+With ``--processes``, the deployment with a worker of its own: ``signoff serve
+--no-worker`` and ``signoff worker`` run as two processes, and this process is the client,
+over HTTP (and the SMTP server and the Slack receiver). On SQLite the worker is not woken
+by the API's commits (another process's), so it polls every ``--poll`` seconds; on
+PostgreSQL the commits' ``NOTIFY`` wakes it.
+
+Figures are printed and written to ``bench/results/notifications.json`` (or
+``notifications-processes.json``); nothing asserts a timing.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import httpx
 
 from bench.mailserver import smtp_server
 from bench.receiver import Receiver
-from bench.run import RESULTS_DIR, log, postgres_database
+from bench.run import RESULTS_DIR, Server, bench_env, log, postgres_database
 from signoff.app import create_app
 from signoff.common.time import utcnow
 from signoff.config import Settings, normalize_database_url
@@ -179,11 +185,34 @@ async def bench_burst(
     }
 
 
+SECRET_KEY = "bench-notifications"
+
+
+async def scenarios(
+    api: httpx.AsyncClient, ctx: AppContext, box: Any, args: argparse.Namespace
+) -> dict[str, Any]:
+    headers, _ = await make_org(ctx, "Mail")
+    await put_routing(
+        api,
+        headers,
+        {
+            "channels": {"mail": {"type": "email"}},
+            "rules": [{"channels": ["mail"], "audience": "admins"}],
+        },
+    )
+    log(f"latency: {args.mails} creates, one at a time")
+    latency = await bench_latency(api, box, headers, args.mails)
+    log(f"burst: {args.burst} creates over {args.burst_seconds} s")
+    burst = await bench_burst(api, ctx, args.burst, args.burst_seconds)
+    return {"create_sent_to_mail_accepted": latency, "burst": burst}
+
+
 async def run(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The embedded shape: the API, its background loops and this client in one process."""
     async with smtp_server() as (box, smtp_url):
         settings = Settings(
             database_url=database_url,
-            secret_key="bench-notifications",
+            secret_key=SECRET_KEY,
             smtp_url=smtp_url,
             rate_limit_ceiling=RATE_LIMIT,
             rate_limit_default=RATE_LIMIT,
@@ -193,20 +222,56 @@ async def run(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://bench") as api:
-                headers, _ = await make_org(ctx, "Mail")
-                await put_routing(
-                    api,
-                    headers,
-                    {
-                        "channels": {"mail": {"type": "email"}},
-                        "rules": [{"channels": ["mail"], "audience": "admins"}],
-                    },
-                )
-                log(f"latency: {args.mails} creates, one at a time")
-                latency = await bench_latency(api, box, headers, args.mails)
-                log(f"burst: {args.burst} creates over {args.burst_seconds} s")
-                burst = await bench_burst(api, ctx, args.burst, args.burst_seconds)
-    return {"create_sent_to_mail_accepted": latency, "burst": burst}
+                results = await scenarios(api, ctx, box, args)
+    return {"mode": "one process", **results}
+
+
+async def run_processes(
+    database_url: str, args: argparse.Namespace, workdir: Path
+) -> dict[str, Any]:
+    """``signoff serve --no-worker`` and ``signoff worker`` as processes of their own; this
+    process is the client (HTTP) and the receivers. Orgs are made through a context of
+    this process on the same database (no background loops)."""
+    async with smtp_server() as (box, smtp_url):
+        env = bench_env(database_url, SECRET_KEY)
+        env.update(
+            SIGNOFF_SMTP_URL=smtp_url,
+            SIGNOFF_RATE_LIMIT_DEFAULT=str(RATE_LIMIT),
+            SIGNOFF_NOTIFICATION_POLL_INTERVAL_SECONDS=str(args.poll),
+        )
+        cli = [sys.executable, "-m", "signoff.cli"]
+        server = Server("serve", [*cli, "serve", "--no-worker"], env, workdir)
+        with (workdir / "worker.log").open("wb") as worker_log:
+            worker = await asyncio.create_subprocess_exec(
+                *cli, "worker", env=env, cwd=workdir, stdout=worker_log, stderr=worker_log
+            )
+        settings = Settings(
+            database_url=database_url,
+            secret_key=SECRET_KEY,
+            rate_limit_ceiling=RATE_LIMIT,
+            rate_limit_default=RATE_LIMIT,
+        )
+        ctx = AppContext.from_settings(settings)
+        try:
+            await asyncio.to_thread(server.wait_ready)
+            limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+            async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=30) as api:
+                results = await scenarios(api, ctx, box, args)
+        finally:
+            await ctx.close()
+            worker.terminate()
+            try:
+                await asyncio.wait_for(worker.wait(), timeout=20)
+            except TimeoutError:
+                worker.kill()
+            await asyncio.to_thread(server.stop)
+    return {"mode": "serve --no-worker + worker", "worker_poll_seconds": args.poll, **results}
+
+
+async def measure(url: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    if args.processes:
+        return await run_processes(url, args, workdir)
+    return await run(url, args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,19 +280,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mails", type=int, default=200)
     parser.add_argument("--burst", type=int, default=1000)
     parser.add_argument("--burst-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--processes",
+        action="store_true",
+        help="serve --no-worker and worker as processes of their own; this one the client",
+    )
+    parser.add_argument(
+        "--poll",
+        type=float,
+        default=0.1,
+        help="with --processes: the worker's SIGNOFF_NOTIFICATION_POLL_INTERVAL_SECONDS",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as workdir:
         if args.postgres:
             with postgres_database(args.postgres) as admin_form:
                 url = normalize_database_url(admin_form)  # the app's own driver
                 upgrade_to_head(url)
-                results = asyncio.run(run(url, args))
+                results = asyncio.run(measure(url, args, Path(workdir)))
         else:
             url = f"sqlite+aiosqlite:///{Path(workdir) / 'bench.db'}"
             upgrade_to_head(url)
-            results = asyncio.run(run(url, args))
+            results = asyncio.run(measure(url, args, Path(workdir)))
     RESULTS_DIR.mkdir(exist_ok=True)
-    (RESULTS_DIR / "notifications.json").write_text(json.dumps(results, indent=2) + "\n")
+    name = "notifications-processes.json" if args.processes else "notifications.json"
+    (RESULTS_DIR / name).write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
     return 0
 

@@ -160,8 +160,11 @@ class AppContext:
             outbox = start_outbox(session, self.settings.delivery_lease_seconds)
             uow = UnitOfWork(session, self.db.dialect, outbox)
             yield uow
+            # Read before the block ends: on SQLite the session is shared with other
+            # writers (group commit), and its ``info`` is emptied for the next one.
+            wrote_notifications = session.info.pop(WROTE_NOTIFICATIONS, False)
         self.publish(uow.changes)
-        if session.info.pop(WROTE_NOTIFICATIONS, False):
+        if wrote_notifications:
             self.notifications.wakeup.set()  # committed: send them now
 
     def publish(self, changes: Sequence[RequestChange]) -> None:

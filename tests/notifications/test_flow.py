@@ -102,6 +102,20 @@ async def test_a_matching_request_reaches_every_channel_once(
     assert all(r["kind"] == "created" and r["attempts"] == 1 for r in rows)
 
 
+async def test_a_create_wakes_the_sender_once_committed(
+    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+) -> None:
+    # The sender then sends within moments, not at its next poll. On SQLite the create's
+    # transaction is shared with other writers (group commit), which once hid its mark.
+    await put_routing(
+        api, org, {"channels": {"mail": {"type": "email"}}, "rules": [{"channels": ["mail"]}]}
+    )
+    ctx.notifications.wakeup.clear()
+    await create_approval(api, org.member)
+    assert ctx.notifications.wakeup.is_set()
+    assert await ctx.notifications.run_once() == len(mailbox.mails) > 0
+
+
 async def test_requests_no_rule_matches_notify_nobody(
     api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
 ) -> None:

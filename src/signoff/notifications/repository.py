@@ -63,6 +63,7 @@ class ChannelRef:
 
 _NOTIFICATIONS = cast(Table, Notification.__table__)
 _PLANS = cast(Table, NotificationPlan.__table__)
+_ATTEMPTS = cast(Table, NotificationAttempt.__table__)
 
 
 @dataclass(frozen=True)
@@ -309,11 +310,22 @@ class NotificationRepository:
         )
 
     async def claim_due(
-        self, token: uuid.UUID, now: datetime, lease_until: datetime, limit: int
+        self,
+        token: uuid.UUID,
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+        skip_channels: Collection[uuid.UUID] = (),
     ) -> Sequence[uuid.UUID]:
+        """Lease up to ``limit`` due rows to ``token``; rows of ``skip_channels`` (chat
+        channels that must wait for their interval) stay where they are."""
         candidates = (
             select(Notification.id)
-            .where(Notification.status == "pending", Notification.due_at <= now)
+            .where(
+                Notification.status == "pending",
+                Notification.due_at <= now,
+                *_not_among(Notification.channel_id, skip_channels),
+            )
             .order_by(Notification.due_at)
             .limit(limit)
             .with_for_update(skip_locked=True)
@@ -379,13 +391,19 @@ class NotificationRepository:
         )
         return set(result.scalars().all())
 
-    def add_attempt(self, attempt: NotificationAttempt) -> None:
-        self.session.add(attempt)
+    async def add_attempts(self, attempts: Sequence[dict[str, Any]]) -> None:
+        """One multi-row insert, past the ORM's unit of work: a digest's hundred attempts
+        are written by one statement."""
+        if attempts:
+            await self.session.execute(insert(_ATTEMPTS), list(attempts))
 
-    async def next_due_at(self) -> datetime | None:
+    async def next_due_at(self, skip_channels: Collection[uuid.UUID] = ()) -> datetime | None:
         return await self.session.scalar(
             select(Notification.due_at)
-            .where(Notification.status == "pending")
+            .where(
+                Notification.status == "pending",
+                *_not_among(Notification.channel_id, skip_channels),
+            )
             .order_by(Notification.due_at)
             .limit(1)
         )

@@ -35,7 +35,7 @@ from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
-from signoff.models.notifications import Notification, NotificationAttempt
+from signoff.models.notifications import Notification
 from signoff.notifications import messages, service
 from signoff.notifications.channels import HttpChannels, SmtpServer, send_mail
 from signoff.notifications.repository import ClaimedRow, NotificationRepository
@@ -112,6 +112,7 @@ class NotificationSender:
             claimed += taken
             if outgoing:
                 results = await asyncio.gather(*(self._send(message) for message in outgoing))
+                self._chat_channels_told(outgoing)
                 await self._record(token, list(zip(outgoing, results, strict=True)))
             if planned < PLAN_LIMIT:
                 return claimed
@@ -123,10 +124,13 @@ class NotificationSender:
         transaction: what a create plans is claimed with it, for one commit, not two."""
         now = self.clock()
         lease = now + timedelta(seconds=self.settings.notification_lease_seconds)
+        # Chat channels told less than an interval ago: their rows are not even claimed
+        # (to be put back), so a burst's rounds stay short; they go in the next digest.
+        waiting = self._chat_channels_waiting(now.timestamp())
         async with self.db.write_transaction() as session:
             repo = NotificationRepository(session, self.db.dialect)
             planned = await service.plan_waiting(repo, now, PLAN_LIMIT, self.poisoned)
-            ids = await repo.claim_due(token, now, lease, CLAIM_LIMIT)
+            ids = await repo.claim_due(token, now, lease, CLAIM_LIMIT, waiting)
             rows = await repo.get_claimed(ids, token)
             live, void = _split_decided(rows)
             for row in void:
@@ -162,6 +166,25 @@ class NotificationSender:
             self.last_chat_message[message.channel_id] = loop_now
         grouped = [[chat[i] for i in message.notification_ids] for message in planned]
         return single + grouped, [chat[i] for i in held_ids]
+
+    def _chat_channels_waiting(self, now: float) -> dict[uuid.UUID, float]:
+        """Chat channels that must wait, and the clock second each may be told again."""
+        interval = self.settings.notification_chat_interval_seconds
+        return {
+            channel_id: told + interval
+            for channel_id, told in self.last_chat_message.items()
+            if now - told < interval
+        }
+
+    def _chat_channels_told(self, sent: Sequence[Outgoing]) -> None:
+        """The interval counts from when a send ended, not from the claim: the next
+        message then starts at least an interval after the last one arrived, whatever
+        the time between claiming and sending (the receiver sees the spacing, not us)."""
+        ended = self.clock().timestamp()
+        for message in sent:
+            channel = message.rows[0].channel
+            if channel.type in CHAT_TYPES:
+                self.last_chat_message[channel.id] = ended
 
     def _with_links(
         self, repo: NotificationRepository, rows: list[ClaimedRow], now: datetime
@@ -241,6 +264,7 @@ class NotificationSender:
                 groups.setdefault((attempt, result.success, result.error), []).append((row, result))
         async with self.db.write_transaction() as session:
             repo = NotificationRepository(session, self.db.dialect)
+            attempts: list[dict[str, object]] = []
             for (attempt, success, error), rows in groups.items():
                 values = _next_state(attempt, success, error, now)
                 ids = [row.notification.id for row, _ in rows]
@@ -250,20 +274,21 @@ class NotificationSender:
                     if n.id not in moved:
                         logger.warning("notification %s: lease lost; another sender owns it", n.id)
                         continue
-                    repo.add_attempt(
-                        NotificationAttempt(
-                            id=new_id(),
-                            notification_id=n.id,
-                            request_id=n.request_id,
-                            attempt=attempt,
-                            success=result.success,
-                            status_code=result.status_code,
-                            duration_ms=result.duration_ms,
-                            error=result.error,
-                            created_at=now,
-                        )
+                    attempts.append(
+                        {
+                            "id": new_id(),
+                            "notification_id": n.id,
+                            "request_id": n.request_id,
+                            "attempt": attempt,
+                            "success": result.success,
+                            "status_code": result.status_code,
+                            "duration_ms": result.duration_ms,
+                            "error": result.error,
+                            "created_at": now,
+                        }
                     )
                     self.messages_sent += result.success
+            await repo.add_attempts(attempts)
 
     async def send_test(
         self, org_id: uuid.UUID, channel_name: str, member: OrgMember
@@ -301,15 +326,22 @@ class NotificationSender:
 
     async def next_due_seconds(self) -> float | None:
         """Seconds until there is work: at once while plans wait (another process wrote
-        them, or another sender is planning them)."""
+        them, or another sender is planning them); no later than a waiting chat channel
+        may be told again (its rows were due, but not claimed)."""
         async with self.db.read_session() as session:
             repo = NotificationRepository(session, self.db.dialect)
             if await repo.any_plan_waiting(self.poisoned.parked(service.PLAN_JOB)):
                 # New plans: at once. Plans the last round could not take are another
                 # sender's (PostgreSQL, locked): look again shortly rather than spin.
                 return 0.0 if self.planned_last_round else PLANS_WAITING_RECHECK_SECONDS
-            due = await repo.next_due_at()
-        return None if due is None else max(0.0, (due - self.clock()).total_seconds())
+            now = self.clock()
+            waiting = self._chat_channels_waiting(now.timestamp())
+            due = await repo.next_due_at(skip_channels=waiting)
+        free = waiting.values()
+        soonest = [max(0.0, min(free) - now.timestamp())] if free else []
+        if due is not None:
+            soonest.append(max(0.0, (due - now).total_seconds()))
+        return min(soonest, default=None)
 
 
 def _next_state(attempt: int, success: bool, error: str | None, now: datetime) -> dict[str, object]:

@@ -47,7 +47,9 @@ async def run_notification_sender(ctx: AppContext, stop: asyncio.Event) -> None:
             try:
                 if await sender.run_once() >= CLAIM_LIMIT:
                     continue  # a backlog: claim again at once
-                due = await sender.next_due_seconds()
+                # Woken during the round (a burst of creates): the next round is soon
+                # anyway, so the due time is not worth a query.
+                due = None if sender.wakeup.is_set() else await sender.next_due_seconds()
             except Exception:
                 logger.exception("notification sender round failed; retrying shortly")
                 due = ERROR_BACKOFF_SECONDS

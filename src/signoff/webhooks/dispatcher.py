@@ -117,9 +117,7 @@ class WebhookDispatcher:
         # A retry scheduled for later than that needs no wake-up (a wake-up costs a claim,
         # a write transaction, that would find nothing due yet).
         self.worker_sleeps_until: float | None = None
-        self.clients = ClientPool(
-            self.policy, keepalive=min(settings.delivery_per_target_concurrency, 100)
-        )
+        self.clients = ClientPool(self.policy)
         self._record_slots = asyncio.Semaphore(RECORD_CONCURRENCY)
         self._batcher = _RecordBatcher(self)
         # Which receivers answered their last attempt from this process (receivers.py).
@@ -188,7 +186,9 @@ class WebhookDispatcher:
                 timeout=self.settings.delivery_timeout_seconds,
                 read_cap=self.settings.delivery_response_read_bytes,
             )
-        self.receivers.note(claimed.target, success=result.success)
+        self.receivers.note(
+            claimed.target, success=result.success, seconds=result.duration_ms / 1000
+        )
         if answered is not None:
             answered()
         metrics.count_callback_attempt(result.error or "success", result.duration_ms)
@@ -287,8 +287,14 @@ class WebhookDispatcher:
 
     # ---- what workers and operators ask for ----
 
-    async def claim_due(self, limit: int, in_flight: Mapping[str, int]) -> list[ClaimedDelivery]:
-        """Lease due deliveries to this process, minding the per-receiver cap."""
+    async def claim_due(
+        self,
+        limit: int,
+        in_flight: Mapping[str, int],
+        cap: Callable[[str], int] | None = None,
+    ) -> list[ClaimedDelivery]:
+        """Lease due deliveries to this process: no receiver more than ``cap`` (default:
+        its cap of attempts at once, receivers.py) counting the ``in_flight`` ones."""
         async with self._transaction() as repo:
             return await service.claim_due(
                 repo,
@@ -296,7 +302,7 @@ class WebhookDispatcher:
                 self.settings.delivery_lease_seconds,
                 limit,
                 in_flight,
-                self.receivers.cap,
+                cap or self.receivers.cap,
                 self.receivers.held(),
             )
 

@@ -284,6 +284,7 @@ class DeliveryWorker:
             logger.exception("could not hand back %d leases", len(deliveries))
         else:
             logger.info("handed back %d deliveries that waited too long for a slot", released)
+            self.dispatcher.wakeup.set()  # due again at once: claim them
 
     async def _attempt(self, delivery: ClaimedDelivery) -> None:
         # The receiver's slot is free once it has answered: recording the attempt (a

@@ -191,16 +191,17 @@ class DeliveryWorker:
         if free <= 0:
             return self._poll_cap()  # a finishing attempt wakes us
         self.claims_made += 1
-        claimed = await self.dispatcher.claim_due(free, self._held(), self._claim_cap)
-        self._enqueue(claimed)
-        if len(claimed) == free:
+        claim = await self.dispatcher.claim_due(free, self._held(), self._claim_cap)
+        self._enqueue(claim.claimed)
+        if len(claim.claimed) == free:
             return 0.0  # a backlog: claim again at once
-        saturated = self._saturated()
-        self._waiting_for_slot = bool(saturated)
         # Due work for receivers at their cap waits for one of their attempts to finish
-        # (which wakes us); the sleep is until the next delivery we could take.
+        # (which wakes us); the sleep is until the next delivery we could take. The claim
+        # left out of that time the receivers full when it ran: they wake us too, even if
+        # one of their attempts has ended since.
+        self._waiting_for_slot = bool(claim.full) or bool(self._saturated())
         self.due_lookups += 1
-        seconds = await self.dispatcher.next_due_at_seconds(saturated)
+        seconds = claim.next_due_seconds
         if seconds is None:
             return self._poll_cap()
         if seconds <= 0:

@@ -310,15 +310,15 @@ class WebhookRepository:
     async def add_event(self, event: AuditEvent) -> None:
         self.session.add(event)
 
-    async def insert_attempts(self, attempts: Sequence[WebhookAttempt]) -> None:
-        """Write log entries in one statement, bypassing the session's unit of work (the
-        objects stay transient: they are answers, not tracked state)."""
+    async def insert_attempts(self, attempts: Sequence[dict[str, Any]]) -> None:
+        """Write log entries (their column values) in one statement, past the session's
+        unit of work (nothing in this transaction reads them back)."""
         if attempts:
-            await self.session.execute(insert(_ATTEMPTS), [_column_values(a) for a in attempts])
+            await self.session.execute(insert(_ATTEMPTS), list(attempts))
 
-    async def insert_events(self, events: Sequence[AuditEvent]) -> None:
+    async def insert_events(self, events: Sequence[dict[str, Any]]) -> None:
         if events:
-            await self.session.execute(insert(_EVENTS), [_column_values(e) for e in events])
+            await self.session.execute(insert(_EVENTS), list(events))
 
     async def list_attempts(
         self, org_id: uuid.UUID, request_id: uuid.UUID | None, limit: int
@@ -341,10 +341,6 @@ class WebhookRepository:
 
     async def flush(self) -> None:
         await self.session.flush()
-
-
-def _column_values(row: Any) -> dict[str, Any]:
-    return {column.key: getattr(row, column.key) for column in row.__table__.columns}
 
 
 def _choose(

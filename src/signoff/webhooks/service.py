@@ -30,7 +30,6 @@ from signoff.common.time import format_timestamp
 from signoff.crypto import SecretBox
 from signoff.errors import ValidationFailed
 from signoff.logs import current_request_id, new_request_id
-from signoff.models import AuditEvent
 from signoff.models.webhooks import WebhookAttempt
 from signoff.webhooks.delivery import AttemptResult
 from signoff.webhooks.repository import (
@@ -115,7 +114,13 @@ class RecordedAttempt:
     attempt: int
     status: str  # the delivery's status after it
     result: AttemptResult
-    entry: WebhookAttempt  # its delivery log entry
+    row: dict[str, Any]  # its delivery log entry, as written
+
+    @property
+    def entry(self) -> WebhookAttempt:
+        """The log entry as the API presents it (made only when asked: a worker records
+        hundreds of attempts a second and presents none)."""
+        return WebhookAttempt(**self.row)
 
 
 def all_succeeded(attempts: Sequence[RecordedAttempt | None]) -> bool:
@@ -415,48 +420,48 @@ async def record_attempts(
             await repo.finish_attempts([attempts[i][0].id for i in indexes], token, values)
         )
     recorded: list[RecordedAttempt | None] = []
-    entries: list[WebhookAttempt] = []
-    events: list[AuditEvent] = []
+    rows: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
     for (claimed, result, _), status in zip(attempts, statuses, strict=True):
         number = numbers.get(claimed.id)
         if number is None:
             recorded.append(None)
             continue
-        entry = WebhookAttempt(
-            id=new_id(),
-            delivery_id=claimed.id,
-            org_id=claimed.org_id,
-            request_id=claimed.request_id,
-            url=claimed.url,
-            attempt=number,
-            status_code=result.status_code,
-            success=result.success,
-            duration_ms=result.duration_ms,
-            response_body=result.response_body,
-            error=result.error,
-            created_at=now,
-        )
-        entries.append(entry)
+        row = {
+            "id": new_id(),
+            "delivery_id": claimed.id,
+            "org_id": claimed.org_id,
+            "request_id": claimed.request_id,
+            "url": claimed.url,
+            "attempt": number,
+            "status_code": result.status_code,
+            "success": result.success,
+            "duration_ms": result.duration_ms,
+            "response_body": result.response_body,
+            "error": result.error,
+            "created_at": now,
+        }
+        rows.append(row)
         if status != "pending":
             events.append(
-                AuditEvent(
-                    id=new_id(),
-                    org_id=claimed.org_id,
-                    request_id=claimed.request_id,
-                    type="callback.delivered" if result.success else "callback.failed",
-                    actor_id=None,
-                    data={
+                {
+                    "id": new_id(),
+                    "org_id": claimed.org_id,
+                    "request_id": claimed.request_id,
+                    "type": "callback.delivered" if result.success else "callback.failed",
+                    "actor_id": None,
+                    "data": {
                         "delivery_id": str(claimed.id),
                         "attempt": number,
                         "status_code": result.status_code,
                         "error": result.error,
                         "url": claimed.url,
                     },
-                    created_at=now,
-                )
+                    "created_at": now,
+                }
             )
-        recorded.append(RecordedAttempt(number, status, result, entry))
-    await repo.insert_attempts(entries)
+        recorded.append(RecordedAttempt(number, status, result, row))
+    await repo.insert_attempts(rows)
     await repo.insert_events(events)
     if any(r is not None and r.status == "pending" for r in recorded):
         await repo.notify_workers()

@@ -516,13 +516,15 @@ def _org(env: dict[str, str], workdir: Path, name: str) -> tuple[dict[str, Any],
     return org, connection
 
 
-def _processes(target: str, env: dict[str, str], workdir: Path) -> list[Server]:
+def _processes(target: str, env: dict[str, str], workdir: Path, workers: int) -> list[Server]:
     """Each database's documented deployment: one ``serve`` on SQLite; on PostgreSQL an
-    API replica without a worker and a ``signoff worker`` (docs/operations.md)."""
+    API replica without a worker and ``workers`` ``signoff worker`` processes
+    (docs/scale-out.md)."""
     if target == "sqlite":
         return [Server("serve", [str(SIGNOFF), "serve"], env, workdir)]
     api = Server("serve", [str(SIGNOFF), "serve", "--no-worker"], env, workdir)
-    return [api, WorkerProcess("worker", env, workdir)]
+    names = ["worker"] if workers == 1 else [f"worker{i + 1}" for i in range(workers)]
+    return [api, *(WorkerProcess(name, env, workdir) for name in names)]
 
 
 def bench_database(target: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -566,7 +568,7 @@ def bench_database(target: str, args: argparse.Namespace, workdir: Path) -> dict
                 f"[{target}] seeded in {report['seed_seconds']} s; all expire at "
                 f"{report['instant']}, {instant - time.time():.1f} s from now"
             )
-            processes = _processes(target, env, workdir)
+            processes = _processes(target, env, workdir, args.workers)
             report["processes"] = [p.name for p in processes]
             with contextlib.ExitStack() as stack:
                 for process in processes:
@@ -672,6 +674,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api-rate", type=float, default=100.0, help="other org's calls/s")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds after the instant")
     parser.add_argument("--receivers", type=int, default=2, help="receiver processes")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="signoff worker processes (PostgreSQL)"
+    )
     parser.add_argument(
         "--postgres-url",
         default=os.environ.get("SIGNOFF_BENCH_POSTGRES_URL", DEFAULT_POSTGRES_URL),

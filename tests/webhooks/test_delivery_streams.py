@@ -1,6 +1,6 @@
 """The callback transport's connections (``webhooks.delivery``), over real loopback sockets.
 
-Attempts go to a pooled transport directly, dialled through the SSRF guard: kept-alive
+Attempts go through a pool of kept-alive connections, dialled through the SSRF guard: kept-alive
 connections must be reused, a connection the receiver closed meanwhile must be noticed
 (and replaced, not failed on), over plain TCP and TLS alike.
 """
@@ -142,7 +142,7 @@ async def test_attempts_at_once_to_one_receiver_each_keep_a_connection_for_the_n
 ) -> None:
     """A receiver gets as many connections as attempts run at once, and the next round of
     attempts reuses them rather than dialling again."""
-    pool = ClientPool(policy, keepalive=8)
+    pool = ClientPool(policy)
     try:
         async with Receiver(default=Reply(delay=0.05)) as receiver:
             for _ in range(3):

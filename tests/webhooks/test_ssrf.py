@@ -96,14 +96,16 @@ async def api(database_url: str, **overrides: Any) -> AsyncIterator[httpx.AsyncC
 
 
 @pytest.mark.parametrize("settings_overrides", [{}])  # created in development mode
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"], ids=["address", "name"])
 async def test_the_send_time_check_refuses_without_dialling(
-    client: httpx.AsyncClient, org: Org, database_url: str
+    client: httpx.AsyncClient, org: Org, database_url: str, host: str
 ) -> None:
     """A URL accepted earlier (another mode, an allowlist since shrunk, DNS that changed)
-    is checked again when sent: the receiver is never even connected to."""
+    is checked again when sent: the receiver is never even connected to, whether the URL
+    names the address or a host that resolves to it."""
     async with Receiver() as receiver:
         # https (so production's scheme rule passes) to a loopback port that listens.
-        url = f"https://127.0.0.1:{receiver.port}/hook"
+        url = f"https://{host}:{receiver.port}/hook"
         created = await create_approval(client, org.member, callback_url=url)
         async with api(database_url, **PRODUCTION) as production:
             answer = await production.patch(

@@ -32,6 +32,7 @@ from signoff.approvals.record import (
     request_columns,
 )
 from signoff.common.ids import new_id
+from signoff.common.poison import not_parked
 from signoff.common.time import utcnow
 from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, User, Vote
 from signoff.storage import (
@@ -342,7 +343,7 @@ class ApprovalRepository:
                 ApprovalRequest.status == "pending",
                 ApprovalRequest.expires_at.is_not(None),
                 ApprovalRequest.expires_at <= now,
-                *([ApprovalRequest.id.not_in(skip)] if skip else []),
+                *not_parked(ApprovalRequest.id, skip),
             )
             .order_by(ApprovalRequest.expires_at)
             .limit(limit)

@@ -18,6 +18,7 @@ from sqlalchemy import Table, bindparam, delete, insert, literal, select, text, 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.common.ids import new_id
+from signoff.common.poison import not_parked
 from signoff.models import ApprovalRequest, ApprovalStep, User
 from signoff.models.notifications import (
     DecisionLink,
@@ -219,7 +220,7 @@ class NotificationRepository:
         (common/poison.py)."""
         rows = await self.session.execute(
             select(NotificationPlan)
-            .where(*_not_among(NotificationPlan.id, skip))
+            .where(*not_parked(NotificationPlan.id, skip))
             .order_by(NotificationPlan.id)
             .limit(limit)
             .with_for_update(skip_locked=True)
@@ -243,7 +244,7 @@ class NotificationRepository:
         )
 
     async def any_plan_waiting(self, skip: Collection[uuid.UUID] = ()) -> bool:
-        first = select(NotificationPlan.id).where(*_not_among(NotificationPlan.id, skip))
+        first = select(NotificationPlan.id).where(*not_parked(NotificationPlan.id, skip))
         return (await self.session.scalar(first.limit(1))) is not None
 
     def savepoint(self) -> contextlib.AbstractAsyncContextManager[None]:
@@ -453,7 +454,3 @@ class NotificationRepository:
             )
         )
         return None if row is None else (facts_of(row), row)
-
-
-def _not_among(column: Any, ids: Collection[uuid.UUID]) -> list[Any]:
-    return [column.not_in(list(ids))] if ids else []

@@ -1,29 +1,39 @@
 """One HTTP attempt of a callback: POST, no redirects, capped read, one deadline.
 
-Each attempt dials through ``GuardedBackend``, which resolves the host itself, checks every
-address against the SSRF policy and connects to the checked address (TLS still verifies
-the certificate against the host *name*, which httpcore passes as SNI). The connection
-pool has no overall size limit: one slow receiver must never make another wait for a
-pooled connection; how many attempts run at once is the worker's business.
+Attempts go through aiohttp (``ClientPool``): its client costs a fifth of httpx's CPU per
+request (docs/engineering-log.md, *100,000 expiries at once*), and a callback worker
+draining a backlog spends its time there. Every connection is dialled through
+``GuardedResolver``, which resolves the host itself and checks every address against the
+SSRF policy; aiohttp then connects to those checked addresses only (TLS still verifies the
+certificate against the host *name*, sent as SNI). A host written as an IP address is
+checked before the attempt (aiohttp does not ask a resolver for those). The pool has no
+overall size limit: one slow receiver must never make another wait for a pooled
+connection; how many attempts run at once is the worker's business.
+
+``GuardedBackend`` does the same for httpx, which the Slack API client uses.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+import aiohttp
 import httpcore
 import httpx
+from aiohttp.abc import AbstractResolver, ResolveResult
+from yarl import URL
 
 from signoff.webhooks.urlpolicy import (
     AddressNotAllowed,
     AddressPolicy,
     ResolutionFailed,
+    ip_literal,
     resolve_permitted,
 )
 
@@ -119,84 +129,81 @@ def build_transport(
     return transport
 
 
-@dataclass
-class _Lane:
-    """One connection's transport: an attempt has it to itself while it runs."""
+class GuardedResolver(AbstractResolver):
+    """aiohttp's resolver, through the SSRF guard: every address of the answer checked."""
 
-    transport: httpx.AsyncHTTPTransport
-    in_use: bool = False
-    last_used: float = 0.0
+    def __init__(self, policy: AddressPolicy) -> None:
+        self.policy = policy
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        addresses = await resolve_permitted(self.policy, host, port)
+        return [
+            ResolveResult(
+                hostname=host,
+                host=str(address),
+                port=port,
+                family=socket.AF_INET6 if address.version == 6 else socket.AF_INET,
+                proto=0,
+                flags=socket.AI_NUMERICHOST,
+            )
+            for address in addresses
+        ]
+
+    async def close(self) -> None:
+        return None
 
 
 class ClientPool:
-    """Transports per receiver (host:port), one connection each (*lanes*).
+    """Kept-alive connections to every receiver, in one aiohttp session.
 
-    An attempt takes an idle lane of its receiver (a kept-alive connection) or opens a new
-    one, so a receiver has as many connections as it has attempts at once, reused from
-    one attempt to the next. One connection per transport because httpcore's pool, on
-    every request, matches its waiting requests against each of its connections (checking
-    each socket): with a receiver's 16 attempts in one pool that cost more CPU than the
-    attempt itself (``make bench-expiry``; docs/engineering-log.md, *100,000 expiries at
-    once*). Lanes idle for a minute are closed.
+    A receiver has as many connections as it has attempts at once, reused from one attempt
+    to the next; connections idle for ``idle_seconds`` are closed. The session is made on
+    first use, in the event loop that uses it.
     """
 
     def __init__(
         self,
         policy: AddressPolicy,
         *,
-        keepalive: int = 50,
         idle_seconds: float = 60.0,
         ssl_context: ssl.SSLContext | None = None,
     ):
         self.policy = policy
-        # Idle lanes kept per receiver, at most (more are closed as their attempts end).
-        self.keepalive = keepalive
         self.idle_seconds = idle_seconds
-        self._lanes: dict[str, list[_Lane]] = {}
-        self._next_prune = 0.0
-        # Loading the CA bundle takes milliseconds: once per process, not per receiver.
+        # Loading the CA bundle takes milliseconds: once per process.
         self._ssl_context = ssl_context or httpx.create_ssl_context(trust_env=False)
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
-    @asynccontextmanager
-    async def transport(self, target: str) -> AsyncIterator[httpx.AsyncHTTPTransport]:
-        lanes = self._lanes.setdefault(target, [])
-        lane = next((lane for lane in lanes if not lane.in_use), None)
-        if lane is None:
-            lane = _Lane(build_transport(self.policy, keepalive=1, ssl_context=self._ssl_context))
-            lanes.append(lane)
-        lane.in_use = True
-        try:
-            yield lane.transport
-        finally:
-            lane.in_use = False
-            lane.last_used = time.monotonic()
-            await self._close_surplus(target)
-            await self._prune()
-
-    async def _close_surplus(self, target: str) -> None:
-        lanes = self._lanes[target]
-        idle = [lane for lane in lanes if not lane.in_use]
-        for lane in idle[: max(0, len(idle) - self.keepalive)]:
-            lanes.remove(lane)
-            await lane.transport.aclose()
-
-    async def _prune(self) -> None:
-        now = time.monotonic()
-        if now < self._next_prune:
-            return
-        self._next_prune = now + self.idle_seconds / 4
-        for target, lanes in list(self._lanes.items()):
-            idle = [x for x in lanes if not x.in_use and now - x.last_used > self.idle_seconds]
-            for lane in idle:
-                lanes.remove(lane)
-                await lane.transport.aclose()
-            if not lanes:
-                del self._lanes[target]
+    def session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._loop is not loop or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                resolver=GuardedResolver(self.policy),
+                ssl=self._ssl_context,
+                limit=0,
+                limit_per_host=0,
+                keepalive_timeout=self.idle_seconds,
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                # A callback keeps no cookies, reads the answer's bytes as sent, takes no
+                # proxy from the environment and names no client library.
+                cookie_jar=aiohttp.DummyCookieJar(),
+                auto_decompress=False,
+                trust_env=False,
+                skip_auto_headers=("User-Agent",),
+                timeout=aiohttp.ClientTimeout(total=None),
+            )
+            self._loop = loop
+        return self._session
 
     async def aclose(self) -> None:
-        lanes, self._lanes = self._lanes, {}
-        for lane in (lane for target_lanes in lanes.values() for lane in target_lanes):
-            await lane.transport.aclose()
+        session, self._session = self._session, None
+        if session is not None and not session.closed:
+            await session.close()
 
 
 def _chain(exc: BaseException) -> Iterable[BaseException]:
@@ -225,9 +232,12 @@ def classify_error(exc: BaseException) -> str:
         return ERROR_REFUSED
     if "ssl" in text or "certificate" in text:
         return ERROR_TLS
-    if any(isinstance(e, httpx.UnsupportedProtocol | httpx.InvalidURL) for e in chain):
+    if any(
+        isinstance(e, httpx.UnsupportedProtocol | httpx.InvalidURL | aiohttp.InvalidURL)
+        for e in chain
+    ):
         return ERROR_INVALID_URL
-    if any(isinstance(e, httpx.TransportError | OSError) for e in chain):
+    if any(isinstance(e, httpx.TransportError | aiohttp.ClientError | OSError) for e in chain):
         return ERROR_CONNECTION
     return ERROR_UNEXPECTED
 
@@ -254,23 +264,26 @@ async def send_attempt(
     status_code = 0
     received = bytearray()
     try:
-        request = httpx.Request(
-            "POST",
-            url,
-            content=body,
-            headers={**REQUEST_HEADERS, **headers},
-            extensions={"timeout": httpx.Timeout(timeout).as_dict()},
-        )
-        async with asyncio.timeout(timeout), clients.transport(target) as transport:
-            response = await transport.handle_async_request(request)
-            try:
-                status_code = response.status_code
-                async for chunk in response.aiter_raw():
-                    received.extend(chunk)
-                    if len(received) >= read_cap:
-                        break  # enough: the connection is dropped instead of drained
-            finally:
-                await response.aclose()
+        parsed = URL(url)
+        _check_literal_host(policy, parsed)
+        # One turn of the event loop first: a hang-up that has reached us (a receiver that
+        # closed an idle kept-alive connection) is then taken in, and that connection is
+        # dialled again rather than written into.
+        await asyncio.sleep(0)
+        async with (
+            asyncio.timeout(timeout),
+            clients.session().post(
+                parsed, data=body, headers={**REQUEST_HEADERS, **headers}, allow_redirects=False
+            ) as response,
+        ):
+            status_code = response.status
+            while len(received) < read_cap:
+                chunk = await response.content.readany()
+                if not chunk:
+                    break
+                received.extend(chunk)
+            # Enough read (the cap): a body not read to its end closes the connection
+            # instead of draining it.
     except Exception as exc:
         failure = classify_error(exc)
         if failure == ERROR_UNEXPECTED:
@@ -282,6 +295,15 @@ async def send_attempt(
     if not success:
         error = ERROR_REDIRECT if 300 <= status_code < 400 else ERROR_STATUS
     return AttemptResult(success, status_code, elapsed_ms(), _stored_body(received), error)
+
+
+def _check_literal_host(policy: AddressPolicy, url: URL) -> None:
+    """A URL whose host is an IP address is dialled without asking a resolver: check it."""
+    if not policy.enforce:
+        return
+    literal = ip_literal(url.raw_host) if url.raw_host else None
+    if literal is not None:
+        policy.check(literal)
 
 
 def _stored_body(received: bytes | bytearray) -> str:

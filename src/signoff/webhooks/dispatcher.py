@@ -17,9 +17,10 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import orjson
@@ -50,6 +51,17 @@ RECORD_CONCURRENCY = 8
 RECORD_RETRY_PAUSES = (0.2, 1.0, 3.0)
 # At most this many attempts share one record transaction (it holds SQLite's writer).
 RECORD_BATCH_SIZE = 50
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a worker's claim took, and (when it took fewer than it could) the seconds until
+    the next delivery it could take falls due (0: overdue; None: nothing pending), leaving
+    out the receivers ``full`` after the claim."""
+
+    claimed: list[ClaimedDelivery]
+    next_due_seconds: float | None
+    full: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -117,9 +129,7 @@ class WebhookDispatcher:
         # A retry scheduled for later than that needs no wake-up (a wake-up costs a claim,
         # a write transaction, that would find nothing due yet).
         self.worker_sleeps_until: float | None = None
-        self.clients = ClientPool(
-            self.policy, keepalive=min(settings.delivery_per_target_concurrency, 100)
-        )
+        self.clients = ClientPool(self.policy)
         self._record_slots = asyncio.Semaphore(RECORD_CONCURRENCY)
         self._batcher = _RecordBatcher(self)
         # Which receivers answered their last attempt from this process (receivers.py).
@@ -188,7 +198,9 @@ class WebhookDispatcher:
                 timeout=self.settings.delivery_timeout_seconds,
                 read_cap=self.settings.delivery_response_read_bytes,
             )
-        self.receivers.note(claimed.target, success=result.success)
+        self.receivers.note(
+            claimed.target, success=result.success, seconds=result.duration_ms / 1000
+        )
         if answered is not None:
             answered()
         metrics.count_callback_attempt(result.error or "success", result.duration_ms)
@@ -287,26 +299,38 @@ class WebhookDispatcher:
 
     # ---- what workers and operators ask for ----
 
-    async def claim_due(self, limit: int, in_flight: Mapping[str, int]) -> list[ClaimedDelivery]:
-        """Lease due deliveries to this process, minding the per-receiver cap."""
+    async def claim_due(
+        self,
+        limit: int,
+        in_flight: Mapping[str, int],
+        cap: Callable[[str], int] | None = None,
+    ) -> Claim:
+        """Lease due deliveries to this process: no receiver more than ``cap`` (default:
+        its cap of attempts at once, receivers.py) counting the ``in_flight`` ones.
+
+        A claim that leaves room (fewer than ``limit`` taken) also says, in the same
+        transaction, when the next delivery it could take falls due."""
+        cap = cap or self.receivers.cap
         async with self._transaction() as repo:
-            return await service.claim_due(
+            await repo.plan_in_due_order()
+            now = self.clock()
+            claimed = await service.claim_due(
                 repo,
-                self.clock(),
+                now,
                 self.settings.delivery_lease_seconds,
                 limit,
                 in_flight,
-                self.receivers.cap,
+                cap,
                 self.receivers.held(),
             )
-
-    async def next_due_at_seconds(self, exclude_targets: Sequence[str] = ()) -> float | None:
-        """Seconds until the next pending delivery is due (0 if overdue); None if none."""
-        async with self.db.read_session() as session:
-            due = await WebhookRepository(session, self.db.dialect).next_due_at(exclude_targets)
-        if due is None:
-            return None
-        return max(0.0, (due - self.clock()).total_seconds())
+            if len(claimed) == limit:
+                return Claim(claimed, 0.0)
+            held = Counter(in_flight)
+            held.update(delivery.target for delivery in claimed)
+            full = [target for target, count in held.items() if count >= cap(target)]
+            due = await repo.next_due_at(full)
+        seconds = None if due is None else max(0.0, (due - now).total_seconds())
+        return Claim(claimed, seconds, full)
 
     async def retry(self, org_id: uuid.UUID, delivery_id: uuid.UUID) -> RecordedAttempt:
         """A manual attempt of a finished delivery (decisions.md section 9)."""

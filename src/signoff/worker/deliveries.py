@@ -18,6 +18,13 @@ A slow receiver never holds up the others: each attempt is its own task, the con
 pool has no global limit, and one receiver (host:port) gets at most
 ``SIGNOFF_DELIVERY_PER_TARGET_CONCURRENCY`` attempts of this worker at once; its other due
 deliveries are left (or handed back) for later instead of taking every slot.
+
+A receiver that answers fast has more deliveries claimed than it has free slots
+(``ReceiverRecord.claim_ahead``): they wait in this worker's queue for that receiver and
+start as soon as one of its attempts ends, instead of each slot waiting for a claim
+transaction. A queued delivery starts only while its lease leaves room for a whole attempt
+(``SIGNOFF_DELIVERY_TIMEOUT_SECONDS``) before it runs out; one that waited longer is handed
+back, so no delivery is ever attempted by two workers within one lease.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -44,9 +51,16 @@ RECONNECT_SECONDS = 5.0
 ERROR_BACKOFF_SECONDS = 1.0
 # How late a retry may be claimed so that it shares a claim with others due just after it.
 CLAIM_GATHER_SECONDS = 0.1
+# Deliveries taken by one claim, at most: a claim locks twice as many candidates to choose
+# from, and a worker with 200 free slots locked 400 rows to take the few dozen one busy
+# receiver had room for. A backlog is claimed again at once.
+CLAIM_LIMIT = 64
 # On shutdown, how long attempts in flight may take to finish before their leases are
 # handed back: container runtimes send SIGKILL 10 s after SIGTERM by default.
 SHUTDOWN_GRACE_SECONDS = 5.0
+# A queued delivery starts only if its lease outlasts a whole attempt by this margin (the
+# lease was taken on the database's side of a claim, a moment before we queued it).
+LEASE_MARGIN_SECONDS = 1.0
 
 
 class PostgresListener:
@@ -102,7 +116,19 @@ class DeliveryWorker:
         self.in_flight: set[asyncio.Task[None]] = set()
         # Attempts cut short by the shutdown: their deliveries are handed back.
         self.interrupted: list[ClaimedDelivery] = []
+        # Attempts talking to each receiver now, and deliveries claimed for each receiver
+        # waiting for one of its slots (with the loop time they were queued at).
         self.per_target_in_flight: Counter[str] = Counter()
+        self.queued: dict[str, deque[tuple[float, ClaimedDelivery]]] = {}
+        self.queued_total = 0
+        # How long a delivery may wait in the queue: its lease must outlast the attempt.
+        self.queue_wait_limit = max(
+            0.0,
+            settings.delivery_lease_seconds
+            - settings.delivery_timeout_seconds
+            - LEASE_MARGIN_SECONDS,
+        )
+        self._background: set[asyncio.Task[None]] = set()
         self._waiting_for_slot = False
         # Free slots at the last step (none: the worker was full).
         self._claimable = self.concurrency
@@ -162,23 +188,25 @@ class DeliveryWorker:
 
     async def _step(self) -> float:
         """Claim and start what is due; answer how long to sleep before the next step."""
-        free = self.concurrency - len(self.in_flight)
+        free = self.concurrency - len(self.in_flight) - self.queued_total
         self._claimable = free
         saturated = self._saturated()
         self._waiting_for_slot = free <= 0 or bool(saturated)
         if free <= 0:
             return self._poll_cap()  # a finishing attempt wakes us
         self.claims_made += 1
-        claimed = await self.dispatcher.claim_due(free, self.per_target_in_flight)
-        self._start(claimed)
-        if len(claimed) == free:
+        limit = min(free, CLAIM_LIMIT)
+        claim = await self.dispatcher.claim_due(limit, self._held(), self._claim_cap)
+        self._enqueue(claim.claimed)
+        if len(claim.claimed) == limit:
             return 0.0  # a backlog: claim again at once
-        saturated = self._saturated()
-        self._waiting_for_slot = bool(saturated)
         # Due work for receivers at their cap waits for one of their attempts to finish
-        # (which wakes us); the sleep is until the next delivery we could take.
+        # (which wakes us); the sleep is until the next delivery we could take. The claim
+        # left out of that time the receivers full when it ran: they wake us too, even if
+        # one of their attempts has ended since.
+        self._waiting_for_slot = bool(claim.full) or bool(self._saturated())
         self.due_lookups += 1
-        seconds = await self.dispatcher.next_due_at_seconds(saturated)
+        seconds = claim.next_due_seconds
         if seconds is None:
             return self._poll_cap()
         if seconds <= 0:
@@ -192,22 +220,77 @@ class DeliveryWorker:
         # still wakes the loop at once.
         return min(seconds + CLAIM_GATHER_SECONDS, self._poll_cap())
 
+    def _held(self) -> Counter[str]:
+        """Deliveries this worker holds per receiver: in flight and queued."""
+        held = Counter(self.per_target_in_flight)
+        for target, queue in self.queued.items():
+            held[target] += len(queue)
+        return held
+
+    def _claim_cap(self, target: str) -> int:
+        return self.dispatcher.receivers.claim_ahead(target)
+
     def _saturated(self) -> list[str]:
-        """Receivers at their cap of attempts in flight (receivers.py)."""
-        cap = self.dispatcher.receivers.cap
-        return [t for t, n in self.per_target_in_flight.items() if n >= cap(t)]
+        """Receivers holding as many deliveries as they may (receivers.py): claims leave
+        them out, and an attempt ending wakes the loop for them."""
+        return [t for t, n in self._held().items() if n >= self._claim_cap(t)]
 
     def _poll_cap(self) -> float:
         if self.listener is not None and self.listener.alive:
             return max(self.poll_seconds, LISTENING_POLL_SECONDS)
         return self.poll_seconds
 
-    def _start(self, claimed: list[ClaimedDelivery]) -> None:
+    def _enqueue(self, claimed: list[ClaimedDelivery]) -> None:
+        now = asyncio.get_running_loop().time()
+        targets: dict[str, None] = {}
         for delivery in claimed:
-            self.per_target_in_flight[delivery.target] += 1
-            task = asyncio.create_task(self._attempt(delivery))
-            self.in_flight.add(task)
-            task.add_done_callback(self._finished)
+            self.queued.setdefault(delivery.target, deque()).append((now, delivery))
+            self.queued_total += 1
+            targets[delivery.target] = None
+        for target in targets:
+            self._start_queued(target)
+
+    def _start_queued(self, target: str) -> None:
+        """Start queued deliveries to ``target`` while it has free slots; hand back those
+        that waited so long that their lease could run out during the attempt."""
+        queue = self.queued.get(target)
+        if not queue:
+            return
+        cap = self.dispatcher.receivers.cap(target)
+        oldest_allowed = asyncio.get_running_loop().time() - self.queue_wait_limit
+        expired: list[ClaimedDelivery] = []
+        while queue and self.per_target_in_flight[target] < cap:
+            queued_at, delivery = queue.popleft()
+            self.queued_total -= 1
+            if queued_at < oldest_allowed:
+                expired.append(delivery)
+                continue
+            self._start(delivery)
+        if not queue:
+            del self.queued[target]
+        if expired:
+            self._hand_back(expired)
+
+    def _start(self, delivery: ClaimedDelivery) -> None:
+        self.per_target_in_flight[delivery.target] += 1
+        task = asyncio.create_task(self._attempt(delivery))
+        self.in_flight.add(task)
+        task.add_done_callback(self._finished)
+
+    def _hand_back(self, deliveries: list[ClaimedDelivery]) -> None:
+        task = asyncio.create_task(self._release(deliveries))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _release(self, deliveries: list[ClaimedDelivery]) -> None:
+        try:
+            released = await self.dispatcher.release(deliveries)
+        except Exception:
+            # Unreleased, the leases still run out: later, but nothing is lost.
+            logger.exception("could not hand back %d leases", len(deliveries))
+        else:
+            logger.info("handed back %d deliveries that waited too long for a slot", released)
+            self.dispatcher.wakeup.set()  # due again at once: claim them
 
     async def _attempt(self, delivery: ClaimedDelivery) -> None:
         # The receiver's slot is free once it has answered: recording the attempt (a
@@ -237,6 +320,7 @@ class DeliveryWorker:
         self.per_target_in_flight[target] -= 1
         if self.per_target_in_flight[target] <= 0:
             del self.per_target_in_flight[target]
+        self._start_queued(target)
         self._slot_freed(target)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
@@ -246,23 +330,34 @@ class DeliveryWorker:
 
     def _slot_freed(self, target: str) -> None:
         """An attempt to ``target`` ended. While the loop waits for its receivers' slots,
-        it claims again once ``target`` has room for several deliveries (half its cap), not
-        at every attempt's end: one claim transaction and one due-time lookup for several
-        of a busy receiver's deliveries, instead of one of each per delivery."""
+        it claims again once ``target`` has room for several deliveries (half of what it
+        may hold), not at every attempt's end: one claim transaction and one due-time
+        lookup for several of a busy receiver's deliveries, instead of one of each per
+        delivery. A fast receiver's queue keeps its slots busy meanwhile."""
         if not self._waiting_for_slot:
             return
-        cap = self.dispatcher.receivers.cap(target)
-        if cap - self.per_target_in_flight.get(target, 0) >= max(1, cap // 2):
+        cap = self._claim_cap(target)
+        held = self.per_target_in_flight.get(target, 0) + len(self.queued.get(target, ()))
+        if cap - held >= max(1, cap // 2):
             self.dispatcher.wakeup.set()
 
     async def _drain(self) -> None:
         """On shutdown, let attempts in flight finish (each has its own deadline), then
         hand back the leases of any cut short, so another worker takes them at once
         instead of after the lease runs out."""
-        if not self.in_flight:
+        # Queued deliveries were never attempted: hand them back with the interrupted.
+        for queue in self.queued.values():
+            self.interrupted.extend(delivery for _, delivery in queue)
+        self.queued.clear()
+        self.queued_total = 0
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        if not self.in_flight and not self.interrupted:
             return
         grace = min(self.ctx.settings.delivery_timeout_seconds + 2.0, SHUTDOWN_GRACE_SECONDS)
-        _, pending = await asyncio.wait(set(self.in_flight), timeout=grace)
+        pending: set[asyncio.Task[None]] = set()
+        if self.in_flight:
+            _, pending = await asyncio.wait(set(self.in_flight), timeout=grace)
         for task in pending:
             task.cancel()
         if pending:

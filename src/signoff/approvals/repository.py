@@ -32,7 +32,6 @@ from signoff.approvals.record import (
     request_columns,
 )
 from signoff.common.ids import new_id
-from signoff.common.poison import not_parked
 from signoff.common.time import utcnow
 from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, User, Vote
 from signoff.storage import (
@@ -42,6 +41,7 @@ from signoff.storage import (
     execute_in,
     has_unflushed_changes,
     insert_ignoring_conflicts,
+    not_among,
     queue_write,
     savepoint,
     send_queued_writes,
@@ -343,7 +343,7 @@ class ApprovalRepository:
                 ApprovalRequest.status == "pending",
                 ApprovalRequest.expires_at.is_not(None),
                 ApprovalRequest.expires_at <= now,
-                *not_parked(ApprovalRequest.id, skip),
+                *not_among(ApprovalRequest.id, skip),
             )
             .order_by(ApprovalRequest.expires_at)
             .limit(limit)

@@ -14,9 +14,8 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from signoff.metrics import count_poisoned_row
 
@@ -60,10 +59,3 @@ class PoisonedRows:
         for row_id in [r for r, until in rows.items() if until <= now]:
             del rows[row_id]
         return frozenset(rows)
-
-
-def not_parked(column: Any, parked: Collection[uuid.UUID]) -> list[Any]:
-    """The condition that leaves ``parked`` rows out of a job's batch query, as a list to
-    spread into ``.where(*...)``: empty when nothing is parked, so the usual query carries
-    no ``NOT IN ()``."""
-    return [column.not_in(list(parked))] if parked else []

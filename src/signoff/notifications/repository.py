@@ -18,7 +18,6 @@ from sqlalchemy import Table, bindparam, delete, insert, literal, select, text, 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.common.ids import new_id
-from signoff.common.poison import not_parked
 from signoff.models import ApprovalRequest, ApprovalStep, User
 from signoff.models.notifications import (
     DecisionLink,
@@ -29,7 +28,7 @@ from signoff.models.notifications import (
     RoutingConfig,
 )
 from signoff.notifications.routing import Member, RequestFacts
-from signoff.storage import PreparedQuery, execute_in, queue_write, savepoint
+from signoff.storage import PreparedQuery, execute_in, not_among, queue_write, savepoint
 
 NOTIFY_CHANNEL = "signoff_notifications"
 SCHEDULED_KINDS = ("reminder", "escalated", "expiry_warning")
@@ -220,7 +219,7 @@ class NotificationRepository:
         (common/poison.py)."""
         rows = await self.session.execute(
             select(NotificationPlan)
-            .where(*not_parked(NotificationPlan.id, skip))
+            .where(*not_among(NotificationPlan.id, skip))
             .order_by(NotificationPlan.id)
             .limit(limit)
             .with_for_update(skip_locked=True)
@@ -244,7 +243,7 @@ class NotificationRepository:
         )
 
     async def any_plan_waiting(self, skip: Collection[uuid.UUID] = ()) -> bool:
-        first = select(NotificationPlan.id).where(*not_parked(NotificationPlan.id, skip))
+        first = select(NotificationPlan.id).where(*not_among(NotificationPlan.id, skip))
         return (await self.session.scalar(first.limit(1))) is not None
 
     def savepoint(self) -> contextlib.AbstractAsyncContextManager[None]:
@@ -325,7 +324,7 @@ class NotificationRepository:
             .where(
                 Notification.status == "pending",
                 Notification.due_at <= now,
-                *_not_among(Notification.channel_id, skip_channels),
+                *not_among(Notification.channel_id, skip_channels),
             )
             .order_by(Notification.due_at)
             .limit(limit)
@@ -403,7 +402,7 @@ class NotificationRepository:
             select(Notification.due_at)
             .where(
                 Notification.status == "pending",
-                *_not_among(Notification.channel_id, skip_channels),
+                *not_among(Notification.channel_id, skip_channels),
             )
             .order_by(Notification.due_at)
             .limit(1)

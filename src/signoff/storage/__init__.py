@@ -21,7 +21,7 @@ Why each is there, and what ``make bench`` measures of it: docs/architecture.md 
 docs/performance.md.
 """
 
-from signoff.storage.database import Database, insert_ignoring_conflicts
+from signoff.storage.database import Database, insert_ignoring_conflicts, not_among
 from signoff.storage.notifications import ChannelListener
 from signoff.storage.prepared import (
     PreparedQuery,
@@ -51,6 +51,7 @@ __all__ = [
     "execute_in",
     "has_unflushed_changes",
     "insert_ignoring_conflicts",
+    "not_among",
     "queue_write",
     "savepoint",
     "send_queued_writes",

@@ -30,7 +30,7 @@ connection; the pool then replaces all its connections at once
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -254,3 +254,11 @@ def insert_ignoring_conflicts(
     """
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return insert(table).on_conflict_do_nothing(index_elements=list(conflict_columns))
+
+
+def not_among(column: Any, ids: Collection[Any]) -> list[Any]:
+    """The condition that leaves ``ids`` out of a batch query (rows parked by poison-row
+    isolation, channels waiting for their interval), as a list to spread into
+    ``.where(*...)``: empty when there are none, so the usual query carries no
+    ``NOT IN ()``."""
+    return [column.not_in(list(ids))] if ids else []

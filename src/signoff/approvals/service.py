@@ -26,7 +26,7 @@ from signoff.approvals.schemas import (
     DecideApprovalRequest,
     RelayedDecision,
 )
-from signoff.auth.principal import OrgMember, Principal
+from signoff.auth.principal import OrgMember, Principal, PrincipalCheck
 from signoff.common.ids import new_id
 from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
@@ -60,10 +60,12 @@ async def create_request(
     payload: CreateApprovalRequest,
     box: SecretBox,
     now: datetime,
+    check: PrincipalCheck | None = None,
 ) -> CreateResult:
     """Create a request, or return the org's earlier one with the same idempotency key.
 
-    Columns not named here take the table's defaults (``record.new_row``)."""
+    Columns not named here take the table's defaults (``record.new_row``). ``check``: the
+    principal came from memory; the insert confirms it (``PrincipalCheck``)."""
     values: dict[str, Any] = {
         "id": new_id(),
         "org_id": principal.org_id,
@@ -93,7 +95,7 @@ async def create_request(
         data = {"title": record.title, "priority": record.priority, "source": record.source}
         return effects.event(record, "request.created", principal.user_id, now, data)
 
-    created = await repo.insert_unless_key_taken(values, created_event)
+    created = await repo.insert_unless_key_taken(values, created_event, check)
     if created is None:
         assert payload.idempotency_key is not None  # only a key can conflict
         existing = await repo.find_by_idempotency_key(principal.org_id, payload.idempotency_key)
@@ -101,8 +103,10 @@ async def create_request(
             raise NotFound("The request holding this idempotency key no longer exists.")
         return CreateResult(existing, created=False)
     uow.request_changed(created.org_id, created.id, final=False)
-    # One plan row in this transaction; a worker plans and sends after the commit.
-    await uow.notifications.request_created(created, now)
+    # One plan row in this transaction (on PostgreSQL written by the insert's own
+    # statement); a worker plans and sends after the commit.
+    if not repo.plans_with_insert:
+        await uow.notifications.request_created(created, now)
     return CreateResult(created, created=True)
 
 
@@ -122,9 +126,12 @@ async def find_replayed_request(
 
 
 async def get_request(
-    repo: ApprovalRepository | ApprovalReads, principal: OrgMember, request_id: uuid.UUID
+    repo: ApprovalRepository | ApprovalReads,
+    principal: OrgMember,
+    request_id: uuid.UUID,
+    check: PrincipalCheck | None = None,
 ) -> RequestRecord:
-    row = await repo.get(principal.org_id, request_id)
+    row = await repo.get(principal.org_id, request_id, check)
     if row is None:
         raise NotFound("No approval request with this id.")
     return row
@@ -161,11 +168,12 @@ async def decide(
     request_id: uuid.UUID,
     payload: DecideApprovalRequest,
     now: datetime,
+    check: PrincipalCheck | None = None,
 ) -> TransitionResult:
     action = state.Decide(
         principal.actor, payload.decision, payload.comment, payload.source, _via(payload)
     )
-    row = await _get_locked(uow.approvals, principal, request_id)
+    row = await _get_locked(uow.approvals, principal, request_id, check)
     return await _transition(uow, row, action, principal, now)
 
 
@@ -454,9 +462,12 @@ async def steps_and_votes(
 
 
 async def _get_locked(
-    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID
+    repo: ApprovalRepository,
+    principal: OrgMember,
+    request_id: uuid.UUID,
+    check: PrincipalCheck | None = None,
 ) -> RequestRecord:
-    row = await repo.get_locked(principal.org_id, request_id)
+    row = await repo.get_locked(principal.org_id, request_id, check)
     if row is None:
         raise NotFound("No approval request with this id.")
     return row

@@ -293,6 +293,12 @@ class QueryRunner:
         rows = await self.all(query, params)
         return rows[0] if rows else None
 
+    @property
+    def autocommits(self) -> bool:
+        """Whether a statement run here is a transaction of its own (PostgreSQL: the
+        pool's connections are in autocommit), so ``execute_alone`` may write here."""
+        return self._postgres is not None
+
     def commit_stamp(self) -> tuple[int, int] | None:
         """On SQLite, a stamp that changes whenever any other connection commits (or
         checkpoints): this process's writers, a CLI, another process. It is
@@ -513,6 +519,25 @@ async def execute_in(
     values = compiled.parameters(params)
     raw_rows = await sqlite.driver.run(lambda db: db.execute(compiled.sql, values).fetchall())
     return [compiled.row(row) for row in raw_rows]
+
+
+async def execute_alone(
+    session: AsyncSession,
+    queries: QueryRunner | None,
+    query: PreparedQuery,
+    params: Mapping[str, Any],
+) -> list[Any]:
+    """Run ``query``, the one write of the session's transaction; its rows.
+
+    On PostgreSQL, while the session has begun nothing, in autocommit on ``queries``'
+    connections: the statement is a transaction of its own, and the ``BEGIN`` and
+    ``COMMIT`` round trips around it are saved (the session then commits nothing).
+    Otherwise in the session's transaction, as ``execute_in``. The caller writes nothing
+    else in that transaction: it would commit apart.
+    """
+    if queries is not None and queries.autocommits and not session.in_transaction():
+        return await queries.all(query, params)
+    return await execute_in(session, query, params)
 
 
 async def count_in(session: AsyncSession, query: PreparedQuery, params: Mapping[str, Any]) -> int:

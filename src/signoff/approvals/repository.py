@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
+    String,
     Table,
     bindparam,
     delete,
@@ -51,6 +52,7 @@ from signoff.storage import (
     queue_write,
     savepoint,
     send_queued_writes,
+    writes_alone,
 )
 
 # The reads of every get and decide: built once, since building a statement (and its cache
@@ -170,6 +172,23 @@ _REQUEST_BY_ID = PreparedQuery(
     ),
     row_type=RequestRecord,
 )
+# PostgreSQL: the version of a request's row (its ``xmin``, as text), read by a decision
+# made without a lock and named by its compare-and-set (``ApprovalRepository.
+# read_versioned``): any writer of the request changes it.
+_ROW_VERSION = literal_column("approval_requests.xmin::text", String)
+_REQUEST_VERSIONED = {
+    guarded: PreparedQuery(
+        select(
+            *request_columns(),
+            _ROW_VERSION.label("version"),
+            *([principal_guard().label("principal_live")] if guarded else []),
+        ).where(
+            ApprovalRequest.id == bindparam("request_id"),
+            ApprovalRequest.org_id == bindparam("org_id"),
+        )
+    )
+    for guarded in (False, True)
+}
 # A get's one statement when its principal came from memory (see the guarded lock above).
 _REQUEST_BY_ID_GUARDED = PreparedQuery(
     select(*request_columns(), principal_guard().label("principal_live")).where(
@@ -233,11 +252,18 @@ def _org_users_among(count: int) -> PreparedQuery:
 
 
 @functools.cache
-def _update_if_pending(columns: frozenset[str]) -> PreparedQuery:
-    """The compare-and-set of a transition that sets ``columns`` (one of a few sets)."""
+def _update_if_pending(columns: frozenset[str], *, versioned: bool = False) -> PreparedQuery:
+    """The compare-and-set of a transition that sets ``columns`` (one of a few sets);
+    ``versioned``: also only while the row is at the version read (``_ROW_VERSION``)."""
+    conditions = [
+        ApprovalRequest.id == bindparam("request_id"),
+        ApprovalRequest.status == "pending",
+    ]
+    if versioned:
+        conditions.append(bindparam("expected_version", type_=String) == _ROW_VERSION)
     return PreparedQuery(
         update(ApprovalRequest)
-        .where(ApprovalRequest.id == bindparam("request_id"), ApprovalRequest.status == "pending")
+        .where(*conditions)
         .values({column: bindparam(f"new_{column}") for column in sorted(columns)})
         .execution_options(synchronize_session=False)
     )
@@ -272,6 +298,10 @@ class ApprovalReads:
 
     async def list_votes(self, request_id: uuid.UUID) -> list[VoteRecord]:
         return await self.queries.all(_VOTES_ON_REQUEST, {"request_id": request_id})
+
+    async def count_based_voters(self, request_id: uuid.UUID) -> frozenset[uuid.UUID]:
+        rows = await self.queries.all(_COUNT_BASED_VOTERS, {"request_id": request_id})
+        return frozenset(row.user_id for row in rows)
 
 
 @dataclass(frozen=True)
@@ -319,6 +349,47 @@ class ApprovalRepository:
         self.session = session
         self.dialect = dialect
         self.queries = queries
+        # Requests whose compare-and-set names the row version read (``unless_changed``).
+        self._expected_versions: dict[uuid.UUID, str] = {}
+
+    @property
+    def decides_without_lock(self) -> bool:
+        """PostgreSQL, with ``queries``: a decision may read its request without a lock
+        and write in one statement, conditional on the version it read
+        (``read_versioned``, ``unless_changed``)."""
+        return self.dialect == "postgresql" and self.queries is not None
+
+    async def read_versioned(
+        self, org_id: uuid.UUID, request_id: uuid.UUID, check: PrincipalCheck | None = None
+    ) -> tuple[RequestRecord, str] | None:
+        """PostgreSQL: the request, read now without a lock outside the transaction, and
+        its row version, for ``unless_changed``. ``check``: as ``ApprovalReads.get``'s."""
+        assert self.queries is not None
+        params: dict[str, Any] = {"request_id": request_id, "org_id": org_id}
+        guarded = check is not None and not check.confirmed
+        if guarded:
+            assert check is not None
+            params |= principal_guard_params(check)
+        row = await self.queries.one(_REQUEST_VERSIONED[guarded], params)
+        if row is None:
+            return None
+        if guarded:
+            assert check is not None
+            check.confirm(row.principal_live)
+        return RequestRecord(*row[: len(RequestRecord._fields)]), row.version
+
+    @contextlib.asynccontextmanager
+    async def unless_changed(self, request_id: uuid.UUID, version: str) -> AsyncIterator[None]:
+        """The block's writes go out as one statement of their own, made only if the
+        request is still at ``version`` (its compare-and-set names it): else nothing is
+        written and ``storage.LostRace`` is raised (``storage.writes_alone``)."""
+        assert self.queries is not None
+        self._expected_versions[request_id] = version
+        try:
+            async with writes_alone(self.session, self.queries):
+                yield
+        finally:
+            self._expected_versions.pop(request_id, None)
 
     @property
     def plans_with_insert(self) -> bool:
@@ -411,9 +482,12 @@ class ApprovalRepository:
     ) -> None:
         """Compare-and-set: change a request only while it is still pending, else raise
         ``refusal()`` (now, or when the transaction's queued writes are sent)."""
-        statement = _update_if_pending(frozenset(values))
+        version = self._expected_versions.get(request_id)
+        statement = _update_if_pending(frozenset(values), versioned=version is not None)
         params = {f"new_{column}": value for column, value in values.items()}
         params["request_id"] = request_id
+        if version is not None:
+            params["expected_version"] = version
         await queue_write(self.session, statement, params, unless_one_row=refusal)
 
     async def update_many_if_pending(

@@ -31,8 +31,9 @@ from signoff.common.ids import new_id
 from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.crypto import SecretBox
-from signoff.errors import NotFound, RequestNotPending, ValidationFailed
+from signoff.errors import AppError, NotFound, RequestNotPending, ValidationFailed
 from signoff.models import AuditEvent, Comment
+from signoff.storage import LostRace
 
 if TYPE_CHECKING:
     from signoff.unit_of_work import UnitOfWork
@@ -173,8 +174,67 @@ async def decide(
     action = state.Decide(
         principal.actor, payload.decision, payload.comment, payload.source, _via(payload)
     )
+    if uow.approvals.decides_without_lock:
+        result = await _decide_without_lock(uow, principal, request_id, action, now, check)
+        if result is not None:
+            return result
     row = await _get_locked(uow.approvals, principal, request_id, check)
     return await _transition(uow, row, action, principal, now)
+
+
+# Reads of a request a decision without a lock makes before it takes the lock instead:
+# each further one follows a decision by someone else that landed between its read and
+# its write, so the lock then costs less than reading again.
+UNLOCKED_ATTEMPTS = 3
+
+
+async def _decide_without_lock(
+    uow: UnitOfWork,
+    principal: OrgMember,
+    request_id: uuid.UUID,
+    action: state.Decide,
+    now: datetime,
+    check: PrincipalCheck | None,
+) -> TransitionResult | None:
+    """PostgreSQL: the decision made without a lock, in two round trips: the request read
+    (in autocommit, confirming ``check``), the state machine's answer, then every write in
+    one statement that is its own transaction, made only if the request is still the
+    version read (``ApprovalRepository.unless_changed``). A lost race is read again.
+
+    None when the lock must decide instead: a transition that writes more than queued
+    writes (a comment, a callback: ``effects.writes_in_one_statement``), a refusal
+    answered from reads that were not one snapshot, or too many lost races. The state
+    machine stays the one gate either way; a decision taken here is exactly what it
+    answers for the version its writes are conditional on.
+    """
+    repo = uow.approvals
+    reads = ApprovalReads(repo.queries)  # type: ignore[arg-type]
+    changes = len(uow.changes)
+    for _ in range(UNLOCKED_ATTEMPTS):
+        found = await repo.read_versioned(principal.org_id, request_id, check)
+        if found is None:
+            raise NotFound("No approval request with this id.")
+        row, version = found
+        # One read is one snapshot; steps or voters read after it may be newer than it.
+        one_snapshot = not row.has_steps and row.current_approvals == 0
+        try:
+            transition = state.apply(await _view(reads, row), action, now)
+        except AppError:
+            if one_snapshot:
+                raise
+            return None  # the locked view answers
+        if not effects.writes_in_one_statement(transition):
+            return None
+        try:
+            async with repo.unless_changed(row.id, version):
+                changed = await effects.apply_transition(
+                    uow, row, transition, author_of(principal), now
+                )
+        except LostRace:
+            del uow.changes[changes:]  # nothing was written: nothing to announce
+            continue
+        return TransitionResult(changed, transition)
+    return None
 
 
 async def _transition(
@@ -473,7 +533,7 @@ async def _get_locked(
     return row
 
 
-async def _view(repo: ApprovalRepository, row: RequestRecord) -> state.RequestView:
+async def _view(repo: ApprovalRepository | ApprovalReads, row: RequestRecord) -> state.RequestView:
     """The state machine's snapshot of a (locked) request: its votes and its chain."""
     steps = await repo.list_steps(row.id) if row.has_steps else ()
     # Each count-based vote is an approval counted in the row (a reject ends the request),

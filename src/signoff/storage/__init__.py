@@ -24,6 +24,7 @@ docs/performance.md.
 from signoff.storage.database import Database, insert_ignoring_conflicts
 from signoff.storage.notifications import ChannelListener
 from signoff.storage.prepared import (
+    LostRace,
     PreparedQuery,
     QueryRunner,
     QueuingSession,
@@ -37,11 +38,13 @@ from signoff.storage.prepared import (
     queue_write,
     savepoint,
     send_queued_writes,
+    writes_alone,
 )
 
 __all__ = [
     "ChannelListener",
     "Database",
+    "LostRace",
     "PreparedQuery",
     "QueryRunner",
     "QueuingSession",
@@ -56,4 +59,5 @@ __all__ = [
     "queue_write",
     "savepoint",
     "send_queued_writes",
+    "writes_alone",
 ]

@@ -180,8 +180,8 @@ class AppContext:
     def remembered_principal(self, token: str) -> Principal | None:
         """On PostgreSQL, the principal of an API key as this process last read it, for a
         call whose first statement confirms it (``PrincipalCheck``); else None."""
-        if not looks_like_api_key(token):
-            return None  # OAuth tokens are read afresh on every call
+        if self.db.is_sqlite or not looks_like_api_key(token):
+            return None  # SQLite's ``authenticate`` answers from memory; OAuth reads afresh
         principal = self.principals.remembered(hash_api_key(token))
         if principal is not None:
             self.connection_use.used(principal.connection_id)

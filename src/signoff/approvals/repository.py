@@ -354,10 +354,15 @@ class ApprovalRepository:
 
     @property
     def decides_without_lock(self) -> bool:
-        """PostgreSQL, with ``queries``: a decision may read its request without a lock
-        and write in one statement, conditional on the version it read
-        (``read_versioned``, ``unless_changed``)."""
-        return self.dialect == "postgresql" and self.queries is not None
+        """PostgreSQL, with ``queries``, in a transaction that has begun nothing yet (a
+        decision is not its only work otherwise, say a notification link's consumed in
+        it): a decision may read its request without a lock and write in one statement,
+        conditional on the version it read (``read_versioned``, ``unless_changed``)."""
+        return (
+            self.dialect == "postgresql"
+            and self.queries is not None
+            and not self.session.in_transaction()
+        )
 
     async def read_versioned(
         self, org_id: uuid.UUID, request_id: uuid.UUID, check: PrincipalCheck | None = None

@@ -48,7 +48,7 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.dml import Insert
 
-from signoff.storage.asyncpg_shape import ReadPool
+from signoff.storage.asyncpg_shape import PLANNED_READ_POOL_SIZE, ReadPool
 from signoff.storage.group_commit import GroupCommit
 from signoff.storage.prepared import QueryRunner, QueuingSession
 from signoff.storage.sqlite_driver import Checkpointer, begin_transaction, inline_connector
@@ -175,7 +175,7 @@ class Database:
             # On PostgreSQL on asyncpg directly, in autocommit: a read outside any session
             # needs no BEGIN and ROLLBACK around it, two round trips (prepared.py).
             None if self.is_sqlite else ReadPool(url),
-            None if self.is_sqlite else ReadPool(url, plan_each_call=True),
+            None if self.is_sqlite else ReadPool(url, PLANNED_READ_POOL_SIZE, plan_each_call=True),
         )
         self._read_sessions = async_sessionmaker(self.read_engine, expire_on_commit=False)
         # PostgreSQL: writes that ask for no answer go out together (prepared.queue_write).

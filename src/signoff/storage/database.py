@@ -50,7 +50,12 @@ from sqlalchemy.sql.dml import Insert
 
 from signoff.storage.asyncpg_shape import PLANNED_READ_POOL_SIZE, ReadPool
 from signoff.storage.group_commit import GroupCommit
-from signoff.storage.prepared import QueryRunner, QueuingSession
+from signoff.storage.prepared import (
+    QUEUED_WRITES_KEY,
+    QueryRunner,
+    QueuingSession,
+    has_unflushed_changes,
+)
 from signoff.storage.sqlite_driver import Checkpointer, begin_transaction, inline_connector
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -211,8 +216,20 @@ class Database:
             async with self.group_commit.writer() as session:
                 yield session
             return
-        async with self._write_sessions() as session:
+        session = self._write_sessions()
+        try:
             yield session
+        except BaseException:
+            async with session:  # closed as before (shielded): what it began rolls back
+                pass
+            raise
+        if not _began_anything(session):
+            # Its work went out in autocommit (``execute_alone``, ``writes_alone``), or
+            # read nothing through it: no transaction, no connection, nothing to commit or
+            # close. Committing it anyway cost a create or a decision two greenlet
+            # switches and a task of its own for the close.
+            return
+        async with session:
             await session.commit()
 
     @asynccontextmanager
@@ -241,6 +258,16 @@ class Database:
         await self.read_engine.dispose()
         if self.write_engine is not self.read_engine:
             await self.write_engine.dispose()
+
+
+def _began_anything(session: AsyncSession) -> bool:
+    """Whether committing ``session`` would do anything: a transaction begun, objects to
+    flush, or writes queued for the commit (``prepared.queue_write``)."""
+    return (
+        session.in_transaction()
+        or has_unflushed_changes(session)
+        or bool(session.info.get(QUEUED_WRITES_KEY))
+    )
 
 
 def insert_ignoring_conflicts(

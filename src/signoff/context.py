@@ -158,7 +158,7 @@ class AppContext:
         async with self.db.write_transaction() as session:
             # Callbacks written by this transaction are held by it for this long.
             outbox = start_outbox(session, self.settings.delivery_lease_seconds)
-            uow = UnitOfWork(session, self.db.dialect, outbox)
+            uow = UnitOfWork(session, self.db.dialect, outbox, self.db.queries)
             yield uow
             # Read before the block ends: on SQLite the session is shared with other
             # writers (group commit), and its ``info`` is emptied for the next one.
@@ -179,6 +179,20 @@ class AppContext:
     async def reading(self) -> AsyncIterator[UnitOfWork]:
         async with self.db.read_session() as session:
             yield UnitOfWork(session, self.db.dialect, outbox_of(session))
+
+    def remembered_principal(self, token: str) -> Principal | None:
+        """On PostgreSQL, the principal of an API key as this process last read it, for a
+        call whose first statement confirms it (``PrincipalCheck``); else None."""
+        if self.db.is_sqlite or not looks_like_api_key(token):
+            return None  # SQLite's ``authenticate`` answers from memory; OAuth reads afresh
+        principal = self.principals.remembered(hash_api_key(token))
+        if principal is not None:
+            self.connection_use.used(principal.connection_id)
+        return principal
+
+    def forget_principal(self, token: str) -> None:
+        if looks_like_api_key(token):
+            self.principals.forget(hash_api_key(token))
 
     async def authenticate(self, token: str) -> Principal | None:
         if looks_like_api_key(token):

@@ -9,10 +9,12 @@ routing, so every ``/api/v1`` answer, errors and unknown paths included, carries
 from __future__ import annotations
 
 import logging
+import re
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from signoff.auth.principal import PrincipalCheck, StalePrincipal
 from signoff.context import AppContext
 from signoff.errors import AppError, EmergencyStopActive, PayloadTooLarge, RateLimited, Unauthorized
 from signoff.ratelimit.limiter import RateLimitDecision
@@ -34,6 +36,13 @@ PUBLIC_API_PATHS = frozenset(
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # The one write an admin must still make while the stop is on: turning it off.
 EMERGENCY_STOP_PATH = "/api/v1/emergency-stop"
+# The calls whose first statement confirms a remembered principal (``PrincipalCheck``),
+# by method: a create, a get, a decision. Any other call reads its principal first.
+_CONFIRMED_IN_FIRST_STATEMENT = {
+    "POST": re.compile(r"/api/v1/approvals"),
+    "GET": re.compile(r"/api/v1/approvals/[^/]+"),
+    "PATCH": re.compile(r"/api/v1/approvals/[^/]+"),
+}
 
 
 async def send_error(
@@ -81,29 +90,89 @@ class ApiGuard:
             await self._call_with_headers(scope, receive, send, decision)
             return
         token = _bearer_token(scope)
-        principal = await self.ctx.authenticate(token) if token else None
         method = scope["method"]
+        if token and _confirmed_in_first_statement(method, path):
+            remembered = self.ctx.remembered_principal(token)
+            if remembered is not None:
+                replayable = _ReplayableReceive(receive)
+                try:
+                    check = PrincipalCheck(remembered)
+                    await self._serve(scope, replayable.receive, send, token, check)
+                    return
+                except StalePrincipal:
+                    # Nothing was written or sent: the call starts over with the
+                    # principal as the database has it now (or a 401).
+                    self.ctx.forget_principal(token)
+                    receive = replayable.replay()
+                    state = scope.get("state", {})
+                    state.pop("principal", None)
+                    state.pop("principal_check", None)
+                    await self._serve_authenticated(scope, receive, send, token, counted=True)
+                    return
+        await self._serve_authenticated(scope, receive, send, token, counted=False)
+
+    async def _serve_authenticated(
+        self, scope: Scope, receive: Receive, send: Send, token: str | None, *, counted: bool
+    ) -> None:
+        """The call, with the principal read now. ``counted``: this call has been counted
+        against its connection's limit already (a call started over), and is not again."""
+        principal = await self.ctx.authenticate(token) if token else None
         if principal is None:
             # Unauthenticated calls count per client address: this also slows key guessing.
-            decision = await self.ctx.limiter.hit(address_key, settings.rate_limit_unauthenticated)
+            client = scope.get("client") or ("unknown", 0)
+            decision = await self.ctx.limiter.hit(
+                f"ip:{client[0]}", self.ctx.settings.rate_limit_unauthenticated
+            )
             error: AppError = Unauthorized() if decision.allowed else RateLimited()
             await send_error(send, error, decision.headers())
             return
+        await self._serve(scope, receive, send, token, PrincipalCheck(principal, True), counted)
+
+    async def _serve(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        token: str | None,
+        check: PrincipalCheck,
+        counted: bool = False,
+    ) -> None:
+        """Rate limit, emergency stop, then the call, as ``check.principal``; if that is
+        not confirmed yet, the call's first statement confirms it, or ``StalePrincipal``
+        is raised before anything is answered."""
+        settings = self.ctx.settings
+        principal = check.principal
+        method = scope["method"]
         decision = await self._count(
-            principal.connection_id.hex, principal.rate_limit_per_hour, method
+            principal.connection_id.hex, principal.rate_limit_per_hour, method, counted
         )
         if not decision.allowed:
+            await self._confirm(token, check)
             await send_error(send, RateLimited(), decision.headers())
             return
         if (
             method in WRITE_METHODS
             and (settings.emergency_stop or principal.org_emergency_stop)
-            and path != EMERGENCY_STOP_PATH
+            and scope.get("path") != EMERGENCY_STOP_PATH
         ):
+            await self._confirm(token, check)
             await send_error(send, EmergencyStopActive(), decision.headers())
             return
-        scope.setdefault("state", {})["principal"] = principal
-        await self._call_with_headers(scope, receive, send, decision)
+        state = scope.setdefault("state", {})
+        state["principal"] = principal
+        if not check.confirmed:
+            state["principal_check"] = check
+        await self._call_with_headers(scope, receive, send, decision, token, check)
+
+    async def _confirm(self, token: str | None, check: PrincipalCheck) -> None:
+        """Before anything is answered with a principal no statement has confirmed (a 404,
+        a 422 before any read, a 429): read it afresh, and start over if it changed."""
+        if check.confirmed:
+            return
+        fresh = await self.ctx.authenticate(token) if token else None
+        if fresh != check.principal:
+            raise StalePrincipal()
+        check.confirmed = True
 
     async def _guard_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``/mcp`` authenticates as ``/api/v1`` does. Its tools act through ``/api/v1``
@@ -132,36 +201,78 @@ class ApiGuard:
         await self._call_with_headers(scope, receive, send, decision)
 
     async def _count(
-        self, connection_key: str, hourly_limit: int, method: str
+        self, connection_key: str, hourly_limit: int, method: str, counted: bool = False
     ) -> RateLimitDecision:
         settings = self.ctx.settings
+        limiter = self.ctx.limiter
+        count = limiter.peek if counted else limiter.hit
         if settings.rate_limit_scope == "writes" and method not in WRITE_METHODS:
             # Polling integrations: reads are held by a per-minute guard instead.
-            return await self.ctx.limiter.hit(
+            return await count(
                 f"reads:{connection_key}", settings.rate_limit_reads_per_minute, "minute"
             )
         limit = min(hourly_limit, settings.rate_limit_ceiling)
-        return await self.ctx.limiter.hit(f"conn:{connection_key}", limit)
+        return await count(f"conn:{connection_key}", limit)
 
     async def _call_with_headers(
-        self, scope: Scope, receive: Receive, send: Send, decision: RateLimitDecision
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        decision: RateLimitDecision,
+        token: str | None = None,
+        check: PrincipalCheck | None = None,
     ) -> None:
         started = False
 
         async def send_with_headers(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
+                if check is not None:
+                    await self._confirm(token, check)
                 started = True
                 message["headers"] = [*message.get("headers", []), *decision.headers()]
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_headers)
+        except StalePrincipal:
+            if started:  # pragma: no cover - raised only before the answer starts
+                raise RuntimeError("a principal went stale after the answer started") from None
+            raise
         except Exception:
             # The envelope, never a stack trace; the trace goes to the log.
             logger.exception("unhandled error in %s %s", scope["method"], scope["path"])
             if not started:
                 await send_error(send, AppError(), decision.headers())
+
+
+def _confirmed_in_first_statement(method: str, path: str) -> bool:
+    pattern = _CONFIRMED_IN_FIRST_STATEMENT.get(method)
+    return pattern is not None and pattern.fullmatch(path) is not None
+
+
+class _ReplayableReceive:
+    """The request's body as the app reads it, kept so that a call started over
+    (``StalePrincipal``) reads it again."""
+
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self._read: list[Message] = []
+
+    async def receive(self) -> Message:
+        message = await self._receive()
+        if message["type"] == "http.request":
+            self._read.append(message)
+        return message
+
+    def replay(self) -> Receive:
+        unread = list(self._read)
+
+        async def receive() -> Message:
+            return unread.pop(0) if unread else await self._receive()
+
+        return receive
 
 
 class BodySizeLimit:

@@ -15,6 +15,7 @@ from signoff.notifications import service as notifications
 from signoff.notifications.repository import NotificationRepository
 from signoff.oauth.repository import OAuthRepository
 from signoff.orgs.repository import OrgRepository
+from signoff.storage import QueryRunner
 from signoff.webhooks.repository import WebhookRepository
 from signoff.webhooks.service import (
     DecisionFacts,
@@ -68,11 +69,19 @@ class RequestNotifications:
 
 
 class UnitOfWork:
-    def __init__(self, session: AsyncSession, dialect: str, outbox: Outbox) -> None:
+    def __init__(
+        self,
+        session: AsyncSession,
+        dialect: str,
+        outbox: Outbox,
+        queries: QueryRunner | None = None,
+    ) -> None:
+        """``queries``: where a PostgreSQL write that is the transaction's only one may run
+        in autocommit (``storage.execute_alone``)."""
         self.session = session
         self._outbox = outbox
         self.dialect = dialect
-        self.approvals = ApprovalRepository(session, dialect)
+        self.approvals = ApprovalRepository(session, dialect, queries)
         self.orgs = OrgRepository(session)
         self.webhooks = WebhookRepository(session, dialect)
         self.oauth = OAuthRepository(session)

@@ -180,7 +180,7 @@ def test_postgres_request_counts_start_from_the_requests_already_stored() -> Non
         return run
 
     try:
-        command.upgrade(alembic_config(url), "0016")
+        command.upgrade(alembic_config(url), "0017")
         for org_id, how_many in zip(orgs, (3, 1), strict=True):
             asyncio.run(run_on(url, lambda c, o=org_id, n=how_many: insert(c, o, n)))
         upgrade_to_head(url)

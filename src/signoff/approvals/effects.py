@@ -117,7 +117,30 @@ async def apply_transition(
     for effect in transition.effects:
         row = await _apply(uow, row, effect, author, now)
     await uow.approvals.flush()
+    # Counted once written: a decision whose writes were refused (a lost race) is not.
+    if transition.is_final:
+        metrics.count_decision(transition.status)
     return row
+
+
+# The effects whose writes are all queued (``storage.queue_write``) and read nothing:
+# a transition of only these is written in one statement (a decision without a lock on
+# PostgreSQL, ``service.decide``). A callback reads its connection's secrets, a comment
+# and opened steps write through the session: those are made under the lock.
+_QUEUED_EFFECTS = (
+    state.UpdateRequest,
+    state.RecordVote,
+    state.ChangeStep,
+    state.WriteEvent,
+    state.StopReminders,
+    state.PublishChange,
+)
+
+
+def writes_in_one_statement(transition: state.Transition) -> bool:
+    """Whether every write of ``transition`` is queued, so that they can go out as one
+    statement (``ApprovalRepository.unless_changed``)."""
+    return all(isinstance(effect, _QUEUED_EFFECTS) for effect in transition.effects)
 
 
 # The effects ``apply_transitions`` writes for many requests at once; a transition with
@@ -269,8 +292,6 @@ async def _update_request(
     # The row lock (PostgreSQL) or the write lock (SQLite) makes the refusal unreachable;
     # should it ever happen, refusing is right and the transaction writes nothing.
     await approvals.update_if_pending(row.id, values, lambda: RequestNotPending(row.status))
-    if effect.status in state.TERMINAL_STATUSES:
-        metrics.count_decision(effect.status)
     return row._replace(**values)
 
 

@@ -43,12 +43,13 @@ from signoff.approvals.schemas import (
     DecisionOut,
     ListApprovalsQuery,
 )
-from signoff.auth.principal import Principal
+from signoff.auth.principal import Principal, PrincipalCheck
 from signoff.common.http import (
     context_of,
     json_body_doc,
     json_response,
     path_id,
+    principal_check_of,
     require_scope,
 )
 from signoff.common.openapi import (
@@ -127,8 +128,9 @@ async def create_approval(request: Request, principal: Writer) -> Response:
     if payload.callback_url:
         await check_callback_url(ctx.webhooks.policy, payload.callback_url)
     now = utcnow()
+    check = principal_check_of(request)
     async with ctx.transaction() as uow:
-        result = await service.create_request(uow, principal, payload, ctx.box, now)
+        result = await service.create_request(uow, principal, payload, ctx.box, now, check)
     if not result.created:
         return _replay(result.request)
     return json_response(request_to_dict(result.request, now), 201)
@@ -207,8 +209,9 @@ async def get_approval(
     ctx = context_of(request)
     rid = path_id(request_id)
     wait_seconds = _parse_wait(wait, ctx.settings.long_poll_max_seconds)
+    check = principal_check_of(request)
     if wait_seconds == 0:
-        body, _ = await _read_detail(ctx, principal, rid, final=True)
+        body, _ = await _read_detail(ctx, principal, rid, check, final=True)
         return json_response(body)
     deadline = time.monotonic() + wait_seconds
     with ctx.waiters.watch(rid) as changed:
@@ -217,7 +220,7 @@ async def get_approval(
             remaining = deadline - time.monotonic()
             # A server shutting down answers with the current state at once.
             last = remaining <= 0 or ctx.waiters.closing
-            body, pause = await _read_detail(ctx, principal, rid, final=last)
+            body, pause = await _read_detail(ctx, principal, rid, check, final=last)
             if body["status"] != "pending" or last:
                 return json_response(body)
             with contextlib.suppress(TimeoutError):
@@ -225,16 +228,22 @@ async def get_approval(
 
 
 async def _read_detail(
-    ctx: AppContext, principal: Principal, request_id: uuid.UUID, *, final: bool
+    ctx: AppContext,
+    principal: Principal,
+    request_id: uuid.UUID,
+    check: PrincipalCheck | None,
+    *,
+    final: bool,
 ) -> tuple[dict[str, Any], float]:
     """The single read's body, and how long a long poll may sleep before reading again.
 
     A fresh, short read each round: a waiting client holds no connection or lock. Steps
-    and votes are read only for the answer actually sent.
+    and votes are read only for the answer actually sent. The first read confirms a
+    principal from memory (``check``).
     """
     now = utcnow()
     reads = ApprovalReads(ctx.db.queries)
-    row = await service.get_request(reads, principal, request_id)
+    row = await service.get_request(reads, principal, request_id, check)
     body = request_to_dict(row, now)
     if final or body["status"] != "pending":
         steps, votes = await service.steps_and_votes(reads, row)
@@ -287,8 +296,9 @@ async def decide_approval(request: Request, request_id: UuidPath, principal: Wri
     rid = path_id(request_id)
     payload = await parse_json_body(request, DecideApprovalRequest, ctx.settings)
     now = utcnow()
+    check = principal_check_of(request)
     async with ctx.transaction() as uow:
-        result = await service.decide(uow, principal, rid, payload, now)
+        result = await service.decide(uow, principal, rid, payload, now, check)
     body = request_to_dict(result.request, now)
     # Attempt 1 runs now that the decision is committed; the answer reports its outcome.
     body["callback_delivered"] = all_succeeded(await ctx.webhooks.deliver_outbox(uow.outbox))

@@ -5,17 +5,21 @@ from __future__ import annotations
 import contextlib
 import functools
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
+    String,
     Table,
     bindparam,
     delete,
+    func,
     insert,
+    literal_column,
     select,
+    true,
     update,
 )
 from sqlalchemy.dialects import postgresql
@@ -31,13 +35,17 @@ from signoff.approvals.record import (
     record_written,
     request_columns,
 )
+from signoff.auth.principal import PrincipalCheck
 from signoff.common.ids import new_id
 from signoff.common.time import utcnow
 from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, User, Vote
+from signoff.notifications.repository import WROTE_NOTIFICATIONS, created_plan_from
+from signoff.orgs.repository import principal_guard, principal_guard_params
 from signoff.storage import (
     PreparedQuery,
     QueryRunner,
     count_in,
+    execute_alone,
     execute_in,
     has_unflushed_changes,
     insert_ignoring_conflicts,
@@ -45,6 +53,7 @@ from signoff.storage import (
     queue_write,
     savepoint,
     send_queued_writes,
+    writes_alone,
 )
 
 # The reads of every get and decide: built once, since building a statement (and its cache
@@ -59,6 +68,17 @@ _REQUEST_FOR_UPDATE = PreparedQuery(
     )
     .with_for_update(),
     row_type=RequestRecord,
+)
+# The same, with the principal's guard (``orgs.repository.principal_guard``) as a last
+# column, ``principal_live``: the first statement of a decision whose principal came from
+# memory (PostgreSQL).
+_REQUEST_FOR_UPDATE_GUARDED = PreparedQuery(
+    select(*request_columns(), principal_guard().label("principal_live"))
+    .where(
+        ApprovalRequest.id == bindparam("request_id"),
+        ApprovalRequest.org_id == bindparam("org_id"),
+    )
+    .with_for_update(of=ApprovalRequest)
 )
 _REQUEST_BY_KEY = PreparedQuery(
     select(*request_columns()).where(
@@ -82,33 +102,60 @@ _EVENT_COLUMNS = ("id", "org_id", "request_id", "type", "actor_id", "data", "cre
 _INSERT_EVENT = PreparedQuery(insert(_AUDIT_EVENTS), column_keys=_EVENT_COLUMNS)
 
 
-def _insert_request_and_event() -> PreparedQuery:
-    """PostgreSQL: a new request and its ``request.created`` event in one statement (one
-    round trip): the event is inserted from the request's ``RETURNING``, so a create whose
-    idempotency key is taken writes neither, and the statement's row count says which."""
+def _create_alone(*, guarded: bool) -> PreparedQuery:
+    """PostgreSQL: everything a create writes, in one statement that is its own
+    transaction (autocommit: no ``BEGIN`` and ``COMMIT`` round trips): the request, its
+    ``request.created`` event and its notification plan row, each inserted from the
+    request's ``RETURNING``, so a create whose idempotency key is taken writes none.
+
+    ``guarded``: the principal came from memory, and the statement writes only while
+    ``principal_guard`` holds (a revoked key writes nothing). It answers
+    ``principal_live`` and how many requests, events and plans it wrote."""
     table: Table = ApprovalRequest.__table__  # type: ignore[assignment]
-    columns = {column: bindparam(column, type_=table.c[column].type) for column in COLUMNS}
+    live = select((principal_guard() if guarded else true()).label("ok")).cte("live")
+    values = select(*(bindparam(c, type_=table.c[c].type) for c in COLUMNS)).where(live.c.ok)
     created = (
         postgresql.insert(table)
-        .values(columns)
+        .from_select(list(COLUMNS), values)
         .on_conflict_do_nothing(index_elements=["org_id", "idempotency_key"])
         .returning(table.c.id, table.c.org_id)
         .cte("created")
     )
     events = _AUDIT_EVENTS.c
-    from_created = select(
-        bindparam("event_id", type_=events.id.type),
-        created.c.org_id,
-        created.c.id,
-        bindparam("event_type", type_=events.type.type),
-        bindparam("event_actor_id", type_=events.actor_id.type),
-        bindparam("event_data", type_=events.data.type),
-        bindparam("event_created_at", type_=events.created_at.type),
+    event_rows = (
+        insert(_AUDIT_EVENTS)
+        .from_select(
+            _EVENT_COLUMNS,
+            select(
+                bindparam("event_id", type_=events.id.type),
+                created.c.org_id,
+                created.c.id,
+                bindparam("event_type", type_=events.type.type),
+                bindparam("event_actor_id", type_=events.actor_id.type),
+                bindparam("event_data", type_=events.data.type),
+                bindparam("event_created_at", type_=events.created_at.type),
+            ),
+        )
+        .returning(literal_column("1").label("one"))
+        .cte("events")
     )
-    return PreparedQuery(insert(_AUDIT_EVENTS).from_select(_EVENT_COLUMNS, from_created))
+    plans = created_plan_from(created).returning(literal_column("1").label("one")).cte("plans")
+
+    def count(cte: Any, label: str) -> Any:
+        return select(func.count()).select_from(cte).scalar_subquery().label(label)
+
+    return PreparedQuery(
+        select(
+            live.c.ok.label("principal_live"),
+            count(created, "requests"),
+            count(event_rows, "events"),
+            count(plans, "plans"),
+        )
+    )
 
 
-_INSERT_REQUEST_AND_EVENT = _insert_request_and_event()
+_CREATE_ALONE = {guarded: _create_alone(guarded=guarded) for guarded in (False, True)}
+
 
 # A decision's writes and reads, run by every decide (prepared.py).
 _INSERT_VOTE = PreparedQuery(
@@ -125,6 +172,30 @@ _REQUEST_BY_ID = PreparedQuery(
         ApprovalRequest.org_id == bindparam("org_id"),
     ),
     row_type=RequestRecord,
+)
+# PostgreSQL: the version of a request's row (its ``xmin``, as text), read by a decision
+# made without a lock and named by its compare-and-set (``ApprovalRepository.
+# read_versioned``): any writer of the request changes it.
+_ROW_VERSION = literal_column("approval_requests.xmin::text", String)
+_REQUEST_VERSIONED = {
+    guarded: PreparedQuery(
+        select(
+            *request_columns(),
+            _ROW_VERSION.label("version"),
+            *([principal_guard().label("principal_live")] if guarded else []),
+        ).where(
+            ApprovalRequest.id == bindparam("request_id"),
+            ApprovalRequest.org_id == bindparam("org_id"),
+        )
+    )
+    for guarded in (False, True)
+}
+# A get's one statement when its principal came from memory (see the guarded lock above).
+_REQUEST_BY_ID_GUARDED = PreparedQuery(
+    select(*request_columns(), principal_guard().label("principal_live")).where(
+        ApprovalRequest.id == bindparam("request_id"),
+        ApprovalRequest.org_id == bindparam("org_id"),
+    )
 )
 _STEPS_OF_REQUEST = PreparedQuery(
     select(*columns_of(ApprovalStep, StepRecord))
@@ -182,11 +253,18 @@ def _org_users_among(count: int) -> PreparedQuery:
 
 
 @functools.cache
-def _update_if_pending(columns: frozenset[str]) -> PreparedQuery:
-    """The compare-and-set of a transition that sets ``columns`` (one of a few sets)."""
+def _update_if_pending(columns: frozenset[str], *, versioned: bool = False) -> PreparedQuery:
+    """The compare-and-set of a transition that sets ``columns`` (one of a few sets);
+    ``versioned``: also only while the row is at the version read (``_ROW_VERSION``)."""
+    conditions = [
+        ApprovalRequest.id == bindparam("request_id"),
+        ApprovalRequest.status == "pending",
+    ]
+    if versioned:
+        conditions.append(bindparam("expected_version", type_=String) == _ROW_VERSION)
     return PreparedQuery(
         update(ApprovalRequest)
-        .where(ApprovalRequest.id == bindparam("request_id"), ApprovalRequest.status == "pending")
+        .where(*conditions)
         .values({column: bindparam(f"new_{column}") for column in sorted(columns)})
         .execution_options(synchronize_session=False)
     )
@@ -203,15 +281,28 @@ class ApprovalReads:
     def __init__(self, queries: QueryRunner) -> None:
         self.queries = queries
 
-    async def get(self, org_id: uuid.UUID, request_id: uuid.UUID) -> RequestRecord | None:
-        row = await self.queries.one(_REQUEST_BY_ID, {"request_id": request_id, "org_id": org_id})
-        return cast(RequestRecord | None, row)
+    async def get(
+        self, org_id: uuid.UUID, request_id: uuid.UUID, check: PrincipalCheck | None = None
+    ) -> RequestRecord | None:
+        """The request; with ``check`` (a principal from memory, not yet confirmed), the
+        same read confirms the principal (``PrincipalCheck.confirm``), or raises
+        ``StalePrincipal``. With no such request nothing is confirmed: the caller's
+        answer waits for a read of the principal (``middleware.ApiGuard``)."""
+        params = {"request_id": request_id, "org_id": org_id}
+        if check is None or check.confirmed:
+            return cast(RequestRecord | None, await self.queries.one(_REQUEST_BY_ID, params))
+        row = await self.queries.one(_REQUEST_BY_ID_GUARDED, params | principal_guard_params(check))
+        return _confirmed(row, check)
 
     async def list_steps(self, request_id: uuid.UUID) -> list[StepRecord]:
         return await self.queries.all(_STEPS_OF_REQUEST, {"request_id": request_id})
 
     async def list_votes(self, request_id: uuid.UUID) -> list[VoteRecord]:
         return await self.queries.all(_VOTES_ON_REQUEST, {"request_id": request_id})
+
+    async def count_based_voters(self, request_id: uuid.UUID) -> frozenset[uuid.UUID]:
+        rows = await self.queries.all(_COUNT_BASED_VOTERS, {"request_id": request_id})
+        return frozenset(row.user_id for row in rows)
 
 
 @dataclass(frozen=True)
@@ -241,22 +332,93 @@ class NewVote:
     id: uuid.UUID | None = None
 
 
+def _confirmed(row: Any, check: PrincipalCheck) -> RequestRecord | None:
+    """The request of a guarded read (its last column the guard's answer), once the
+    guard has confirmed the principal."""
+    if row is None:
+        return None
+    check.confirm(row.principal_live)
+    return RequestRecord(*row[:-1])
+
+
 class ApprovalRepository:
-    def __init__(self, session: AsyncSession, dialect: str) -> None:
+    def __init__(
+        self, session: AsyncSession, dialect: str, queries: QueryRunner | None = None
+    ) -> None:
+        """``queries``: where a PostgreSQL create that is its transaction's one write runs
+        in autocommit (``insert_unless_key_taken``); without it, in the session."""
         self.session = session
         self.dialect = dialect
+        self.queries = queries
+        # Requests whose compare-and-set names the row version read (``unless_changed``).
+        self._expected_versions: dict[uuid.UUID, str] = {}
+
+    @property
+    def decides_without_lock(self) -> bool:
+        """PostgreSQL, with ``queries``, in a transaction that has begun nothing yet (a
+        decision is not its only work otherwise, say a notification link's consumed in
+        it): a decision may read its request without a lock and write in one statement,
+        conditional on the version it read (``read_versioned``, ``unless_changed``)."""
+        return (
+            self.dialect == "postgresql"
+            and self.queries is not None
+            and not self.session.in_transaction()
+        )
+
+    async def read_versioned(
+        self, org_id: uuid.UUID, request_id: uuid.UUID, check: PrincipalCheck | None = None
+    ) -> tuple[RequestRecord, str] | None:
+        """PostgreSQL: the request, read now without a lock outside the transaction, and
+        its row version, for ``unless_changed``. ``check``: as ``ApprovalReads.get``'s."""
+        assert self.queries is not None
+        params: dict[str, Any] = {"request_id": request_id, "org_id": org_id}
+        guarded = check is not None and not check.confirmed
+        if guarded:
+            assert check is not None
+            params |= principal_guard_params(check)
+        row = await self.queries.one(_REQUEST_VERSIONED[guarded], params)
+        if row is None:
+            return None
+        if guarded:
+            assert check is not None
+            check.confirm(row.principal_live)
+        return RequestRecord(*row[: len(RequestRecord._fields)]), row.version
+
+    @contextlib.asynccontextmanager
+    async def unless_changed(self, request_id: uuid.UUID, version: str) -> AsyncIterator[None]:
+        """The block's writes go out as one statement of their own, made only if the
+        request is still at ``version`` (its compare-and-set names it): else nothing is
+        written and ``storage.LostRace`` is raised (``storage.writes_alone``)."""
+        assert self.queries is not None
+        self._expected_versions[request_id] = version
+        try:
+            async with writes_alone(self.session, self.queries):
+                yield
+        finally:
+            self._expected_versions.pop(request_id, None)
+
+    @property
+    def plans_with_insert(self) -> bool:
+        """Whether ``insert_unless_key_taken`` writes the new request's notification plan
+        row itself (PostgreSQL: in its one statement)."""
+        return self.dialect == "postgresql"
 
     # ---- requests ----
 
     async def insert_unless_key_taken(
-        self, values: dict[str, Any], created_event: Callable[[RequestRecord], NewEvent]
+        self,
+        values: dict[str, Any],
+        created_event: Callable[[RequestRecord], NewEvent],
+        check: PrincipalCheck | None = None,
     ) -> RequestRecord | None:
         """Insert a request and the audit event ``created_event`` makes of it; the row as
         written, or None (and no event) if its idempotency key is already taken in the org.
 
         ``ON CONFLICT DO NOTHING`` against the unique (org_id, idempotency_key) constraint:
         of concurrent creates with one key exactly one inserts, on both databases. On
-        PostgreSQL the two inserts are one statement (``_insert_request_and_event``).
+        PostgreSQL the inserts, with the notification plan row (``plans_with_insert``),
+        are one statement (``_create_alone``), run in autocommit when it is the
+        transaction's first statement, and confirming ``check``'s principal.
         """
         row = new_row(values)
         # The new row is what was written: the values read back as written (UTC
@@ -271,9 +433,22 @@ class ApprovalRepository:
                 "event_actor_id": event.actor_id,
                 "event_data": event.data,
                 "event_created_at": event.created_at,
+                "plan_id": new_id(),
+                "plan_created_at": event.created_at,
             }
-            written = await count_in(self.session, _INSERT_REQUEST_AND_EVENT, params)
-            return record if written else None
+            guarded = check is not None and not check.confirmed
+            if guarded:
+                assert check is not None
+                params |= principal_guard_params(check)
+            query = _CREATE_ALONE[guarded]
+            (written,) = await execute_alone(self.session, self.queries, query, params)
+            if guarded:
+                assert check is not None
+                check.confirm(written.principal_live)
+            if not written.requests:
+                return None
+            self.session.info[WROTE_NOTIFICATIONS] = True  # the sender is woken
+            return record
         if not await count_in(self.session, _INSERT_REQUEST[self.dialect], row):
             return None
         await self.add_event(event)
@@ -283,27 +458,42 @@ class ApprovalRepository:
         rows = await execute_in(self.session, _REQUEST_BY_KEY, {"org_id": org_id, "key": key})
         return cast(RequestRecord, rows[0]) if rows else None
 
-    async def get(self, org_id: uuid.UUID, request_id: uuid.UUID) -> RequestRecord | None:
+    async def get(
+        self, org_id: uuid.UUID, request_id: uuid.UUID, check: PrincipalCheck | None = None
+    ) -> RequestRecord | None:
         params = {"request_id": request_id, "org_id": org_id}
-        rows = await execute_in(self.session, _REQUEST_BY_ID, params)
-        return cast(RequestRecord, rows[0]) if rows else None
+        if check is None or check.confirmed:
+            rows = await execute_in(self.session, _REQUEST_BY_ID, params)
+            return cast(RequestRecord, rows[0]) if rows else None
+        params |= principal_guard_params(check)
+        rows = await execute_in(self.session, _REQUEST_BY_ID_GUARDED, params)
+        return _confirmed(rows[0] if rows else None, check)
 
-    async def get_locked(self, org_id: uuid.UUID, request_id: uuid.UUID) -> RequestRecord | None:
+    async def get_locked(
+        self, org_id: uuid.UUID, request_id: uuid.UUID, check: PrincipalCheck | None = None
+    ) -> RequestRecord | None:
         """The request, locked for this transaction (``FOR UPDATE`` on PostgreSQL; on
         SQLite the transaction holds the write lock already): where every writer of a
-        request starts from."""
+        request starts from. ``check``: as ``ApprovalReads.get``'s."""
         params = {"request_id": request_id, "org_id": org_id}
-        rows = await execute_in(self.session, _REQUEST_FOR_UPDATE, params)
-        return cast(RequestRecord, rows[0]) if rows else None
+        if check is None or check.confirmed:
+            rows = await execute_in(self.session, _REQUEST_FOR_UPDATE, params)
+            return cast(RequestRecord, rows[0]) if rows else None
+        params |= principal_guard_params(check)
+        rows = await execute_in(self.session, _REQUEST_FOR_UPDATE_GUARDED, params)
+        return _confirmed(rows[0] if rows else None, check)
 
     async def update_if_pending(
         self, request_id: uuid.UUID, values: dict[str, Any], refusal: Callable[[], Exception]
     ) -> None:
         """Compare-and-set: change a request only while it is still pending, else raise
         ``refusal()`` (now, or when the transaction's queued writes are sent)."""
-        statement = _update_if_pending(frozenset(values))
+        version = self._expected_versions.get(request_id)
+        statement = _update_if_pending(frozenset(values), versioned=version is not None)
         params = {f"new_{column}": value for column, value in values.items()}
         params["request_id"] = request_id
+        if version is not None:
+            params["expected_version"] = version
         await queue_write(self.session, statement, params, unless_one_row=refusal)
 
     async def update_many_if_pending(

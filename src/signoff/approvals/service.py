@@ -26,13 +26,14 @@ from signoff.approvals.schemas import (
     DecideApprovalRequest,
     RelayedDecision,
 )
-from signoff.auth.principal import OrgMember, Principal
+from signoff.auth.principal import OrgMember, Principal, PrincipalCheck
 from signoff.common.ids import new_id
 from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.crypto import SecretBox
-from signoff.errors import NotFound, RequestNotPending, ValidationFailed
+from signoff.errors import AppError, NotFound, RequestNotPending, ValidationFailed
 from signoff.models import AuditEvent, Comment
+from signoff.storage import LostRace
 
 if TYPE_CHECKING:
     from signoff.unit_of_work import UnitOfWork
@@ -60,10 +61,12 @@ async def create_request(
     payload: CreateApprovalRequest,
     box: SecretBox,
     now: datetime,
+    check: PrincipalCheck | None = None,
 ) -> CreateResult:
     """Create a request, or return the org's earlier one with the same idempotency key.
 
-    Columns not named here take the table's defaults (``record.new_row``)."""
+    Columns not named here take the table's defaults (``record.new_row``). ``check``: the
+    principal came from memory; the insert confirms it (``PrincipalCheck``)."""
     values: dict[str, Any] = {
         "id": new_id(),
         "org_id": principal.org_id,
@@ -93,7 +96,7 @@ async def create_request(
         data = {"title": record.title, "priority": record.priority, "source": record.source}
         return effects.event(record, "request.created", principal.user_id, now, data)
 
-    created = await repo.insert_unless_key_taken(values, created_event)
+    created = await repo.insert_unless_key_taken(values, created_event, check)
     if created is None:
         assert payload.idempotency_key is not None  # only a key can conflict
         existing = await repo.find_by_idempotency_key(principal.org_id, payload.idempotency_key)
@@ -101,8 +104,10 @@ async def create_request(
             raise NotFound("The request holding this idempotency key no longer exists.")
         return CreateResult(existing, created=False)
     uow.request_changed(created.org_id, created.id, final=False)
-    # One plan row in this transaction; a worker plans and sends after the commit.
-    await uow.notifications.request_created(created, now)
+    # One plan row in this transaction (on PostgreSQL written by the insert's own
+    # statement); a worker plans and sends after the commit.
+    if not repo.plans_with_insert:
+        await uow.notifications.request_created(created, now)
     return CreateResult(created, created=True)
 
 
@@ -122,9 +127,12 @@ async def find_replayed_request(
 
 
 async def get_request(
-    repo: ApprovalRepository | ApprovalReads, principal: OrgMember, request_id: uuid.UUID
+    repo: ApprovalRepository | ApprovalReads,
+    principal: OrgMember,
+    request_id: uuid.UUID,
+    check: PrincipalCheck | None = None,
 ) -> RequestRecord:
-    row = await repo.get(principal.org_id, request_id)
+    row = await repo.get(principal.org_id, request_id, check)
     if row is None:
         raise NotFound("No approval request with this id.")
     return row
@@ -161,12 +169,72 @@ async def decide(
     request_id: uuid.UUID,
     payload: DecideApprovalRequest,
     now: datetime,
+    check: PrincipalCheck | None = None,
 ) -> TransitionResult:
     action = state.Decide(
         principal.actor, payload.decision, payload.comment, payload.source, _via(payload)
     )
-    row = await _get_locked(uow.approvals, principal, request_id)
+    if uow.approvals.decides_without_lock:
+        result = await _decide_without_lock(uow, principal, request_id, action, now, check)
+        if result is not None:
+            return result
+    row = await _get_locked(uow.approvals, principal, request_id, check)
     return await _transition(uow, row, action, principal, now)
+
+
+# Reads of a request a decision without a lock makes before it takes the lock instead:
+# each further one follows a decision by someone else that landed between its read and
+# its write, so the lock then costs less than reading again.
+UNLOCKED_ATTEMPTS = 3
+
+
+async def _decide_without_lock(
+    uow: UnitOfWork,
+    principal: OrgMember,
+    request_id: uuid.UUID,
+    action: state.Decide,
+    now: datetime,
+    check: PrincipalCheck | None,
+) -> TransitionResult | None:
+    """PostgreSQL: the decision made without a lock, in two round trips: the request read
+    (in autocommit, confirming ``check``), the state machine's answer, then every write in
+    one statement that is its own transaction, made only if the request is still the
+    version read (``ApprovalRepository.unless_changed``). A lost race is read again.
+
+    None when the lock must decide instead: a transition that writes more than queued
+    writes (a comment, a callback: ``effects.writes_in_one_statement``), a refusal
+    answered from reads that were not one snapshot, or too many lost races. The state
+    machine stays the one gate either way; a decision taken here is exactly what it
+    answers for the version its writes are conditional on.
+    """
+    repo = uow.approvals
+    reads = ApprovalReads(repo.queries)  # type: ignore[arg-type]
+    changes = len(uow.changes)
+    for _ in range(UNLOCKED_ATTEMPTS):
+        found = await repo.read_versioned(principal.org_id, request_id, check)
+        if found is None:
+            raise NotFound("No approval request with this id.")
+        row, version = found
+        # One read is one snapshot; steps or voters read after it may be newer than it.
+        one_snapshot = not row.has_steps and row.current_approvals == 0
+        try:
+            transition = state.apply(await _view(reads, row), action, now)
+        except AppError:
+            if one_snapshot:
+                raise
+            return None  # the locked view answers
+        if not effects.writes_in_one_statement(transition):
+            return None
+        try:
+            async with repo.unless_changed(row.id, version):
+                changed = await effects.apply_transition(
+                    uow, row, transition, author_of(principal), now
+                )
+        except LostRace:
+            del uow.changes[changes:]  # nothing was written: nothing to announce
+            continue
+        return TransitionResult(changed, transition)
+    return None
 
 
 async def _transition(
@@ -454,15 +522,18 @@ async def steps_and_votes(
 
 
 async def _get_locked(
-    repo: ApprovalRepository, principal: OrgMember, request_id: uuid.UUID
+    repo: ApprovalRepository,
+    principal: OrgMember,
+    request_id: uuid.UUID,
+    check: PrincipalCheck | None = None,
 ) -> RequestRecord:
-    row = await repo.get_locked(principal.org_id, request_id)
+    row = await repo.get_locked(principal.org_id, request_id, check)
     if row is None:
         raise NotFound("No approval request with this id.")
     return row
 
 
-async def _view(repo: ApprovalRepository, row: RequestRecord) -> state.RequestView:
+async def _view(repo: ApprovalRepository | ApprovalReads, row: RequestRecord) -> state.RequestView:
     """The state machine's snapshot of a (locked) request: its votes and its chain."""
     steps = await repo.list_steps(row.id) if row.has_steps else ()
     # Each count-based vote is an approval counted in the row (a reject ends the request),

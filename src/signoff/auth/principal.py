@@ -69,3 +69,29 @@ class Principal(OrgMember):
         # An OAuth token acts as its user, not as the connection that owns its client.
         connection = self.connection_id if self.auth_method == "api_key" else None
         return Actor(user_id=self.user_id, is_admin=self.is_admin, connection_id=connection)
+
+
+class StalePrincipal(Exception):
+    """The principal a call began with is no longer what the database says (revoked, a
+    new rate limit, an emergency stop, a renamed user...): the call wrote nothing, and is
+    answered afresh with the principal read now (``middleware.ApiGuard``)."""
+
+
+@dataclass
+class PrincipalCheck:
+    """A principal taken from this process's memory (PostgreSQL), not yet confirmed by
+    the database: the call's first statement confirms it, in the same snapshot as what
+    it reads or writes (``orgs.repository.principal_guard``), so that a revoked key is
+    refused at once on every replica without a round trip of its own.
+
+    ``confirmed`` is set by that statement; until it is, nothing may be answered
+    (``ApiGuard`` reads the principal afresh first, say for a 404)."""
+
+    principal: Principal
+    confirmed: bool = False
+
+    def confirm(self, live: bool) -> None:
+        """The guard's answer: the principal is as remembered, or the call starts over."""
+        if not live:
+            raise StalePrincipal()
+        self.confirmed = True

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
-from signoff.auth.principal import Principal
+from signoff.auth.principal import Principal, PrincipalCheck
 from signoff.common.ids import parse_id
 from signoff.context import AppContext
 from signoff.errors import InsufficientScope, NotFound, Unauthorized
@@ -87,3 +87,10 @@ def json_body_doc(model: type[BaseModel]) -> dict[str, Any]:
 
 
 DOCUMENTED_BODIES: dict[str, type[BaseModel]] = {}
+
+
+def principal_check_of(request: Request) -> PrincipalCheck | None:
+    """The check the call's first statement must make of its principal, if the principal
+    came from memory (``auth.principal.PrincipalCheck``); None once it is confirmed."""
+    check = request.scope.get("state", {}).get("principal_check")
+    return check if isinstance(check, PrincipalCheck) and not check.confirmed else None

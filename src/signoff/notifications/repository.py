@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, insert, literal, select, text, update
+from sqlalchemy import Table, bindparam, delete, insert, literal, null, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.dml import Insert
 
 from signoff.common.ids import new_id
 from signoff.models import ApprovalRequest, ApprovalStep, User
@@ -64,6 +65,23 @@ class ChannelRef:
 _NOTIFICATIONS = cast(Table, Notification.__table__)
 _PLANS = cast(Table, NotificationPlan.__table__)
 _ATTEMPTS = cast(Table, NotificationAttempt.__table__)
+
+
+def created_plan_from(created: Any) -> Insert:
+    """The "created" plan row (``add_plan``) of the request a statement creates, as a part
+    of that statement: ``created`` is its ``RETURNING id`` (PostgreSQL's one-statement
+    create, ``approvals/repository.py``). Parameters ``plan_id`` and ``plan_created_at``;
+    the caller marks the session with ``WROTE_NOTIFICATIONS``."""
+    return insert(_PLANS).from_select(
+        ["id", "request_id", "kind", "approver_ids", "created_at"],
+        select(
+            bindparam("plan_id", type_=_PLANS.c.id.type),
+            created.c.id,
+            literal("created", _PLANS.c.kind.type),
+            null(),
+            bindparam("plan_created_at", type_=_PLANS.c.created_at.type),
+        ),
+    )
 
 
 @dataclass(frozen=True)

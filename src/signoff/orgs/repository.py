@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal, cast
 
-from sqlalchemy import CursorResult, bindparam, select, update
+from sqlalchemy import ColumnElement, CursorResult, bindparam, exists, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from signoff.auth.principal import ALL_SCOPES, Principal
+from signoff.auth.principal import ALL_SCOPES, Principal, PrincipalCheck
 from signoff.models import Connection, Organization, SetupToken, User
 from signoff.storage import PreparedQuery, QueryRunner
 
@@ -36,6 +36,57 @@ _PRINCIPAL_BY_KEY_HASH = PreparedQuery(
     .join(User, User.id == Connection.owner_id)
     .where(Connection.api_key_hash == bindparam("key_hash"), Connection.revoked_at.is_(None))
 )
+
+
+def principal_guard() -> ColumnElement[bool]:
+    """True while an API-key principal is still what the database says: its connection
+    not revoked, and every attribute a call acts on (rate limit, names, the org's
+    emergency stop, the owner's e-mail and role) unchanged.
+
+    A call whose principal comes from this process's memory (``PrincipalsByKey.
+    remembered``, PostgreSQL) puts this into its first statement, where it is read in the
+    same snapshot as the call's own work, in the same round trip: a write is made only if
+    it holds, and a call it fails is answered afresh (``PrincipalCheck``). Its parameters
+    are ``principal_guard_params``'. Three primary-key lookups inside PostgreSQL cost far
+    less than the round trip of reading the principal apart (docs/performance.md, *Round
+    trips*)."""
+    return exists(
+        select(Connection.id)
+        .join(Organization, Organization.id == Connection.org_id)
+        .join(User, User.id == Connection.owner_id)
+        .where(
+            Connection.id == bindparam("principal_connection_id", type_=Connection.id.type),
+            Connection.revoked_at.is_(None),
+            Connection.name == bindparam("principal_connection_name", type_=Connection.name.type),
+            Connection.rate_limit_per_hour
+            == bindparam("principal_rate_limit", type_=Connection.rate_limit_per_hour.type),
+            Organization.id == bindparam("principal_org_id", type_=Organization.id.type),
+            Organization.name == bindparam("principal_org_name", type_=Organization.name.type),
+            Organization.emergency_stop
+            == bindparam("principal_emergency_stop", type_=Organization.emergency_stop.type),
+            User.id == bindparam("principal_user_id", type_=User.id.type),
+            User.email == bindparam("principal_user_email", type_=User.email.type),
+            User.name == bindparam("principal_user_name", type_=User.name.type),
+            User.role == bindparam("principal_role", type_=User.role.type),
+        )
+    )
+
+
+def principal_guard_params(check: PrincipalCheck) -> dict[str, Any]:
+    """The values ``principal_guard`` compares: the remembered principal's."""
+    principal = check.principal
+    return {
+        "principal_connection_id": principal.connection_id,
+        "principal_connection_name": principal.connection_name,
+        "principal_rate_limit": principal.rate_limit_per_hour,
+        "principal_org_id": principal.org_id,
+        "principal_org_name": principal.org_name,
+        "principal_emergency_stop": principal.org_emergency_stop,
+        "principal_user_id": principal.user_id,
+        "principal_user_email": principal.user_email,
+        "principal_user_name": principal.user_name,
+        "principal_role": principal.role,
+    }
 
 
 class OrgRepository:
@@ -152,21 +203,30 @@ async def find_principal_by_key_hash(queries: QueryRunner, key_hash: str) -> Pri
 
 
 class PrincipalsByKey:
-    """API-key principals, each read once per state of the database.
+    """API-key principals, read once per state of the database (SQLite) or remembered for
+    the calls that confirm them in their own first statement (PostgreSQL).
 
     Why: every API call authenticates, and reading the principal afresh each time was a
     share of every call's CPU (``make bench``, scenarios create and get;
-    docs/engineering-log.md, *The seventh round*).
+    docs/engineering-log.md, *The seventh round*), and on PostgreSQL a round trip of its
+    own (docs/engineering-log.md, *Issue 24, section 1: the principal in the call's
+    first statement*).
 
-    Kept only until anything at all is committed: the commit stamp
+    SQLite (``find``): kept only until anything at all is committed: the commit stamp
     (``QueryRunner.commit_stamp``) changes with every commit by any connection or
     process, and a changed stamp empties the cache. A principal found here is thus what
     a read now would return, and a revoked key, a new rate limit or an emergency stop
-    bites at once, as decisions.md asks. Without a stamp (PostgreSQL) every call reads.
+    bites at once, as decisions.md asks.
+
+    PostgreSQL: ``find`` reads afresh every time, and remembers what it read;
+    ``remembered`` answers that, unconfirmed, to the calls whose first statement carries
+    ``principal_guard`` (``middleware.ApiGuard`` says which). The database confirms it
+    in that statement, so a revoked key is refused at once on every replica; nothing is
+    answered before it is confirmed.
     """
 
-    # Keys kept at most between two commits; past it the cache starts over. Unknown keys
-    # are never kept, so guessing keys cannot fill it.
+    # Keys kept at most (between two commits, on SQLite); past it the cache starts over.
+    # Unknown keys are never kept, so guessing keys cannot fill it.
     MAX_KEYS = 1_024
 
     def __init__(self, queries: QueryRunner) -> None:
@@ -177,7 +237,9 @@ class PrincipalsByKey:
     async def find(self, key_hash: str) -> Principal | None:
         stamp = self._queries.commit_stamp()
         if stamp is None:
-            return await find_principal_by_key_hash(self._queries, key_hash)
+            principal = await find_principal_by_key_hash(self._queries, key_hash)
+            self._remember(key_hash, principal)
+            return principal
         if stamp != self._stamp:
             self._principals.clear()
             self._stamp = stamp
@@ -186,11 +248,28 @@ class PrincipalsByKey:
         principal = await find_principal_by_key_hash(self._queries, key_hash)
         # Kept only if no other call moved the stamp on while this read waited (a busy
         # database): the read may then be older than the stamp the cache is at.
-        if principal is not None and self._stamp == stamp:
-            if len(self._principals) >= self.MAX_KEYS:
-                self._principals.clear()
-            self._principals[key_hash] = principal
+        if self._stamp == stamp:
+            self._remember(key_hash, principal)
         return principal
+
+    def remembered(self, key_hash: str) -> Principal | None:
+        """PostgreSQL: the principal last read for this key, to be confirmed by the
+        call's first statement (``principal_guard``); None if none is kept, and always
+        None on SQLite, whose ``find`` answers from memory when it may."""
+        if self._queries.dialect_name != "postgresql":
+            return None
+        return self._principals.get(key_hash)
+
+    def forget(self, key_hash: str) -> None:
+        self._principals.pop(key_hash, None)
+
+    def _remember(self, key_hash: str, principal: Principal | None) -> None:
+        if principal is None:
+            self._principals.pop(key_hash, None)
+            return
+        if len(self._principals) >= self.MAX_KEYS and key_hash not in self._principals:
+            self._principals.clear()
+        self._principals[key_hash] = principal
 
 
 def principal_from_row(

@@ -24,6 +24,7 @@ docs/performance.md.
 from signoff.storage.database import Database, insert_ignoring_conflicts, not_among
 from signoff.storage.notifications import ChannelListener
 from signoff.storage.prepared import (
+    LostRace,
     PreparedQuery,
     QueryRunner,
     QueuingSession,
@@ -31,16 +32,19 @@ from signoff.storage.prepared import (
     count_in,
     discard_queued_writes,
     entity_columns,
+    execute_alone,
     execute_in,
     has_unflushed_changes,
     queue_write,
     savepoint,
     send_queued_writes,
+    writes_alone,
 )
 
 __all__ = [
     "ChannelListener",
     "Database",
+    "LostRace",
     "PreparedQuery",
     "QueryRunner",
     "QueuingSession",
@@ -48,6 +52,7 @@ __all__ = [
     "count_in",
     "discard_queued_writes",
     "entity_columns",
+    "execute_alone",
     "execute_in",
     "has_unflushed_changes",
     "insert_ignoring_conflicts",
@@ -55,4 +60,5 @@ __all__ = [
     "queue_write",
     "savepoint",
     "send_queued_writes",
+    "writes_alone",
 ]

@@ -29,9 +29,16 @@ from sqlalchemy.util import await_only
 
 # What this module reads of SQLAlchemy's asyncpg adapter (see above).
 ADAPTER_ATTRIBUTES = ("_connection", "_transaction", "_start_transaction")
-# Reads outside a session: a get, the authentication of every call, a list page. Each
-# holds its connection for one round trip (two for a list), so a few serve many callers.
-READ_POOL_SIZE = 8
+# The hot path's statements outside a session: a get, the authentication of calls that
+# read their principal, and, in autocommit, a create's one statement and a decision's read
+# and its one write (``prepared.execute_alone``, ``prepared.writes_alone``). Each holds
+# its connection for one round trip; a write's includes PostgreSQL's commit, so with 8
+# the 32 connections of ``make bench`` queued for them: 16 cost a create and a decision
+# 15 % less CPU and a quarter of their p99 (docs/engineering-log.md, *Issue 24, section 1:
+# the principal in the first statement*).
+READ_POOL_SIZE = 16
+# Filtered and searched list pages (``plan_each_call``): two or three round trips each.
+PLANNED_READ_POOL_SIZE = 8
 
 
 def asyncpg_dsn(url: str) -> str:

@@ -48,9 +48,14 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.dml import Insert
 
-from signoff.storage.asyncpg_shape import ReadPool
+from signoff.storage.asyncpg_shape import PLANNED_READ_POOL_SIZE, ReadPool
 from signoff.storage.group_commit import GroupCommit
-from signoff.storage.prepared import QueryRunner, QueuingSession
+from signoff.storage.prepared import (
+    QUEUED_WRITES_KEY,
+    QueryRunner,
+    QueuingSession,
+    has_unflushed_changes,
+)
 from signoff.storage.sqlite_driver import Checkpointer, begin_transaction, inline_connector
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -175,7 +180,7 @@ class Database:
             # On PostgreSQL on asyncpg directly, in autocommit: a read outside any session
             # needs no BEGIN and ROLLBACK around it, two round trips (prepared.py).
             None if self.is_sqlite else ReadPool(url),
-            None if self.is_sqlite else ReadPool(url, plan_each_call=True),
+            None if self.is_sqlite else ReadPool(url, PLANNED_READ_POOL_SIZE, plan_each_call=True),
         )
         self._read_sessions = async_sessionmaker(self.read_engine, expire_on_commit=False)
         # PostgreSQL: writes that ask for no answer go out together (prepared.queue_write).
@@ -211,8 +216,20 @@ class Database:
             async with self.group_commit.writer() as session:
                 yield session
             return
-        async with self._write_sessions() as session:
+        session = self._write_sessions()
+        try:
             yield session
+        except BaseException:
+            async with session:  # closed as before (shielded): what it began rolls back
+                pass
+            raise
+        if not _began_anything(session):
+            # Its work went out in autocommit (``execute_alone``, ``writes_alone``), or
+            # read nothing through it: no transaction, no connection, nothing to commit or
+            # close. Committing it anyway cost a create or a decision two greenlet
+            # switches and a task of its own for the close.
+            return
+        async with session:
             await session.commit()
 
     @asynccontextmanager
@@ -241,6 +258,16 @@ class Database:
         await self.read_engine.dispose()
         if self.write_engine is not self.read_engine:
             await self.write_engine.dispose()
+
+
+def _began_anything(session: AsyncSession) -> bool:
+    """Whether committing ``session`` would do anything: a transaction begun, objects to
+    flush, or writes queued for the commit (``prepared.queue_write``)."""
+    return (
+        session.in_transaction()
+        or has_unflushed_changes(session)
+        or bool(session.info.get(QUEUED_WRITES_KEY))
+    )
 
 
 def insert_ignoring_conflicts(

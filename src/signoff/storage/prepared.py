@@ -293,6 +293,17 @@ class QueryRunner:
         rows = await self.all(query, params)
         return rows[0] if rows else None
 
+    async def run_sql(self, sql: str, values: Sequence[Any]) -> None:
+        """PostgreSQL: ``sql`` (already compiled), in autocommit, on this runner's pool."""
+        assert self._postgres is not None
+        await self._postgres.fetch(lambda pg: pg.execute(sql, *values))
+
+    @property
+    def autocommits(self) -> bool:
+        """Whether a statement run here is a transaction of its own (PostgreSQL: the
+        pool's connections are in autocommit), so ``execute_alone`` may write here."""
+        return self._postgres is not None
+
     def commit_stamp(self) -> tuple[int, int] | None:
         """On SQLite, a stamp that changes whenever any other connection commits (or
         checkpoints): this process's writers, a CLI, another process. It is
@@ -392,10 +403,80 @@ async def send_queued_writes(session: AsyncSession) -> None:
     """Send the session's queued writes (PostgreSQL), as one statement: each a
     data-modifying ``WITH`` of its own, the statement answering how many rows each
     changed. They see one snapshot and none sees another's changes, which is why only
-    writes that ask nothing of each other are queued (``queue_write``)."""
+    writes that ask nothing of each other are queued (``queue_write``). Inside
+    ``writes_alone``, as that statement, in autocommit."""
     if session.info.get(QUEUED_WRITES_KEY):
+        alone: QueryRunner | None = session.info.get(WRITES_ALONE_KEY)
+        if alone is not None:
+            await _send_alone(session, alone)
+            return
         pg, _ = await _asyncpg_of(session)
         await _send_queued(session, pg)
+
+
+# Where a session inside ``writes_alone`` keeps the runner its writes go out on.
+WRITES_ALONE_KEY = "signoff.writes_alone"
+# What PostgreSQL answers when ``signoff_lost_race()`` (migration 0017) gives a statement
+# up, and when a row another writer committed meanwhile takes a unique key: both mean the
+# state the writes were computed from has changed.
+_RACE_LOST_STATES = frozenset({"40001", "23505"})
+
+
+class LostRace(Exception):
+    """Writes computed from a state that has changed since it was read were not made
+    (``writes_alone``): nothing of them was written; read again and retry."""
+
+
+@contextlib.asynccontextmanager
+async def writes_alone(session: AsyncSession, queries: QueryRunner) -> AsyncIterator[None]:
+    """PostgreSQL: the writes queued in this block go out, at its end (or at a flush), as
+    one statement that is a transaction of its own, in autocommit on ``queries``'
+    connections: no ``BEGIN``, no ``COMMIT``, one round trip. It writes all or nothing:
+    should a write queued with ``unless_one_row`` (a compare-and-set) change no row or
+    several, the statement fails inside PostgreSQL (``signoff_lost_race``, migration
+    0017), nothing is written, and ``LostRace`` is raised (never ``unless_one_row``'s
+    error: the state the writes were made from has changed, and the caller reads again).
+
+    Only for a session that has begun nothing, whose block queues every write it makes
+    (``queue_write``) and reads nothing through the session."""
+    if session.in_transaction() or not queries.autocommits:
+        raise RuntimeError("writes_alone needs a PostgreSQL session that has begun nothing")
+    session.info[WRITES_ALONE_KEY] = queries
+    try:
+        yield
+        await send_queued_writes(session)
+    except BaseException:
+        discard_queued_writes(session)
+        raise
+    finally:
+        session.info.pop(WRITES_ALONE_KEY, None)
+
+
+async def _send_alone(session: AsyncSession, queries: QueryRunner) -> None:
+    queued: list[_QueuedWrite] = session.info.pop(QUEUED_WRITES_KEY, None) or []
+    checked = tuple(write.unless_one_row is not None for write in queued)
+    sql = _all_or_nothing_sql(tuple(write.compiled for write in queued), checked)
+    values = [value for write in queued for value in write.values]
+    try:
+        await queries.run_sql(sql, values)
+    except Exception as exc:
+        if getattr(exc, "sqlstate", None) in _RACE_LOST_STATES:
+            raise LostRace() from exc
+        raise
+
+
+@functools.lru_cache(maxsize=256)
+def _all_or_nothing_sql(statements: tuple[_Compiled, ...], checked: tuple[bool, ...]) -> str:
+    """``_combined_sql``'s statement, given up as a whole (``signoff_lost_race``) unless
+    every ``checked`` write changed exactly one row."""
+    if not any(checked):
+        return _combined_sql(statements)
+    listed = ", ".join(f"{count} AS c{i}" for i, count in enumerate(_row_counts(len(checked))))
+    one_each = " AND ".join(f"c{i} = 1" for i, check in enumerate(checked) if check)
+    return (
+        f"{_with_writes(statements)} SELECT * FROM (SELECT {listed}) AS counts"  # noqa: S608
+        f" WHERE CASE WHEN {one_each} THEN true ELSE signoff_lost_race() END"
+    )
 
 
 @contextlib.asynccontextmanager
@@ -480,6 +561,13 @@ def _one_statement(queued: Sequence[_QueuedWrite]) -> tuple[str, list[Any]]:
 def _combined_sql(statements: tuple[_Compiled, ...]) -> str:
     """The writes as one statement (their parameters renumbered in order): a decision
     sends one of a few combinations, each built once."""
+    counts = ", ".join(_row_counts(len(statements)))
+    return f"{_with_writes(statements)} SELECT {counts}"
+
+
+def _with_writes(statements: tuple[_Compiled, ...]) -> str:
+    """``WITH w0 AS (write RETURNING 1), w1 AS (...)``: the writes' parameters renumbered
+    in order."""
     parts, offset = [], 0
     for index, compiled in enumerate(statements):
         shift = offset  # bound now, for the substitution below
@@ -489,8 +577,11 @@ def _combined_sql(statements: tuple[_Compiled, ...]) -> str:
 
         parts.append(f"w{index} AS ({_PLACEHOLDER.sub(renumbered, compiled.sql)} RETURNING 1)")
         offset += len(compiled.names)
-    counts = ", ".join(f"(SELECT count(*) FROM w{i})" for i in range(len(statements)))  # noqa: S608
-    return f"WITH {', '.join(parts)} SELECT {counts}"
+    return f"WITH {', '.join(parts)}"
+
+
+def _row_counts(count: int) -> list[str]:
+    return [f"(SELECT count(*) FROM w{i})" for i in range(count)]  # noqa: S608
 
 
 async def execute_in(
@@ -513,6 +604,25 @@ async def execute_in(
     values = compiled.parameters(params)
     raw_rows = await sqlite.driver.run(lambda db: db.execute(compiled.sql, values).fetchall())
     return [compiled.row(row) for row in raw_rows]
+
+
+async def execute_alone(
+    session: AsyncSession,
+    queries: QueryRunner | None,
+    query: PreparedQuery,
+    params: Mapping[str, Any],
+) -> list[Any]:
+    """Run ``query``, the one write of the session's transaction; its rows.
+
+    On PostgreSQL, while the session has begun nothing, in autocommit on ``queries``'
+    connections: the statement is a transaction of its own, and the ``BEGIN`` and
+    ``COMMIT`` round trips around it are saved (the session then commits nothing).
+    Otherwise in the session's transaction, as ``execute_in``. The caller writes nothing
+    else in that transaction: it would commit apart.
+    """
+    if queries is not None and queries.autocommits and not session.in_transaction():
+        return await queries.all(query, params)
+    return await execute_in(session, query, params)
 
 
 async def count_in(session: AsyncSession, query: PreparedQuery, params: Mapping[str, Any]) -> int:

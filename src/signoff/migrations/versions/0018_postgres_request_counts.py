@@ -1,7 +1,7 @@
 """request counts on PostgreSQL too, kept by statement triggers in a few slots per org
 
 Revision ID: 0018
-Revises: 0016
+Revises: 0017
 Create Date: 2026-11-25
 
 An unfiltered list page's total was counted on PostgreSQL (up to 10,001 of the org's
@@ -28,7 +28,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0018"
-down_revision = "0016"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 

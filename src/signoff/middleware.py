@@ -176,7 +176,7 @@ class ApiGuard:
 
     async def _guard_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``/mcp`` authenticates as ``/api/v1`` does. Its tools act through ``/api/v1``
-        calls made in-process with the caller's credentials (remote_mcp/server.py), and
+        calls made in-process with the caller's credentials (remote_mcp/sdk.py), and
         those are what is counted and what the emergency stop refuses: one tool call
         costs what the same calls would cost any client, and reads go on while writes
         are stopped."""

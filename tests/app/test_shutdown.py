@@ -119,6 +119,47 @@ async def test_serve_answers_a_held_long_poll_and_exits_0_on_sigterm(
     assert "Application shutdown complete" in output and "Traceback" not in output, output
 
 
+async def test_serve_exits_0_on_sigterm_after_serving_mcp(
+    org: Org, database_url: str, tmp_path: Path
+) -> None:
+    """The MCP server, started by the first /mcp request, stops with the rest."""
+    port = free_port()
+    log = tmp_path / "serve.log"
+    async with (
+        signoff(log, "serve", "--port", str(port), env=_env(database_url)) as server,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http,
+    ):
+
+        async def ready() -> bool:
+            try:
+                return (await http.get("/readyz")).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        await _until(ready, f"signoff serve ready:\n{log.read_text()}")
+        initialize = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "1"},
+            },
+        }
+        answer = await http.post(
+            "/mcp",
+            json=initialize,
+            headers={**org.member.headers, "Accept": "application/json, text/event-stream"},
+        )
+        assert answer.status_code == 200, answer.text
+        code = await _stopped(server)
+
+    assert code == 0, log.read_text()
+    output = log.read_text()
+    assert "Application shutdown complete" in output and "Traceback" not in output, output
+
+
 @pytest.fixture
 async def app(ctx: AppContext) -> AsyncIterator[Any]:
     """The API without a worker of its own: the worker process makes the retries."""

@@ -13,101 +13,145 @@ Authentication of ``/mcp`` itself is the API guard's (middleware.py): an unknown
 gets 401 with ``WWW-Authenticate: Bearer resource_metadata=...``, which points MCP
 clients at the protected resource metadata (RFC 9728) and from there at our
 authorization server.
+
+The SDK is loaded on first use (remote_mcp/sdk.py holds every use of it): most
+deployments never serve a remote agent, and the SDK is a large share of the server's
+memory. Its session manager runs an anyio task group, which must be entered and left by
+one task: the lifespan starts that task, which waits until the first authenticated
+``/mcp`` request asks for the server, builds it, and keeps its session manager running
+until shutdown. Requests that arrive while it starts wait for that one start.
 """
 
 from __future__ import annotations
 
+import asyncio
+import importlib
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import httpx
-from mcp.server.auth.handlers.metadata import ProtectedResourceMetadataHandler
-from mcp.server.auth.routes import cors_middleware
-from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
-from mcp.server.transport_security import TransportSecuritySettings
-from mcp.shared.auth import ProtectedResourceMetadata
-from signoff_client import AsyncSignoffClient
-from signoff_client.mcp_server import build_server
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from signoff.auth.principal import ALL_SCOPES
 from signoff.config import Settings
-from signoff.remote_mcp.resource import MCP_PATH, resource_metadata_url, resource_url
+from signoff.errors import ServiceUnavailable
+from signoff.remote_mcp.resource import MCP_PATH, PROTECTED_RESOURCE_PATH, resource_metadata_url
 
-# The in-process calls' base URL: never resolved, the transport hands them to the app.
-IN_PROCESS_BASE_URL = "http://signoff.in-process"
-PROTECTED_RESOURCE_PATH = "/.well-known/oauth-protected-resource"
+logger = logging.getLogger(__name__)
+
+SDK_MODULE = "signoff.remote_mcp.sdk"
 
 
-def _bearer_of(ctx: Context[Any, Any]) -> str:
-    """The credential the caller sent with this MCP request (checked by the API guard)."""
-    headers = ctx.headers or {}
-    scheme, _, token = headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise ToolError("UNAUTHORIZED: Missing or invalid authentication.")
-    return token.strip()
+async def _load_sdk() -> None:
+    """Import the SDK off the event loop: the import takes a noticeable fraction of a
+    second, which other requests should not wait out."""
+    await asyncio.to_thread(importlib.import_module, SDK_MODULE)
+
+
+@dataclass
+class _Run:
+    """One lifespan's MCP server: asked for, ready (or failed), stopping."""
+
+    needed: asyncio.Event = field(default_factory=asyncio.Event)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    endpoint: ASGIApp | None = None  # set while the session manager runs
 
 
 class RemoteMcp:
-    """The SDK's MCP server for ``/mcp``, its routes, and its session manager's lifespan."""
+    """The routes of ``/mcp`` and its metadata, and the task that runs the SDK's server."""
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
         self.settings = settings
-        self._http = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url=IN_PROCESS_BASE_URL
-        )
-        self.server = build_server(self._client_for)
-        # Stateless: every MCP request stands alone, so any replica can answer any of
-        # them, and a tool's progress notifications travel on its own request's stream.
-        self.server.streamable_http_app(
-            streamable_http_path=MCP_PATH,
-            stateless_http=True,
-            # Host and Origin checks guard servers that trust ambient credentials; every
-            # call here carries its own bearer token, so a rebound name gains nothing,
-            # and operators put the service behind names of their own.
-            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-        )
-
-    def _client_for(self, ctx: Context[Any, Any]) -> AsyncSignoffClient:
-        # Both kinds of credentials travel as a bearer; the client only names them.
-        return AsyncSignoffClient(
-            IN_PROCESS_BASE_URL, oauth_token=_bearer_of(ctx), http_client=self._http
-        )
+        self._run: _Run | None = None
 
     def routes(self) -> list[BaseRoute]:
-        endpoint = StreamableHTTPASGIApp(self.server.session_manager)
-        # Built from strings: the model keeps them as written, and the issuer has no
-        # trailing slash (RFC 8414 compares it character for character).
-        metadata = ProtectedResourceMetadata.model_validate(
-            {
-                "resource": resource_url(self.settings),
-                "authorization_servers": [self.settings.public_url],
-                "scopes_supported": list(ALL_SCOPES),
-                "resource_name": "signoff",
-            }
-        )
-        publish = cors_middleware(
-            ProtectedResourceMetadataHandler(metadata).handle, ["GET", "OPTIONS"]
-        )
+        publish = _LazyMetadata(self.settings)
         metadata_paths = (
             urlsplit(resource_metadata_url(self.settings)).path,
             PROTECTED_RESOURCE_PATH,
         )
         return [
-            Route(MCP_PATH, endpoint, methods=["GET", "POST", "DELETE"]),
+            Route(MCP_PATH, _LazyEndpoint(self), methods=["GET", "POST", "DELETE"]),
             # The path-suffixed form the 401 names, and the bare one some clients try.
             *(Route(path, publish, methods=["GET", "OPTIONS"]) for path in metadata_paths),
         ]
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        async with self.server.session_manager.run():
-            try:
-                yield
-            finally:
-                await self._http.aclose()
+        run = _Run()
+        self._run = run
+        task = asyncio.create_task(self._serve(run), name="remote MCP")
+        try:
+            yield
+        finally:
+            run.stop.set()
+            run.needed.set()  # wakes the task if /mcp was never used
+            await task
+            self._run = None
+
+    async def endpoint(self) -> ASGIApp:
+        """The running server's endpoint, started by the first caller; 503 if it cannot."""
+        run = self._run
+        if run is None:
+            raise ServiceUnavailable("The MCP server is not running.")
+        run.needed.set()
+        await run.ready.wait()
+        if run.endpoint is None:
+            raise ServiceUnavailable("The MCP server is not available.")
+        return run.endpoint
+
+    async def _serve(self, run: _Run) -> None:
+        """Enters and leaves the session manager's task group, in this one task."""
+        await run.needed.wait()
+        try:
+            if not run.stop.is_set():
+                await self._run_server(run)
+        except Exception:
+            logger.exception("remote MCP server failed")
+        finally:
+            run.endpoint = None
+            run.ready.set()  # nobody waits for a start that will not come
+
+    async def _run_server(self, run: _Run) -> None:
+        await _load_sdk()
+        from signoff.remote_mcp import sdk
+
+        transport = httpx.ASGITransport(app=self.app)
+        async with httpx.AsyncClient(transport=transport, base_url=sdk.IN_PROCESS_BASE_URL) as http:
+            server = sdk.build_mcp_server(http)
+            async with server.session_manager.run():
+                run.endpoint = sdk.mcp_endpoint(server)
+                run.ready.set()
+                await run.stop.wait()
+
+
+class _LazyEndpoint:
+    """``/mcp``, reached after the API guard: only an authenticated request loads the SDK."""
+
+    def __init__(self, remote: RemoteMcp) -> None:
+        self.remote = remote
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = await self.remote.endpoint()
+        await endpoint(scope, receive, send)
+
+
+class _LazyMetadata:
+    """The protected resource metadata, built by the SDK on the first request for it."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._app: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._app is None:
+            await _load_sdk()
+            from signoff.remote_mcp import sdk
+
+            self._app = sdk.metadata_app(self.settings)
+        await self._app(scope, receive, send)

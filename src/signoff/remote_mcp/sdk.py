@@ -1,0 +1,81 @@
+"""The part of ``/mcp`` that needs the official ``mcp`` SDK, imported only on first use.
+
+remote_mcp/server.py imports this module the first time ``/mcp`` or its metadata is
+asked for: the SDK and its dependencies are a large share of the server's memory and
+start-up time, and most deployments never serve a remote agent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from mcp.server.auth.handlers.metadata import ProtectedResourceMetadataHandler
+from mcp.server.auth.routes import cors_middleware
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.auth import ProtectedResourceMetadata
+from signoff_client import AsyncSignoffClient
+from signoff_client.mcp_server import build_server
+from starlette.types import ASGIApp
+
+from signoff.auth.principal import ALL_SCOPES
+from signoff.config import Settings
+from signoff.remote_mcp.resource import MCP_PATH, resource_url
+
+# The in-process calls' base URL: never resolved, the transport hands them to the app.
+IN_PROCESS_BASE_URL = "http://signoff.in-process"
+
+
+def _bearer_of(ctx: Context[Any, Any]) -> str:
+    """The credential the caller sent with this MCP request (checked by the API guard)."""
+    headers = ctx.headers or {}
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ToolError("UNAUTHORIZED: Missing or invalid authentication.")
+    return token.strip()
+
+
+def build_mcp_server(http: httpx.AsyncClient) -> MCPServer:
+    """The stdio server's tools, each calling this app in-process through ``http``."""
+
+    def client_for(ctx: Context[Any, Any]) -> AsyncSignoffClient:
+        # Both kinds of credentials travel as a bearer; the client only names them.
+        return AsyncSignoffClient(
+            IN_PROCESS_BASE_URL, oauth_token=_bearer_of(ctx), http_client=http
+        )
+
+    server = build_server(client_for)
+    # Stateless: every MCP request stands alone, so any replica can answer any of
+    # them, and a tool's progress notifications travel on its own request's stream.
+    server.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        stateless_http=True,
+        # Host and Origin checks guard servers that trust ambient credentials; every
+        # call here carries its own bearer token, so a rebound name gains nothing,
+        # and operators put the service behind names of their own.
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    return server
+
+
+def mcp_endpoint(server: MCPServer) -> ASGIApp:
+    """``/mcp`` itself; answers only while ``server.session_manager.run()`` is entered."""
+    return StreamableHTTPASGIApp(server.session_manager)
+
+
+def metadata_app(settings: Settings) -> ASGIApp:
+    """The protected resource metadata of ``/mcp`` (RFC 9728), with CORS for browsers."""
+    # Built from strings: the model keeps them as written, and the issuer has no
+    # trailing slash (RFC 8414 compares it character for character).
+    metadata = ProtectedResourceMetadata.model_validate(
+        {
+            "resource": resource_url(settings),
+            "authorization_servers": [settings.public_url],
+            "scopes_supported": list(ALL_SCOPES),
+            "resource_name": "signoff",
+        }
+    )
+    return cors_middleware(ProtectedResourceMetadataHandler(metadata).handle, ["GET", "OPTIONS"])

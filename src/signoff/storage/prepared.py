@@ -443,13 +443,21 @@ async def writes_alone(session: AsyncSession, queries: QueryRunner) -> AsyncIter
         raise RuntimeError("writes_alone needs a PostgreSQL session that has begun nothing")
     session.info[WRITES_ALONE_KEY] = queries
     try:
+        async with _sent_when_done(session):
+            yield
+    finally:
+        session.info.pop(WRITES_ALONE_KEY, None)
+
+
+@contextlib.asynccontextmanager
+async def _sent_when_done(session: AsyncSession) -> AsyncIterator[None]:
+    """The writes the block queues are sent when it ends, or forgotten if it raises."""
+    try:
         yield
         await send_queued_writes(session)
     except BaseException:
         discard_queued_writes(session)
         raise
-    finally:
-        session.info.pop(WRITES_ALONE_KEY, None)
 
 
 async def _send_alone(session: AsyncSession, queries: QueryRunner) -> None:
@@ -490,12 +498,8 @@ async def savepoint(session: AsyncSession) -> AsyncIterator[None]:
         # SQLAlchemy emits SAVEPOINT when the session next uses its connection, and the
         # prepared writes bypass the session: ask for the connection, so it is set.
         await session.connection()
-        try:
+        async with _sent_when_done(session):
             yield
-            await send_queued_writes(session)
-        except BaseException:
-            discard_queued_writes(session)
-            raise
 
 
 class QueuingSession(Session):

@@ -1,5 +1,6 @@
 """``make bench-replacements``: each hand-written replacement of a library's job against
-the library's own behaviour, side by side in one run, on SQLite.
+the library's own behaviour, side by side in one run, on SQLite (the PostgreSQL pool's on
+PostgreSQL).
 
 Every replacement has a measurement switch (docs/performance.md, *Measurement switches*)
 that puts the stock behaviour back in the same build. For each replacement this runs two
@@ -12,7 +13,10 @@ order alternates (A B, B A, A B, ...), so that both sides share the machine's mo
 - accept (``serving.PendingAcceptor`` vs uvicorn's own accepting; ``SIGNOFF_STOCK_ACCEPT``):
   bursts of 32 connections opened at once while wrk keeps 32 others busy listing, the
   time until the last of the burst is answered (the median, mean and worst of
-  ``--bursts``); and wrk on get for throughput and CPU.
+  ``--bursts``); and wrk on get for throughput and CPU;
+- pgpool (``asyncpg_shape.ConnectionLender`` vs asyncpg's ``Pool``;
+  ``SIGNOFF_STOCK_PG_POOL``): wrk on get, create and decide, on a PostgreSQL database of
+  its own (``--postgres-url``), the only replacement measured there.
 
 (``MemoryCounters`` and the callback transport's ``_Stream`` were measured the same way
 on 2026-11-25, earned less than 10 % and went back to their libraries: docs/performance.md.)
@@ -59,13 +63,24 @@ from bench.run import (
     machine_info,
     measure,
     pending_ids,
+    postgres_database,
     run_wrk,
     running,
     signoff_cli,
 )
 
-SWITCHES = {"routes": "SIGNOFF_STOCK_ROUTES", "accept": "SIGNOFF_STOCK_ACCEPT"}
-WRK_SCENARIOS = {"routes": ("get", "create", "list", "decide")}
+SWITCHES = {
+    "routes": "SIGNOFF_STOCK_ROUTES",
+    "accept": "SIGNOFF_STOCK_ACCEPT",
+    "pgpool": "SIGNOFF_STOCK_PG_POOL",
+}
+WRK_SCENARIOS = {
+    "routes": ("get", "create", "list", "decide"),
+    "pgpool": ("get", "create", "decide"),
+}
+# Measured on PostgreSQL; every other replacement on SQLite.
+ON_POSTGRES = frozenset({"pgpool"})
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 BURST_CONNECTIONS = 32
 
 
@@ -82,6 +97,7 @@ class Bench:
     pending: list[str]
     next_index: int  # of the next request created (its title and idempotency key)
     create_rps: float = 2_000.0  # the last create run's rate: what a decide run needs
+    decide_rps: float = 0.0  # the last decide run's (on PostgreSQL it may outrun creates)
 
 
 @dataclass(frozen=True)
@@ -109,10 +125,11 @@ def pair_orders(pairs: int) -> Iterator[tuple[int, tuple[int, int]]]:
 # ---- setup ----
 
 
-def prepare(opts: Options, workdir: Path) -> Bench:
+def prepare(opts: Options, workdir: Path, database_url: str) -> Bench:
     from signoff.crypto import generate_secret_key
 
-    env = bench_env(f"sqlite:///{workdir / 'signoff.db'}", generate_secret_key())
+    workdir.mkdir(exist_ok=True)
+    env = bench_env(database_url, generate_secret_key())
     signoff_cli(env, workdir, "db", "upgrade")
     org = signoff_cli(env, workdir, "org", "create", "Bench", "--json")
     user = signoff_cli(
@@ -161,13 +178,15 @@ def wrk_figure(bench: Bench, server: Server, side: str, scenario: str) -> Figure
     elif scenario == "decide":
         # Decide runs about as fast as create; a margin, so that no id repeats (a repeat
         # would show as errors).
-        needed = max(2_000, int(2 * bench.create_rps * opts.duration))
+        needed = max(2_000, int(2 * max(bench.create_rps, bench.decide_rps) * opts.duration))
         path = decide_file(bench, server, needed, f"{side}-{time.time_ns()}")
         args = [str(path), str(opts.threads)]
     path_ = "/api/v1/approvals"
     figure = measure(opts, bench.workdir, server, side, scenario, path_, scenario, args, auth)
     if scenario == "create":
         bench.create_rps = figure.rps
+    elif scenario == "decide":
+        bench.decide_rps = figure.rps
     return figure
 
 
@@ -336,7 +355,8 @@ def print_summary(results: dict[str, Any]) -> None:
     print(
         f"signoff replacements, {results['started_at']}, {results['machine']['cpus']} CPUs "
         f"({results['machine']['cpu_model']}), load {results['machine']['load_average_at_start']}"
-        f" at start, {results['machine']['load_average_at_end']} at end; SQLite"
+        f" at start, {results['machine']['load_average_at_end']} at end; SQLite, and"
+        " PostgreSQL for pgpool"
     )
     print("gain = what the replacement (A) saves against the library's behaviour (B), per pair")
     header = (
@@ -373,6 +393,11 @@ def parse_args(argv: list[str] | None) -> tuple[Options, argparse.Namespace]:
     parser.add_argument("--seed", type=int, default=5_000, help="requests seeded first")
     parser.add_argument("--bursts", type=int, default=5, help="accept: bursts per run")
     parser.add_argument("--output", type=Path, default=RESULTS_DIR / "replacements.json")
+    parser.add_argument(
+        "--postgres-url",
+        default=DEFAULT_POSTGRES_URL,
+        help="pgpool: a server where the bench may create (and drop) a database of its own",
+    )
     args = parser.parse_args(argv)
     args.only = [name.strip() for name in args.only.split(",") if name.strip()]
     if unknown := set(args.only) - set(SWITCHES):
@@ -386,7 +411,7 @@ def parse_args(argv: list[str] | None) -> tuple[Options, argparse.Namespace]:
         seed=args.seed,
         list_pages=50,
         databases=["sqlite"],
-        postgres_url="",
+        postgres_url=args.postgres_url,
         output=args.output,
     )
     return opts, args
@@ -410,13 +435,24 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         with tempfile.TemporaryDirectory(prefix="signoff-bench-replacements-") as tmp:
-            bench = prepare(opts, Path(tmp))
-            for replacement in args.only:
-                if replacement in WRK_SCENARIOS:
-                    measured = bench_wrk(bench, replacement, args.pairs)
-                else:
-                    measured = bench_accept(bench, args.pairs, args.bursts)
-                results["replacements"][replacement] = measured
+            benches: dict[bool, Bench] = {}
+            with ExitStack() as databases:
+                for replacement in args.only:
+                    on_postgres = replacement in ON_POSTGRES
+                    if on_postgres not in benches:
+                        url = (
+                            databases.enter_context(postgres_database(opts.postgres_url))
+                            if on_postgres
+                            else f"sqlite:///{Path(tmp) / 'sqlite' / 'signoff.db'}"
+                        )
+                        workdir = Path(tmp) / ("postgresql" if on_postgres else "sqlite")
+                        benches[on_postgres] = prepare(opts, workdir, url)
+                    bench = benches[on_postgres]
+                    if replacement in WRK_SCENARIOS:
+                        measured = bench_wrk(bench, replacement, args.pairs)
+                    else:
+                        measured = bench_accept(bench, args.pairs, args.bursts)
+                    results["replacements"][replacement] = measured
     except BenchError as exc:
         log(f"error: {exc}")
         return 1

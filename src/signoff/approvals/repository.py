@@ -338,7 +338,7 @@ def _confirmed(row: Any, check: PrincipalCheck) -> RequestRecord | None:
     if row is None:
         return None
     check.confirm(row.principal_live)
-    return RequestRecord(*row[:-1])
+    return RequestRecord._make(row[:-1])
 
 
 class ApprovalRepository:

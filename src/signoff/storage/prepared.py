@@ -151,9 +151,16 @@ class _Compiled:
         self.bind_processors: tuple[Processor, ...] = tuple(
             binds[name].type.dialect_impl(dialect).bind_processor(dialect) for name in self.names
         )
-        self.result_processors: tuple[Processor, ...] = tuple(
+        result_processors = (
             column.type.dialect_impl(dialect).result_processor(dialect, None)
             for column in query.statement.exported_columns
+        )
+        # Only the columns whose values are converted are visited per row: on PostgreSQL,
+        # where asyncpg decodes most types itself, a request's timestamps of its 27 columns.
+        self.converted: tuple[tuple[int, Callable[[Any], Any]], ...] = tuple(
+            (index, process)
+            for index, process in enumerate(result_processors)
+            if process is not None
         )
         self.row_type = query.row_type
 
@@ -165,12 +172,11 @@ class _Compiled:
         return values
 
     def row(self, raw: Sequence[Any]) -> tuple[Any, ...]:
-        return self.row_type(
-            *[
-                process(value) if process is not None else value
-                for process, value in zip(self.result_processors, raw, strict=True)
-            ]
-        )
+        values = list(raw)
+        for index, process in self.converted:
+            values[index] = process(values[index])
+        made: tuple[Any, ...] = self.row_type._make(values)  # type: ignore[attr-defined]
+        return made
 
 
 class QueryRunner:

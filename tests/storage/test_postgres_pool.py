@@ -1,19 +1,25 @@
-"""PostgreSQL's pool (src/signoff/db.py): an idle connection the server dropped is
+"""PostgreSQL's pools (src/signoff/storage): an idle connection the server dropped is
 replaced before use, a busy one is not pinged, and the hot path's reads run without a
-transaction around them."""
+transaction around them. The hot path's connections (``ConnectionLender``): one call per
+connection at a time, at most ``size`` open, reused after a call that returned or failed
+in PostgreSQL, closed after a cancelled call, replaced when the server dropped them, and
+closed when idle (one kept)."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from signoff.storage import database as db_module
+from signoff.storage.asyncpg_shape import ConnectionLender, ReadPool, asyncpg_dsn
 from signoff.storage.database import Database
 from signoff.storage.prepared import PreparedQuery
 from tests.conftest import POSTGRES_URL, _create_pg_database, _drop_pg_database
@@ -127,3 +133,147 @@ async def test_reads_whose_plans_depend_on_their_values_are_planned_for_each_cal
     [[generic]] = await database.queries.snapshot_read((setting, {}))
     [[per_call]] = await database.queries.snapshot_read((setting, {}), plan_each_call=True)
     assert (generic.mode, per_call.mode) == ("auto", "force_custom_plan")
+
+
+# ---- the hot path's connections ----
+
+
+def lender_on(
+    url: str, size: int = 2, idle_seconds: float = 60.0, name: str = "signoff-tests"
+) -> ConnectionLender:
+    """A lender whose connections show as ``name`` in ``pg_stat_activity``."""
+    dsn = asyncpg_dsn(url)
+    settings = {"application_name": name}
+    return ConnectionLender(
+        lambda: asyncpg.connect(dsn, server_settings=settings), size, idle_seconds
+    )
+
+
+@pytest.fixture
+async def lender(postgres_url: str) -> AsyncIterator[ConnectionLender]:
+    lender = lender_on(postgres_url)
+    yield lender
+    await lender.close()
+
+
+async def lent_pid(lender: ConnectionLender, hold_seconds: float = 0.0) -> int:
+    async def work(connection: Any) -> int:
+        pid = int(await connection.fetchval("SELECT pg_backend_pid()"))
+        if hold_seconds:
+            await connection.execute(f"SELECT pg_sleep({hold_seconds})")
+        return pid
+
+    return int(await lender.run(work))
+
+
+async def sessions_open(postgres_url: str, name: str) -> int:
+    """Connections to the test's database named ``name`` (``lender_on``)."""
+    admin = await asyncpg.connect(asyncpg_dsn(postgres_url))
+    try:
+        return int(
+            await admin.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND application_name = $1",
+                name,
+            )
+        )
+    finally:
+        await admin.close()
+
+
+async def test_a_connection_serves_one_call_at_a_time_and_calls_past_the_size_wait(
+    lender: ConnectionLender,
+) -> None:
+    in_use: set[int] = set()
+    most = 0
+
+    async def call() -> int:
+        nonlocal most
+
+        async def work(connection: Any) -> int:
+            nonlocal most
+            pid = int(await connection.fetchval("SELECT pg_backend_pid()"))
+            assert pid not in in_use  # no other call on this connection meanwhile
+            in_use.add(pid)
+            most = max(most, len(in_use))
+            await connection.execute("SELECT pg_sleep(0.05)")
+            in_use.discard(pid)
+            return pid
+
+        return int(await lender.run(work))
+
+    pids = await asyncio.gather(*(call() for _ in range(7)))
+    assert most == 2
+    assert len(set(pids)) == 2
+
+
+async def test_the_connection_is_reused_after_a_call_and_after_an_error_postgresql_reports(
+    lender: ConnectionLender,
+) -> None:
+    first = await lent_pid(lender)
+    with pytest.raises(asyncpg.DivisionByZeroError):
+        await lender.run(lambda connection: connection.fetchval("SELECT 1 / 0"))
+    assert await lent_pid(lender) == first
+
+
+async def test_a_cancelled_call_closes_its_connection_and_the_next_call_opens_another(
+    lender: ConnectionLender, postgres_url: str
+) -> None:
+    first = await lent_pid(lender)
+    slow = asyncio.create_task(lent_pid(lender, hold_seconds=5))
+    await asyncio.sleep(0.2)
+    slow.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await slow
+    second = await lent_pid(lender)  # not "another operation is in progress"
+    assert second != first
+
+
+async def test_a_lent_connection_the_server_closed_while_idle_is_replaced_unseen(
+    lender: ConnectionLender, postgres_url: str
+) -> None:
+    first = await lent_pid(lender)
+    await terminate(postgres_url, first)
+    await asyncio.sleep(0.2)  # the connection reads the server's goodbye
+    second = await lent_pid(lender)
+    assert second != first
+
+
+async def test_a_waiting_call_that_is_cancelled_passes_its_turn_on(postgres_url: str) -> None:
+    lender = lender_on(postgres_url, size=1)
+    try:
+        holding = asyncio.create_task(lent_pid(lender, hold_seconds=0.2))
+        await asyncio.sleep(0.05)
+        waiting = asyncio.create_task(lent_pid(lender))
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        pid = await holding
+        assert await asyncio.wait_for(lent_pid(lender), 2) == pid
+        assert waiting.cancelled()
+    finally:
+        await lender.close()
+
+
+async def test_connections_idle_for_their_time_are_closed_but_one(postgres_url: str) -> None:
+    lender = lender_on(postgres_url, size=3, idle_seconds=0.2, name="signoff-idle")
+    try:
+        await asyncio.gather(*(lent_pid(lender, hold_seconds=0.05) for _ in range(3)))
+        assert await sessions_open(postgres_url, "signoff-idle") == 3
+        await asyncio.sleep(0.6)
+        assert await sessions_open(postgres_url, "signoff-idle") == 1
+        await lent_pid(lender)  # the one kept still serves
+    finally:
+        await lender.close()
+    await asyncio.sleep(0.1)
+    assert await sessions_open(postgres_url, "signoff-idle") == 0
+
+
+async def test_the_read_pool_decodes_json_as_the_engine_does(postgres_url: str) -> None:
+    pool = ReadPool(postgres_url)
+    try:
+        value = await pool.fetch(
+            lambda connection: connection.fetchval("""SELECT '{"a": [1, 2.5]}'::jsonb""")
+        )
+    finally:
+        await pool.close()
+    assert value == {"a": [1, 2.5]}

@@ -82,7 +82,7 @@ class ReadPool:
         self, url: str, size: int = READ_POOL_SIZE, *, plan_each_call: bool = False
     ) -> None:
         """``plan_each_call``: PostgreSQL plans every execution for its values (see
-        ``_connect``); else it may keep a generic plan after a statement's fifth run."""
+        below); else it may keep a generic plan after a statement's fifth run."""
         self._dsn = asyncpg_dsn(url)
         self._size = size
         # With ``plan_each_call``, each execution is planned for its values. asyncpg

@@ -94,6 +94,8 @@ class NotificationSender:
         self.last_chat_message: dict[uuid.UUID, float] = {}
         self.messages_sent = 0
         self.planned_last_round = False
+        # Plans taken by the last ``run_once`` (all its claims): the loop's burst measure.
+        self.plans_last_round = 0
 
     def request_url(self, request_id: uuid.UUID) -> str:
         return f"{self.settings.public_url}/requests/{request_id}"
@@ -105,10 +107,12 @@ class NotificationSender:
         """One round: plan what waits and claim what is due, send it, record it; again
         while a backlog of plans remains. Answers rows claimed."""
         claimed = 0
+        self.plans_last_round = 0
         while True:
             token = new_id()
             outgoing, taken, planned = await self._claim(token)
             self.planned_last_round = planned > 0
+            self.plans_last_round += planned
             claimed += taken
             if outgoing:
                 results = await asyncio.gather(*(self._send(message) for message in outgoing))

@@ -54,6 +54,9 @@ async def run_notification_sender(ctx: AppContext, stop: asyncio.Event) -> None:
     loop = asyncio.get_running_loop()
     next_reconnect = 0.0
     gather = WAKEUP_GATHER_SECONDS
+    # Whether this round began after a gather: only those measure a burst (a round run at
+    # once, for plans committed just as the last one ended, finds a few by chance).
+    gathered = False
     try:
         while not stop.is_set():
             if listener and not listener.alive and loop.time() >= next_reconnect:
@@ -62,7 +65,9 @@ async def run_notification_sender(ctx: AppContext, stop: asyncio.Event) -> None:
             sender.wakeup.clear()
             try:
                 claimed = await sender.run_once()
-                gather = next_gather(gather, sender.plans_last_round)
+                if gathered:
+                    gather = next_gather(gather, sender.plans_last_round)
+                gathered = False
                 if claimed >= CLAIM_LIMIT:
                     continue  # a backlog: claim again at once
                 # Woken during the round (a burst of creates): the next round is soon
@@ -78,6 +83,7 @@ async def run_notification_sender(ctx: AppContext, stop: asyncio.Event) -> None:
                 if sender.wakeup.is_set():
                     # Woken by a commit: the commits of a burst share the next claim.
                     await _wait_either(stop, asyncio.Event(), gather)
+                    gathered = True
     finally:
         if listener:
             await listener.close()

@@ -204,3 +204,25 @@ def test_an_smtp_url_must_be_one() -> None:
 
     with pytest.raises(ValueError, match="SIGNOFF_SMTP_URL"):
         SmtpServer.from_url("http://mail.acme")
+
+
+def test_the_senders_wait_grows_during_a_burst_and_not_for_a_lone_create() -> None:
+    from signoff.worker.notifications import (
+        BURST_GATHER_SECONDS,
+        WAKEUP_GATHER_SECONDS,
+        next_gather,
+    )
+
+    # A lone create (one plan a round) keeps the short wait: its mail is not held back.
+    assert next_gather(WAKEUP_GATHER_SECONDS, 1) == WAKEUP_GATHER_SECONDS
+    assert next_gather(WAKEUP_GATHER_SECONDS, 0) == WAKEUP_GATHER_SECONDS
+    # Rounds of several creates: the wait doubles, up to its ceiling.
+    gather = WAKEUP_GATHER_SECONDS
+    waits = []
+    for _ in range(5):
+        gather = next_gather(gather, 8)
+        waits.append(gather)
+    assert waits[0] == 2 * WAKEUP_GATHER_SECONDS
+    assert waits == sorted(waits) and waits[-1] == BURST_GATHER_SECONDS
+    # The burst over, back to the short wait at once.
+    assert next_gather(gather, 1) == WAKEUP_GATHER_SECONDS

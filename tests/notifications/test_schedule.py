@@ -381,3 +381,42 @@ async def test_a_plan_that_cannot_be_planned_is_parked_and_holds_up_nothing(
     ctx.poisoned.clock = lambda: waited  # its wait is over
     sent = await round_of(ctx, mailbox)
     assert len(sent) == 1 and "Cannot be planned" in sent[0][1]
+
+
+async def test_a_channels_interval_counts_from_the_end_of_its_last_send(
+    api: httpx.AsyncClient, ctx: AppContext, org: Org
+) -> None:
+    """A slow send does not eat into the channel's interval: the next message may start an
+    interval after the previous one was accepted, not after it was claimed."""
+    from bench.receiver import Receiver
+
+    clock = Clock()
+    sender = ctx.notifications
+    sender.clock = clock
+    post_json = sender.http.post_json
+
+    async def slow_post(*args: object, **kwargs: object) -> object:
+        clock.advance(0.6 / 60)  # the chat service takes 0.6 s to accept it
+        return await post_json(*args, **kwargs)  # type: ignore[arg-type]
+
+    sender.http.post_json = slow_post  # type: ignore[method-assign]
+    async with Receiver() as slack:
+        document = {
+            "channels": {"s": {"type": "slack", "webhook_url": slack.url}},
+            "rules": [{"channels": ["s"]}],
+        }
+        saved = await api.put("/api/v1/routing", json=document, headers=org.admin.headers)
+        assert saved.status_code == 200
+        await create_approval(api, org.member, title="First")
+        await sender.run_once()
+        assert len(slack.received) == 1
+        await create_approval(api, org.member, title="Second")
+        # 1.1 s after the first send was claimed, but only 0.5 s after it ended: wait.
+        clock.advance(0.5 / 60)
+        await sender.run_once()
+        assert len(slack.received) == 1
+        # An interval (1 s) after the end of the first send: the second goes out.
+        clock.advance(0.5 / 60)
+        await sender.run_once()
+        assert len(slack.received) == 2
+    assert b"Second" in slack.received[1].body

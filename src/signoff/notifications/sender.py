@@ -1,11 +1,12 @@
 """The process's notification machinery: claim due notifications, send, record.
 
-A round is three transactions' worth, the way callbacks are delivered
+A round is a few transactions' worth, the way callbacks are delivered
 (``webhooks/dispatcher.py``), and only the middle step talks to anyone outside:
-1. a claim, which first plans what changes left to plan (``service.plan_waiting``: the
-   rows of a create or of steps opening are written and their plans deleted, so a sender
-   killed before the commit leaves the plans to the next), then leases due rows to this
-   process and, in the same transaction, issues the one-click links of the messages
+1. a claim, which first plans what changes left to plan (``service.plan_waiting``, a
+   transaction of its own: the rows of a create or of steps opening are written and their
+   plans deleted, so a sender killed before the commit leaves the plans to the next),
+   then leases due rows to this process and, in the same transaction, issues the
+   one-click links of the messages
    about to go out (only their hashes are stored), puts back chat notifications that
    must wait for their channel's digest, and voids those whose request was decided
    meanwhile;
@@ -35,10 +36,13 @@ from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
-from signoff.models.notifications import Notification
 from signoff.notifications import messages, service
 from signoff.notifications.channels import HttpChannels, SmtpServer, send_mail
-from signoff.notifications.repository import ClaimedRow, NotificationRepository
+from signoff.notifications.repository import (
+    ClaimedNotification,
+    ClaimedRow,
+    NotificationRepository,
+)
 from signoff.notifications.routing import CHAT_TYPES, RequestFacts, plan_chat_messages
 from signoff.storage import Database
 from signoff.webhooks.delivery import AttemptResult, ClientPool
@@ -94,6 +98,8 @@ class NotificationSender:
         self.last_chat_message: dict[uuid.UUID, float] = {}
         self.messages_sent = 0
         self.planned_last_round = False
+        # Plans taken by the last ``run_once`` (all its claims): the loop's burst measure.
+        self.plans_last_round = 0
 
     def request_url(self, request_id: uuid.UUID) -> str:
         return f"{self.settings.public_url}/requests/{request_id}"
@@ -105,10 +111,12 @@ class NotificationSender:
         """One round: plan what waits and claim what is due, send it, record it; again
         while a backlog of plans remains. Answers rows claimed."""
         claimed = 0
+        self.plans_last_round = 0
         while True:
             token = new_id()
             outgoing, taken, planned = await self._claim(token)
             self.planned_last_round = planned > 0
+            self.plans_last_round += planned
             claimed += taken
             if outgoing:
                 results = await asyncio.gather(*(self._send(message) for message in outgoing))
@@ -120,8 +128,13 @@ class NotificationSender:
     # ---- 1. plan and claim ----
 
     async def _claim(self, token: uuid.UUID) -> tuple[list[Outgoing], int, int]:
-        """Messages to send, rows claimed, plans taken. Planning shares the claim's
-        transaction: what a create plans is claimed with it, for one commit, not two."""
+        """Messages to send, rows claimed, plans taken.
+
+        Planning and claiming are two turns at the writer, not one: in ``signoff serve``
+        on SQLite a writer's block runs on the event loop without a break, and the API's
+        creates queued behind the first turn write before the second. (Planned rows
+        committed by the first are claimed by the second, or by any sender after a crash
+        between them: they are pending rows like any other.)"""
         now = self.clock()
         lease = now + timedelta(seconds=self.settings.notification_lease_seconds)
         # Chat channels told less than an interval ago: their rows are not even claimed
@@ -130,6 +143,8 @@ class NotificationSender:
         async with self.db.write_transaction() as session:
             repo = NotificationRepository(session, self.db.dialect)
             planned = await service.plan_waiting(repo, now, PLAN_LIMIT, self.poisoned)
+        async with self.db.write_transaction() as session:
+            repo = NotificationRepository(session, self.db.dialect)
             ids = await repo.claim_due(token, now, lease, CLAIM_LIMIT, waiting)
             rows = await repo.get_claimed(ids, token)
             live, void = _split_decided(rows)
@@ -314,10 +329,13 @@ class NotificationSender:
             created_at=now,
             expires_at=None,
         )
-        notification = Notification(
+        notification = ClaimedNotification(
             id=sample.id,
+            request_id=sample.id,
             kind="created",
             recipient=member.user_email if channel.type == "email" else channel_name,
+            recipient_user_id=None,
+            require_sign_in=False,
             attempts=0,
         )
         row = ClaimedRow(notification, channel, sample, "pending")

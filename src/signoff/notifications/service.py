@@ -184,16 +184,26 @@ async def _check_named_users(
         raise ValidationFailed.for_fields(wrong)
 
 
-# Parsed rules by (org, version): the create path validates an org's document once per
-# change, not once per request.
+# Parsed rules and channel references by (org, version): a document and its channels
+# change together, only by ``write_routing`` (which gives the document a new version), so
+# the sender reads them once per change, not once per planning round. A version of an
+# org no longer current is never asked for again; the cache is emptied when full.
 _PARSED: dict[tuple[uuid.UUID, datetime], RoutingDocument] = {}
+_CHANNELS: dict[tuple[uuid.UUID, datetime], dict[str, ChannelRef]] = {}
 _PARSED_MAX = 1024
 
 
 async def load_document(repo: NotificationRepository, org_id: uuid.UUID) -> RoutingDocument | None:
+    document, _ = await _load_versioned(repo, org_id)
+    return document
+
+
+async def _load_versioned(
+    repo: NotificationRepository, org_id: uuid.UUID
+) -> tuple[RoutingDocument | None, datetime | None]:
     stored = await repo.routing_rules(org_id)
     if stored is None or not stored[0]:
-        return None
+        return None, None
     rules, version = stored
     key = (org_id, version)
     document = _PARSED.get(key)
@@ -201,7 +211,23 @@ async def load_document(repo: NotificationRepository, org_id: uuid.UUID) -> Rout
         if len(_PARSED) >= _PARSED_MAX:
             _PARSED.clear()
         document = _PARSED[key] = RoutingDocument.model_validate({"rules": rules})
-    return document
+    return document, version
+
+
+async def load_routing(
+    repo: NotificationRepository, org_id: uuid.UUID
+) -> tuple[RoutingDocument | None, dict[str, ChannelRef]]:
+    """The org's rules and its channels by name (none without rules)."""
+    document, version = await _load_versioned(repo, org_id)
+    if document is None or version is None:
+        return None, {}
+    key = (org_id, version)
+    channels = _CHANNELS.get(key)
+    if channels is None:
+        if len(_CHANNELS) >= _PARSED_MAX:
+            _CHANNELS.clear()
+        channels = _CHANNELS[key] = await repo.channel_refs(org_id)
+    return document, channels
 
 
 # ---- the hooks (each in the transaction of the change it reports) ----
@@ -313,13 +339,12 @@ class _OrgRouting:
     @classmethod
     async def load(cls, repo: NotificationRepository, org_id: uuid.UUID) -> _OrgRouting:
         try:
-            document = await load_document(repo, org_id)
+            document, channels = await load_routing(repo, org_id)
         except ValidationError:
             # A stored document this version no longer accepts must not hold up every
             # other org's plans: this org notifies nobody until an admin saves it again.
             logger.warning("org %s: its stored routing document is not valid; skipped", org_id)
-            document = None
-        channels = await repo.channel_refs(org_id) if document else {}
+            document, channels = None, {}
         return cls(document, channels)
 
     async def people(

@@ -28,6 +28,21 @@ logger = logging.getLogger(__name__)
 
 # How long a woken sender waits for more commits before it claims.
 WAKEUP_GATHER_SECONDS = 0.05
+# During a burst (rounds that each plan several creates) the wait doubles, up to this:
+# a round's fixed cost (its reads, its transaction) is paid once for more creates, and in
+# ``signoff serve`` that cost is event-loop time the API's requests wait for. It stays well
+# inside the promise of a mail within a second of its create's commit.
+BURST_GATHER_SECONDS = 0.25
+# A round that planned at least this many plans counts as part of a burst.
+BURST_PLANS = 2
+
+
+def next_gather(gather: float, plans_last_round: int) -> float:
+    """The wait after the next wake-up: longer while a burst goes on, short again once a
+    round finds a single change (a lone create is sent without the burst's wait)."""
+    if plans_last_round >= BURST_PLANS:
+        return min(BURST_GATHER_SECONDS, gather * 2)
+    return WAKEUP_GATHER_SECONDS
 
 
 async def run_notification_sender(ctx: AppContext, stop: asyncio.Event) -> None:
@@ -38,6 +53,10 @@ async def run_notification_sender(ctx: AppContext, stop: asyncio.Event) -> None:
         listener = PostgresListener(ctx.settings.database_url, sender.wakeup.set, NOTIFY_CHANNEL)
     loop = asyncio.get_running_loop()
     next_reconnect = 0.0
+    gather = WAKEUP_GATHER_SECONDS
+    # Whether this round began after a gather: only those measure a burst (a round run at
+    # once, for plans committed just as the last one ended, finds a few by chance).
+    gathered = False
     try:
         while not stop.is_set():
             if listener and not listener.alive and loop.time() >= next_reconnect:
@@ -45,7 +64,11 @@ async def run_notification_sender(ctx: AppContext, stop: asyncio.Event) -> None:
                 next_reconnect = loop.time() + RECONNECT_SECONDS
             sender.wakeup.clear()
             try:
-                if await sender.run_once() >= CLAIM_LIMIT:
+                claimed = await sender.run_once()
+                if gathered:
+                    gather = next_gather(gather, sender.plans_last_round)
+                gathered = False
+                if claimed >= CLAIM_LIMIT:
                     continue  # a backlog: claim again at once
                 # Woken during the round (a burst of creates): the next round is soon
                 # anyway, so the due time is not worth a query.
@@ -59,7 +82,8 @@ async def run_notification_sender(ctx: AppContext, stop: asyncio.Event) -> None:
                 await _wait_either(stop, sender.wakeup, sleep)
                 if sender.wakeup.is_set():
                     # Woken by a commit: the commits of a burst share the next claim.
-                    await _wait_either(stop, asyncio.Event(), WAKEUP_GATHER_SECONDS)
+                    await _wait_either(stop, asyncio.Event(), gather)
+                    gathered = True
     finally:
         if listener:
             await listener.close()

@@ -39,6 +39,12 @@ ADAPTER_ATTRIBUTES = ("_connection", "_transaction", "_start_transaction")
 READ_POOL_SIZE = 16
 # Filtered and searched list pages (``plan_each_call``): two or three round trips each.
 PLANNED_READ_POOL_SIZE = 8
+# The hot path's writes commit without their triggers' NOTIFY: a notifying commit holds
+# the database's notification lock until it is on disk, so such commits queue one behind
+# the other. The process sends those notifications itself, in batches, once the
+# transaction is over (``AppContext.transaction``, ``storage.notifications.Notifier``;
+# migration 0019). Only ``AppContext.transaction`` writes through these connections.
+NOTIFY_AFTER_COMMIT = {"signoff.notify_after_commit": "on"}
 
 
 def asyncpg_dsn(url: str) -> str:
@@ -79,7 +85,9 @@ class ReadPool:
         ``_open``); else it may keep a generic plan after a statement's fifth run."""
         self._dsn = asyncpg_dsn(url)
         self._size = size
-        self._server_settings = {"plan_cache_mode": "force_custom_plan"} if plan_each_call else {}
+        self._server_settings = (
+            {"plan_cache_mode": "force_custom_plan"} if plan_each_call else NOTIFY_AFTER_COMMIT
+        )
         self._pool: Any = None
         self._opening: asyncio.Lock | None = None
 

@@ -24,8 +24,7 @@ from signoff.oauth.credentials import hash_token, looks_like_access_token
 from signoff.orgs.last_used import ConnectionUse
 from signoff.orgs.repository import PrincipalsByKey
 from signoff.ratelimit.limiter import RateLimiter
-from signoff.storage import ChannelListener, Database
-from signoff.storage.notifications import Notifier
+from signoff.storage import ChannelListener, Database, Notifier
 from signoff.unit_of_work import RequestChange, UnitOfWork
 from signoff.webhooks.dispatcher import WebhookDispatcher
 from signoff.webhooks.service import outbox_of, start_outbox

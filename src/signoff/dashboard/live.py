@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from signoff.storage.notifications import Notifier
+from signoff.storage import Notifier
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from signoff.oauth.credentials import hash_token, looks_like_access_token
 from signoff.orgs.last_used import ConnectionUse
 from signoff.orgs.repository import PrincipalsByKey
 from signoff.ratelimit.limiter import RateLimiter
-from signoff.storage import ChannelListener, Database, Notifier
+from signoff.storage import ChannelListener, Database, Notifier, notifies_left_to_caller
 from signoff.unit_of_work import RequestChange, UnitOfWork
 from signoff.webhooks.dispatcher import WebhookDispatcher
 from signoff.webhooks.service import outbox_of, start_outbox
@@ -166,7 +166,7 @@ class AppContext:
             try:
                 yield uow
             except BaseException:
-                if self.notifier is not None:
+                if self.notifier is not None and notifies_left_to_caller(session):
                     # A statement of the block may have committed on its own, in
                     # autocommit, before the raise: others are told anyway, and a wake-up
                     # for nothing costs its listener one read.
@@ -177,18 +177,20 @@ class AppContext:
             # Read before the block ends: on SQLite the session is shared with other
             # writers (group commit), and its ``info`` is emptied for the next one.
             wrote_notifications = session.info.pop(WROTE_NOTIFICATIONS, False)
+            notifies_left = notifies_left_to_caller(session)
         self.publish(uow.changes)
         if wrote_notifications:
             self.notifications.wakeup.set()  # committed: send them now
-        if self.notifier is not None:
+        if self.notifier is not None and notifies_left:
             self._tell_other_processes(uow.changes, wrote_notifications)
 
     def _tell_other_processes(
         self, changes: Sequence[RequestChange], wrote_notifications: bool
     ) -> None:
-        """PostgreSQL: what the triggers of migrations 0011 and 0015 send, for the writes
-        the hot path's connections made without (migration 0019). On other connections
-        the triggers sent them already; a second wake-up costs its listener one read."""
+        """PostgreSQL: what the triggers of migrations 0011 and 0015 send, for a
+        transaction that wrote on the hot path's connections, where they send nothing
+        (migration 0019). A wake-up for a change that was not a status change costs its
+        listener one read."""
         assert self.notifier is not None
         for change in changes:
             self.notifier.send(REQUEST_CHANNEL, str(change.request_id))

@@ -17,13 +17,14 @@ from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.dashboard.live import OrgSignals
+from signoff.notifications.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
 from signoff.notifications.repository import WROTE_NOTIFICATIONS
 from signoff.notifications.sender import NotificationSender
 from signoff.oauth.credentials import hash_token, looks_like_access_token
 from signoff.orgs.last_used import ConnectionUse
 from signoff.orgs.repository import PrincipalsByKey
 from signoff.ratelimit.limiter import RateLimiter
-from signoff.storage import ChannelListener, Database
+from signoff.storage import ChannelListener, Database, Notifier, notifies_left_to_caller
 from signoff.unit_of_work import RequestChange, UnitOfWork
 from signoff.webhooks.dispatcher import WebhookDispatcher
 from signoff.webhooks.service import outbox_of, start_outbox
@@ -123,6 +124,8 @@ class AppContext:
     live: OrgSignals = field(init=False)
     # Notifications: claims, sends and records (notifications/sender.py).
     notifications: NotificationSender = field(init=False)
+    # PostgreSQL: tells other processes, after each commit, what it changed (migration 0019).
+    notifier: Notifier | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.webhooks = WebhookDispatcher(self.settings, self.db, self.box, self.poisoned)
@@ -137,7 +140,8 @@ class AppContext:
             self.poisoned,
         )
         postgres = self.db.dialect == "postgresql"
-        self.live = OrgSignals(self.settings.database_url if postgres else None)
+        self.notifier = Notifier(self.settings.database_url) if postgres else None
+        self.live = OrgSignals(self.settings.database_url if postgres else None, self.notifier)
         if postgres:
             # Decisions made by other processes wake this one's long polls (a trigger's
             # NOTIFY on every status change, migration 0011).
@@ -159,13 +163,39 @@ class AppContext:
             # Callbacks written by this transaction are held by it for this long.
             outbox = start_outbox(session, self.settings.delivery_lease_seconds)
             uow = UnitOfWork(session, self.db.dialect, outbox, self.db.queries)
-            yield uow
+            try:
+                yield uow
+            except BaseException:
+                if self.notifier is not None and notifies_left_to_caller(session):
+                    # A statement of the block may have committed on its own, in
+                    # autocommit, before the raise: others are told anyway, and a wake-up
+                    # for nothing costs its listener one read.
+                    self._tell_other_processes(
+                        uow.changes, bool(session.info.get(WROTE_NOTIFICATIONS))
+                    )
+                raise
             # Read before the block ends: on SQLite the session is shared with other
             # writers (group commit), and its ``info`` is emptied for the next one.
             wrote_notifications = session.info.pop(WROTE_NOTIFICATIONS, False)
+            notifies_left = notifies_left_to_caller(session)
         self.publish(uow.changes)
         if wrote_notifications:
             self.notifications.wakeup.set()  # committed: send them now
+        if self.notifier is not None and notifies_left:
+            self._tell_other_processes(uow.changes, wrote_notifications)
+
+    def _tell_other_processes(
+        self, changes: Sequence[RequestChange], wrote_notifications: bool
+    ) -> None:
+        """PostgreSQL: what the triggers of migrations 0011 and 0015 send, for a
+        transaction that wrote on the hot path's connections, where they send nothing
+        (migration 0019). A wake-up for a change that was not a status change costs its
+        listener one read."""
+        assert self.notifier is not None
+        for change in changes:
+            self.notifier.send(REQUEST_CHANNEL, str(change.request_id))
+        if wrote_notifications:
+            self.notifier.send(PLAN_CHANNEL)
 
     def publish(self, changes: Sequence[RequestChange]) -> None:
         """Tell this process's watchers (long polls) of requests a commit changed, and the
@@ -212,6 +242,8 @@ class AppContext:
     async def close(self) -> None:
         await self.connection_use.settled()
         await self.live.close()
+        if self.notifier is not None:
+            await self.notifier.close()
         await self.waiters.stop_listening()
         await self.webhooks.close()
         await self.db.dispose()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import logging
 import os
 import signal
@@ -174,6 +175,17 @@ def listening_socket(host: str, port: int, backlog: int = 2048) -> socket.socket
     return listener
 
 
+def keep_startup_objects_out_of_collections() -> None:
+    """Move what exists now (modules, classes, functions, the app: hundreds of thousands
+    of objects that live as long as the process) out of the cyclic garbage collector's
+    sight. Each full collection otherwise walks them all, holding the event loop, and
+    every request in flight waits for it: the longest pauses of a server under load
+    (docs/engineering-log.md, *Issue 24, section 1: the tail*). Objects made later are
+    collected as usual."""
+    gc.collect()
+    gc.freeze()
+
+
 def run_server(
     application: Any,
     listener: socket.socket,
@@ -195,6 +207,7 @@ def run_server(
         proxy_headers=True,
         timeout_graceful_shutdown=10,
     )
+    keep_startup_objects_out_of_collections()
     if os.environ.get(STOCK_SWITCH) == "1":
         uvicorn.Server(config).run(sockets=[listener])
         return

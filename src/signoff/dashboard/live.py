@@ -2,8 +2,9 @@
 
 ``RequestWaiters`` (context.py) wakes long polls of one request; this wakes the open
 inboxes of one org, which then read their rows again. In one process the signal is an
-in-memory broadcast. On PostgreSQL each process also sends it with NOTIFY and listens on
-one dedicated connection, so a request created or decided on any replica reaches every
+in-memory broadcast. On PostgreSQL each process also sends it with NOTIFY (in the
+process's batches after commit, ``storage.notifications.Notifier``) and listens on one
+dedicated connection, so a request created or decided on any replica reaches every
 replica's open pages.
 """
 
@@ -19,6 +20,8 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from signoff.storage import Notifier
+
 logger = logging.getLogger(__name__)
 
 NOTIFY_CHANNEL = "signoff_live"
@@ -27,11 +30,13 @@ NOTIFY_CHANNEL = "signoff_live"
 class OrgSignals:
     """Per-org wake-ups for the dashboard's server-sent events."""
 
-    def __init__(self, database_url: str | None = None) -> None:
+    def __init__(self, database_url: str | None = None, notifier: Notifier | None = None) -> None:
+        """PostgreSQL: ``database_url`` to listen on, ``notifier`` to send with."""
         self._watchers: dict[uuid.UUID, set[asyncio.Event]] = {}
         # How many changes this process has heard of, per org: what ``CountsCache`` keys on.
         self._versions: dict[uuid.UUID, int] = {}
         self._postgres = _PostgresRelay(database_url, self._wake) if database_url else None
+        self._notifier = notifier
         self.counts = CountsCache(self)
 
     def version(self, org_id: uuid.UUID) -> int:
@@ -58,8 +63,9 @@ class OrgSignals:
     def request_changed(self, org_id: uuid.UUID) -> None:
         """A request of the org was created or left pending (the hook of every writer)."""
         self._wake(org_id)
-        if self._postgres is not None:
-            self._postgres.publish(org_id)
+        if self._notifier is not None:
+            # A burst's changes of one org go out as one notification (``Notifier``).
+            self._notifier.send(NOTIFY_CHANNEL, org_id.hex)
 
     def _wake(self, org_id: uuid.UUID) -> None:
         self._versions[org_id] = self._versions.get(org_id, 0) + 1
@@ -99,7 +105,7 @@ class CountsCache:
 
 
 class _PostgresRelay:
-    """One asyncpg connection per process: LISTENs for, and sends, the org signals."""
+    """One asyncpg connection per process that LISTENs for the org signals."""
 
     def __init__(self, database_url: str, on_signal: Any) -> None:
         self.dsn = (
@@ -110,7 +116,6 @@ class _PostgresRelay:
         self.on_signal = on_signal
         self._connection: Any = None
         self._lock = asyncio.Lock()
-        self._sends: set[asyncio.Task[None]] = set()
 
     async def _connected(self) -> Any:
         if self._connection is not None and not self._connection.is_closed():
@@ -128,30 +133,11 @@ class _PostgresRelay:
             except Exception as exc:
                 logger.warning("LISTEN %s unavailable (%s)", NOTIFY_CHANNEL, exc)
 
-    def publish(self, org_id: uuid.UUID) -> None:
-        # After the commit, off the caller's path: a lost signal costs a page a poll.
-        task = asyncio.get_running_loop().create_task(self._send(org_id))
-        self._sends.add(task)
-        task.add_done_callback(self._sends.discard)
-
-    async def _send(self, org_id: uuid.UUID) -> None:
-        async with self._lock:
-            try:
-                connection = await self._connected()
-                await connection.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, org_id.hex)
-            except Exception as exc:
-                logger.warning("NOTIFY %s failed (%s)", NOTIFY_CHANNEL, exc)
-
     def _notified(self, _connection: Any, _pid: int, _channel: str, payload: str) -> None:
         with contextlib.suppress(ValueError):
             self.on_signal(uuid.UUID(hex=payload))
 
     async def close(self) -> None:
-        # Let signals already on their way go out (a CLI decision right before exit).
-        if self._sends:
-            await asyncio.wait(list(self._sends), timeout=2)
-        for task in list(self._sends):
-            task.cancel()
         connection, self._connection = self._connection, None
         if connection is not None:
             with contextlib.suppress(Exception):

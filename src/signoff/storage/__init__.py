@@ -13,7 +13,8 @@ sees a driver type. What lies behind the seam:
 - ``prepared``: statements of the hot path compiled once and run past the ORM;
 - ``asyncpg_shape``: asyncpg connections for the hot path on PostgreSQL, and the only code
   that reaches under SQLAlchemy's asyncpg adapter;
-- ``notifications``: PostgreSQL LISTEN on a connection of its own;
+- ``notifications``: PostgreSQL LISTEN on a connection of its own, and the NOTIFYs a
+  process sends after its commits, in batches (``Notifier``);
 - ``aiosqlite_shape``: the only code that knows SQLAlchemy's aiosqlite adapter's private
   attributes (tests/storage/test_aiosqlite_shape.py fails loudly if an upgrade moves them).
 
@@ -22,7 +23,7 @@ docs/performance.md.
 """
 
 from signoff.storage.database import Database, insert_ignoring_conflicts, not_among
-from signoff.storage.notifications import ChannelListener
+from signoff.storage.notifications import ChannelListener, Notifier
 from signoff.storage.prepared import (
     LostRace,
     PreparedQuery,
@@ -35,6 +36,7 @@ from signoff.storage.prepared import (
     execute_alone,
     execute_in,
     has_unflushed_changes,
+    notifies_left_to_caller,
     queue_write,
     savepoint,
     send_queued_writes,
@@ -45,6 +47,7 @@ __all__ = [
     "ChannelListener",
     "Database",
     "LostRace",
+    "Notifier",
     "PreparedQuery",
     "QueryRunner",
     "QueuingSession",
@@ -57,6 +60,7 @@ __all__ = [
     "has_unflushed_changes",
     "insert_ignoring_conflicts",
     "not_among",
+    "notifies_left_to_caller",
     "queue_write",
     "savepoint",
     "send_queued_writes",

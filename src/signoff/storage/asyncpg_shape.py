@@ -42,6 +42,12 @@ ADAPTER_ATTRIBUTES = ("_connection", "_transaction", "_start_transaction")
 READ_POOL_SIZE = 16
 # Filtered and searched list pages (``plan_each_call``): two or three round trips each.
 PLANNED_READ_POOL_SIZE = 8
+# The hot path's writes commit without their triggers' NOTIFY: a notifying commit holds
+# the database's notification lock until it is on disk, so such commits queue one behind
+# the other. The process sends those notifications itself, in batches, once the
+# transaction is over (``AppContext.transaction``, ``storage.notifications.Notifier``;
+# migration 0019). Only ``AppContext.transaction`` writes through these connections.
+NOTIFY_AFTER_COMMIT = {"signoff.notify_after_commit": "on"}
 
 
 def asyncpg_dsn(url: str) -> str:
@@ -92,7 +98,9 @@ class ReadPool:
         # times slower in a large org (docs/engineering-log.md, *Issue 24*, size). Planning
         # anew costs every call, so the statements whose plans do not depend on their
         # values (a get, a plain page) keep generic plans, on a pool of their own.
-        self._server_settings = {"plan_cache_mode": "force_custom_plan"} if plan_each_call else {}
+        self._server_settings = (
+            {"plan_cache_mode": "force_custom_plan"} if plan_each_call else NOTIFY_AFTER_COMMIT
+        )
         self._lender: ConnectionLender | _StockPool | None = None
 
     async def fetch(self, run: Callable[[Any], Awaitable[Any]]) -> Any:

@@ -76,3 +76,72 @@ class ChannelListener:
                 await self._task
             self._task = None
         await self._close_connection()
+
+
+# Every notification of a batch in one statement, so one transaction: PostgreSQL takes
+# its notification queue's lock once for the batch.
+_NOTIFY_ALL = (
+    "SELECT pg_notify(channel, payload) FROM unnest($1::text[], $2::text[]) AS n(channel, payload)"
+)
+
+
+class Notifier:
+    """Sends NOTIFYs after the commits they tell of, on a connection of its own.
+
+    A transaction that notifies holds the database's notification lock until its commit
+    is on disk, so notifying commits are made one at a time (migration 0019). Writes on
+    the hot path therefore commit without their triggers' NOTIFY and the process sends
+    them here instead, after the commit: what is asked for while a batch is on its way
+    goes out together in the next one, each distinct (channel, payload) once. An idle
+    process sends at once; a busy one sends one batch per round trip, whatever the rate
+    of its commits.
+
+    A notification is a wake-up, not a record: one lost (the process killed between a
+    commit and its batch, the connection down) costs a listener its next periodic look.
+    """
+
+    def __init__(self, database_url: str) -> None:
+        self._dsn = asyncpg_dsn(database_url)
+        self._connection: Any = None
+        self._pending: dict[tuple[str, str], None] = {}
+        self._sending: asyncio.Task[None] | None = None
+
+    def send(self, channel: str, payload: str = "") -> None:
+        """Queue a notification; it goes out with the next batch (call after the commit)."""
+        self._pending[(channel, payload)] = None
+        if self._sending is None:
+            self._sending = asyncio.get_running_loop().create_task(
+                self._send_pending(), name="NOTIFY after commit"
+            )
+
+    async def _send_pending(self) -> None:
+        try:
+            while self._pending:
+                batch, self._pending = list(self._pending), {}
+                try:
+                    connection = await self._connected()
+                    await connection.execute(
+                        _NOTIFY_ALL, [channel for channel, _ in batch], [p for _, p in batch]
+                    )
+                except Exception as exc:
+                    logger.warning("NOTIFY of %d changes failed (%s)", len(batch), exc)
+        finally:
+            self._sending = None
+
+    async def _connected(self) -> Any:
+        if self._connection is None or self._connection.is_closed():
+            import asyncpg
+
+            self._connection = await asyncpg.connect(self._dsn)
+        return self._connection
+
+    async def close(self) -> None:
+        # Let what is queued go out (a CLI decision right before its exit).
+        if self._sending is not None:
+            await asyncio.wait([self._sending], timeout=2)
+            if self._sending is not None:
+                self._sending.cancel()
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await connection.close(timeout=2)

@@ -422,6 +422,10 @@ async def send_queued_writes(session: AsyncSession) -> None:
 
 # Where a session inside ``writes_alone`` keeps the runner its writes go out on.
 WRITES_ALONE_KEY = "signoff.writes_alone"
+# Set on a session whose writes went out in autocommit on ``QueryRunner``'s connections,
+# where the triggers leave their NOTIFYs to the process (migration 0019): its caller sends
+# them after the transaction (``notifies_left_to_caller``).
+_NOTIFIES_LEFT_KEY = "signoff.storage.notifies_left_to_caller"
 # What PostgreSQL answers when ``signoff_lost_race()`` (migration 0017) gives a statement
 # up, and when a row another writer committed meanwhile takes a unique key: both mean the
 # state the writes were computed from has changed.
@@ -448,6 +452,7 @@ async def writes_alone(session: AsyncSession, queries: QueryRunner) -> AsyncIter
     if session.in_transaction() or not queries.autocommits:
         raise RuntimeError("writes_alone needs a PostgreSQL session that has begun nothing")
     session.info[WRITES_ALONE_KEY] = queries
+    session.info[_NOTIFIES_LEFT_KEY] = True
     try:
         async with _sent_when_done(session):
             yield
@@ -631,8 +636,16 @@ async def execute_alone(
     else in that transaction: it would commit apart.
     """
     if queries is not None and queries.autocommits and not session.in_transaction():
+        session.info[_NOTIFIES_LEFT_KEY] = True
         return await queries.all(query, params)
     return await execute_in(session, query, params)
+
+
+def notifies_left_to_caller(session: AsyncSession) -> bool:
+    """Whether the session wrote in autocommit on the hot path's PostgreSQL connections
+    (``execute_alone``, ``writes_alone``), whose triggers send no NOTIFY: the caller
+    sends them once the transaction is over (``AppContext.transaction``)."""
+    return bool(session.info.get(_NOTIFIES_LEFT_KEY, False))
 
 
 async def count_in(session: AsyncSession, query: PreparedQuery, params: Mapping[str, Any]) -> int:

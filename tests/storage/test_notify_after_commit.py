@@ -1,0 +1,124 @@
+"""PostgreSQL: the hot path's writes commit without a NOTIFY of their own, and the process
+sends what their triggers would have after the commit, in batches (migration 0019,
+``storage.notifications.Notifier``). Other processes must still hear every change."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+import httpx
+import pytest
+
+from signoff.config import Settings
+from signoff.context import REQUEST_CHANNEL, AppContext
+from signoff.dashboard.live import NOTIFY_CHANNEL as LIVE_CHANNEL
+from signoff.notifications.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
+from signoff.storage.asyncpg_shape import NOTIFY_AFTER_COMMIT, asyncpg_dsn
+from tests.conftest import Org, create_approval, eventually
+
+
+@pytest.fixture(autouse=True)
+def _postgres_only(backend: str) -> None:
+    if backend != "postgres":
+        pytest.skip("LISTEN/NOTIFY: PostgreSQL only")
+
+
+@asynccontextmanager
+async def heard(settings: Settings, channel: str) -> AsyncIterator[list[str]]:
+    """The payloads another connection hears on ``channel`` while the block runs."""
+    payloads: list[str] = []
+    connection = await asyncpg.connect(asyncpg_dsn(settings.database_url))
+
+    def on_notify(_connection: Any, _pid: int, _channel: str, payload: str) -> None:
+        payloads.append(payload)
+
+    await connection.add_listener(channel, on_notify)
+    try:
+        yield payloads
+    finally:
+        await connection.close()
+
+
+async def test_a_burst_of_changes_sends_one_notification_per_org(settings: Settings) -> None:
+    listening, sending = AppContext.from_settings(settings), AppContext.from_settings(settings)
+    acme, globex = uuid.uuid4(), uuid.uuid4()
+    try:
+        await listening.live.start_listening()
+        async with heard(settings, LIVE_CHANNEL) as payloads:
+            with (
+                listening.live.watch(acme) as acme_changed,
+                listening.live.watch(globex) as globex_changed,
+            ):
+                for _ in range(50):  # creates of two orgs, all committed in one moment
+                    sending.live.request_changed(acme)
+                    sending.live.request_changed(globex)
+                await asyncio.wait_for(acme_changed.wait(), 2)
+                await asyncio.wait_for(globex_changed.wait(), 2)
+            await eventually(lambda: len(payloads) >= 2, "both orgs' notifications")
+            await asyncio.sleep(0.2)  # anything more would have arrived by now
+        assert sorted(payloads) == sorted([acme.hex, globex.hex])
+    finally:
+        await sending.close()
+        await listening.close()
+
+
+async def test_changes_after_a_batch_left_go_out_in_the_next(settings: Settings) -> None:
+    sending = AppContext.from_settings(settings)
+    acme = uuid.uuid4()
+    try:
+        async with heard(settings, LIVE_CHANNEL) as payloads:
+            sending.live.request_changed(acme)
+            await eventually(lambda: len(payloads) == 1, "the first notification")
+            sending.live.request_changed(acme)  # a later change is not lost in the first
+            await eventually(lambda: len(payloads) == 2, "the second notification")
+    finally:
+        await sending.close()
+
+
+@pytest.mark.parametrize("deferred", [True, False], ids=["hot-path", "other"])
+async def test_the_trigger_is_silent_only_where_the_process_notifies_itself(
+    settings: Settings, org: Org, client: httpx.AsyncClient, deferred: bool
+) -> None:
+    writer = await asyncpg.connect(
+        asyncpg_dsn(settings.database_url),
+        server_settings=NOTIFY_AFTER_COMMIT if deferred else {},
+    )
+    try:
+        async with heard(settings, REQUEST_CHANNEL) as payloads:
+            created = await create_approval(client, org.member)
+            # The create's own notification, sent by its process after the commit.
+            await eventually(lambda: created["id"] in payloads, "the create's notification")
+            payloads.clear()
+            await writer.execute(  # a status change, as the CLI, a worker or psql make one
+                "UPDATE approval_requests SET status = 'rejected' WHERE id = $1",
+                uuid.UUID(created["id"]),
+            )
+            await asyncio.sleep(0.3)  # a NOTIFY would have arrived by now
+        assert payloads == ([] if deferred else [created["id"]])
+    finally:
+        await writer.close()
+
+
+async def test_a_create_and_a_decision_are_still_heard_by_other_processes(
+    settings: Settings, org: Org, client: httpx.AsyncClient
+) -> None:
+    async with (
+        heard(settings, PLAN_CHANNEL) as planned,
+        heard(settings, REQUEST_CHANNEL) as decided,
+    ):
+        created = await create_approval(client, org.member)
+        # The planner of another process wakes.
+        await eventually(lambda: len(planned) >= 1, "the notification plan's notification")
+        response = await client.patch(
+            f"/api/v1/approvals/{created['id']}",
+            headers=org.admin.headers,
+            json={"decision": "approve"},
+        )
+        assert response.status_code == 200, response.text
+        # What wakes another replica's long poll.
+        await eventually(lambda: created["id"] in decided, "the decision's notification")

@@ -128,11 +128,11 @@ async def test_reads_whose_plans_depend_on_their_values_are_planned_for_each_cal
 ) -> None:
     """A filtered list page asks for a plan made for its values on every call (a generic
     plan made for a guess was tens of times slower in a large org); a get or a plain page
-    keeps PostgreSQL's default, which may reuse one plan and spares the planning."""
+    is one plan whatever its values, made once per connection at its first run."""
     setting = PreparedQuery(select(func.current_setting("plan_cache_mode").label("mode")))
     [[generic]] = await database.queries.snapshot_read((setting, {}))
     [[per_call]] = await database.queries.snapshot_read((setting, {}), plan_each_call=True)
-    assert (generic.mode, per_call.mode) == ("auto", "force_custom_plan")
+    assert (generic.mode, per_call.mode) == ("force_generic_plan", "force_custom_plan")
 
 
 # ---- the hot path's connections ----

@@ -48,6 +48,13 @@ PLANNED_READ_POOL_SIZE = 8
 # transaction is over (``AppContext.transaction``, ``storage.notifications.Notifier``;
 # migration 0019). Only ``AppContext.transaction`` writes through these connections.
 NOTIFY_AFTER_COMMIT = {"signoff.notify_after_commit": "on"}
+# The hot path's statements (a get by id, a plain page, a create, a decision) are the
+# same plan whatever their values, so each connection plans each of them once, at its
+# first run. PostgreSQL's default plans a prepared statement's first five runs for their
+# values before it may keep a generic plan: on every connection opened, the plain page's
+# first runs took plans far slower than the generic one, and those calls made the list's
+# tail (docs/engineering-log.md, *Issue 24, section 1: the first five runs*).
+HOT_PATH_SETTINGS = {**NOTIFY_AFTER_COMMIT, "plan_cache_mode": "force_generic_plan"}
 
 
 def asyncpg_dsn(url: str) -> str:
@@ -88,7 +95,7 @@ class ReadPool:
         self, url: str, size: int = READ_POOL_SIZE, *, plan_each_call: bool = False
     ) -> None:
         """``plan_each_call``: PostgreSQL plans every execution for its values (see
-        below); else it may keep a generic plan after a statement's fifth run."""
+        below); else each statement keeps the generic plan made at its first run."""
         self._dsn = asyncpg_dsn(url)
         self._size = size
         # With ``plan_each_call``, each execution is planned for its values. asyncpg
@@ -99,7 +106,7 @@ class ReadPool:
         # anew costs every call, so the statements whose plans do not depend on their
         # values (a get, a plain page) keep generic plans, on a pool of their own.
         self._server_settings = (
-            {"plan_cache_mode": "force_custom_plan"} if plan_each_call else NOTIFY_AFTER_COMMIT
+            {"plan_cache_mode": "force_custom_plan"} if plan_each_call else HOT_PATH_SETTINGS
         )
         self._lender: ConnectionLender | _StockPool | None = None
 

@@ -131,6 +131,15 @@ async def paced_creates(
     return times
 
 
+async def _all_told(slack: Receiver, count: int, timeout: float = 60.0) -> None:
+    """Until the Slack messages received name ``count`` requests (or ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while sum(requests_in(json.loads(r.body)) for r in slack.received) < count:
+        if time.monotonic() > deadline:
+            return
+        await asyncio.sleep(0.1)
+
+
 def requests_in(message: dict[str, Any]) -> int:
     found = re.match(r"(\d+) requests wait", message["text"])
     return int(found.group(1)) if found else 1
@@ -154,13 +163,11 @@ async def bench_burst(
         # run, so routing on is compared with routing off on both sides of it.
         off = await paced_creates(api, off_headers, count, seconds)
         on = await paced_creates(api, on_headers, count, seconds)
-        off_after = await paced_creates(api, off_headers, count, seconds)
-        deadline = time.monotonic() + 60
-        while sum(requests_in(json.loads(r.body)) for r in slack.received) < count:
-            if time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.1)
+        # The burst's last digests go out after its last create: the second routing-off
+        # round starts once they are in, so it measures routing off, not their tail.
+        await _all_told(slack, count)
         received = list(slack.received)
+        off_after = await paced_creates(api, off_headers, count, seconds)
     first = received[0].at if received else 0.0
     windows = Counter(int(r.at - first) for r in received)
     told = sum(requests_in(json.loads(r.body)) for r in received)

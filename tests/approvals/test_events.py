@@ -94,15 +94,15 @@ async def test_cancellation_and_rejection_events(client: httpx.AsyncClient, org:
 
 
 async def test_expiry_event_has_no_actor(
-    client: httpx.AsyncClient, org: Org, ctx: AppContext
+    api_only: httpx.AsyncClient, org: Org, ctx: AppContext
 ) -> None:
     expires = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
-    created = await create_approval(client, org.member, expires_at=expires)
+    created = await create_approval(api_only, org.member, expires_at=expires)
     await backdate_expiry(ctx, created["id"])
     # Reads show it expired, but nothing is written until the sweep does it.
-    assert [e["type"] for e in await _events(client, org, created["id"])] == ["request.created"]
+    assert [e["type"] for e in await _events(api_only, org, created["id"])] == ["request.created"]
     assert await sweep_expired_once(ctx) == 1
-    events = await _events(client, org, created["id"])
+    events = await _events(api_only, org, created["id"])
     assert [(e["type"], e["actor_id"]) for e in events] == [
         ("request.created", org.member.user_id),
         ("request.expired", None),

@@ -12,8 +12,11 @@ import httpx
 import orjson
 import pytest
 
-from signoff.common.time import format_timestamp
+from signoff.common.poison import PoisonedRows
+from signoff.common.time import format_timestamp, utcnow
 from signoff.context import AppContext
+from signoff.notifications import service as notifications
+from signoff.notifications.repository import NotificationRepository
 from signoff.worker.sweeper import sweep_expired_once
 from tests.conftest import Org, assert_error, create_approval
 from tests.helpers import (
@@ -80,12 +83,12 @@ async def test_decide_and_cancel_refuse_with_status_expired(
 
 
 async def test_the_sweep_writes_it_down(
-    client: httpx.AsyncClient, org: Org, ctx: AppContext
+    api_only: httpx.AsyncClient, org: Org, ctx: AppContext
 ) -> None:
-    created, deadline = await _expired_unswept(client, org, ctx)
-    live = await create_approval(client, org.member, expires_at=_in(timedelta(hours=1)))
-    forever = await create_approval(client, org.member)
-    before = await client.get(f"/api/v1/approvals/{created['id']}", headers=org.admin.headers)
+    created, deadline = await _expired_unswept(api_only, org, ctx)
+    live = await create_approval(api_only, org.member, expires_at=_in(timedelta(hours=1)))
+    forever = await create_approval(api_only, org.member)
+    before = await api_only.get(f"/api/v1/approvals/{created['id']}", headers=org.admin.headers)
 
     assert await sweep_expired_once(ctx) == 1
     stored = await stored_request(ctx, created["id"])
@@ -99,7 +102,7 @@ async def test_the_sweep_writes_it_down(
     ]
     assert events[1]["data"]["status"] == "expired"
     # What readers saw before the sweep is what they see after it.
-    after = await client.get(f"/api/v1/approvals/{created['id']}", headers=org.admin.headers)
+    after = await api_only.get(f"/api/v1/approvals/{created['id']}", headers=org.admin.headers)
     for key in ("status", "decided_at", "decided_by", "expires_at"):
         assert after.json()[key] == before.json()[key], key
     # Requests still in time, or without a deadline, are left alone; a second sweep is idle.
@@ -124,15 +127,51 @@ async def test_decided_requests_past_their_deadline_are_not_swept(
     assert (await stored_request(ctx, created["id"])).status == "approved"
 
 
+async def _expiry_events(ctx: AppContext, request_ids: list[str]) -> list[list[str]]:
+    return [[e["type"] for e in await stored_events(ctx, i)] for i in request_ids]
+
+
 async def test_concurrent_sweeps_expire_each_request_once(
-    client: httpx.AsyncClient, org: Org, ctx: AppContext
+    api_only: httpx.AsyncClient, org: Org, ctx: AppContext
 ) -> None:
-    ids = [(await _expired_unswept(client, org, ctx))[0]["id"] for _ in range(6)]
+    # Only the sweeps hold these rows: the first to lock one expires it, the others pass
+    # it over (PostgreSQL) or find it expired (SQLite), so one round takes all of them.
+    ids = [(await _expired_unswept(api_only, org, ctx))[0]["id"] for _ in range(6)]
     counts = await asyncio.gather(*(sweep_expired_once(ctx) for _ in range(3)))
     assert sum(counts) == 6
-    for request_id in ids:
-        types = [e["type"] for e in await stored_events(ctx, request_id)]
-        assert types == ["request.created", "request.expired"]
+    assert await _expiry_events(ctx, ids) == [["request.created", "request.expired"]] * 6
+
+
+@pytest.fixture
+def postgres_only(backend: str) -> None:
+    if backend != "postgres":
+        pytest.skip("SQLite's planner holds the one writer: a sweep waits for it instead")
+
+
+@pytest.mark.usefixtures("postgres_only")
+async def test_a_request_being_planned_is_expired_once_by_a_later_sweep(
+    api_only: httpx.AsyncClient, org: Org, ctx: AppContext
+) -> None:
+    """Why the test above runs the API without its background loops (it failed under
+    load with them): the notification sender's planning transaction share-locks the
+    requests it plans, and the sweeps' SKIP LOCKED passes over them. They stay pending
+    (reads already show them expired) until a sweep after the planning commits, and are
+    expired once."""
+    planned_ids = [(await _expired_unswept(api_only, org, ctx))[0]["id"] for _ in range(5)]
+    async with ctx.db.write_transaction() as session:
+        repo = NotificationRepository(session, ctx.db.dialect)
+        assert await notifications.plan_waiting(repo, utcnow(), 100, PoisonedRows()) == 5
+        # The planning holds its locks here, as the sender's did in the failed runs
+        # while the test created its last request and swept:
+        later = (await _expired_unswept(api_only, org, ctx))[0]["id"]
+        counts = await asyncio.gather(*(sweep_expired_once(ctx) for _ in range(3)))
+        assert sum(counts) == 1
+        statuses = [(await stored_request(ctx, i)).status for i in planned_ids]
+        assert statuses == ["pending"] * 5
+    counts = await asyncio.gather(*(sweep_expired_once(ctx) for _ in range(3)))
+    assert sum(counts) == 5
+    events = await _expiry_events(ctx, [*planned_ids, later])
+    assert events == [["request.created", "request.expired"]] * 6
 
 
 @pytest.mark.parametrize("settings_overrides", [BACKGROUND_SWEEP], indirect=True)

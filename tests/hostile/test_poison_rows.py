@@ -63,7 +63,7 @@ async def _deliveries_of(ctx: AppContext, request_id: str) -> list[WebhookDelive
 
 
 async def test_the_sweep_expires_every_other_request_and_parks_the_bad_one(
-    client: httpx.AsyncClient,
+    api_only: httpx.AsyncClient,
     org: Org,
     other_org: Org,
     ctx: AppContext,
@@ -72,9 +72,9 @@ async def test_the_sweep_expires_every_other_request_and_parks_the_bad_one(
     hour = datetime.now(UTC) + timedelta(hours=1)
     async with CallbackReceiver() as receiver:
         expires = {"expires_at": hour.isoformat(), "callback_url": receiver.url}
-        bad = await create_approval(client, org.member, **expires)
-        good = [await create_approval(client, org.member, **expires) for _ in range(3)]
-        good.append(await create_approval(client, other_org.member, **expires))
+        bad = await create_approval(api_only, org.member, **expires)
+        good = [await create_approval(api_only, org.member, **expires) for _ in range(3)]
+        good.append(await create_approval(api_only, other_org.member, **expires))
         await plant_unencodable_metadata(ctx, bad["id"])
         # The bad one falls due first, so it heads the sweep's batch.
         await backdate_expiry(ctx, bad["id"], ago=timedelta(seconds=10))

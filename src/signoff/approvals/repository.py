@@ -525,7 +525,10 @@ class ApprovalRepository:
         ``skip``: rows parked after failing (common/poison.py).
 
         SKIP LOCKED lets several workers sweep at once on PostgreSQL without waiting on or
-        double-processing each other's rows.
+        double-processing each other's rows. It passes over any row another transaction
+        holds, not only a sweep's: a decision's, or the notification planner's share lock
+        (``NotificationRepository.requests_to_plan``: the request must not change until
+        its reminders are written). Such a row is left to a later sweep.
         """
         statement = (
             select(*request_columns())

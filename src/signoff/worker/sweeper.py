@@ -1,7 +1,10 @@
 """The expiry sweep: writes down what reads already show, pending requests past deadline.
 
 Runs inside ``signoff serve`` and ``signoff worker``; any number may run at once (rows are
-claimed with SKIP LOCKED on PostgreSQL, and SQLite has one writer at a time).
+claimed with SKIP LOCKED on PostgreSQL, and SQLite has one writer at a time). A pass does
+not promise every due request: on PostgreSQL it leaves those another transaction holds
+(``ApprovalRepository.due_for_expiry``) to the next pass, an interval later. Reads show
+them expired meanwhile.
 """
 
 from __future__ import annotations

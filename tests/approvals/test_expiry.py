@@ -164,7 +164,10 @@ async def test_a_request_being_planned_is_expired_once_by_a_later_sweep(
         # The planning holds its locks here, as the sender's did in the failed runs
         # while the test created its last request and swept:
         later = (await _expired_unswept(api_only, org, ctx))[0]["id"]
-        counts = await asyncio.gather(*(sweep_expired_once(ctx) for _ in range(3)))
+        # Bounded: a sweep that waited on the planning's locks would wait on this block.
+        counts = await asyncio.wait_for(
+            asyncio.gather(*(sweep_expired_once(ctx) for _ in range(3))), timeout=10
+        )
         assert sum(counts) == 1
         statuses = [(await stored_request(ctx, i)).status for i in planned_ids]
         assert statuses == ["pending"] * 5

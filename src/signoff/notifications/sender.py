@@ -36,6 +36,7 @@ from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
+from signoff.models.notifications import NotificationChannel
 from signoff.notifications import messages, service
 from signoff.notifications.channels import HttpChannels, SmtpServer, send_mail
 from signoff.notifications.repository import (
@@ -57,6 +58,11 @@ CLAIM_LIMIT = 200
 # Plans taken per planning transaction: a burst's plans are read and written together,
 # and the SQLite writer is held for one batch at a time.
 PLAN_LIMIT = 200
+# Claimed rows read per piece, and rows recorded per write transaction: a digest's
+# hundred rows are read and recorded in a few short stretches, with the API's requests
+# between them (``_read_claimed``, ``_record``).
+READ_PIECE = 25
+RECORD_PIECE = 25
 # While plans wait that another sender is planning (its rows locked), look again this
 # soon rather than spin.
 PLANS_WAITING_RECHECK_SECONDS = 0.05
@@ -130,11 +136,17 @@ class NotificationSender:
     async def _claim(self, token: uuid.UUID) -> tuple[list[Outgoing], int, int]:
         """Messages to send, rows claimed, plans taken.
 
-        Planning and claiming are two turns at the writer, not one: in ``signoff serve``
-        on SQLite a writer's block runs on the event loop without a break, and the API's
-        creates queued behind the first turn write before the second. (Planned rows
-        committed by the first are claimed by the second, or by any sender after a crash
-        between them: they are pending rows like any other.)"""
+        Each step is a short turn of its own, not one transaction: in ``signoff serve`` on
+        SQLite a writer's block, or a read, runs on the event loop without a break, and
+        the API's creates waiting meanwhile go between the turns.
+        1. plan (``service.plan_waiting``);
+        2. claim, one statement;
+        3. read the claimed rows, in pieces, outside any write;
+        4. only if some need it: void rows of decided requests, put back chat rows that
+           must wait, and issue the one-click links of single messages.
+        (Rows committed by one step are taken up by the next, or by any sender after a
+        crash between them: planned rows are pending rows like any other, and a claim
+        not sent runs out with its lease.)"""
         now = self.clock()
         lease = now + timedelta(seconds=self.settings.notification_lease_seconds)
         # Chat channels told less than an interval ago: their rows are not even claimed
@@ -145,9 +157,16 @@ class NotificationSender:
             planned = await service.plan_waiting(repo, now, PLAN_LIMIT, self.poisoned)
         async with self.db.write_transaction() as session:
             repo = NotificationRepository(session, self.db.dialect)
-            ids = await repo.claim_due(token, now, lease, CLAIM_LIMIT, waiting)
-            rows = await repo.get_claimed(ids, token)
-            live, void = _split_decided(rows)
+            taken = await repo.claim_due(token, now, lease, CLAIM_LIMIT, waiting)
+        if not taken:
+            return [], 0, planned
+        rows = await self._read_claimed(token, lease)
+        live, void = _split_decided(rows)
+        outgoing, held = self._group(live)
+        if not (void or held or any(self._needs_links(message) for message in outgoing)):
+            return [self._without_links(message) for message in outgoing], taken, planned
+        async with self.db.write_transaction() as session:
+            repo = NotificationRepository(session, self.db.dialect)
             for row in void:
                 await repo.finish(
                     row.notification.id,
@@ -159,12 +178,26 @@ class NotificationSender:
                         "last_error": "request no longer pending",
                     },
                 )
-            outgoing, held = self._group(live)
             if held:
                 wait = timedelta(seconds=self.settings.notification_chat_interval_seconds)
                 await repo.put_back([r.notification.id for r in held], token, now + wait)
             built = [self._with_links(repo, message, now) for message in outgoing]
-        return built, len(ids), planned
+        return built, taken, planned
+
+    async def _read_claimed(self, token: uuid.UUID, lease: datetime) -> list[ClaimedRow]:
+        """The rows this claim holds, read ``READ_PIECE`` at a time with a turn of the
+        event loop between pieces (``NotificationRepository.claimed_piece``)."""
+        rows: list[ClaimedRow] = []
+        channels: dict[uuid.UUID, NotificationChannel] = {}
+        after: uuid.UUID | None = None
+        async with self.db.read_session() as session:
+            repo = NotificationRepository(session, self.db.dialect)
+            while True:
+                piece, after = await repo.claimed_piece(token, lease, after, READ_PIECE, channels)
+                rows += piece
+                if after is None:
+                    return rows
+                await asyncio.sleep(0)
 
     def _group(self, rows: Sequence[ClaimedRow]) -> tuple[list[list[ClaimedRow]], list[ClaimedRow]]:
         """E-mail and webhook rows go one by one; chat rows one message per channel."""
@@ -201,28 +234,43 @@ class NotificationSender:
             if channel.type in CHAT_TYPES:
                 self.last_chat_message[channel.id] = ended
 
+    def _needs_links(self, rows: Sequence[ClaimedRow]) -> bool:
+        """Whether a message carries one-click links, issued (and stored) for it: a
+        single message to a person or a chat channel, not a digest (which lists requests
+        with their Open link only), not a webhook event, not a Slack app's message (which
+        decides in Slack)."""
+        if len(rows) != 1:
+            return False
+        row = rows[0]
+        return row.channel.type != "webhook" and not _interactive_slack(self.box, row)
+
+    def _without_links(self, rows: list[ClaimedRow]) -> Outgoing:
+        items = tuple(
+            messages.Item(
+                row.request,
+                row.notification.kind,
+                messages.Links(self.request_url(row.request.id), None, None),
+            )
+            for row in rows
+        )
+        return Outgoing(tuple(rows), items)
+
     def _with_links(
         self, repo: NotificationRepository, rows: list[ClaimedRow], now: datetime
     ) -> Outgoing:
-        items = []
-        for row in rows:
-            n, channel = row.notification, row.channel
-            approve = reject = None
-            # A digest lists requests with their Open link only: no decision links.
-            digest = len(rows) > 1
-            if channel.type != "webhook" and not digest and not _interactive_slack(self.box, row):
-                issued = service.issue_links(
-                    repo,
-                    row.request,
-                    n.recipient_user_id,
-                    _via(channel.type),
-                    n.require_sign_in,
-                    now,
-                )
-                approve, reject = self.link_url(issued.approve), self.link_url(issued.reject)
-            links = messages.Links(self.request_url(row.request.id), approve, reject)
-            items.append(messages.Item(row.request, n.kind, links))
-        return Outgoing(tuple(rows), tuple(items))
+        if not self._needs_links(rows):
+            return self._without_links(rows)
+        [row] = rows
+        n = row.notification
+        issued = service.issue_links(
+            repo, row.request, n.recipient_user_id, _via(row.channel.type), n.require_sign_in, now
+        )
+        links = messages.Links(
+            self.request_url(row.request.id),
+            self.link_url(issued.approve),
+            self.link_url(issued.reject),
+        )
+        return Outgoing((row,), (messages.Item(row.request, n.kind, links),))
 
     # ---- 2. send ----
 
@@ -267,24 +315,35 @@ class NotificationSender:
     # ---- 3. record ----
 
     async def _record(self, token: uuid.UUID, sent: list[tuple[Outgoing, AttemptResult]]) -> None:
-        """Rows that move on alike (same attempt number, same outcome) are updated by one
-        statement: a digest's hundred rows, or a burst's mails, are one UPDATE, not a
-        hundred, and the writer (on SQLite, this process's event loop) is held that much
-        less."""
+        """Each row's attempt is logged and the row moves on, ``RECORD_PIECE`` rows per
+        write transaction: a digest's hundred rows in one held the writer (on SQLite,
+        this process's event loop) for several milliseconds, and the API's creates queued
+        behind it; they go between the pieces. A sender that dies between two pieces
+        leaves the rest claimed: their lease runs out and they are sent once more, as
+        after any crash between a send and its record."""
         now = self.clock()
+        rows = [(row, result) for message, result in sent for row in message.rows]
+        for start in range(0, len(rows), RECORD_PIECE):
+            await self._record_piece(token, rows[start : start + RECORD_PIECE], now)
+
+    async def _record_piece(
+        self, token: uuid.UUID, rows: list[tuple[ClaimedRow, AttemptResult]], now: datetime
+    ) -> None:
+        """Rows that move on alike (same attempt number, same outcome) are updated by one
+        statement; the attempts are one multi-row insert."""
         groups: dict[tuple[int, bool, str | None], list[tuple[ClaimedRow, AttemptResult]]] = {}
-        for message, result in sent:
-            for row in message.rows:
-                attempt = row.notification.attempts + 1
-                groups.setdefault((attempt, result.success, result.error), []).append((row, result))
+        for row, result in rows:
+            attempt = row.notification.attempts + 1
+            groups.setdefault((attempt, result.success, result.error), []).append((row, result))
         async with self.db.write_transaction() as session:
             repo = NotificationRepository(session, self.db.dialect)
             attempts: list[dict[str, object]] = []
-            for (attempt, success, error), rows in groups.items():
+            for (attempt, success, error), alike in groups.items():
                 values = _next_state(attempt, success, error, now)
-                ids = [row.notification.id for row, _ in rows]
-                moved = await repo.finish_many(ids, token, values)
-                for row, result in rows:
+                moved = await repo.finish_many(
+                    [row.notification.id for row, _ in alike], token, values
+                )
+                for row, result in alike:
                     n = row.notification
                     if n.id not in moved:
                         logger.warning("notification %s: lease lost; another sender owns it", n.id)

@@ -272,8 +272,16 @@ class NotificationRepository:
         """The oldest waiting plans, locked by this transaction (PostgreSQL: others skip
         them; SQLite: the writer holds the database). ``skip``: plans parked after failing
         (common/poison.py)."""
+        # Plain columns, not entities: on SQLite this runs on the event loop, holding the
+        # writer, while the API's creates wait behind it.
         rows = await self.session.execute(
-            select(NotificationPlan)
+            select(
+                NotificationPlan.id,
+                NotificationPlan.request_id,
+                NotificationPlan.kind,
+                NotificationPlan.approver_ids,
+                NotificationPlan.created_at,
+            )
             .where(*not_among(NotificationPlan.id, skip))
             .order_by(NotificationPlan.id)
             .limit(limit)
@@ -287,7 +295,7 @@ class NotificationRepository:
                 tuple(uuid.UUID(a) for a in p.approver_ids or ()),
                 p.created_at,
             )
-            for p in rows.scalars()
+            for p in rows
         ]
 
     async def delete_plans(self, ids: Collection[uuid.UUID]) -> None:
@@ -312,11 +320,11 @@ class NotificationRepository:
         a decision on one waits for its rows to be written, then cancels its reminders;
         one that came first is seen here, and nothing is planned for it."""
         rows = await self.session.execute(
-            select(ApprovalRequest)
+            select(*_FACT_COLUMNS)
             .where(ApprovalRequest.id.in_(list(request_ids)))
             .with_for_update(read=True)
         )
-        return {r.id: PlannedRequest(facts_of(r), r.status) for r in rows.scalars()}
+        return {r.id: PlannedRequest(facts_of(r), r.status) for r in rows}
 
     async def pending_step_approvers(
         self, request_ids: Collection[uuid.UUID]

@@ -55,9 +55,11 @@ logger = logging.getLogger(__name__)
 # that is down for minutes still gets it.
 RETRY_DELAYS_SECONDS = (5.0, 30.0, 120.0, 600.0)
 CLAIM_LIMIT = 200
-# Plans taken per planning transaction: a burst's plans are read and written together,
-# and the SQLite writer is held for one batch at a time.
+# Plans taken per round, and per planning transaction: a burst's plans are read and
+# written a piece at a time, and the SQLite writer (in ``signoff serve``, the event loop)
+# is held for one piece at a time, the API's creates going between the pieces.
 PLAN_LIMIT = 200
+PLAN_PIECE = 10
 # Claimed rows read per piece, and rows recorded per write transaction: a digest's
 # hundred rows are read and recorded in a few short stretches, with the API's requests
 # between them (``_read_claimed``, ``_record``).
@@ -152,9 +154,7 @@ class NotificationSender:
         # Chat channels told less than an interval ago: their rows are not even claimed
         # (to be put back), so a burst's rounds stay short; they go in the next digest.
         waiting = self._chat_channels_waiting(now.timestamp())
-        async with self.db.write_transaction() as session:
-            repo = NotificationRepository(session, self.db.dialect)
-            planned = await service.plan_waiting(repo, now, PLAN_LIMIT, self.poisoned)
+        planned = await self._plan(now)
         async with self.db.write_transaction() as session:
             repo = NotificationRepository(session, self.db.dialect)
             taken = await repo.claim_due(token, now, lease, CLAIM_LIMIT, waiting)
@@ -183,6 +183,20 @@ class NotificationSender:
                 await repo.put_back([r.notification.id for r in held], token, now + wait)
             built = [self._with_links(repo, message, now) for message in outgoing]
         return built, taken, planned
+
+    async def _plan(self, now: datetime) -> int:
+        """Plan what waits, ``PLAN_PIECE`` plans per write transaction (a burst's 25 plans
+        in one held the writer and, on SQLite, the event loop for 5 to 10 ms), up to
+        ``PLAN_LIMIT`` a round; how many were taken."""
+        planned = 0
+        while planned < PLAN_LIMIT:
+            async with self.db.write_transaction() as session:
+                repo = NotificationRepository(session, self.db.dialect)
+                piece = await service.plan_waiting(repo, now, PLAN_PIECE, self.poisoned)
+            planned += piece
+            if piece < PLAN_PIECE:
+                break
+        return planned
 
     async def _read_claimed(self, token: uuid.UUID, lease: datetime) -> list[ClaimedRow]:
         """The rows this claim holds, read ``READ_PIECE`` at a time with a turn of the

@@ -61,10 +61,15 @@ CLAIM_LIMIT = 200
 PLAN_LIMIT = 200
 PLAN_PIECE = 10
 # Claimed rows read per piece, and rows recorded per write transaction: a digest's
-# hundred rows are read and recorded in a few short stretches, with the API's requests
-# between them (``_read_claimed``, ``_record``).
-READ_PIECE = 25
+# hundred rows are read and recorded in short stretches, with the API's requests between
+# them (``_read_claimed``, ``_record``). A write transaction costs more of its own than a
+# read (the writer's turn, two statements), so its pieces are larger.
+READ_PIECE = 10
 RECORD_PIECE = 25
+# The pause between two pieces. A create is several turns of the event loop (the request
+# read, its write, the commit's wait, the answer): with only one turn between pieces it
+# would wait a piece at each of them, so the pieces leave the API a moment instead.
+PIECE_PAUSE_SECONDS = 0.002
 # While plans wait that another sender is planning (its rows locked), look again this
 # soon rather than spin.
 PLANS_WAITING_RECHECK_SECONDS = 0.05
@@ -196,11 +201,12 @@ class NotificationSender:
             planned += piece
             if piece < PLAN_PIECE:
                 break
+            await asyncio.sleep(PIECE_PAUSE_SECONDS)
         return planned
 
     async def _read_claimed(self, token: uuid.UUID, lease: datetime) -> list[ClaimedRow]:
-        """The rows this claim holds, read ``READ_PIECE`` at a time with a turn of the
-        event loop between pieces (``NotificationRepository.claimed_piece``)."""
+        """The rows this claim holds, read ``READ_PIECE`` at a time with a pause between
+        pieces (``NotificationRepository.claimed_piece``)."""
         rows: list[ClaimedRow] = []
         channels: dict[uuid.UUID, NotificationChannel] = {}
         after: uuid.UUID | None = None
@@ -211,7 +217,7 @@ class NotificationSender:
                 rows += piece
                 if after is None:
                     return rows
-                await asyncio.sleep(0)
+                await asyncio.sleep(PIECE_PAUSE_SECONDS)
 
     def _group(self, rows: Sequence[ClaimedRow]) -> tuple[list[list[ClaimedRow]], list[ClaimedRow]]:
         """E-mail and webhook rows go one by one; chat rows one message per channel."""
@@ -338,6 +344,8 @@ class NotificationSender:
         now = self.clock()
         rows = [(row, result) for message, result in sent for row in message.rows]
         for start in range(0, len(rows), RECORD_PIECE):
+            if start:
+                await asyncio.sleep(PIECE_PAUSE_SECONDS)
             await self._record_piece(token, rows[start : start + RECORD_PIECE], now)
 
     async def _record_piece(

@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 from signoff.auth.principal import OrgMember
 from signoff.common.ids import new_id
 from signoff.common.poison import PoisonedRows
+from signoff.common.quiet import ApiWrites
 from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
@@ -55,21 +56,21 @@ logger = logging.getLogger(__name__)
 # that is down for minutes still gets it.
 RETRY_DELAYS_SECONDS = (5.0, 30.0, 120.0, 600.0)
 CLAIM_LIMIT = 200
-# Plans taken per round, and per planning transaction: a burst's plans are read and
-# written a piece at a time, and the SQLite writer (in ``signoff serve``, the event loop)
-# is held for one piece at a time, the API's creates going between the pieces.
+# Plans taken per round, and per planning transaction; claimed rows read per piece; rows
+# recorded per write transaction. A burst's plans, and a digest's hundred rows, are
+# handled a piece at a time, and the SQLite writer (in ``signoff serve``, the event loop)
+# is held for one piece at a time, the API's creates going between the pieces. Each
+# piece costs a fixed share of its own (a write transaction, its statements), so the
+# pieces are no smaller than that: pieces of 10 plans took twice the CPU of pieces of 25
+# (docs/engineering-log.md, *Issue 22, fourth round*).
 PLAN_LIMIT = 200
-PLAN_PIECE = 10
-# Claimed rows read per piece, and rows recorded per write transaction: a digest's
-# hundred rows are read and recorded in short stretches, with the API's requests between
-# them (``_read_claimed``, ``_record``). A write transaction costs more of its own than a
-# read (the writer's turn, two statements), so its pieces are larger.
-READ_PIECE = 10
-RECORD_PIECE = 25
-# The pause between two pieces. A create is several turns of the event loop (the request
-# read, its write, the commit's wait, the answer): with only one turn between pieces it
-# would wait a piece at each of them, so the pieces leave the API a moment instead.
-PIECE_PAUSE_SECONDS = 0.002
+PLAN_PIECE = 25
+READ_PIECE = 25
+RECORD_PIECE = 50
+# Before each piece, the longest wait for a moment without an API write in flight. A
+# create is several turns of the event loop (the request read, its write, the commit's
+# wait, the answer), and with a piece run at each turn it would wait a piece at each.
+PIECE_WAIT_SECONDS = 0.01
 # While plans wait that another sender is planning (its rows locked), look again this
 # soon rather than spin.
 PLANS_WAITING_RECHECK_SECONDS = 0.05
@@ -93,12 +94,16 @@ class NotificationSender:
         policy: AddressPolicy,
         poisoned: PoisonedRows,
         clock: Callable[[], datetime] = utcnow,
+        api_writes: ApiWrites | None = None,
     ) -> None:
+        """``api_writes``: the API's writes in flight in this process, if it serves the API;
+        each piece of work waits for a moment without one (``common/quiet.py``)."""
         self.settings = settings
         self.poisoned = poisoned
         self.db = db
         self.box = box
         self.clock = clock
+        self.api_writes = api_writes or ApiWrites()
         self.http = HttpChannels(clients, policy, settings)
         self.smtp = (
             SmtpServer.from_url(settings.smtp_url, settings.smtp_ca_file)
@@ -160,6 +165,7 @@ class NotificationSender:
         # (to be put back), so a burst's rounds stay short; they go in the next digest.
         waiting = self._chat_channels_waiting(now.timestamp())
         planned = await self._plan(now)
+        await self._api_quiet()
         async with self.db.write_transaction() as session:
             repo = NotificationRepository(session, self.db.dialect)
             taken = await repo.claim_due(token, now, lease, CLAIM_LIMIT, waiting)
@@ -190,34 +196,38 @@ class NotificationSender:
         return built, taken, planned
 
     async def _plan(self, now: datetime) -> int:
-        """Plan what waits, ``PLAN_PIECE`` plans per write transaction (a burst's 25 plans
-        in one held the writer and, on SQLite, the event loop for 5 to 10 ms), up to
+        """Plan what waits, ``PLAN_PIECE`` plans per write transaction, up to
         ``PLAN_LIMIT`` a round; how many were taken."""
         planned = 0
         while planned < PLAN_LIMIT:
+            await self._api_quiet()
             async with self.db.write_transaction() as session:
                 repo = NotificationRepository(session, self.db.dialect)
                 piece = await service.plan_waiting(repo, now, PLAN_PIECE, self.poisoned)
             planned += piece
             if piece < PLAN_PIECE:
                 break
-            await asyncio.sleep(PIECE_PAUSE_SECONDS)
         return planned
 
+    async def _api_quiet(self) -> None:
+        """A moment without an API write in flight (waited for at most
+        ``PIECE_WAIT_SECONDS``): what runs next holds the event loop for a while."""
+        await self.api_writes.quiet(PIECE_WAIT_SECONDS)
+
     async def _read_claimed(self, token: uuid.UUID, lease: datetime) -> list[ClaimedRow]:
-        """The rows this claim holds, read ``READ_PIECE`` at a time with a pause between
-        pieces (``NotificationRepository.claimed_piece``)."""
+        """The rows this claim holds, read ``READ_PIECE`` at a time
+        (``NotificationRepository.claimed_piece``)."""
         rows: list[ClaimedRow] = []
         channels: dict[uuid.UUID, NotificationChannel] = {}
         after: uuid.UUID | None = None
         async with self.db.read_session() as session:
             repo = NotificationRepository(session, self.db.dialect)
             while True:
+                await self._api_quiet()
                 piece, after = await repo.claimed_piece(token, lease, after, READ_PIECE, channels)
                 rows += piece
                 if after is None:
                     return rows
-                await asyncio.sleep(PIECE_PAUSE_SECONDS)
 
     def _group(self, rows: Sequence[ClaimedRow]) -> tuple[list[list[ClaimedRow]], list[ClaimedRow]]:
         """E-mail and webhook rows go one by one; chat rows one message per channel."""
@@ -344,8 +354,7 @@ class NotificationSender:
         now = self.clock()
         rows = [(row, result) for message, result in sent for row in message.rows]
         for start in range(0, len(rows), RECORD_PIECE):
-            if start:
-                await asyncio.sleep(PIECE_PAUSE_SECONDS)
+            await self._api_quiet()
             await self._record_piece(token, rows[start : start + RECORD_PIECE], now)
 
     async def _record_piece(

@@ -21,6 +21,9 @@ over HTTP (and the SMTP server and the Slack receiver). On SQLite the worker is 
 by the API's commits (another process's), so it polls every ``--poll`` seconds; on
 PostgreSQL the commits' ``NOTIFY`` wakes it.
 
+In the embedded shape the startup objects are frozen out of the garbage collector after
+the app is built, as ``signoff serve`` does.
+
 Figures are printed and written to ``bench/results/notifications.json`` (or
 ``notifications-processes.json``); nothing asserts a timing.
 """

@@ -2,11 +2,11 @@
 
 A round is a few transactions' worth, the way callbacks are delivered
 (``webhooks/dispatcher.py``), and only the middle step talks to anyone outside:
-1. a claim, which first plans what changes left to plan (``service.plan_waiting``, a
-   transaction of its own: the rows of a create or of steps opening are written and their
-   plans deleted, so a sender killed before the commit leaves the plans to the next),
-   then leases due rows to this process and, in the same transaction, issues the
-   one-click links of the messages
+1. a claim, which first plans what changes left to plan (``service.plan_waiting``,
+   transactions of their own: the rows of a create or of steps opening are written and
+   their plans deleted, so a sender killed before a commit leaves those plans to the
+   next), then leases due rows to this process (one statement), reads them, and, in one
+   more transaction if any message needs it, issues the one-click links of the messages
    about to go out (only their hashes are stored), puts back chat notifications that
    must wait for their channel's digest, and voids those whose request was decided
    meanwhile;
@@ -14,8 +14,12 @@ A round is a few transactions' worth, the way callbacks are delivered
 3. the record: each attempt is logged and its rows move on (sent, retried later with
    backoff, or failed), only by the holder of the claim.
 
-A sender that dies after 1 leaves leases that run out; any sender then claims the rows
-again and sends them: at least once, and at most once more per crash.
+Planning, reading and recording go a piece at a time, and each piece first waits for a
+moment without an API write in flight in this process (briefly; ``common/quiet.py``):
+in ``signoff serve`` on SQLite every piece runs on the API's event loop without a break.
+
+A sender that dies after a claim leaves leases that run out; any sender then claims the
+rows again and sends them: at least once, and at most once more per crash.
 
 The clock is injected (``clock``) so reminders and escalations are tested without
 sleeping: a test moves the clock and runs one round.

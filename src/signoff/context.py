@@ -13,6 +13,7 @@ from signoff.approvals.search_index import SQLITE_CATCH_UP
 from signoff.auth.principal import Principal
 from signoff.auth.secrets import hash_api_key, looks_like_api_key
 from signoff.common.poison import PoisonedRows
+from signoff.common.quiet import ApiWrites
 from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
@@ -131,6 +132,8 @@ class AppContext:
         self.webhooks = WebhookDispatcher(self.settings, self.db, self.box, self.poisoned)
         self.principals = PrincipalsByKey(self.db.queries)
         self.connection_use = ConnectionUse(self.db)
+        # Counted by the API's guard; the sender's pieces wait for a quiet moment.
+        self.api_writes = ApiWrites()
         self.notifications = NotificationSender(
             self.settings,
             self.db,
@@ -138,6 +141,7 @@ class AppContext:
             self.webhooks.clients,
             self.webhooks.policy,
             self.poisoned,
+            api_writes=self.api_writes,
         )
         postgres = self.db.dialect == "postgresql"
         self.notifier = Notifier(self.settings.database_url) if postgres else None

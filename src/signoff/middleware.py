@@ -80,6 +80,18 @@ class ApiGuard:
         if scope["type"] != "http" or not (path == API_PREFIX or path.startswith(API_PREFIX + "/")):
             await self.app(scope, receive, send)
             return
+        if scope["method"] not in WRITE_METHODS:
+            await self._guard_api(scope, receive, send)
+            return
+        writes = self.ctx.api_writes
+        writes.started()
+        try:
+            await self._guard_api(scope, receive, send)
+        finally:
+            writes.ended()
+
+    async def _guard_api(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"]
         settings = self.ctx.settings
         client = scope.get("client") or ("unknown", 0)
         address_key = f"ip:{client[0]}"

@@ -272,8 +272,16 @@ class NotificationRepository:
         """The oldest waiting plans, locked by this transaction (PostgreSQL: others skip
         them; SQLite: the writer holds the database). ``skip``: plans parked after failing
         (common/poison.py)."""
+        # Plain columns, not entities: on SQLite this runs on the event loop, holding the
+        # writer, while the API's creates wait behind it.
         rows = await self.session.execute(
-            select(NotificationPlan)
+            select(
+                NotificationPlan.id,
+                NotificationPlan.request_id,
+                NotificationPlan.kind,
+                NotificationPlan.approver_ids,
+                NotificationPlan.created_at,
+            )
             .where(*not_among(NotificationPlan.id, skip))
             .order_by(NotificationPlan.id)
             .limit(limit)
@@ -287,7 +295,7 @@ class NotificationRepository:
                 tuple(uuid.UUID(a) for a in p.approver_ids or ()),
                 p.created_at,
             )
-            for p in rows.scalars()
+            for p in rows
         ]
 
     async def delete_plans(self, ids: Collection[uuid.UUID]) -> None:
@@ -312,11 +320,11 @@ class NotificationRepository:
         a decision on one waits for its rows to be written, then cancels its reminders;
         one that came first is seen here, and nothing is planned for it."""
         rows = await self.session.execute(
-            select(ApprovalRequest)
+            select(*_FACT_COLUMNS)
             .where(ApprovalRequest.id.in_(list(request_ids)))
             .with_for_update(read=True)
         )
-        return {r.id: PlannedRequest(facts_of(r), r.status) for r in rows.scalars()}
+        return {r.id: PlannedRequest(facts_of(r), r.status) for r in rows}
 
     async def pending_step_approvers(
         self, request_ids: Collection[uuid.UUID]
@@ -371,9 +379,13 @@ class NotificationRepository:
         lease_until: datetime,
         limit: int,
         skip_channels: Collection[uuid.UUID] = (),
-    ) -> Sequence[uuid.UUID]:
-        """Lease up to ``limit`` due rows to ``token``; rows of ``skip_channels`` (chat
-        channels that must wait for their interval) stay where they are."""
+    ) -> int:
+        """Lease up to ``limit`` due rows to ``token``; how many. Rows of ``skip_channels``
+        (chat channels that must wait for their interval) stay where they are.
+
+        One statement, whose candidates are a subquery: a digest's hundred ids never
+        travel to Python and back as a hundred parameters (on SQLite the writer, and the
+        event loop, were held while SQLAlchemy expanded and converted them)."""
         candidates = (
             select(Notification.id)
             .where(
@@ -385,41 +397,53 @@ class NotificationRepository:
             .limit(limit)
             .with_for_update(skip_locked=True)
         )
-        ids = list((await self.session.execute(candidates)).scalars())
-        if not ids:
-            return []
         result = await self.session.execute(
             update(Notification)
-            .where(Notification.id.in_(ids), Notification.status == "pending")
+            .where(Notification.id.in_(candidates.scalar_subquery()))
             .values(claim_token=token, due_at=lease_until, updated_at=now)
-            .returning(Notification.id)
             .execution_options(synchronize_session=False)
         )
-        return list(result.scalars().all())
+        return int(result.rowcount)  # type: ignore[attr-defined]
 
-    async def get_claimed(self, ids: Collection[uuid.UUID], token: uuid.UUID) -> list[ClaimedRow]:
-        if not ids:
-            return []
-        # Plain columns, not entities, and each channel once: a digest's hundred rows are
-        # loaded in one stretch of the event loop on SQLite (inline calls), and building
-        # a hundred entities of each kind was most of that stretch.
+    async def claimed_piece(
+        self,
+        token: uuid.UUID,
+        lease_until: datetime,
+        after: uuid.UUID | None,
+        limit: int,
+        channels: dict[uuid.UUID, NotificationChannel],
+    ) -> tuple[list[ClaimedRow], uuid.UUID | None]:
+        """Up to ``limit`` rows that ``claim_due`` leased to ``token`` (until
+        ``lease_until``), with their requests' facts, by id after ``after``; and the last
+        id read, to go on from (None once there is no more). ``channels``: those already
+        read, by id; the piece adds the ones it needs.
+
+        In pieces because on SQLite a read runs on the event loop without a break, and
+        turning a digest's hundred rows into Python objects held it for several
+        milliseconds at a time; between pieces the API's requests get their turn."""
         width = len(_CLAIMED_COLUMNS)
-        rows = (
-            await self.session.execute(
-                select(*_CLAIMED_COLUMNS, Notification.channel_id, *_FACT_COLUMNS)
-                .join(ApprovalRequest, ApprovalRequest.id == Notification.request_id)
-                .where(Notification.id.in_(list(ids)), Notification.claim_token == token)
-                .order_by(Notification.created_at)
+        query = (
+            select(*_CLAIMED_COLUMNS, Notification.channel_id, *_FACT_COLUMNS)
+            .join(ApprovalRequest, ApprovalRequest.id == Notification.request_id)
+            .where(
+                # The claim moved them here: the pending rows' index finds them.
+                Notification.status == "pending",
+                Notification.due_at == lease_until,
+                Notification.claim_token == token,
             )
-        ).all()
-        channel_ids = {row.channel_id for row in rows}
-        channels = {
-            c.id: c
-            for c in await self.session.scalars(
-                select(NotificationChannel).where(NotificationChannel.id.in_(channel_ids))
+            .order_by(Notification.id)
+            .limit(limit)
+        )
+        if after is not None:
+            query = query.where(Notification.id > after)
+        rows = (await self.session.execute(query)).all()
+        missing = {row.channel_id for row in rows} - channels.keys()
+        if missing:
+            found = await self.session.scalars(
+                select(NotificationChannel).where(NotificationChannel.id.in_(list(missing)))
             )
-        }
-        return [
+            channels.update((c.id, c) for c in found)
+        claimed = [
             ClaimedRow(
                 ClaimedNotification(*row[:width]),
                 channels[row.channel_id],
@@ -429,6 +453,7 @@ class NotificationRepository:
             for row in rows
             if row.channel_id in channels
         ]
+        return claimed, (rows[-1][0] if len(rows) == limit else None)
 
     async def put_back(
         self, ids: Collection[uuid.UUID], token: uuid.UUID, due_at: datetime

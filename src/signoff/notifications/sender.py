@@ -2,11 +2,11 @@
 
 A round is a few transactions' worth, the way callbacks are delivered
 (``webhooks/dispatcher.py``), and only the middle step talks to anyone outside:
-1. a claim, which first plans what changes left to plan (``service.plan_waiting``, a
-   transaction of its own: the rows of a create or of steps opening are written and their
-   plans deleted, so a sender killed before the commit leaves the plans to the next),
-   then leases due rows to this process and, in the same transaction, issues the
-   one-click links of the messages
+1. a claim, which first plans what changes left to plan (``service.plan_waiting``,
+   transactions of their own: the rows of a create or of steps opening are written and
+   their plans deleted, so a sender killed before a commit leaves those plans to the
+   next), then leases due rows to this process (one statement), reads them, and, in one
+   more transaction if any message needs it, issues the one-click links of the messages
    about to go out (only their hashes are stored), puts back chat notifications that
    must wait for their channel's digest, and voids those whose request was decided
    meanwhile;
@@ -14,8 +14,12 @@ A round is a few transactions' worth, the way callbacks are delivered
 3. the record: each attempt is logged and its rows move on (sent, retried later with
    backoff, or failed), only by the holder of the claim.
 
-A sender that dies after 1 leaves leases that run out; any sender then claims the rows
-again and sends them: at least once, and at most once more per crash.
+Planning, reading and recording go a piece at a time, and each piece first waits for a
+moment without an API write in flight in this process (briefly; ``common/quiet.py``):
+in ``signoff serve`` on SQLite every piece runs on the API's event loop without a break.
+
+A sender that dies after a claim leaves leases that run out; any sender then claims the
+rows again and sends them: at least once, and at most once more per crash.
 
 The clock is injected (``clock``) so reminders and escalations are tested without
 sleeping: a test moves the clock and runs one round.
@@ -33,9 +37,11 @@ from datetime import datetime, timedelta
 from signoff.auth.principal import OrgMember
 from signoff.common.ids import new_id
 from signoff.common.poison import PoisonedRows
+from signoff.common.quiet import ApiWrites
 from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
+from signoff.models.notifications import NotificationChannel
 from signoff.notifications import messages, service
 from signoff.notifications.channels import HttpChannels, SmtpServer, send_mail
 from signoff.notifications.repository import (
@@ -54,9 +60,21 @@ logger = logging.getLogger(__name__)
 # that is down for minutes still gets it.
 RETRY_DELAYS_SECONDS = (5.0, 30.0, 120.0, 600.0)
 CLAIM_LIMIT = 200
-# Plans taken per planning transaction: a burst's plans are read and written together,
-# and the SQLite writer is held for one batch at a time.
+# Plans taken per round, and per planning transaction; claimed rows read per piece; rows
+# recorded per write transaction. A burst's plans, and a digest's hundred rows, are
+# handled a piece at a time, and the SQLite writer (in ``signoff serve``, the event loop)
+# is held for one piece at a time, the API's creates going between the pieces. Each
+# piece costs a fixed share of its own (a write transaction, its statements), so the
+# pieces are no smaller than that: pieces of 10 plans took twice the CPU of pieces of 25
+# (docs/engineering-log.md, *Issue 22, fourth round*).
 PLAN_LIMIT = 200
+PLAN_PIECE = 25
+READ_PIECE = 25
+RECORD_PIECE = 50
+# Before each piece, the longest wait for a moment without an API write in flight. A
+# create is several turns of the event loop (the request read, its write, the commit's
+# wait, the answer), and with a piece run at each turn it would wait a piece at each.
+PIECE_WAIT_SECONDS = 0.01
 # While plans wait that another sender is planning (its rows locked), look again this
 # soon rather than spin.
 PLANS_WAITING_RECHECK_SECONDS = 0.05
@@ -80,12 +98,16 @@ class NotificationSender:
         policy: AddressPolicy,
         poisoned: PoisonedRows,
         clock: Callable[[], datetime] = utcnow,
+        api_writes: ApiWrites | None = None,
     ) -> None:
+        """``api_writes``: the API's writes in flight in this process, if it serves the API;
+        each piece of work waits for a moment without one (``common/quiet.py``)."""
         self.settings = settings
         self.poisoned = poisoned
         self.db = db
         self.box = box
         self.clock = clock
+        self.api_writes = api_writes or ApiWrites()
         self.http = HttpChannels(clients, policy, settings)
         self.smtp = (
             SmtpServer.from_url(settings.smtp_url, settings.smtp_ca_file)
@@ -130,24 +152,36 @@ class NotificationSender:
     async def _claim(self, token: uuid.UUID) -> tuple[list[Outgoing], int, int]:
         """Messages to send, rows claimed, plans taken.
 
-        Planning and claiming are two turns at the writer, not one: in ``signoff serve``
-        on SQLite a writer's block runs on the event loop without a break, and the API's
-        creates queued behind the first turn write before the second. (Planned rows
-        committed by the first are claimed by the second, or by any sender after a crash
-        between them: they are pending rows like any other.)"""
+        Each step is a short turn of its own, not one transaction: in ``signoff serve`` on
+        SQLite a writer's block, or a read, runs on the event loop without a break, and
+        the API's creates waiting meanwhile go between the turns.
+        1. plan (``service.plan_waiting``);
+        2. claim, one statement;
+        3. read the claimed rows, in pieces, outside any write;
+        4. only if some need it: void rows of decided requests, put back chat rows that
+           must wait, and issue the one-click links of single messages.
+        (Rows committed by one step are taken up by the next, or by any sender after a
+        crash between them: planned rows are pending rows like any other, and a claim
+        not sent runs out with its lease.)"""
         now = self.clock()
         lease = now + timedelta(seconds=self.settings.notification_lease_seconds)
         # Chat channels told less than an interval ago: their rows are not even claimed
         # (to be put back), so a burst's rounds stay short; they go in the next digest.
         waiting = self._chat_channels_waiting(now.timestamp())
+        planned = await self._plan(now)
+        await self._api_quiet()
         async with self.db.write_transaction() as session:
             repo = NotificationRepository(session, self.db.dialect)
-            planned = await service.plan_waiting(repo, now, PLAN_LIMIT, self.poisoned)
+            taken = await repo.claim_due(token, now, lease, CLAIM_LIMIT, waiting)
+        if not taken:
+            return [], 0, planned
+        rows = await self._read_claimed(token, lease)
+        live, void = _split_decided(rows)
+        outgoing, held = self._group(live)
+        if not (void or held or any(self._needs_links(message) for message in outgoing)):
+            return [self._without_links(message) for message in outgoing], taken, planned
         async with self.db.write_transaction() as session:
             repo = NotificationRepository(session, self.db.dialect)
-            ids = await repo.claim_due(token, now, lease, CLAIM_LIMIT, waiting)
-            rows = await repo.get_claimed(ids, token)
-            live, void = _split_decided(rows)
             for row in void:
                 await repo.finish(
                     row.notification.id,
@@ -159,12 +193,45 @@ class NotificationSender:
                         "last_error": "request no longer pending",
                     },
                 )
-            outgoing, held = self._group(live)
             if held:
                 wait = timedelta(seconds=self.settings.notification_chat_interval_seconds)
                 await repo.put_back([r.notification.id for r in held], token, now + wait)
             built = [self._with_links(repo, message, now) for message in outgoing]
-        return built, len(ids), planned
+        return built, taken, planned
+
+    async def _plan(self, now: datetime) -> int:
+        """Plan what waits, ``PLAN_PIECE`` plans per write transaction, up to
+        ``PLAN_LIMIT`` a round; how many were taken."""
+        planned = 0
+        while planned < PLAN_LIMIT:
+            await self._api_quiet()
+            async with self.db.write_transaction() as session:
+                repo = NotificationRepository(session, self.db.dialect)
+                piece = await service.plan_waiting(repo, now, PLAN_PIECE, self.poisoned)
+            planned += piece
+            if piece < PLAN_PIECE:
+                break
+        return planned
+
+    async def _api_quiet(self) -> None:
+        """A moment without an API write in flight (waited for at most
+        ``PIECE_WAIT_SECONDS``): what runs next holds the event loop for a while."""
+        await self.api_writes.quiet(PIECE_WAIT_SECONDS)
+
+    async def _read_claimed(self, token: uuid.UUID, lease: datetime) -> list[ClaimedRow]:
+        """The rows this claim holds, read ``READ_PIECE`` at a time
+        (``NotificationRepository.claimed_piece``)."""
+        rows: list[ClaimedRow] = []
+        channels: dict[uuid.UUID, NotificationChannel] = {}
+        after: uuid.UUID | None = None
+        async with self.db.read_session() as session:
+            repo = NotificationRepository(session, self.db.dialect)
+            while True:
+                await self._api_quiet()
+                piece, after = await repo.claimed_piece(token, lease, after, READ_PIECE, channels)
+                rows += piece
+                if after is None:
+                    return rows
 
     def _group(self, rows: Sequence[ClaimedRow]) -> tuple[list[list[ClaimedRow]], list[ClaimedRow]]:
         """E-mail and webhook rows go one by one; chat rows one message per channel."""
@@ -201,28 +268,43 @@ class NotificationSender:
             if channel.type in CHAT_TYPES:
                 self.last_chat_message[channel.id] = ended
 
+    def _needs_links(self, rows: Sequence[ClaimedRow]) -> bool:
+        """Whether a message carries one-click links, issued (and stored) for it: a
+        single message to a person or a chat channel, not a digest (which lists requests
+        with their Open link only), not a webhook event, not a Slack app's message (which
+        decides in Slack)."""
+        if len(rows) != 1:
+            return False
+        row = rows[0]
+        return row.channel.type != "webhook" and not _interactive_slack(self.box, row)
+
+    def _without_links(self, rows: list[ClaimedRow]) -> Outgoing:
+        items = tuple(
+            messages.Item(
+                row.request,
+                row.notification.kind,
+                messages.Links(self.request_url(row.request.id), None, None),
+            )
+            for row in rows
+        )
+        return Outgoing(tuple(rows), items)
+
     def _with_links(
         self, repo: NotificationRepository, rows: list[ClaimedRow], now: datetime
     ) -> Outgoing:
-        items = []
-        for row in rows:
-            n, channel = row.notification, row.channel
-            approve = reject = None
-            # A digest lists requests with their Open link only: no decision links.
-            digest = len(rows) > 1
-            if channel.type != "webhook" and not digest and not _interactive_slack(self.box, row):
-                issued = service.issue_links(
-                    repo,
-                    row.request,
-                    n.recipient_user_id,
-                    _via(channel.type),
-                    n.require_sign_in,
-                    now,
-                )
-                approve, reject = self.link_url(issued.approve), self.link_url(issued.reject)
-            links = messages.Links(self.request_url(row.request.id), approve, reject)
-            items.append(messages.Item(row.request, n.kind, links))
-        return Outgoing(tuple(rows), tuple(items))
+        if not self._needs_links(rows):
+            return self._without_links(rows)
+        [row] = rows
+        n = row.notification
+        issued = service.issue_links(
+            repo, row.request, n.recipient_user_id, _via(row.channel.type), n.require_sign_in, now
+        )
+        links = messages.Links(
+            self.request_url(row.request.id),
+            self.link_url(issued.approve),
+            self.link_url(issued.reject),
+        )
+        return Outgoing((row,), (messages.Item(row.request, n.kind, links),))
 
     # ---- 2. send ----
 
@@ -267,24 +349,36 @@ class NotificationSender:
     # ---- 3. record ----
 
     async def _record(self, token: uuid.UUID, sent: list[tuple[Outgoing, AttemptResult]]) -> None:
-        """Rows that move on alike (same attempt number, same outcome) are updated by one
-        statement: a digest's hundred rows, or a burst's mails, are one UPDATE, not a
-        hundred, and the writer (on SQLite, this process's event loop) is held that much
-        less."""
+        """Each row's attempt is logged and the row moves on, ``RECORD_PIECE`` rows per
+        write transaction: a digest's hundred rows in one held the writer (on SQLite,
+        this process's event loop) for several milliseconds, and the API's creates queued
+        behind it; they go between the pieces. A sender that dies between two pieces
+        leaves the rest claimed: their lease runs out and they are sent once more, as
+        after any crash between a send and its record."""
         now = self.clock()
+        rows = [(row, result) for message, result in sent for row in message.rows]
+        for start in range(0, len(rows), RECORD_PIECE):
+            await self._api_quiet()
+            await self._record_piece(token, rows[start : start + RECORD_PIECE], now)
+
+    async def _record_piece(
+        self, token: uuid.UUID, rows: list[tuple[ClaimedRow, AttemptResult]], now: datetime
+    ) -> None:
+        """Rows that move on alike (same attempt number, same outcome) are updated by one
+        statement; the attempts are one multi-row insert."""
         groups: dict[tuple[int, bool, str | None], list[tuple[ClaimedRow, AttemptResult]]] = {}
-        for message, result in sent:
-            for row in message.rows:
-                attempt = row.notification.attempts + 1
-                groups.setdefault((attempt, result.success, result.error), []).append((row, result))
+        for row, result in rows:
+            attempt = row.notification.attempts + 1
+            groups.setdefault((attempt, result.success, result.error), []).append((row, result))
         async with self.db.write_transaction() as session:
             repo = NotificationRepository(session, self.db.dialect)
             attempts: list[dict[str, object]] = []
-            for (attempt, success, error), rows in groups.items():
+            for (attempt, success, error), alike in groups.items():
                 values = _next_state(attempt, success, error, now)
-                ids = [row.notification.id for row, _ in rows]
-                moved = await repo.finish_many(ids, token, values)
-                for row, result in rows:
+                moved = await repo.finish_many(
+                    [row.notification.id for row, _ in alike], token, values
+                )
+                for row, result in alike:
                     n = row.notification
                     if n.id not in moved:
                         logger.warning("notification %s: lease lost; another sender owns it", n.id)

@@ -1,0 +1,65 @@
+"""The API's writes in flight (``common/quiet.py``): background work waits for a moment
+without one, never longer than it asks, and the API's guard counts every write, whatever
+its answer, and no read."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from signoff.common.quiet import SETTLE_SECONDS, ApiWrites
+from signoff.context import AppContext
+from tests.conftest import Org, create_approval
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_quiet_at_once_with_no_write_in_flight() -> None:
+    writes = ApiWrites()
+    began = time.monotonic()
+    await writes.quiet(1.0)
+    assert time.monotonic() - began < 0.5
+
+
+async def test_quiet_waits_for_the_write_in_flight_to_end() -> None:
+    writes = ApiWrites()
+    writes.started()
+    waiting = asyncio.ensure_future(writes.quiet(5.0))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    writes.ended()
+    began = time.monotonic()
+    await waiting
+    assert time.monotonic() - began >= SETTLE_SECONDS
+    assert time.monotonic() - began < 1.0
+
+
+async def test_quiet_waits_no_longer_than_asked_when_writes_never_end() -> None:
+    writes = ApiWrites()
+    writes.started()
+    began = time.monotonic()
+    await writes.quiet(0.05)
+    assert 0.05 <= time.monotonic() - began < 1.0
+    assert writes.in_flight == 1
+
+
+async def test_the_guard_counts_writes_only_while_they_run(
+    client: httpx.AsyncClient, ctx: AppContext, org: Org
+) -> None:
+    seen: list[int] = []
+    authenticate = ctx.authenticate
+
+    async def noting(token: str) -> object:
+        seen.append(ctx.api_writes.in_flight)
+        return await authenticate(token)
+
+    ctx.authenticate = noting  # type: ignore[method-assign]
+    stranger = {"Authorization": "Bearer not-a-key"}
+    assert (await client.post("/api/v1/approvals", json={}, headers=stranger)).status_code == 401
+    assert (await client.get("/api/v1/approvals", headers=stranger)).status_code == 401
+    assert seen == [1, 0]  # the write counted while it ran, the read not
+    await create_approval(client, org.member)
+    assert ctx.api_writes.in_flight == 0

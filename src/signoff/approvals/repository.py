@@ -304,6 +304,21 @@ class ApprovalReads:
         rows = await self.queries.all(_COUNT_BASED_VOTERS, {"request_id": request_id})
         return frozenset(row.user_id for row in rows)
 
+    async def org_user_ids(
+        self, org_id: uuid.UUID, user_ids: set[uuid.UUID]
+    ) -> frozenset[uuid.UUID]:
+        """Which of ``user_ids`` are users of the org."""
+        query, params = _org_users_query(org_id, user_ids)
+        return frozenset(row.id for row in await self.queries.all(query, params))
+
+
+def _org_users_query(
+    org_id: uuid.UUID, user_ids: set[uuid.UUID]
+) -> tuple[PreparedQuery, dict[str, Any]]:
+    params: dict[str, Any] = {f"user_{i}": user_id for i, user_id in enumerate(user_ids)}
+    params["org_id"] = org_id
+    return _org_users_among(len(user_ids)), params
+
 
 @dataclass(frozen=True)
 class NewEvent:
@@ -614,12 +629,18 @@ class ApprovalRepository:
         )
         return rows[0] if rows else None
 
-    async def replace_steps(self, request_id: uuid.UUID, steps: Sequence[ApprovalStep]) -> None:
-        """Delete the chain and write ``steps`` (new, not in the session) in its place."""
-        # In this order: the new rows may reuse the old ones' step_order values.
-        await count_in(self.session, _DELETE_STEPS, {"request_id": request_id})
+    async def replace_steps(
+        self, request_id: uuid.UUID, steps: Sequence[StepRecord], *, replacing: bool
+    ) -> None:
+        """Write ``steps`` as the request's chain; ``replacing``: it has one, deleted first.
+
+        The inserts are queued (``queue_write``): a chain's first steps go out with the
+        rest of its configuration, in one statement. The delete is not: queued writes
+        see one snapshot, and the new rows may reuse the old ones' step_order values."""
+        if replacing:
+            await count_in(self.session, _DELETE_STEPS, {"request_id": request_id})
         for step in steps:
-            await count_in(self.session, _INSERT_STEP, _new_row_values(step, _INSERT_STEP))
+            await queue_write(self.session, _INSERT_STEP, _new_row_values(step, _INSERT_STEP))
 
     async def update_step(
         self,
@@ -642,9 +663,8 @@ class ApprovalRepository:
     async def org_user_ids(
         self, org_id: uuid.UUID, user_ids: set[uuid.UUID]
     ) -> frozenset[uuid.UUID]:
-        params: dict[str, Any] = {f"user_{i}": user_id for i, user_id in enumerate(user_ids)}
-        params["org_id"] = org_id
-        rows = await execute_in(self.session, _org_users_among(len(user_ids)), params)
+        query, params = _org_users_query(org_id, user_ids)
+        rows = await execute_in(self.session, query, params)
         return frozenset(row.id for row in rows)
 
     # ---- comments and events ----

@@ -64,6 +64,9 @@ class ChannelRef:
 
 _NOTIFICATIONS = cast(Table, Notification.__table__)
 _PLANS = cast(Table, NotificationPlan.__table__)
+_INSERT_PLAN = PreparedQuery(
+    insert(_PLANS), column_keys=("id", "request_id", "kind", "approver_ids", "created_at")
+)
 _ATTEMPTS = cast(Table, NotificationAttempt.__table__)
 
 
@@ -237,17 +240,6 @@ class NotificationRepository:
         )
         return result.all()
 
-    async def open_step_approvers(self, request_id: uuid.UUID, sequential: bool) -> list[uuid.UUID]:
-        rows = (
-            await self.session.execute(
-                select(ApprovalStep.approver_id, ApprovalStep.status)
-                .where(ApprovalStep.request_id == request_id)
-                .order_by(ApprovalStep.step_order)
-            )
-        ).all()
-        pending = [r.approver_id for r in rows if r.status == "pending"]
-        return pending[:1] if sequential else pending
-
     # ---- plans (written by a change, planned by a worker) ----
 
     async def add_plan(
@@ -257,7 +249,8 @@ class NotificationRepository:
         now: datetime,
         approver_ids: Sequence[uuid.UUID] | None = None,
     ) -> None:
-        """The change's one write for its notifications; a worker plans them."""
+        """The change's one write for its notifications; a worker plans them. Queued
+        (``queue_write``): on PostgreSQL it goes out with the change's other writes."""
         row = {
             "id": new_id(),
             "request_id": request_id,
@@ -265,7 +258,7 @@ class NotificationRepository:
             "approver_ids": None if approver_ids is None else [str(a) for a in approver_ids],
             "created_at": now,
         }
-        await self.session.execute(insert(_PLANS), [row])
+        await queue_write(self.session, _INSERT_PLAN, row)
         self.session.info[WROTE_NOTIFICATIONS] = True
 
     async def take_plans(self, limit: int, skip: Collection[uuid.UUID] = ()) -> list[WaitingPlan]:

@@ -463,9 +463,11 @@ async def set_steps(
     request_id: uuid.UUID,
     specs: Sequence[StepSpec],
     now: datetime,
+    check: PrincipalCheck | None = None,
 ) -> Sequence[StepRecord]:
     """Replace the request's chain; who may, and when, is the state machine's to say
-    (``state.ConfigureSteps``)."""
+    (``state.ConfigureSteps``). ``check``: the principal came from memory; the first
+    read confirms it (``PrincipalCheck``)."""
     action = state.ConfigureSteps(principal.actor, tuple(specs))
     org_id = principal.org_id
     if uow.approvals.decides_without_lock:
@@ -473,11 +475,11 @@ async def set_steps(
         async def approvers_known(reads: ApprovalReads) -> None:
             await _check_approvers(reads, org_id, specs)
 
-        done = await _without_lock(uow, principal, request_id, action, now, None, approvers_known)
+        done = await _without_lock(uow, principal, request_id, action, now, check, approvers_known)
         if done is not None:
             # Committed already (one statement of its own): the chain as it now stands.
             return await ApprovalReads(uow.approvals.queries).list_steps(request_id)  # type: ignore[arg-type]
-    row = await _get_locked(uow.approvals, principal, request_id)
+    row = await _get_locked(uow.approvals, principal, request_id, check)
     # Refusals first: a stranger learns nothing of which approvers exist.
     transition = state.apply(await _view(uow.approvals, row), action, now)
     await _check_approvers(uow.approvals, org_id, specs)
@@ -517,19 +519,21 @@ async def vote_step(
     step_id: uuid.UUID,
     payload: DecideApprovalRequest,
     now: datetime,
+    check: PrincipalCheck | None = None,
 ) -> StepVoteResult:
+    """A vote on one step of the chain. ``check``: as ``set_steps``'s."""
     action = state.VoteStep(
         principal.actor, step_id, payload.decision, payload.comment, payload.source, _via(payload)
     )
     if uow.approvals.decides_without_lock:
-        done = await _without_lock(uow, principal, request_id, action, now)
+        done = await _without_lock(uow, principal, request_id, action, now, check)
         if done is not None:
             result, steps = done
             # The state machine found the step in this chain.
             (voted,) = (step for step in steps if step.id == step_id)
             written = effects.step_as_written(voted, result.transition, author_of(principal), now)
             return StepVoteResult(result.request, written, result.transition)
-    row = await _get_locked(uow.approvals, principal, request_id)
+    row = await _get_locked(uow.approvals, principal, request_id, check)
     result = await _transition(uow, row, action, principal, now)
     step = await uow.approvals.get_step(row.id, step_id)
     assert step is not None  # the state machine found it in the locked chain

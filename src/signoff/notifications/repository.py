@@ -301,15 +301,23 @@ class NotificationRepository:
     async def requests_to_plan(
         self, request_ids: Collection[uuid.UUID]
     ) -> dict[uuid.UUID, PlannedRequest]:
-        """The requests of plans, share-locked until the planning commits (PostgreSQL):
-        a decision on one waits for its rows to be written, then cancels its reminders;
-        one that came first is seen here, and nothing is planned for it."""
+        """The requests of plans, as they are now (not locked: ``lock_pending``)."""
         rows = await self.session.execute(
-            select(ApprovalRequest)
-            .where(ApprovalRequest.id.in_(list(request_ids)))
-            .with_for_update(read=True)
+            select(ApprovalRequest).where(ApprovalRequest.id.in_(list(request_ids)))
         )
         return {r.id: PlannedRequest(facts_of(r), r.status) for r in rows.scalars()}
+
+    async def lock_pending(self, request_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
+        """Those of the requests still pending, share-locked until the planning commits
+        (PostgreSQL): a decision on one waits for the rows planned for it to be written,
+        then cancels its reminders; one that came first is seen here, and nothing is
+        planned for it. (On SQLite the planning holds the writer.)"""
+        rows = await self.session.execute(
+            select(ApprovalRequest.id)
+            .where(ApprovalRequest.id.in_(list(request_ids)), ApprovalRequest.status == "pending")
+            .with_for_update(read=True)
+        )
+        return set(rows.scalars())
 
     async def pending_step_approvers(
         self, request_ids: Collection[uuid.UUID]

@@ -190,6 +190,28 @@ _REQUEST_VERSIONED = {
     )
     for guarded in (False, True)
 }
+# The same with the request's chain, in step order: one row per step (one with no step
+# when there is none), the step's columns last, named ``step_<field>``. A step vote reads
+# its request and chain in one statement, one snapshot (``read_versioned``).
+_STEP_FIELDS = StepRecord._fields
+_REQUEST_AND_CHAIN_VERSIONED = {
+    guarded: PreparedQuery(
+        select(
+            *request_columns(),
+            _ROW_VERSION.label("version"),
+            *([principal_guard().label("principal_live")] if guarded else []),
+            *(getattr(ApprovalStep, name).label(f"step_{name}") for name in _STEP_FIELDS),
+        )
+        .select_from(ApprovalRequest)
+        .outerjoin(ApprovalStep, ApprovalStep.request_id == ApprovalRequest.id)
+        .where(
+            ApprovalRequest.id == bindparam("request_id"),
+            ApprovalRequest.org_id == bindparam("org_id"),
+        )
+        .order_by(ApprovalStep.step_order)
+    )
+    for guarded in (False, True)
+}
 # A get's one statement when its principal came from memory (see the guarded lock above).
 _REQUEST_BY_ID_GUARDED = PreparedQuery(
     select(*request_columns(), principal_guard().label("principal_live")).where(
@@ -381,23 +403,36 @@ class ApprovalRepository:
         )
 
     async def read_versioned(
-        self, org_id: uuid.UUID, request_id: uuid.UUID, check: PrincipalCheck | None = None
-    ) -> tuple[RequestRecord, str] | None:
-        """PostgreSQL: the request, read now without a lock outside the transaction, and
-        its row version, for ``unless_changed``. ``check``: as ``ApprovalReads.get``'s."""
+        self,
+        org_id: uuid.UUID,
+        request_id: uuid.UUID,
+        check: PrincipalCheck | None = None,
+        *,
+        with_chain: bool = False,
+    ) -> tuple[RequestRecord, str, list[StepRecord] | None] | None:
+        """PostgreSQL: the request, read now without a lock outside the transaction, its
+        row version, for ``unless_changed``, and with ``with_chain`` its chain in step
+        order, read by the same statement (else None). ``check``: as ``ApprovalReads.get``'s."""
         assert self.queries is not None
         params: dict[str, Any] = {"request_id": request_id, "org_id": org_id}
         guarded = check is not None and not check.confirmed
         if guarded:
             assert check is not None
             params |= principal_guard_params(check)
-        row = await self.queries.one(_REQUEST_VERSIONED[guarded], params)
-        if row is None:
+        queries = _REQUEST_AND_CHAIN_VERSIONED if with_chain else _REQUEST_VERSIONED
+        rows = await self.queries.all(queries[guarded], params)
+        if not rows:
             return None
+        first = rows[0]
         if guarded:
             assert check is not None
-            check.confirm(row.principal_live)
-        return RequestRecord(*row[: len(RequestRecord._fields)]), row.version
+            check.confirm(first.principal_live)
+        record = RequestRecord(*first[: len(RequestRecord._fields)])
+        if not with_chain:
+            return record, first.version, None
+        width = len(_STEP_FIELDS)
+        chain = [StepRecord(*row[-width:]) for row in rows if row.step_id is not None]
+        return record, first.version, chain
 
     @contextlib.asynccontextmanager
     async def unless_changed(self, request_id: uuid.UUID, version: str) -> AsyncIterator[None]:

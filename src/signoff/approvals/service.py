@@ -220,14 +220,20 @@ async def _without_lock(
     repo = uow.approvals
     reads = ApprovalReads(repo.queries)  # type: ignore[arg-type]
     changes = len(uow.changes)
+    # A step vote reads the chain with its request, in the same statement.
+    with_chain = isinstance(action, state.VoteStep)
     for _ in range(UNLOCKED_ATTEMPTS):
-        found = await repo.read_versioned(principal.org_id, request_id, check)
+        found = await repo.read_versioned(
+            principal.org_id, request_id, check, with_chain=with_chain
+        )
         if found is None:
             raise NotFound("No approval request with this id.")
-        row, version = found
+        row, version, chain = found
+        if chain is None:
+            chain = await reads.list_steps(row.id) if row.has_steps else []
         # One read is one snapshot; steps or voters read after it may be newer than it.
-        one_snapshot = not row.has_steps and row.current_approvals == 0
-        steps = await reads.list_steps(row.id) if row.has_steps else []
+        one_snapshot = (with_chain or not row.has_steps) and not _reads_voters(row, chain)
+        steps = chain
         try:
             transition = state.apply(await _view_with(reads, row, steps), action, now)
         except AppError:
@@ -578,12 +584,16 @@ async def _view_with(
     repo: ApprovalRepository | ApprovalReads, row: RequestRecord, steps: Sequence[StepRecord]
 ) -> state.RequestView:
     """``_view`` of ``row`` with its chain ``steps``, read already."""
-    # Each count-based vote is an approval counted in the row (a reject ends the request),
-    # so a pending request that counts none has no voters to read. The row is the locked,
-    # latest version, so a vote committed meanwhile shows in its count.
-    count_based_pending = row.status == "pending" and not steps and row.current_approvals > 0
-    voters = await repo.count_based_voters(row.id) if count_based_pending else frozenset()
+    voters = await repo.count_based_voters(row.id) if _reads_voters(row, steps) else frozenset()
     return _view_of(row, steps, voters)
+
+
+def _reads_voters(row: RequestRecord, steps: Sequence[StepRecord]) -> bool:
+    """Whether the view of ``row`` reads its count-based voters. Each count-based vote is
+    an approval counted in the row (a reject ends the request), so a pending request that
+    counts none has no voters to read. The row is the locked, latest version, so a vote
+    committed meanwhile shows in its count."""
+    return row.status == "pending" and not steps and row.current_approvals > 0
 
 
 async def _views(

@@ -389,6 +389,8 @@ class ApprovalRepository:
         self.queries = queries
         # Requests whose compare-and-set names the row version read (``unless_changed``).
         self._expected_versions: dict[uuid.UUID, str] = {}
+        # The chains ``replace_steps`` wrote, by request (``chain_written``).
+        self._chains_written: dict[uuid.UUID, list[StepRecord]] = {}
 
     @property
     def decides_without_lock(self) -> bool:
@@ -676,6 +678,12 @@ class ApprovalRepository:
             await count_in(self.session, _DELETE_STEPS, {"request_id": request_id})
         for step in steps:
             await queue_write(self.session, _INSERT_STEP, _new_row_values(step, _INSERT_STEP))
+        self._chains_written[request_id] = sorted(steps, key=lambda step: step.step_order)
+
+    def chain_written(self, request_id: uuid.UUID) -> list[StepRecord]:
+        """The chain ``replace_steps`` wrote for the request in this unit of work, in step
+        order: once committed, what a read of it would answer, without that read."""
+        return self._chains_written[request_id]
 
     async def update_step(
         self,

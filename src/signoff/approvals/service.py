@@ -8,6 +8,8 @@ in the caller's transaction.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -477,14 +479,26 @@ async def set_steps(
     action = state.ConfigureSteps(principal.actor, tuple(specs))
     org_id = principal.org_id
     if uow.approvals.decides_without_lock:
+        reads = ApprovalReads(uow.approvals.queries)  # type: ignore[arg-type]
+        # The approvers are read beside the request, not after it: the configuration
+        # waits for two round trips instead of three. What the read says is answered
+        # only after the state machine's refusals.
+        known = asyncio.ensure_future(reads.org_user_ids(org_id, _approvers(specs)))
 
-        async def approvers_known(reads: ApprovalReads) -> None:
-            await _check_approvers(reads, org_id, specs)
+        async def approvers_known(_: ApprovalReads) -> None:
+            _refuse_unknown(specs, await known)
 
-        done = await _without_lock(uow, principal, request_id, action, now, check, approvers_known)
+        try:
+            done = await _without_lock(
+                uow, principal, request_id, action, now, check, approvers_known
+            )
+        finally:
+            if not known.done():
+                with contextlib.suppress(Exception):
+                    await known  # a refusal came first: the read ends before the call
         if done is not None:
-            # Committed already (one statement of its own): the chain as it now stands.
-            return await ApprovalReads(uow.approvals.queries).list_steps(request_id)  # type: ignore[arg-type]
+            # Committed (one statement of its own): the chain as written.
+            return uow.approvals.chain_written(request_id)
     row = await _get_locked(uow.approvals, principal, request_id, check)
     # Refusals first: a stranger learns nothing of which approvers exist.
     transition = state.apply(await _view(uow.approvals, row), action, now)
@@ -496,12 +510,20 @@ async def set_steps(
 async def _check_approvers(
     repo: ApprovalRepository | ApprovalReads, org_id: uuid.UUID, specs: Sequence[StepSpec]
 ) -> None:
-    approvers = {spec.approver_id for spec in specs}
-    if len(approvers) != len(specs):
+    _refuse_unknown(specs, await repo.org_user_ids(org_id, _approvers(specs)))
+
+
+def _approvers(specs: Sequence[StepSpec]) -> set[uuid.UUID]:
+    return {spec.approver_id for spec in specs}
+
+
+def _refuse_unknown(specs: Sequence[StepSpec], known: frozenset[uuid.UUID]) -> None:
+    """Refuse a chain whose approvers are not each one user of the org (``known``: those
+    of them who are)."""
+    if len(_approvers(specs)) != len(specs):
         raise ValidationFailed.for_field(
             "steps", "each approver may hold one step only (nobody counts twice)"
         )
-    known = await repo.org_user_ids(org_id, approvers)
     unknown = [
         {"field": f"steps.{index}.approver_id", "message": "is not a user of this organization"}
         for index, spec in enumerate(specs)

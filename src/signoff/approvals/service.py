@@ -235,9 +235,8 @@ async def _without_lock(
             chain = await reads.list_steps(row.id) if row.has_steps else []
         # One read is one snapshot; steps or voters read after it may be newer than it.
         one_snapshot = (with_chain or not row.has_steps) and not _reads_voters(row, chain)
-        steps = chain
         try:
-            transition = state.apply(await _view_with(reads, row, steps), action, now)
+            transition = state.apply(await _view_with(reads, row, chain), action, now)
         except AppError:
             if one_snapshot:
                 raise
@@ -254,7 +253,7 @@ async def _without_lock(
         except LostRace:
             del uow.changes[changes:]  # nothing was written: nothing to announce
             continue
-        return TransitionResult(changed, transition), steps
+        return TransitionResult(changed, transition), chain
     return None
 
 

@@ -59,7 +59,7 @@ RATE_LIMIT_CEILING = 100_000_000
 # that ended a callbacks bench after its 22nd drain).
 KEEPALIVE_EXPIRY = 2.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-SCENARIOS = ("create", "get", "list", "decide")
+SCENARIOS = ("create", "get", "list", "decide", "chain")
 # Which baseline each scenario is compared with.
 BASELINE_OF = {"create": "echo", "decide": "echo", "get": "constant", "list": "constant"}
 # Targets of the issues. Both databases: p99, peak RSS, no failed calls. SQLite, the
@@ -98,6 +98,7 @@ class Options:
     databases: list[str]
     postgres_url: str
     output: Path
+    scenarios: tuple[str, ...] = SCENARIOS
 
 
 @dataclass(frozen=True)
@@ -532,23 +533,28 @@ def bench_signoff(target: str, opts: Options, workdir: Path, report: Report) -> 
                 figures.append(figure)
                 return figure
 
-            create = run("create")
-            run("get", [str(ids_file)])
-            run("list", [str(opts.list_pages)])
-
-            pool = pending_ids(server.url, api_key)
-            # Decide runs about as fast as create; leave a wide margin so no id repeats.
-            needed = max(5_000, int(create.rps * opts.duration * 2))
-            if len(pool) < needed:
-                log(f"[{target}] topping up the decide pool: {needed - len(pool):,} more")
-                pool += create_many(server.url, api_key, opts.seed, needed - len(pool))
-            decide_file = workdir / "pending-ids.txt"
-            decide_file.write_text("\n".join(pool) + "\n")
-            decide = run("decide", [str(decide_file), str(opts.threads)])
-            if decide.requests > len(pool):
-                log(f"[{target}] warning: decide ran past its {len(pool):,} pending requests")
-            approvers = [make_approver(env, workdir, org["id"], index) for index in range(1, 4)]
-            figures.append(measure_chains(opts, workdir, server, target, api_key, approvers))
+            wanted = set(opts.scenarios)
+            create = run("create") if "create" in wanted else None
+            if "get" in wanted:
+                run("get", [str(ids_file)])
+            if "list" in wanted:
+                run("list", [str(opts.list_pages)])
+            if "decide" in wanted:
+                pool = pending_ids(server.url, api_key)
+                # Decide runs about as fast as create; leave a wide margin so no id repeats.
+                create_rps = create.rps if create is not None else 1_000.0
+                needed = max(5_000, int(create_rps * opts.duration * 2))
+                if len(pool) < needed:
+                    log(f"[{target}] topping up the decide pool: {needed - len(pool):,} more")
+                    pool += create_many(server.url, api_key, opts.seed, needed - len(pool))
+                decide_file = workdir / "pending-ids.txt"
+                decide_file.write_text("\n".join(pool) + "\n")
+                decide = run("decide", [str(decide_file), str(opts.threads)])
+                if decide.requests > len(pool):
+                    log(f"[{target}] warning: decide ran past its {len(pool):,} pending requests")
+            if "chain" in wanted:
+                approvers = [make_approver(env, workdir, org["id"], index) for index in range(1, 4)]
+                figures.append(measure_chains(opts, workdir, server, target, api_key, approvers))
     return figures
 
 
@@ -630,6 +636,8 @@ def check_targets(figures: list[Figure], target: str) -> list[dict[str, Any]]:
 def _against_baselines(ours: dict[str, Figure], target: str) -> list[dict[str, Any]]:
     checks: list[dict[str, Any]] = []
     for scenario, minimum in TARGET_RATIOS.items():
+        if scenario not in ours:
+            continue  # not in this run (--scenarios)
         ratio = ours[scenario].ratio or 0.0
         checks.append(
             {
@@ -651,7 +659,9 @@ def _postgres_against_sqlite(
             "target": "postgresql",
             "check": f"{scenario} >= {minimum:.0%} of SQLite's",
         }
-        if scenario in ours and scenario in sqlite:
+        if scenario not in ours:
+            continue  # not in this run (--scenarios)
+        if scenario in sqlite:
             share = ours[scenario].rps / max(sqlite[scenario].rps, 0.1)
             check.update(measured=f"{share:.1%}", met=share >= minimum)
         else:
@@ -779,10 +789,20 @@ def parse_args(argv: list[str] | None) -> Options:
         help="a server where the bench may create (and drop) a database of its own",
     )
     parser.add_argument("--output", type=Path, default=RESULTS_DIR / "latest.json")
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(SCENARIOS),
+        help=f"comma-separated, of: {', '.join(SCENARIOS)} (the baselines run only for "
+        "scenarios compared with one)",
+    )
     args = parser.parse_args(argv)
     databases = [d.strip() for d in args.databases.split(",") if d.strip()]
     if unknown := set(databases) - {"sqlite", "postgresql"}:
         parser.error(f"unknown database(s): {', '.join(sorted(unknown))}")
+    wanted = {name.strip() for name in args.scenarios.split(",") if name.strip()}
+    if unknown := wanted - set(SCENARIOS):
+        parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
+    scenarios = tuple(name for name in SCENARIOS if name in wanted)
     return Options(
         duration=args.duration,
         connections=args.connections,
@@ -792,6 +812,7 @@ def parse_args(argv: list[str] | None) -> Options:
         databases=databases,
         postgres_url=args.postgres_url,
         output=args.output,
+        scenarios=scenarios,
     )
 
 
@@ -810,10 +831,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         with tempfile.TemporaryDirectory(prefix="signoff-bench-") as tmp:
             workdir = Path(tmp)
-            baselines = bench_baselines(opts, workdir / "baseline-before", "before")
+            compared = any(scenario in BASELINE_OF for scenario in opts.scenarios)
+            baselines = (
+                bench_baselines(opts, workdir / "baseline-before", "before") if compared else []
+            )
             for target in opts.databases:
                 report.figures += bench_signoff(target, opts, workdir / target, report)
-            baselines += bench_baselines(opts, workdir / "baseline-after", "after")
+            if compared:
+                baselines += bench_baselines(opts, workdir / "baseline-after", "after")
     except BenchError as exc:
         log(f"error: {exc}")
         return 1

@@ -37,11 +37,12 @@ WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # The one write an admin must still make while the stop is on: turning it off.
 EMERGENCY_STOP_PATH = "/api/v1/emergency-stop"
 # The calls whose first statement confirms a remembered principal (``PrincipalCheck``),
-# by method: a create, a get, a decision. Any other call reads its principal first.
+# by method: a create, a get, a decision, a chain's configuration and a step's vote. Any
+# other call reads its principal first.
 _CONFIRMED_IN_FIRST_STATEMENT = {
-    "POST": re.compile(r"/api/v1/approvals"),
+    "POST": re.compile(r"/api/v1/approvals(/[^/]+/steps)?"),
     "GET": re.compile(r"/api/v1/approvals/[^/]+"),
-    "PATCH": re.compile(r"/api/v1/approvals/[^/]+"),
+    "PATCH": re.compile(r"/api/v1/approvals/[^/]+(/steps/[^/]+)?"),
 }
 
 

@@ -57,9 +57,10 @@ class RequestNotifications:
     async def request_created(self, request: RequestRecord, now: datetime) -> None:
         await notifications.on_request_created(self._repo, request.id, now)
 
-    async def steps_opened(self, request: RequestRecord, now: datetime) -> None:
-        approvers = await self._repo.open_step_approvers(request.id, request.is_sequential)
-        await notifications.on_step_opened(self._repo, request.id, approvers, now)
+    async def steps_opened(
+        self, request: RequestRecord, approver_ids: Sequence[uuid.UUID], now: datetime
+    ) -> None:
+        await notifications.on_step_opened(self._repo, request.id, approver_ids, now)
 
     async def left_pending(self, request_id: uuid.UUID, now: datetime) -> None:
         await notifications.on_requests_left_pending(self._repo, [request_id], now)

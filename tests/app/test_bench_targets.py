@@ -3,7 +3,8 @@ the baselines, PostgreSQL against SQLite's figures of the same run."""
 
 from __future__ import annotations
 
-from bench.run import Figure, check_targets
+import pytest
+from bench.run import SCENARIOS, Figure, check_targets, parse_args
 
 
 def figure(
@@ -97,3 +98,29 @@ def test_postgresql_alone_reports_what_needs_sqlite_as_not_checked() -> None:
     assert verdicts_alone["get CPU/call <= 1.5x SQLite's"] == "not checked"
     assert verdicts_alone["p99 < 50 ms on every endpoint"] == "MISSED"
     assert "below (target is for SQLite)" not in verdicts_alone.values()
+
+
+def test_a_run_of_the_chain_alone_checks_the_chain_only() -> None:
+    """``--scenarios chain``: no share or baseline check of a scenario that did not run."""
+    run = [
+        figure("sqlite", "chain", ratio=None, p99_ms=40.0, rps=1000.0, cpu_ms=0.90),
+        figure("postgresql", "chain", ratio=None, p99_ms=60.0, rps=900.0, cpu_ms=0.99),
+    ]
+    assert {c["check"]: c["verdict"] for c in check_targets(run, "sqlite")} == {
+        "p99 < 50 ms on every endpoint": "met",
+        "peak RSS < 150 MB": "met",
+        "no failed calls": "met",
+    }
+    assert {c["check"]: c["verdict"] for c in check_targets(run, "postgresql")} == {
+        "chain CPU/call <= 1.5x SQLite's": "met",  # 1.1x
+        "p99 < 50 ms on every endpoint": "MISSED",
+        "peak RSS < 150 MB": "met",
+        "no failed calls": "met",
+    }
+
+
+def test_the_scenarios_named_run_in_the_bench_s_order() -> None:
+    assert parse_args(["--scenarios", "chain,get"]).scenarios == ("get", "chain")
+    assert parse_args([]).scenarios == SCENARIOS
+    with pytest.raises(SystemExit):
+        parse_args(["--scenarios", "chain,bogus"])

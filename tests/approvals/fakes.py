@@ -93,7 +93,7 @@ class FakeApprovals:
     ) -> None:
         self.step_updates.append((step_id, status, decided_by))
 
-    async def replace_steps(self, request_id: uuid.UUID, steps: Any) -> None:
+    async def replace_steps(self, request_id: uuid.UUID, steps: Any, *, replacing: bool) -> None:
         self.steps[request_id] = list(steps)
 
     async def add_comment(self, comment: Comment) -> None:
@@ -123,10 +123,13 @@ class FakeCallbacks:
 @dataclass
 class FakeNotifications:
     steps_opened_for: list[uuid.UUID] = field(default_factory=list)
+    # The approvers told, per opening.
+    opened_approvers: list[tuple[uuid.UUID, ...]] = field(default_factory=list)
     stopped_for: list[uuid.UUID] = field(default_factory=list)
 
-    async def steps_opened(self, request: RequestRecord, now: datetime) -> None:
+    async def steps_opened(self, request: RequestRecord, approver_ids: Any, now: datetime) -> None:
         self.steps_opened_for.append(request.id)
+        self.opened_approvers.append(tuple(approver_ids))
 
     async def left_pending(self, request_id: uuid.UUID, now: datetime) -> None:
         self.stopped_for.append(request_id)

@@ -153,7 +153,7 @@ async def test_races_lost_every_time_write_nothing_and_the_lock_decides(
         nonlocal reads
         reads += 1
         found = await read_versioned(self, *args, **kwargs)
-        return None if found is None else (found[0], "0")
+        return None if found is None else (found[0], "0", found[2])
 
     monkeypatch.setattr(ApprovalRepository, "read_versioned", a_version_never_current)
     url = f"/api/v1/approvals/{request['id']}"

@@ -89,6 +89,7 @@ async def test_a_step_approval_that_leaves_steps_open_writes_only_the_step_event
     assert uow.callbacks.sent == []
     # The next step of the sequential chain opens: its approver is told.
     assert uow.notifications.steps_opened_for == [uow.approvals.votes[0].request_id]
+    assert uow.notifications.opened_approvers == [(BOB.user_id,)]
     assert uow.notifications.stopped_for == []
 
 
@@ -210,6 +211,8 @@ async def test_configuring_steps_replaces_the_chain_and_sets_the_bar() -> None:
     uow = FakeUnitOfWork()
     await apply_transition(uow, row, transition, ALICE, NOW)
     assert [s.step_order for s in uow.approvals.steps[row.id]] == [1, 2]
+    # A parallel chain opens every step at once: all its approvers are told, in order.
+    assert uow.notifications.opened_approvers == [(ALICE.user_id, BOB.user_id)]
     stored = uow.approvals.rows[row.id]
     assert (stored["required_approvals"], stored["has_steps"], stored["status"]) == (
         2,

@@ -26,8 +26,10 @@ from tests.helpers import (
     stored_events,
     stored_request,
 )
+from tests.notifications.test_flow import put_routing, routing
 
 BACKGROUND_SWEEP = {"expiry_sweep_interval_seconds": 0.05}
+NOWHERE = "http://127.0.0.1:9/hook"  # nothing is sent: no sender runs
 
 
 @pytest.fixture
@@ -154,16 +156,20 @@ async def test_a_request_being_planned_is_expired_once_by_a_later_sweep(
 ) -> None:
     """Why the test above runs the API without its background loops (it failed under
     load with them): the notification sender's planning transaction share-locks the
-    requests it plans, and the sweeps' SKIP LOCKED passes over them. They stay pending
-    (reads already show them expired) until a sweep after the planning commits, and are
-    expired once."""
-    planned_ids = [(await _expired_unswept(api_only, org, ctx))[0]["id"] for _ in range(5)]
+    requests it writes notifications for, and the sweeps' SKIP LOCKED passes over them.
+    They stay pending (reads already show them expired) until a sweep after the planning
+    commits, and are expired once."""
+    await put_routing(api_only, org, routing(NOWHERE, NOWHERE, NOWHERE))
+    notified = {"action_type": "deploy.production", "priority": "high"}  # a rule matches
+    planned_ids = [
+        (await _expired_unswept(api_only, org, ctx, **notified))[0]["id"] for _ in range(5)
+    ]
     async with ctx.db.write_transaction() as session:
         repo = NotificationRepository(session, ctx.db.dialect)
         assert await notifications.plan_waiting(repo, utcnow(), 100, PoisonedRows()) == 5
         # The planning holds its locks here, as the sender's did in the failed runs
         # while the test created its last request and swept:
-        later = (await _expired_unswept(api_only, org, ctx))[0]["id"]
+        later = (await _expired_unswept(api_only, org, ctx, **notified))[0]["id"]
         # Bounded: a sweep that waited on the planning's locks would wait on this block.
         counts = await asyncio.wait_for(
             asyncio.gather(*(sweep_expired_once(ctx) for _ in range(3))), timeout=10

@@ -21,11 +21,11 @@ from typing import Any, Protocol
 
 from signoff import metrics
 from signoff.approvals import state
-from signoff.approvals.record import RequestRecord
+from signoff.approvals.record import RequestRecord, StepRecord
 from signoff.approvals.repository import NewEvent, NewVote
 from signoff.common.ids import new_id
 from signoff.errors import RequestNotPending
-from signoff.models import ApprovalStep, Comment
+from signoff.models import Comment
 from signoff.webhooks.service import Decider, DecisionFacts
 
 
@@ -62,7 +62,9 @@ class ApprovalWrites(Protocol):
         comment: str | None,
     ) -> None: ...
 
-    async def replace_steps(self, request_id: uuid.UUID, steps: Sequence[ApprovalStep]) -> None: ...
+    async def replace_steps(
+        self, request_id: uuid.UUID, steps: Sequence[StepRecord], *, replacing: bool
+    ) -> None: ...
 
     async def add_comment(self, comment: Comment) -> None: ...
 
@@ -84,7 +86,9 @@ class CallbackOutbox(Protocol):
 class NotificationOutbox(Protocol):
     """Where the notifications a change causes are written (notifications domain)."""
 
-    async def steps_opened(self, request: RequestRecord, now: datetime) -> None: ...
+    async def steps_opened(
+        self, request: RequestRecord, approver_ids: Sequence[uuid.UUID], now: datetime
+    ) -> None: ...
 
     async def left_pending(self, request_id: uuid.UUID, now: datetime) -> None: ...
 
@@ -124,23 +128,30 @@ async def apply_transition(
 
 
 # The effects whose writes are all queued (``storage.queue_write``) and read nothing:
-# a transition of only these is written in one statement (a decision without a lock on
-# PostgreSQL, ``service.decide``). A callback reads its connection's secrets, a comment
-# and opened steps write through the session: those are made under the lock.
+# a transition of only these is written in one statement (a decision or a step vote
+# without a lock on PostgreSQL, ``service.decide``). A callback reads its connection's
+# secrets and a comment writes through the session: those are made under the lock.
 _QUEUED_EFFECTS = (
     state.UpdateRequest,
     state.RecordVote,
     state.ChangeStep,
     state.WriteEvent,
+    state.NotifyStepsOpened,
     state.StopReminders,
     state.PublishChange,
 )
 
 
-def writes_in_one_statement(transition: state.Transition) -> bool:
-    """Whether every write of ``transition`` is queued, so that they can go out as one
-    statement (``ApprovalRepository.unless_changed``)."""
-    return all(isinstance(effect, _QUEUED_EFFECTS) for effect in transition.effects)
+def writes_in_one_statement(transition: state.Transition, row: RequestRecord) -> bool:
+    """Whether every write of ``transition`` on ``row`` is queued, so that they can go
+    out as one statement (``ApprovalRepository.unless_changed``). A chain's first steps
+    are inserts queued like the rest; replacing steps deletes the old ones first, on its
+    own, since the new ones take their places in the chain (its unique step orders)."""
+    return all(
+        isinstance(effect, _QUEUED_EFFECTS)
+        or (isinstance(effect, state.ReplaceSteps) and not row.has_steps)
+        for effect in transition.effects
+    )
 
 
 # The effects ``apply_transitions`` writes for many requests at once; a transition with
@@ -255,16 +266,10 @@ async def _apply(
             )
             await uow.approvals.add_vote(vote)
         case state.ChangeStep():
-            await uow.approvals.update_step(
-                effect.step_id,
-                status=effect.status,
-                decided_at=now,
-                decided_by=actor_id if effect.voted else None,
-                comment=effect.comment,
-            )
+            await uow.approvals.update_step(effect.step_id, **_step_values(effect, author, now))
         case state.ReplaceSteps():
             steps = [_new_step(row.id, spec, now) for spec in effect.steps]
-            await uow.approvals.replace_steps(row.id, steps)
+            await uow.approvals.replace_steps(row.id, steps, replacing=row.has_steps)
         case state.AddComment():
             assert author is not None  # only people comment
             row, _ = await add_comment(uow.approvals, row, author.user_id, effect.body, now)
@@ -273,7 +278,7 @@ async def _apply(
         case state.SendCallback():
             await uow.callbacks.enqueue(_decision_facts(row, author, effect.comment), now)
         case state.NotifyStepsOpened():
-            await uow.notifications.steps_opened(row, now)
+            await uow.notifications.steps_opened(row, effect.approver_ids, now)
         case state.StopReminders():
             await uow.notifications.left_pending(row.id, now)
         case state.PublishChange():
@@ -352,15 +357,38 @@ def _decision_facts(
     )
 
 
-def _new_step(request_id: uuid.UUID, spec: state.StepSpec, now: datetime) -> ApprovalStep:
-    return ApprovalStep(
+def _new_step(request_id: uuid.UUID, spec: state.StepSpec, now: datetime) -> StepRecord:
+    return StepRecord(
         id=new_id(),
         request_id=request_id,
         step_order=spec.step_order,
         approver_id=spec.approver_id,
         status="pending",
+        decided_at=None,
+        decided_by=None,
+        comment=None,
         created_at=now,
     )
+
+
+def _step_values(effect: state.ChangeStep, author: Author | None, now: datetime) -> dict[str, Any]:
+    """The columns ``effect`` sets on its step."""
+    return {
+        "status": effect.status,
+        "decided_at": now,
+        "decided_by": author.user_id if author and effect.voted else None,
+        "comment": effect.comment,
+    }
+
+
+def step_as_written(
+    step: StepRecord, transition: state.Transition, author: Author | None, now: datetime
+) -> StepRecord:
+    """``step`` as ``transition`` writes it (unchanged if it does not change it)."""
+    for effect in transition.effects:
+        if isinstance(effect, state.ChangeStep) and effect.step_id == step.id:
+            return step._replace(**_step_values(effect, author, now))
+    return step
 
 
 async def add_comment(

@@ -190,6 +190,28 @@ _REQUEST_VERSIONED = {
     )
     for guarded in (False, True)
 }
+# The same with the request's chain, in step order: one row per step (one with no step
+# when there is none), the step's columns last, named ``step_<field>``. A step vote reads
+# its request and chain in one statement, one snapshot (``read_versioned``).
+_STEP_FIELDS = StepRecord._fields
+_REQUEST_AND_CHAIN_VERSIONED = {
+    guarded: PreparedQuery(
+        select(
+            *request_columns(),
+            _ROW_VERSION.label("version"),
+            *([principal_guard().label("principal_live")] if guarded else []),
+            *(getattr(ApprovalStep, name).label(f"step_{name}") for name in _STEP_FIELDS),
+        )
+        .select_from(ApprovalRequest)
+        .outerjoin(ApprovalStep, ApprovalStep.request_id == ApprovalRequest.id)
+        .where(
+            ApprovalRequest.id == bindparam("request_id"),
+            ApprovalRequest.org_id == bindparam("org_id"),
+        )
+        .order_by(ApprovalStep.step_order)
+    )
+    for guarded in (False, True)
+}
 # A get's one statement when its principal came from memory (see the guarded lock above).
 _REQUEST_BY_ID_GUARDED = PreparedQuery(
     select(*request_columns(), principal_guard().label("principal_live")).where(
@@ -304,6 +326,21 @@ class ApprovalReads:
         rows = await self.queries.all(_COUNT_BASED_VOTERS, {"request_id": request_id})
         return frozenset(row.user_id for row in rows)
 
+    async def org_user_ids(
+        self, org_id: uuid.UUID, user_ids: set[uuid.UUID]
+    ) -> frozenset[uuid.UUID]:
+        """Which of ``user_ids`` are users of the org."""
+        query, params = _org_users_query(org_id, user_ids)
+        return frozenset(row.id for row in await self.queries.all(query, params))
+
+
+def _org_users_query(
+    org_id: uuid.UUID, user_ids: set[uuid.UUID]
+) -> tuple[PreparedQuery, dict[str, Any]]:
+    params: dict[str, Any] = {f"user_{i}": user_id for i, user_id in enumerate(user_ids)}
+    params["org_id"] = org_id
+    return _org_users_among(len(user_ids)), params
+
 
 @dataclass(frozen=True)
 class NewEvent:
@@ -352,6 +389,8 @@ class ApprovalRepository:
         self.queries = queries
         # Requests whose compare-and-set names the row version read (``unless_changed``).
         self._expected_versions: dict[uuid.UUID, str] = {}
+        # The chains ``replace_steps`` wrote, by request (``chain_written``).
+        self._chains_written: dict[uuid.UUID, list[StepRecord]] = {}
 
     @property
     def decides_without_lock(self) -> bool:
@@ -366,23 +405,36 @@ class ApprovalRepository:
         )
 
     async def read_versioned(
-        self, org_id: uuid.UUID, request_id: uuid.UUID, check: PrincipalCheck | None = None
-    ) -> tuple[RequestRecord, str] | None:
-        """PostgreSQL: the request, read now without a lock outside the transaction, and
-        its row version, for ``unless_changed``. ``check``: as ``ApprovalReads.get``'s."""
+        self,
+        org_id: uuid.UUID,
+        request_id: uuid.UUID,
+        check: PrincipalCheck | None = None,
+        *,
+        with_chain: bool = False,
+    ) -> tuple[RequestRecord, str, list[StepRecord] | None] | None:
+        """PostgreSQL: the request, read now without a lock outside the transaction, its
+        row version, for ``unless_changed``, and with ``with_chain`` its chain in step
+        order, read by the same statement (else None). ``check``: as ``ApprovalReads.get``'s."""
         assert self.queries is not None
         params: dict[str, Any] = {"request_id": request_id, "org_id": org_id}
         guarded = check is not None and not check.confirmed
         if guarded:
             assert check is not None
             params |= principal_guard_params(check)
-        row = await self.queries.one(_REQUEST_VERSIONED[guarded], params)
-        if row is None:
+        queries = _REQUEST_AND_CHAIN_VERSIONED if with_chain else _REQUEST_VERSIONED
+        rows = await self.queries.all(queries[guarded], params)
+        if not rows:
             return None
+        first = rows[0]
         if guarded:
             assert check is not None
-            check.confirm(row.principal_live)
-        return RequestRecord(*row[: len(RequestRecord._fields)]), row.version
+            check.confirm(first.principal_live)
+        record = RequestRecord(*first[: len(RequestRecord._fields)])
+        if not with_chain:
+            return record, first.version, None
+        width = len(_STEP_FIELDS)
+        chain = [StepRecord(*row[-width:]) for row in rows if row.step_id is not None]
+        return record, first.version, chain
 
     @contextlib.asynccontextmanager
     async def unless_changed(self, request_id: uuid.UUID, version: str) -> AsyncIterator[None]:
@@ -527,7 +579,7 @@ class ApprovalRepository:
         SKIP LOCKED lets several workers sweep at once on PostgreSQL without waiting on or
         double-processing each other's rows. It passes over any row another transaction
         holds, not only a sweep's: a decision's, or the notification planner's share lock
-        (``NotificationRepository.requests_to_plan``: the request must not change until
+        (``NotificationRepository.lock_pending``: the request must not change until
         its reminders are written). Such a row is left to a later sweep.
         """
         statement = (
@@ -617,12 +669,24 @@ class ApprovalRepository:
         )
         return rows[0] if rows else None
 
-    async def replace_steps(self, request_id: uuid.UUID, steps: Sequence[ApprovalStep]) -> None:
-        """Delete the chain and write ``steps`` (new, not in the session) in its place."""
-        # In this order: the new rows may reuse the old ones' step_order values.
-        await count_in(self.session, _DELETE_STEPS, {"request_id": request_id})
+    async def replace_steps(
+        self, request_id: uuid.UUID, steps: Sequence[StepRecord], *, replacing: bool
+    ) -> None:
+        """Write ``steps`` as the request's chain; ``replacing``: it has one, deleted first.
+
+        The inserts are queued (``queue_write``): a chain's first steps go out with the
+        rest of its configuration, in one statement. The delete is not: queued writes
+        see one snapshot, and the new rows may reuse the old ones' step_order values."""
+        if replacing:
+            await count_in(self.session, _DELETE_STEPS, {"request_id": request_id})
         for step in steps:
-            await count_in(self.session, _INSERT_STEP, _new_row_values(step, _INSERT_STEP))
+            await queue_write(self.session, _INSERT_STEP, _new_row_values(step, _INSERT_STEP))
+        self._chains_written[request_id] = sorted(steps, key=lambda step: step.step_order)
+
+    def chain_written(self, request_id: uuid.UUID) -> list[StepRecord]:
+        """The chain ``replace_steps`` wrote for the request in this unit of work, in step
+        order: once committed, what a read of it would answer, without that read."""
+        return self._chains_written[request_id]
 
     async def update_step(
         self,
@@ -645,9 +709,8 @@ class ApprovalRepository:
     async def org_user_ids(
         self, org_id: uuid.UUID, user_ids: set[uuid.UUID]
     ) -> frozenset[uuid.UUID]:
-        params: dict[str, Any] = {f"user_{i}": user_id for i, user_id in enumerate(user_ids)}
-        params["org_id"] = org_id
-        rows = await execute_in(self.session, _org_users_among(len(user_ids)), params)
+        query, params = _org_users_query(org_id, user_ids)
+        rows = await execute_in(self.session, query, params)
         return frozenset(row.id for row in rows)
 
     # ---- comments and events ----

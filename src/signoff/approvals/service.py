@@ -8,6 +8,8 @@ in the caller's transaction.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -175,56 +177,74 @@ async def decide(
         principal.actor, payload.decision, payload.comment, payload.source, _via(payload)
     )
     if uow.approvals.decides_without_lock:
-        result = await _decide_without_lock(uow, principal, request_id, action, now, check)
-        if result is not None:
-            return result
+        done = await _without_lock(uow, principal, request_id, action, now, check)
+        if done is not None:
+            return done[0]
     row = await _get_locked(uow.approvals, principal, request_id, check)
     return await _transition(uow, row, action, principal, now)
 
 
-# Reads of a request a decision without a lock makes before it takes the lock instead:
-# each further one follows a decision by someone else that landed between its read and
+# Reads of a request a transition without a lock makes before it takes the lock instead:
+# each further one follows a change by someone else that landed between its read and
 # its write, so the lock then costs less than reading again.
 UNLOCKED_ATTEMPTS = 3
 
 
-async def _decide_without_lock(
+async def _without_lock(
     uow: UnitOfWork,
     principal: OrgMember,
     request_id: uuid.UUID,
-    action: state.Decide,
+    action: state.Action,
     now: datetime,
-    check: PrincipalCheck | None,
-) -> TransitionResult | None:
-    """PostgreSQL: the decision made without a lock, in two round trips: the request read
-    (in autocommit, confirming ``check``), the state machine's answer, then every write in
-    one statement that is its own transaction, made only if the request is still the
-    version read (``ApprovalRepository.unless_changed``). A lost race is read again.
+    check: PrincipalCheck | None = None,
+    before_writes: Callable[[ApprovalReads], Awaitable[None]] | None = None,
+) -> tuple[TransitionResult, Sequence[StepRecord]] | None:
+    """PostgreSQL: a transition (a decision, a step vote, a chain's first configuration)
+    made without a lock, in a few round trips: the request read (in autocommit,
+    confirming ``check``) with its chain if it has one, the state machine's answer, then
+    every write in one statement that is its own transaction, made only if the request
+    is still the version read (``ApprovalRepository.unless_changed``). A lost race is
+    read again. Answers the result and the chain as read (before the writes).
+
+    The chain, read after the request, is the one of the version read whenever the
+    writes are made: every transaction that changes a chain changes its request's row
+    too (its approvals, ``has_steps``), and with it the version.
+
+    ``before_writes``: checks made once the state machine has answered (its refusals
+    come first), before anything is written; they may raise.
 
     None when the lock must decide instead: a transition that writes more than queued
-    writes (a comment, a callback: ``effects.writes_in_one_statement``), a refusal
-    answered from reads that were not one snapshot, or too many lost races. The state
-    machine stays the one gate either way; a decision taken here is exactly what it
-    answers for the version its writes are conditional on.
+    writes (a comment, a callback, a chain replaced: ``effects.writes_in_one_statement``),
+    a refusal answered from reads that were not one snapshot, or too many lost races.
+    The state machine stays the one gate either way; a transition taken here is exactly
+    what it answers for the version its writes are conditional on.
     """
     repo = uow.approvals
     reads = ApprovalReads(repo.queries)  # type: ignore[arg-type]
     changes = len(uow.changes)
+    # A step vote reads the chain with its request, in the same statement.
+    with_chain = isinstance(action, state.VoteStep)
     for _ in range(UNLOCKED_ATTEMPTS):
-        found = await repo.read_versioned(principal.org_id, request_id, check)
+        found = await repo.read_versioned(
+            principal.org_id, request_id, check, with_chain=with_chain
+        )
         if found is None:
             raise NotFound("No approval request with this id.")
-        row, version = found
+        row, version, chain = found
+        if chain is None:
+            chain = await reads.list_steps(row.id) if row.has_steps else []
         # One read is one snapshot; steps or voters read after it may be newer than it.
-        one_snapshot = not row.has_steps and row.current_approvals == 0
+        one_snapshot = (with_chain or not row.has_steps) and not _reads_voters(row, chain)
         try:
-            transition = state.apply(await _view(reads, row), action, now)
+            transition = state.apply(await _view_with(reads, row, chain), action, now)
         except AppError:
             if one_snapshot:
                 raise
             return None  # the locked view answers
-        if not effects.writes_in_one_statement(transition):
+        if not effects.writes_in_one_statement(transition, row):
             return None
+        if before_writes is not None:
+            await before_writes(reads)
         try:
             async with repo.unless_changed(row.id, version):
                 changed = await effects.apply_transition(
@@ -233,7 +253,7 @@ async def _decide_without_lock(
         except LostRace:
             del uow.changes[changes:]  # nothing was written: nothing to announce
             continue
-        return TransitionResult(changed, transition)
+        return TransitionResult(changed, transition), chain
     return None
 
 
@@ -450,27 +470,59 @@ async def set_steps(
     request_id: uuid.UUID,
     specs: Sequence[StepSpec],
     now: datetime,
+    check: PrincipalCheck | None = None,
 ) -> Sequence[StepRecord]:
     """Replace the request's chain; who may, and when, is the state machine's to say
-    (``state.ConfigureSteps``)."""
-    row = await _get_locked(uow.approvals, principal, request_id)
+    (``state.ConfigureSteps``). ``check``: the principal came from memory; the first
+    read confirms it (``PrincipalCheck``)."""
     action = state.ConfigureSteps(principal.actor, tuple(specs))
+    org_id = principal.org_id
+    if uow.approvals.decides_without_lock:
+        reads = ApprovalReads(uow.approvals.queries)  # type: ignore[arg-type]
+        # The approvers are read beside the request, not after it: the configuration
+        # waits for two round trips instead of three. What the read says is answered
+        # only after the state machine's refusals.
+        known = asyncio.ensure_future(reads.org_user_ids(org_id, _approvers(specs)))
+
+        async def approvers_known(_: ApprovalReads) -> None:
+            _refuse_unknown(specs, await known)
+
+        try:
+            done = await _without_lock(
+                uow, principal, request_id, action, now, check, approvers_known
+            )
+        finally:
+            if not known.done():
+                with contextlib.suppress(Exception):
+                    await known  # a refusal came first: the read ends before the call
+        if done is not None:
+            # Committed (one statement of its own): the chain as written.
+            return uow.approvals.chain_written(request_id)
+    row = await _get_locked(uow.approvals, principal, request_id, check)
     # Refusals first: a stranger learns nothing of which approvers exist.
     transition = state.apply(await _view(uow.approvals, row), action, now)
-    await _check_approvers(uow.approvals, principal.org_id, specs)
+    await _check_approvers(uow.approvals, org_id, specs)
     row = await effects.apply_transition(uow, row, transition, author_of(principal), now)
     return await uow.approvals.list_steps(row.id)
 
 
 async def _check_approvers(
-    repo: ApprovalRepository, org_id: uuid.UUID, specs: Sequence[StepSpec]
+    repo: ApprovalRepository | ApprovalReads, org_id: uuid.UUID, specs: Sequence[StepSpec]
 ) -> None:
-    approvers = {spec.approver_id for spec in specs}
-    if len(approvers) != len(specs):
+    _refuse_unknown(specs, await repo.org_user_ids(org_id, _approvers(specs)))
+
+
+def _approvers(specs: Sequence[StepSpec]) -> set[uuid.UUID]:
+    return {spec.approver_id for spec in specs}
+
+
+def _refuse_unknown(specs: Sequence[StepSpec], known: frozenset[uuid.UUID]) -> None:
+    """Refuse a chain whose approvers are not each one user of the org (``known``: those
+    of them who are)."""
+    if len(_approvers(specs)) != len(specs):
         raise ValidationFailed.for_field(
             "steps", "each approver may hold one step only (nobody counts twice)"
         )
-    known = await repo.org_user_ids(org_id, approvers)
     unknown = [
         {"field": f"steps.{index}.approver_id", "message": "is not a user of this organization"}
         for index, spec in enumerate(specs)
@@ -494,11 +546,21 @@ async def vote_step(
     step_id: uuid.UUID,
     payload: DecideApprovalRequest,
     now: datetime,
+    check: PrincipalCheck | None = None,
 ) -> StepVoteResult:
+    """A vote on one step of the chain. ``check``: as ``set_steps``'s."""
     action = state.VoteStep(
         principal.actor, step_id, payload.decision, payload.comment, payload.source, _via(payload)
     )
-    row = await _get_locked(uow.approvals, principal, request_id)
+    if uow.approvals.decides_without_lock:
+        done = await _without_lock(uow, principal, request_id, action, now, check)
+        if done is not None:
+            result, steps = done
+            # The state machine found the step in this chain.
+            (voted,) = (step for step in steps if step.id == step_id)
+            written = effects.step_as_written(voted, result.transition, author_of(principal), now)
+            return StepVoteResult(result.request, written, result.transition)
+    row = await _get_locked(uow.approvals, principal, request_id, check)
     result = await _transition(uow, row, action, principal, now)
     step = await uow.approvals.get_step(row.id, step_id)
     assert step is not None  # the state machine found it in the locked chain
@@ -536,12 +598,23 @@ async def _get_locked(
 async def _view(repo: ApprovalRepository | ApprovalReads, row: RequestRecord) -> state.RequestView:
     """The state machine's snapshot of a (locked) request: its votes and its chain."""
     steps = await repo.list_steps(row.id) if row.has_steps else ()
-    # Each count-based vote is an approval counted in the row (a reject ends the request),
-    # so a pending request that counts none has no voters to read. The row is the locked,
-    # latest version, so a vote committed meanwhile shows in its count.
-    count_based_pending = row.status == "pending" and not steps and row.current_approvals > 0
-    voters = await repo.count_based_voters(row.id) if count_based_pending else frozenset()
+    return await _view_with(repo, row, steps)
+
+
+async def _view_with(
+    repo: ApprovalRepository | ApprovalReads, row: RequestRecord, steps: Sequence[StepRecord]
+) -> state.RequestView:
+    """``_view`` of ``row`` with its chain ``steps``, read already."""
+    voters = await repo.count_based_voters(row.id) if _reads_voters(row, steps) else frozenset()
     return _view_of(row, steps, voters)
+
+
+def _reads_voters(row: RequestRecord, steps: Sequence[StepRecord]) -> bool:
+    """Whether the view of ``row`` reads its count-based voters. Each count-based vote is
+    an approval counted in the row (a reject ends the request), so a pending request that
+    counts none has no voters to read. The row is the locked, latest version, so a vote
+    committed meanwhile shows in its count."""
+    return row.status == "pending" and not steps and row.current_approvals > 0
 
 
 async def _views(

@@ -213,7 +213,13 @@ class SendCallback:
 
 @dataclass(frozen=True)
 class NotifyStepsOpened:
-    """Tell the approvers of the steps now open (routing rules), from the outbox."""
+    """Tell the approvers of the steps now open (routing rules), from the outbox.
+
+    ``approver_ids``: theirs, in step order, known from the chain the transition was made
+    on, so that writing the effect reads nothing (a step vote is then one statement on
+    PostgreSQL, ``effects.writes_in_one_statement``)."""
+
+    approver_ids: tuple[uuid.UUID, ...]
 
 
 @dataclass(frozen=True)
@@ -335,7 +341,7 @@ def _configure_steps(request: RequestView, action: ConfigureSteps, now: datetime
 def _effects(request: RequestView, action: Action, transition: Transition) -> tuple[Effect, ...]:
     """What ``transition`` causes, in the order it is written."""
     if isinstance(action, ConfigureSteps):
-        return _configure_effects(action)
+        return _configure_effects(request, action)
     comment = action.comment if isinstance(action, Decide | VoteStep) else None
     step_id = action.step_id if isinstance(action, VoteStep) else None
     effects: list[Effect] = [
@@ -359,21 +365,34 @@ def _effects(request: RequestView, action: Action, transition: Transition) -> tu
     if transition.is_final:
         effects.append(StopReminders())
     elif isinstance(action, VoteStep) and request.is_sequential:
-        effects.append(NotifyStepsOpened())  # the next step of the chain opens
+        # The next step of the chain opens.
+        effects.append(NotifyStepsOpened(_open_approvers(request, transition.step_changes)))
     effects.append(PublishChange(final=transition.is_final))
     return tuple(effects)
 
 
-def _configure_effects(action: ConfigureSteps) -> tuple[Effect, ...]:
+def _configure_effects(request: RequestView, action: ConfigureSteps) -> tuple[Effect, ...]:
     ordered = tuple(sorted(action.steps, key=lambda spec: spec.step_order))
     listed = [{"step_order": s.step_order, "approver_id": str(s.approver_id)} for s in ordered]
+    # Every new step is pending: a sequential chain opens its first, a parallel one all.
+    opened = [spec.approver_id for spec in ordered]
     return (
         ReplaceSteps(ordered),
         UpdateRequest("pending", 0, required_approvals=len(ordered)),
         WriteEvent("steps.configured", {"steps": listed}),
-        NotifyStepsOpened(),
+        NotifyStepsOpened(tuple(opened[:1] if request.is_sequential else opened)),
         PublishChange(final=False),
     )
+
+
+def _open_approvers(request: RequestView, step_changes: StepChanges) -> tuple[uuid.UUID, ...]:
+    """The approver of the sequential chain's first step still pending once
+    ``step_changes`` are made (none when every step is decided)."""
+    changed = dict(step_changes)
+    for step in sorted(request.steps, key=lambda s: s.step_order):
+        if changed.get(step.id, step.status) == "pending":
+            return (step.approver_id,)
+    return ()
 
 
 def _audit_events(request: RequestView, action: Action, transition: Transition) -> list[WriteEvent]:

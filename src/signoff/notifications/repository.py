@@ -64,6 +64,9 @@ class ChannelRef:
 
 _NOTIFICATIONS = cast(Table, Notification.__table__)
 _PLANS = cast(Table, NotificationPlan.__table__)
+_INSERT_PLAN = PreparedQuery(
+    insert(_PLANS), column_keys=("id", "request_id", "kind", "approver_ids", "created_at")
+)
 _ATTEMPTS = cast(Table, NotificationAttempt.__table__)
 
 
@@ -237,17 +240,6 @@ class NotificationRepository:
         )
         return result.all()
 
-    async def open_step_approvers(self, request_id: uuid.UUID, sequential: bool) -> list[uuid.UUID]:
-        rows = (
-            await self.session.execute(
-                select(ApprovalStep.approver_id, ApprovalStep.status)
-                .where(ApprovalStep.request_id == request_id)
-                .order_by(ApprovalStep.step_order)
-            )
-        ).all()
-        pending = [r.approver_id for r in rows if r.status == "pending"]
-        return pending[:1] if sequential else pending
-
     # ---- plans (written by a change, planned by a worker) ----
 
     async def add_plan(
@@ -257,7 +249,8 @@ class NotificationRepository:
         now: datetime,
         approver_ids: Sequence[uuid.UUID] | None = None,
     ) -> None:
-        """The change's one write for its notifications; a worker plans them."""
+        """The change's one write for its notifications; a worker plans them. Queued
+        (``queue_write``): on PostgreSQL it goes out with the change's other writes."""
         row = {
             "id": new_id(),
             "request_id": request_id,
@@ -265,7 +258,7 @@ class NotificationRepository:
             "approver_ids": None if approver_ids is None else [str(a) for a in approver_ids],
             "created_at": now,
         }
-        await self.session.execute(insert(_PLANS), [row])
+        await queue_write(self.session, _INSERT_PLAN, row)
         self.session.info[WROTE_NOTIFICATIONS] = True
 
     async def take_plans(self, limit: int, skip: Collection[uuid.UUID] = ()) -> list[WaitingPlan]:
@@ -316,15 +309,24 @@ class NotificationRepository:
     async def requests_to_plan(
         self, request_ids: Collection[uuid.UUID]
     ) -> dict[uuid.UUID, PlannedRequest]:
-        """The requests of plans, share-locked until the planning commits (PostgreSQL):
-        a decision on one waits for its rows to be written, then cancels its reminders;
-        one that came first is seen here, and nothing is planned for it."""
+        """The requests of plans, as they are now (not locked: ``lock_pending``)."""
         rows = await self.session.execute(
             select(*_FACT_COLUMNS)
             .where(ApprovalRequest.id.in_(list(request_ids)))
-            .with_for_update(read=True)
         )
         return {r.id: PlannedRequest(facts_of(r), r.status) for r in rows}
+
+    async def lock_pending(self, request_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
+        """Those of the requests still pending, share-locked until the planning commits
+        (PostgreSQL): a decision on one waits for the rows planned for it to be written,
+        then cancels its reminders; one that came first is seen here, and nothing is
+        planned for it. (On SQLite the planning holds the writer.)"""
+        rows = await self.session.execute(
+            select(ApprovalRequest.id)
+            .where(ApprovalRequest.id.in_(list(request_ids)), ApprovalRequest.status == "pending")
+            .with_for_update(read=True)
+        )
+        return set(rows.scalars())
 
     async def pending_step_approvers(
         self, request_ids: Collection[uuid.UUID]

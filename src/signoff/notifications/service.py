@@ -322,6 +322,13 @@ async def _plan(repo: NotificationRepository, plans: Sequence[WaitingPlan], now:
             approvers = [a for a in plan.approver_ids if (request.id, a) in waiting_steps]
             rows += await _plan_step_opened(repo, org, rule, request, approvers, now)
     if rows:
+        # Locked only now, and only those that notify someone: a lock taken with the
+        # first read was held through the whole planning, and the chain's next vote (or
+        # any decision) on a request waited for it, even when nothing was to be sent
+        # (docs/engineering-log.md, *Issue 24: the chain*).
+        pending = await repo.lock_pending({row["request_id"] for row in rows})
+        rows = [row for row in rows if row["request_id"] in pending]
+    if rows:
         await repo.insert_notifications(rows)
         await repo.notify_workers()
     await repo.delete_plans([p.id for p in plans])

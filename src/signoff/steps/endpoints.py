@@ -13,7 +13,14 @@ from signoff.approvals import service
 from signoff.approvals.presenters import step_to_dict
 from signoff.approvals.schemas import DecideApprovalRequest
 from signoff.auth.principal import Principal
-from signoff.common.http import context_of, json_body_doc, json_response, path_id, require_scope
+from signoff.common.http import (
+    context_of,
+    json_body_doc,
+    json_response,
+    path_id,
+    principal_check_of,
+    require_scope,
+)
 from signoff.common.openapi import UuidPath, errors
 from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
@@ -51,8 +58,9 @@ async def set_steps(request: Request, request_id: UuidPath, principal: Writer) -
     rid = path_id(request_id)
     payload = await parse_json_body(request, SetSteps, ctx.settings)
     specs = [service.StepSpec(uuid.UUID(s.approver_id), s.step_order) for s in payload.steps]
+    check = principal_check_of(request)
     async with ctx.transaction() as uow:
-        steps = await service.set_steps(uow, principal, rid, specs, utcnow())
+        steps = await service.set_steps(uow, principal, rid, specs, utcnow(), check)
     return json_response(
         {
             "data": [
@@ -107,8 +115,9 @@ async def vote_step(
     rid = path_id(request_id)
     sid = path_id(step_id, "step")
     payload = await parse_json_body(request, DecideApprovalRequest, ctx.settings)
+    check = principal_check_of(request)
     async with ctx.transaction() as uow:
-        result = await service.vote_step(uow, principal, rid, sid, payload, utcnow())
+        result = await service.vote_step(uow, principal, rid, sid, payload, utcnow(), check)
     # The vote that decides the request makes attempt 1 of its callback, as PATCH does.
     callback_delivered = all_succeeded(await ctx.webhooks.deliver_outbox(uow.outbox))
     return json_response(

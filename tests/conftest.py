@@ -204,13 +204,14 @@ async def client(app: Any) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.fixture
 async def api_only(ctx: AppContext) -> AsyncIterator[httpx.AsyncClient]:
-    """A client of the app without its background loops, for a test that sweeps itself.
+    """A client of the app without its background loops, for a test that runs them
+    itself (a sweep, the notification sender's rounds).
 
-    Why: with them, the notification sender plans each new request in a transaction
-    that share-locks it (PostgreSQL), and a sweep passes over a locked row, leaving it
-    to a later sweep: a test's own sweep then finds fewer due requests than it made,
-    more often under load (docs/engineering-log.md, *Issue 24: concurrent sweeps*).
-    The background sweep's first pass, at startup, is one more sweeper besides the test's.
+    Why: with them, the notification sender may share-lock a request it writes
+    notifications for (PostgreSQL), and a sweep passes over a locked row, leaving it to
+    a later sweep: a test's own sweep then finds fewer due requests than it made, more
+    often under load (docs/engineering-log.md, *Issue 24: concurrent sweeps*). The
+    background sweep's first pass, at startup, is one more sweeper besides the test's.
     """
     application = create_app(ctx.settings, ctx=ctx, background=False)
     async with application.router.lifespan_context(application):

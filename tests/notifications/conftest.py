@@ -9,8 +9,6 @@ from typing import Any
 import httpx
 import pytest
 
-from signoff.app import create_app
-from signoff.context import AppContext
 from tests.notifications.support import MailBox, smtp_server
 
 
@@ -35,9 +33,7 @@ def settings_overrides(smtp: tuple[MailBox, str]) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def api(ctx: AppContext) -> AsyncIterator[httpx.AsyncClient]:
-    application = create_app(ctx.settings, ctx=ctx, background=False)
-    async with application.router.lifespan_context(application):
-        transport = httpx.ASGITransport(app=application, client=("203.0.113.7", 50000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://signoff.test") as c:
-            yield c
+def api(api_only: httpx.AsyncClient) -> httpx.AsyncClient:
+    """The app without its background loops (``tests/conftest.py``): each test runs the
+    sender's rounds itself."""
+    return api_only

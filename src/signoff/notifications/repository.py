@@ -311,8 +311,7 @@ class NotificationRepository:
     ) -> dict[uuid.UUID, PlannedRequest]:
         """The requests of plans, as they are now (not locked: ``lock_pending``)."""
         rows = await self.session.execute(
-            select(*_FACT_COLUMNS)
-            .where(ApprovalRequest.id.in_(list(request_ids)))
+            select(*_FACT_COLUMNS).where(ApprovalRequest.id.in_(list(request_ids)))
         )
         return {r.id: PlannedRequest(facts_of(r), r.status) for r in rows}
 

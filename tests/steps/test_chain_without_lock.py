@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
-import asyncpg  # type: ignore[import-untyped]
 import httpx
 import pytest
 from sqlalchemy import func, select
@@ -24,31 +21,15 @@ from signoff.context import REQUEST_CHANNEL, AppContext
 from signoff.models import Vote
 from signoff.notifications.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
 from signoff.storage import Notifier
-from signoff.storage.asyncpg_shape import asyncpg_dsn
 from tests.conftest import Org, create_approval, eventually
 from tests.steps.test_steps import set_chain, vote
+from tests.storage.test_notify_after_commit import heard
 
 
 @pytest.fixture(autouse=True)
 def _postgres_only(backend: str) -> None:
     if backend != "postgres":
         pytest.skip("SQLite's writers hold the database: every vote takes the lock")
-
-
-@asynccontextmanager
-async def heard(settings: Settings, channel: str) -> AsyncIterator[list[str]]:
-    """The payloads another connection (another replica's listener) hears on ``channel``."""
-    payloads: list[str] = []
-    connection = await asyncpg.connect(asyncpg_dsn(settings.database_url))
-
-    def on_notify(_connection: Any, _pid: int, _channel: str, payload: str) -> None:
-        payloads.append(payload)
-
-    await connection.add_listener(channel, on_notify)
-    try:
-        yield payloads
-    finally:
-        await connection.close()
 
 
 def sent_by_the_process(ctx: AppContext, monkeypatch: pytest.MonkeyPatch) -> list[str]:

@@ -153,6 +153,15 @@ def backend(test_database: TestDatabase) -> str:
     return test_database.backend
 
 
+@pytest.fixture
+def postgres_only(backend: str) -> None:
+    """Skips the test on SQLite: ``@pytest.mark.usefixtures("postgres_only")`` on a test,
+    or in a module's ``pytestmark`` for all of its tests. The test (or the module) says
+    why it has nothing to show on SQLite."""
+    if backend != "postgres":
+        pytest.skip("PostgreSQL only")
+
+
 # ---- the app ----
 
 

@@ -99,12 +99,8 @@ async def test_the_same_person_twice_at_once_votes_once(
     assert votes == 1
 
 
-@pytest.fixture
-def postgres_only(backend: str) -> None:
-    if backend != "postgres":
-        pytest.skip("SQLite's writers hold the database: every decision takes the lock")
-
-
+# The decisions without a lock below are PostgreSQL's: on SQLite the writers hold the
+# database, and every decision takes the lock.
 @pytest.mark.usefixtures("postgres_only")
 async def test_a_decision_that_lost_a_race_reads_again_and_counts_the_winner(
     client: httpx.AsyncClient, org: Org, ctx: AppContext, monkeypatch: pytest.MonkeyPatch

@@ -144,12 +144,7 @@ async def test_concurrent_sweeps_expire_each_request_once(
     assert await _expiry_events(ctx, ids) == [["request.created", "request.expired"]] * 6
 
 
-@pytest.fixture
-def postgres_only(backend: str) -> None:
-    if backend != "postgres":
-        pytest.skip("SQLite's planner holds the one writer: a sweep waits for it instead")
-
-
+# On SQLite the planner holds the one writer: a sweep waits for it instead.
 @pytest.mark.usefixtures("postgres_only")
 async def test_a_request_being_planned_is_expired_once_by_a_later_sweep(
     api_only: httpx.AsyncClient, org: Org, ctx: AppContext

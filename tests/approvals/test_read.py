@@ -275,13 +275,13 @@ async def test_past_deadline_reads_expired_without_waiting(
     assert time.monotonic() - started < 2
 
 
+@pytest.mark.usefixtures("postgres_only")
 async def test_wait_wakes_on_a_decision_made_by_another_process(
-    client: httpx.AsyncClient, org: Org, settings: Settings, backend: str
+    client: httpx.AsyncClient, org: Org, settings: Settings
 ) -> None:
     """Another replica's decision wakes the poll at once on PostgreSQL (LISTEN/NOTIFY),
-    not at its next periodic re-read (30 s here)."""
-    if backend != "postgres":
-        pytest.skip("SQLite: other processes' decisions are noticed by the periodic re-read")
+    not at its next periodic re-read (30 s here). (On SQLite other processes' decisions
+    are noticed by that re-read.)"""
     created = await create_approval(client, org.member)
     url = f"/api/v1/approvals/{created['id']}"
     poll = asyncio.create_task(client.get(f"{url}?wait=20", headers=org.member.headers))

@@ -79,11 +79,11 @@ def count_principal_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return reads
 
 
+# SQLite keeps principals between commits (test_auth.py).
+@pytest.mark.usefixtures("postgres_only")
 async def test_creates_gets_and_decisions_read_no_principal_of_their_own_on_postgresql(
-    client: httpx.AsyncClient, org: Org, backend: str, monkeypatch: pytest.MonkeyPatch
+    client: httpx.AsyncClient, org: Org, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if backend != "postgres":
-        pytest.skip("SQLite keeps principals between commits (test_auth.py)")
     first = await create_approval(client, org.member)  # the key is read, and remembered
     reads = count_principal_reads(monkeypatch)
     created = await create_approval(client, org.member)

@@ -19,11 +19,8 @@ async def test_a_change_wakes_the_orgs_watchers_only(ctx: AppContext) -> None:
         assert not globex_changed.is_set()
 
 
-async def test_postgres_carries_the_signal_across_processes(
-    backend: str, settings: Settings
-) -> None:
-    if backend != "postgres":
-        pytest.skip("LISTEN/NOTIFY: PostgreSQL only")
+@pytest.mark.usefixtures("postgres_only")  # LISTEN/NOTIFY
+async def test_postgres_carries_the_signal_across_processes(settings: Settings) -> None:
     listening, sending = AppContext.from_settings(settings), AppContext.from_settings(settings)
     org = uuid.uuid4()
     try:

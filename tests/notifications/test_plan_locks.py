@@ -25,12 +25,6 @@ from tests.notifications.test_flow import put_routing, routing
 NOWHERE = "http://127.0.0.1:9/hook"  # nothing is sent: the planning is never committed
 
 
-@pytest.fixture(autouse=True)
-def _postgres_only(backend: str) -> None:
-    if backend != "postgres":
-        pytest.skip("SQLite's planning holds the writer: there are no row locks")
-
-
 @asynccontextmanager
 async def planning_not_committed(ctx: AppContext) -> AsyncIterator[int]:
     """The waiting plans planned in a transaction left open while the block runs."""
@@ -55,6 +49,8 @@ async def a_decision_may_lock(ctx: AppContext, request_id: str) -> bool:
         await connection.close()
 
 
+# On SQLite the planning holds the writer: there are no row locks.
+@pytest.mark.usefixtures("postgres_only")
 @pytest.mark.parametrize("matched", [False, True], ids=["no-rule-matches", "a-rule-matches"])
 async def test_the_planner_locks_only_requests_it_notifies_about(
     client: httpx.AsyncClient, org: Org, ctx: AppContext, matched: bool

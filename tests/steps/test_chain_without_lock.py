@@ -25,11 +25,8 @@ from tests.conftest import Org, create_approval, eventually
 from tests.steps.test_steps import set_chain, vote
 from tests.storage.test_notify_after_commit import heard
 
-
-@pytest.fixture(autouse=True)
-def _postgres_only(backend: str) -> None:
-    if backend != "postgres":
-        pytest.skip("SQLite's writers hold the database: every vote takes the lock")
+# SQLite's writers hold the database: every vote takes the lock.
+pytestmark = pytest.mark.usefixtures("postgres_only")
 
 
 def sent_by_the_process(ctx: AppContext, monkeypatch: pytest.MonkeyPatch) -> list[str]:

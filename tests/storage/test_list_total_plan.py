@@ -46,11 +46,11 @@ async def _seed(connection: Any, org_id: uuid.UUID) -> None:
     await connection.execute("ANALYZE approval_requests")
 
 
+# PostgreSQL's plan; SQLite's count is kept since 0005 (test_list_plans).
+@pytest.mark.usefixtures("postgres_only")
 async def test_an_unfiltered_page_reads_its_rows_and_the_kept_count(
-    ctx: AppContext, org: Org, backend: str
+    ctx: AppContext, org: Org
 ) -> None:
-    if backend != "postgres":
-        pytest.skip("PostgreSQL's plan; SQLite's count is kept since 0005 (test_list_plans)")
     plan = page_queries("postgresql", (), frozenset(), False)
     assert plan.page_and_total is not None
     org_id = uuid.UUID(org.id)

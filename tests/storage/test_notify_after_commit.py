@@ -21,11 +21,7 @@ from signoff.notifications.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
 from signoff.storage.asyncpg_shape import NOTIFY_AFTER_COMMIT, asyncpg_dsn
 from tests.conftest import Org, create_approval, eventually
 
-
-@pytest.fixture(autouse=True)
-def _postgres_only(backend: str) -> None:
-    if backend != "postgres":
-        pytest.skip("LISTEN/NOTIFY: PostgreSQL only")
+pytestmark = pytest.mark.usefixtures("postgres_only")  # LISTEN/NOTIFY
 
 
 @asynccontextmanager

@@ -53,11 +53,11 @@ async def _seed(connection: Any, org_id: uuid.UUID) -> None:
     await connection.execute("ANALYZE approval_requests")
 
 
+# PostgreSQL's plan; SQLite searches its FTS5 table.
+@pytest.mark.usefixtures("postgres_only")
 async def test_a_search_page_and_its_count_use_the_gin_index_for_a_rare_word(
-    ctx: AppContext, org: Org, backend: str
+    ctx: AppContext, org: Org
 ) -> None:
-    if backend != "postgres":
-        pytest.skip("PostgreSQL's plan; SQLite searches its FTS5 table")
     plan = page_queries("postgresql", (), frozenset(), True)
     org_id = uuid.UUID(org.id)
     params = {

@@ -317,9 +317,13 @@ class NotificationRepository:
 
     async def lock_pending(self, request_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
         """Those of the requests still pending, share-locked until the planning commits
-        (PostgreSQL): a decision on one waits for the rows planned for it to be written,
-        then cancels its reminders; one that came first is seen here, and nothing is
-        planned for it. (On SQLite the planning holds the writer.)"""
+        (PostgreSQL): a decision on one waits for the rows planned for it to be written.
+        One that takes the request's lock then cancels its reminders; one without a lock
+        (one statement: ``approvals.service._without_lock``) cancels what its statement's
+        snapshot, taken before it waited, shows, which is not these: the sender voids
+        them when it claims them (``sender._split_decided``). A decision that came first
+        is seen here, and nothing is planned for it. (On SQLite the planning holds the
+        writer.)"""
         rows = await self.session.execute(
             select(ApprovalRequest.id)
             .where(ApprovalRequest.id.in_(list(request_ids)), ApprovalRequest.status == "pending")

@@ -45,6 +45,7 @@ from signoff.models.notifications import NotificationChannel
 from signoff.notifications import messages, service
 from signoff.notifications.channels import HttpChannels, SmtpServer, send_mail
 from signoff.notifications.repository import (
+    SCHEDULED_KINDS,
     ClaimedNotification,
     ClaimedRow,
     NotificationRepository,
@@ -471,9 +472,19 @@ def _next_state(attempt: int, success: bool, error: str | None, now: datetime) -
 
 
 def _split_decided(rows: Sequence[ClaimedRow]) -> tuple[list[ClaimedRow], list[ClaimedRow]]:
-    """A person is not asked to decide what is decided; webhook events still go out."""
-    live = [r for r in rows if r.request_status == "pending" or r.channel.type == "webhook"]
-    void = [r for r in rows if not (r.request_status == "pending" or r.channel.type == "webhook")]
+    """A person is not asked to decide what is decided; webhook events of what happened
+    (a create, a step opened) still go out. A reminder, escalation or warning of a
+    request no longer pending is void on every channel, the webhook's too: the decision
+    voids what is scheduled, but on PostgreSQL one that waited for the planning's lock
+    did not see the rows that planning wrote (``NotificationRepository.lock_pending``),
+    and this check is what stops them."""
+    live: list[ClaimedRow] = []
+    void: list[ClaimedRow] = []
+    for row in rows:
+        goes = row.request_status == "pending" or (
+            row.channel.type == "webhook" and row.notification.kind not in SCHEDULED_KINDS
+        )
+        (live if goes else void).append(row)
     return live, void
 
 

@@ -256,7 +256,9 @@ async def on_requests_left_pending(
     repo: NotificationRepository, request_ids: Collection[uuid.UUID], now: datetime
 ) -> None:
     """Reminders already planned are void. One not planned yet never will be: planning
-    skips a request that is no longer pending."""
+    skips a request that is no longer pending. One being planned meanwhile that this
+    write does not see (PostgreSQL's decision without a lock:
+    ``NotificationRepository.lock_pending``) is voided by the sender when it is due."""
     if request_ids:
         await repo.cancel_scheduled(request_ids, now)
 

@@ -499,7 +499,8 @@ class ApprovalRepository:
                 check.confirm(written.principal_live)
             if not written.requests:
                 return None
-            self.session.info[WROTE_NOTIFICATIONS] = True  # the sender is woken
+            if written.plans:  # its org can notify: the sender is woken
+                self.session.info[WROTE_NOTIFICATIONS] = True
             return record
         if not await count_in(self.session, _INSERT_REQUEST[self.dialect], row):
             return None

@@ -234,22 +234,24 @@ async def load_routing(
 
 
 async def on_request_created(
-    repo: NotificationRepository, request_id: uuid.UUID, now: datetime
+    repo: NotificationRepository, org_id: uuid.UUID, request_id: uuid.UUID, now: datetime
 ) -> None:
-    """One row that says "plan this request's notifications"; a worker plans them."""
-    await repo.add_plan(request_id, "created", now)
+    """One row that says "plan this request's notifications", if its org can notify
+    anyone; a worker plans them."""
+    await repo.add_plan(org_id, request_id, "created", now)
 
 
 async def on_step_opened(
     repo: NotificationRepository,
+    org_id: uuid.UUID,
     request_id: uuid.UUID,
     approver_ids: Sequence[uuid.UUID],
     now: datetime,
 ) -> None:
     """Steps opened (the chain was configured, or a sequential chain moved on): their
-    approvers are to be told; a worker plans it."""
+    approvers are to be told, if the org can notify anyone; a worker plans it."""
     if approver_ids:
-        await repo.add_plan(request_id, "step_opened", now, approver_ids)
+        await repo.add_plan(org_id, request_id, "step_opened", now, approver_ids)
 
 
 async def on_requests_left_pending(

@@ -105,7 +105,8 @@ _INSERT_EVENT = PreparedQuery(insert(_AUDIT_EVENTS), column_keys=_EVENT_COLUMNS)
 def _create_alone(*, guarded: bool) -> PreparedQuery:
     """PostgreSQL: everything a create writes, in one statement that is its own
     transaction (autocommit: no ``BEGIN`` and ``COMMIT`` round trips): the request, its
-    ``request.created`` event and its notification plan row, each inserted from the
+    ``request.created`` event and its notification plan row (where the org can notify:
+    ``notifications.repository.can_notify``), each inserted from the
     request's ``RETURNING``, so a create whose idempotency key is taken writes none.
 
     ``guarded``: the principal came from memory, and the statement writes only while

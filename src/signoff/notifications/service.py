@@ -3,12 +3,21 @@
 The approval services call three hooks, each in the transaction of the change it reports,
 and each makes one cheap write (planning and sending happen after the commit, in a worker):
 
-- ``on_request_created`` and ``on_step_opened`` write a plan row. A worker's
+- ``on_request_created`` and ``on_step_opened`` write a plan row, only where the org can
+  notify anyone (it has a channel: ``repository.can_notify``, asked by the insert
+  itself), and only a row written wakes the workers after the commit. A worker's
   ``plan_waiting`` then gives the first matching rule's channels and audience a
   ``created`` notification (or the opened steps' approvers a ``step_opened`` one) and
   schedules its reminders, escalation and expiry warning as rows with a later ``due_at``;
 - ``on_requests_left_pending``: decisions, cancellations or expiries void what is
   scheduled.
+
+When routing applies: whether a change is planned at all is decided by the routing
+committed when the change is written (a request created, or its steps opened, while its
+org had no channel is never planned, even once routing is saved); what a planned change
+sends is decided by the rules in force when a worker plans it, moments later. So routing
+saved applies to the requests created, and the steps opened, after it
+(docs/notifications.md, *Delivery*).
 """
 
 from __future__ import annotations

@@ -4,13 +4,17 @@ on a request whose plans notify nobody (no rule matches) never waits for the pla
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 import asyncpg  # type: ignore[import-untyped]
 import httpx
+import orjson
 import pytest
+from bench.receiver import Receiver
 
 from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
@@ -23,6 +27,7 @@ from tests.conftest import Org, create_approval
 from tests.notifications.test_flow import put_routing, routing
 
 NOWHERE = "http://127.0.0.1:9/hook"  # nothing is sent: the planning is never committed
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
 @pytest.fixture(autouse=True)
@@ -69,3 +74,46 @@ async def test_the_planner_locks_only_requests_it_notifies_about(
     async with planning_not_committed(ctx) as planned:
         assert planned >= 1
         assert await a_decision_may_lock(ctx, created["id"]) is not matched
+
+
+async def test_no_reminder_goes_out_about_a_decision_that_waited_for_the_planner(
+    api: httpx.AsyncClient, org: Org, ctx: AppContext
+) -> None:
+    # The decision is made without a lock (one statement, ``service._without_lock``) and
+    # lands while the planner holds the request share-locked with its reminder written,
+    # not yet committed: it waits for the planner, and its snapshot, taken before, does
+    # not see that reminder to cancel it. When due, the reminder must still not go out,
+    # not even to a webhook channel (which hears of a create after its decision).
+    async with Receiver() as hook:
+        document = routing(NOWHERE, NOWHERE, NOWHERE, reminders={"after_minutes": 10})
+        document["channels"] = {"hook": {"type": "webhook", "url": hook.url, "secret": SECRET}}
+        document["rules"][0]["channels"] = ["hook"]
+        await put_routing(api, org, document)
+        created = await create_approval(
+            api, org.member, action_type="deploy.production", priority="high"
+        )
+        async with planning_not_committed(ctx) as planned:
+            assert planned == 1
+            decision = asyncio.create_task(
+                api.patch(
+                    f"/api/v1/approvals/{created['id']}",
+                    headers=org.admin.headers,
+                    json={"decision": "approve"},
+                )
+            )
+            await asyncio.sleep(0.5)
+            assert not decision.done()  # it waits for the planner's lock
+        answer = await decision
+        assert answer.status_code == 200, answer.text
+        # Past the reminder's time: the sender's round sends what is due.
+        ctx.notifications.clock = lambda: utcnow() + timedelta(minutes=11)
+        await ctx.notifications.run_once()
+        events = [orjson.loads(received.body)["type"] for received in hook.received]
+    assert events == ["approval.created"]
+    log = await api.get(
+        f"/api/v1/approvals/{created['id']}/notifications", headers=org.member.headers
+    )
+    assert {(row["kind"], row["status"]) for row in log.json()["data"]} == {
+        ("created", "sent"),
+        ("reminder", "cancelled"),
+    }

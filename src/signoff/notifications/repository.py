@@ -365,9 +365,13 @@ class NotificationRepository:
 
     async def lock_pending(self, request_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
         """Those of the requests still pending, share-locked until the planning commits
-        (PostgreSQL): a decision on one waits for the rows planned for it to be written,
-        then cancels its reminders; one that came first is seen here, and nothing is
-        planned for it. (On SQLite the planning holds the writer.)"""
+        (PostgreSQL): a decision on one waits for the rows planned for it to be written;
+        one that came first is seen here, and nothing is planned for it. (On SQLite the
+        planning holds the writer.) A decision that takes the lock first (its ``SELECT
+        ... FOR UPDATE``) then cancels the reminders written, its later statements seeing
+        them; one made without a lock (one statement, one snapshot taken before it
+        waited) does not see them, and they are voided when due (the sender's
+        ``_split_decided``)."""
         rows = await self.session.execute(
             select(ApprovalRequest.id)
             .where(ApprovalRequest.id.in_(list(request_ids)), ApprovalRequest.status == "pending")

@@ -45,6 +45,7 @@ from signoff.models.notifications import NotificationChannel
 from signoff.notifications import messages, service
 from signoff.notifications.channels import HttpChannels, SmtpServer, send_mail
 from signoff.notifications.repository import (
+    SCHEDULED_KINDS,
     ClaimedNotification,
     ClaimedRow,
     NotificationRepository,
@@ -471,9 +472,22 @@ def _next_state(attempt: int, success: bool, error: str | None, now: datetime) -
 
 
 def _split_decided(rows: Sequence[ClaimedRow]) -> tuple[list[ClaimedRow], list[ClaimedRow]]:
-    """A person is not asked to decide what is decided; webhook events still go out."""
-    live = [r for r in rows if r.request_status == "pending" or r.channel.type == "webhook"]
-    void = [r for r in rows if not (r.request_status == "pending" or r.channel.type == "webhook")]
+    """A person is not asked to decide what is decided; a webhook still hears that a
+    request was created or its step opened, but never a reminder, an escalation or an
+    expiry warning about a decided request.
+
+    A decision voids its request's scheduled rows (``cancel_scheduled``), but one made
+    without a lock (PostgreSQL, ``approvals.service._without_lock``) is one statement
+    with one snapshot: when it waited for a planner's lock on the request
+    (``lock_pending``), the rows that planner wrote meanwhile are not in that snapshot,
+    and stay pending. Here, when they fall due, they are void whatever the channel."""
+    live: list[ClaimedRow] = []
+    void: list[ClaimedRow] = []
+    for row in rows:
+        told = row.request_status == "pending" or (
+            row.channel.type == "webhook" and row.notification.kind not in SCHEDULED_KINDS
+        )
+        (live if told else void).append(row)
     return live, void
 
 

@@ -12,8 +12,9 @@ server (aiosmtpd's protocol) and a Slack receiver on loopback ports. Then:
    it (the machine's load drifts during a run). The Slack messages
    per one-second window (the promise: at most one per channel per interval), the
    notifications sent (none lost: every request is in exactly one message), and the
-   create latency p50/p99 with routing on and off (a create only writes a plan row; the
-   worker in this process plans and sends meanwhile).
+   create latency p50/p99 with routing on and off (with routing on a create writes a plan
+   row, which wakes the worker in this process to plan and send meanwhile; the org
+   without routing has no channel, so its creates write no plan row and wake nobody).
 
 With ``--processes``, the deployment with a worker of its own: ``signoff serve
 --no-worker`` and ``signoff worker`` run as two processes, and this process is the client,

@@ -55,12 +55,14 @@ class RequestNotifications:
         self._repo = repo
 
     async def request_created(self, request: RequestRecord, now: datetime) -> None:
-        await notifications.on_request_created(self._repo, request.id, now)
+        await notifications.on_request_created(self._repo, request.org_id, request.id, now)
 
     async def steps_opened(
         self, request: RequestRecord, approver_ids: Sequence[uuid.UUID], now: datetime
     ) -> None:
-        await notifications.on_step_opened(self._repo, request.id, approver_ids, now)
+        await notifications.on_step_opened(
+            self._repo, request.org_id, request.id, approver_ids, now
+        )
 
     async def left_pending(self, request_id: uuid.UUID, now: datetime) -> None:
         await notifications.on_requests_left_pending(self._repo, [request_id], now)

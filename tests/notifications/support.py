@@ -11,6 +11,14 @@ from bench.mailserver import Mail, MailBox, smtp_server
 __all__ = ["Mail", "MailBox", "smtp_server"]
 
 
+# An org with this routing can notify (it has a channel), so its changes write plan rows;
+# its one rule matches no request the tests create, so nothing is ever sent.
+CHANNEL_MATCHING_NOTHING = {
+    "channels": {"mail": {"type": "email"}},
+    "rules": [{"match": {"action_type": "nothing.matches"}, "channels": ["mail"]}],
+}
+
+
 # ---- documented shapes (checked by the receivers' tests) ----
 
 SLACK_BLOCK_TYPES = {"header", "section", "actions", "context", "divider"}

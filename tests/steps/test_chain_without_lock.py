@@ -22,6 +22,7 @@ from signoff.models import Vote
 from signoff.notifications.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
 from signoff.storage import Notifier
 from tests.conftest import Org, create_approval, eventually
+from tests.notifications.support import CHANNEL_MATCHING_NOTHING
 from tests.steps.test_steps import set_chain, vote
 from tests.storage.test_notify_after_commit import heard
 
@@ -52,6 +53,11 @@ async def test_a_chain_is_heard_by_other_processes_each_step_of_the_way(
     ctx: AppContext,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # An org that can notify: its opened steps write plan rows (those of others write none).
+    routed = await client.put(
+        "/api/v1/routing", json=CHANNEL_MATCHING_NOTHING, headers=org.admin.headers
+    )
+    assert routed.status_code == 200, routed.text
     request = await create_approval(client, org.admin, is_sequential=True)
     first, second = org.members[0], org.members[1]
     told = sent_by_the_process(ctx, monkeypatch)

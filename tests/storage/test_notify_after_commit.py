@@ -20,6 +20,7 @@ from signoff.dashboard.live import NOTIFY_CHANNEL as LIVE_CHANNEL
 from signoff.notifications.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
 from signoff.storage.asyncpg_shape import NOTIFY_AFTER_COMMIT, asyncpg_dsn
 from tests.conftest import Org, create_approval, eventually
+from tests.notifications.support import CHANNEL_MATCHING_NOTHING
 
 pytestmark = pytest.mark.usefixtures("postgres_only")  # LISTEN/NOTIFY
 
@@ -103,6 +104,11 @@ async def test_the_trigger_is_silent_only_where_the_process_notifies_itself(
 async def test_a_create_and_a_decision_are_still_heard_by_other_processes(
     settings: Settings, org: Org, client: httpx.AsyncClient
 ) -> None:
+    # An org that can notify: its creates write a plan row (those of others write none).
+    routed = await client.put(
+        "/api/v1/routing", json=CHANNEL_MATCHING_NOTHING, headers=org.admin.headers
+    )
+    assert routed.status_code == 200, routed.text
     async with (
         heard(settings, PLAN_CHANNEL) as planned,
         heard(settings, REQUEST_CHANNEL) as decided,

@@ -105,7 +105,8 @@ _INSERT_EVENT = PreparedQuery(insert(_AUDIT_EVENTS), column_keys=_EVENT_COLUMNS)
 def _create_alone(*, guarded: bool) -> PreparedQuery:
     """PostgreSQL: everything a create writes, in one statement that is its own
     transaction (autocommit: no ``BEGIN`` and ``COMMIT`` round trips): the request, its
-    ``request.created`` event and its notification plan row, each inserted from the
+    ``request.created`` event and its notification plan row (where the org can notify:
+    ``notifications.repository.can_notify``), each inserted from the
     request's ``RETURNING``, so a create whose idempotency key is taken writes none.
 
     ``guarded``: the principal came from memory, and the statement writes only while
@@ -499,7 +500,8 @@ class ApprovalRepository:
                 check.confirm(written.principal_live)
             if not written.requests:
                 return None
-            self.session.info[WROTE_NOTIFICATIONS] = True  # the sender is woken
+            if written.plans:  # its org can notify: the sender is woken
+                self.session.info[WROTE_NOTIFICATIONS] = True
             return record
         if not await count_in(self.session, _INSERT_REQUEST[self.dialect], row):
             return None

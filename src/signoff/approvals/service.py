@@ -106,8 +106,8 @@ async def create_request(
             raise NotFound("The request holding this idempotency key no longer exists.")
         return CreateResult(existing, created=False)
     uow.request_changed(created.org_id, created.id, final=False)
-    # One plan row in this transaction (on PostgreSQL written by the insert's own
-    # statement); a worker plans and sends after the commit.
+    # One plan row in this transaction where the org can notify (on PostgreSQL written
+    # by the insert's own statement); a worker plans and sends after the commit.
     if not repo.plans_with_insert:
         await uow.notifications.request_created(created, now)
     return CreateResult(created, created=True)

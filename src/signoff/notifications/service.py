@@ -3,12 +3,21 @@
 The approval services call three hooks, each in the transaction of the change it reports,
 and each makes one cheap write (planning and sending happen after the commit, in a worker):
 
-- ``on_request_created`` and ``on_step_opened`` write a plan row. A worker's
+- ``on_request_created`` and ``on_step_opened`` write a plan row, only where the org can
+  notify anyone (it has a channel: ``repository.can_notify``, asked by the insert
+  itself), and only a row written wakes the workers after the commit. A worker's
   ``plan_waiting`` then gives the first matching rule's channels and audience a
   ``created`` notification (or the opened steps' approvers a ``step_opened`` one) and
   schedules its reminders, escalation and expiry warning as rows with a later ``due_at``;
 - ``on_requests_left_pending``: decisions, cancellations or expiries void what is
   scheduled.
+
+When routing applies: whether a change is planned at all is decided by the routing
+committed when the change is written (a request created, or its steps opened, while its
+org had no channel is never planned, even once routing is saved); what a planned change
+sends is decided by the rules in force when a worker plans it, moments later. So routing
+saved applies to the requests created, and the steps opened, after it
+(docs/notifications.md, *Delivery*).
 """
 
 from __future__ import annotations
@@ -234,22 +243,24 @@ async def load_routing(
 
 
 async def on_request_created(
-    repo: NotificationRepository, request_id: uuid.UUID, now: datetime
+    repo: NotificationRepository, org_id: uuid.UUID, request_id: uuid.UUID, now: datetime
 ) -> None:
-    """One row that says "plan this request's notifications"; a worker plans them."""
-    await repo.add_plan(request_id, "created", now)
+    """One row that says "plan this request's notifications", if its org can notify
+    anyone; a worker plans them."""
+    await repo.add_plan(org_id, request_id, "created", now)
 
 
 async def on_step_opened(
     repo: NotificationRepository,
+    org_id: uuid.UUID,
     request_id: uuid.UUID,
     approver_ids: Sequence[uuid.UUID],
     now: datetime,
 ) -> None:
     """Steps opened (the chain was configured, or a sequential chain moved on): their
-    approvers are to be told; a worker plans it."""
+    approvers are to be told, if the org can notify anyone; a worker plans it."""
     if approver_ids:
-        await repo.add_plan(request_id, "step_opened", now, approver_ids)
+        await repo.add_plan(org_id, request_id, "step_opened", now, approver_ids)
 
 
 async def on_requests_left_pending(

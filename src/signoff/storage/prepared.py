@@ -299,10 +299,11 @@ class QueryRunner:
         rows = await self.all(query, params)
         return rows[0] if rows else None
 
-    async def run_sql(self, sql: str, values: Sequence[Any]) -> None:
-        """PostgreSQL: ``sql`` (already compiled), in autocommit, on this runner's pool."""
+    async def run_sql(self, sql: str, values: Sequence[Any]) -> Any:
+        """PostgreSQL: ``sql`` (already compiled), in autocommit, on this runner's pool;
+        its first row (None if it answers none)."""
         assert self._postgres is not None
-        await self._postgres.fetch(lambda pg: pg.execute(sql, *values))
+        return await self._postgres.fetch(lambda pg: pg.fetchrow(sql, *values))
 
     @property
     def autocommits(self) -> bool:
@@ -371,6 +372,8 @@ class _QueuedWrite:
     values: list[Any]
     # Raised (by ``send_queued_writes``) unless the write changed exactly one row.
     unless_one_row: Callable[[], Exception] | None
+    # The key of the session's ``info`` set to True if the write changed any row.
+    marks: str | None = None
 
 
 async def queue_write(
@@ -379,6 +382,7 @@ async def queue_write(
     params: Mapping[str, Any],
     *,
     unless_one_row: Callable[[], Exception] | None = None,
+    marks: str | None = None,
 ) -> None:
     """Run a write (no ``RETURNING``) whose caller needs no answer now, in the session's
     transaction: on SQLite at once; on PostgreSQL with the transaction's other queued
@@ -388,16 +392,25 @@ async def queue_write(
     request's compare-and-set, the vote, the audit event, the reminders it cancels) ask
     nothing of each other: sent together they are one round trip instead of four.
     ``unless_one_row``: the error to raise if the write changed no row or several (a
-    compare-and-set), then or when the queue is sent.
+    compare-and-set), then or when the queue is sent. ``marks``: a key of the session's
+    ``info`` set to True once the write is known to have changed a row (a conditional
+    write whose caller acts after the commit only if it wrote): the row counts come back
+    with the writes, so asking costs nothing more.
     """
     if isinstance(session.sync_session, QueuingSession):
         compiled = query.for_postgres(session.sync_session.bind.dialect)  # type: ignore[union-attr]
         queued = session.info.setdefault(QUEUED_WRITES_KEY, [])
-        queued.append(_QueuedWrite(compiled, compiled.parameters(params), unless_one_row))
+        queued.append(_QueuedWrite(compiled, compiled.parameters(params), unless_one_row, marks))
         return
     changed = await count_in(session, query, params)
     if unless_one_row is not None and changed != 1:
         raise unless_one_row()
+    _mark(session, marks, changed)
+
+
+def _mark(session: AsyncSession | Session, marks: str | None, changed: int) -> None:
+    if marks is not None and changed:
+        session.info[marks] = True
 
 
 def discard_queued_writes(session: AsyncSession | Session) -> None:
@@ -477,11 +490,14 @@ async def _send_alone(session: AsyncSession, queries: QueryRunner) -> None:
     sql = _all_or_nothing_sql(tuple(write.compiled for write in queued), checked)
     values = [value for write in queued for value in write.values]
     try:
-        await queries.run_sql(sql, values)
+        counts = await queries.run_sql(sql, values)
     except Exception as exc:
         if getattr(exc, "sqlstate", None) in _RACE_LOST_STATES:
             raise LostRace() from exc
         raise
+    # Written: the statement answers each write's row count, in order.
+    for write, count in zip(queued, counts, strict=True):
+        _mark(session, write.marks, count)
 
 
 @functools.lru_cache(maxsize=256)
@@ -565,6 +581,8 @@ async def _send_queued(session: AsyncSession | Session, pg: Any) -> None:
     for write, count in zip(queued, counts, strict=True):
         if write.unless_one_row is not None and count != 1:
             raise write.unless_one_row()
+    for write, count in zip(queued, counts, strict=True):
+        _mark(session, write.marks, count)
 
 
 def _one_statement(queued: Sequence[_QueuedWrite]) -> tuple[str, list[Any]]:

@@ -14,7 +14,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, cast
 
-from sqlalchemy import Table, bindparam, delete, insert, literal, null, select, text, update
+from sqlalchemy import (
+    ColumnElement,
+    Table,
+    bindparam,
+    delete,
+    exists,
+    insert,
+    literal,
+    null,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.dml import Insert
 
@@ -64,26 +76,58 @@ class ChannelRef:
 
 _NOTIFICATIONS = cast(Table, Notification.__table__)
 _PLANS = cast(Table, NotificationPlan.__table__)
+_CHANNELS = cast(Table, NotificationChannel.__table__)
+_PLAN_COLUMNS = ("id", "request_id", "kind", "approver_ids", "created_at")
+
+
+def can_notify(org_id: Any) -> ColumnElement[bool]:
+    """Whether the org ``org_id`` (a column or a parameter) has a channel: the condition
+    under which a change writes its plan row, decided by the writing statement itself.
+
+    Only a rule sends, and a rule names at least one channel of its own document (PUT
+    refuses any other), so an org without a channel has nothing that can send: planning
+    its changes would read its routing, find no rule and delete the plan. Most orgs have
+    no routing at all. Channels rather than the rules: the unique (org_id, name) index
+    answers it without reading the routing document (an org with channels and no rules
+    still writes plans, which are planned to nothing, as before). Asked in the statement,
+    not from a process's memory, so every replica agrees with the routing as committed."""
+    return exists().where(_CHANNELS.c.org_id == org_id)
+
+
+def _plan_insert(org_id: Any, *values: Any) -> Insert:
+    """The insert of one plan row of ``values`` (in ``_PLAN_COLUMNS``' order), made only
+    where ``can_notify(org_id)``."""
+    return insert(_PLANS).from_select(
+        list(_PLAN_COLUMNS), select(*values).where(can_notify(org_id))
+    )
+
+
+def _param(name: str, column: str) -> Any:
+    return bindparam(name, type_=_PLANS.c[column].type)
+
+
 _INSERT_PLAN = PreparedQuery(
-    insert(_PLANS), column_keys=("id", "request_id", "kind", "approver_ids", "created_at")
+    _plan_insert(
+        bindparam("org_id", type_=_CHANNELS.c.org_id.type),
+        *(_param(column, column) for column in _PLAN_COLUMNS),
+    )
 )
 _ATTEMPTS = cast(Table, NotificationAttempt.__table__)
 
 
 def created_plan_from(created: Any) -> Insert:
     """The "created" plan row (``add_plan``) of the request a statement creates, as a part
-    of that statement: ``created`` is its ``RETURNING id`` (PostgreSQL's one-statement
-    create, ``approvals/repository.py``). Parameters ``plan_id`` and ``plan_created_at``;
-    the caller marks the session with ``WROTE_NOTIFICATIONS``."""
-    return insert(_PLANS).from_select(
-        ["id", "request_id", "kind", "approver_ids", "created_at"],
-        select(
-            bindparam("plan_id", type_=_PLANS.c.id.type),
-            created.c.id,
-            literal("created", _PLANS.c.kind.type),
-            null(),
-            bindparam("plan_created_at", type_=_PLANS.c.created_at.type),
-        ),
+    of that statement, written only where its org ``can_notify``: ``created`` is its
+    ``RETURNING id, org_id`` (PostgreSQL's one-statement create,
+    ``approvals/repository.py``). Parameters ``plan_id`` and ``plan_created_at``; the
+    caller marks the session with ``WROTE_NOTIFICATIONS`` if a row was written."""
+    return _plan_insert(
+        created.c.org_id,
+        _param("plan_id", "id"),
+        created.c.id,
+        literal("created", _PLANS.c.kind.type),
+        null(),
+        _param("plan_created_at", "created_at"),
     )
 
 
@@ -244,22 +288,26 @@ class NotificationRepository:
 
     async def add_plan(
         self,
+        org_id: uuid.UUID,
         request_id: uuid.UUID,
         kind: str,
         now: datetime,
         approver_ids: Sequence[uuid.UUID] | None = None,
     ) -> None:
-        """The change's one write for its notifications; a worker plans them. Queued
-        (``queue_write``): on PostgreSQL it goes out with the change's other writes."""
+        """The change's one write for its notifications, made only where the org
+        ``can_notify``; a worker plans them. Queued (``queue_write``): on PostgreSQL it
+        goes out with the change's other writes. The session is marked
+        ``WROTE_NOTIFICATIONS`` (the sender is woken after the commit) only if the row
+        was written, which the statement's row count says: no further round trip."""
         row = {
+            "org_id": org_id,
             "id": new_id(),
             "request_id": request_id,
             "kind": kind,
             "approver_ids": None if approver_ids is None else [str(a) for a in approver_ids],
             "created_at": now,
         }
-        await queue_write(self.session, _INSERT_PLAN, row)
-        self.session.info[WROTE_NOTIFICATIONS] = True
+        await queue_write(self.session, _INSERT_PLAN, row, marks=WROTE_NOTIFICATIONS)
 
     async def take_plans(self, limit: int, skip: Collection[uuid.UUID] = ()) -> list[WaitingPlan]:
         """The oldest waiting plans, locked by this transaction (PostgreSQL: others skip

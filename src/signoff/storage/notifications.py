@@ -151,9 +151,7 @@ class Notifier:
         if self._connection is None or self._connection.is_closed():
             import asyncpg
 
-            self._connection = await asyncpg.connect(
-                self._dsn, server_settings=_NOTIFIER_SETTINGS
-            )
+            self._connection = await asyncpg.connect(self._dsn, server_settings=_NOTIFIER_SETTINGS)
         return self._connection
 
     async def close(self) -> None:

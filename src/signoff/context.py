@@ -193,11 +193,16 @@ class AppContext:
     ) -> None:
         """PostgreSQL: what the triggers of migrations 0011 and 0015 send, for a
         transaction that wrote on the hot path's connections, where they send nothing
-        (migration 0019). A wake-up for a change that was not a status change costs its
-        listener one read."""
+        (migration 0019). As 0011's, a request is named only when its status changed (a
+        decision, a cancellation, an expiry: ``final``): its listeners are long polls,
+        which answer only once the request has left pending, so a create or a vote that
+        leaves it pending would only cost each of them a read, and the database a
+        notification for every call (docs/engineering-log.md, *Issue 24: where
+        PostgreSQL's time goes in a chain*)."""
         assert self.notifier is not None
         for change in changes:
-            self.notifier.send(REQUEST_CHANNEL, str(change.request_id))
+            if change.final:
+                self.notifier.send(REQUEST_CHANNEL, str(change.request_id))
         if wrote_notifications:
             self.notifier.send(PLAN_CHANNEL)
 

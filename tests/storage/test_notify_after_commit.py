@@ -5,6 +5,7 @@ sends what their triggers would have after the commit, in batches (migration 001
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,6 +19,7 @@ from signoff.config import Settings
 from signoff.context import REQUEST_CHANNEL, AppContext
 from signoff.dashboard.live import NOTIFY_CHANNEL as LIVE_CHANNEL
 from signoff.notifications.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
+from signoff.storage import Notifier
 from signoff.storage.asyncpg_shape import NOTIFY_AFTER_COMMIT, asyncpg_dsn
 from tests.conftest import Org, create_approval, eventually
 from tests.notifications.support import CHANNEL_MATCHING_NOTHING
@@ -87,10 +89,8 @@ async def test_the_trigger_is_silent_only_where_the_process_notifies_itself(
     )
     try:
         async with heard(settings, REQUEST_CHANNEL) as payloads:
+            # A create changes no status: neither its process nor a trigger names it.
             created = await create_approval(client, org.member)
-            # The create's own notification, sent by its process after the commit.
-            await eventually(lambda: created["id"] in payloads, "the create's notification")
-            payloads.clear()
             await writer.execute(  # a status change, as the CLI, a worker or psql make one
                 "UPDATE approval_requests SET status = 'rejected' WHERE id = $1",
                 uuid.UUID(created["id"]),
@@ -124,3 +124,37 @@ async def test_a_create_and_a_decision_are_still_heard_by_other_processes(
         assert response.status_code == 200, response.text
         # What wakes another replica's long poll.
         await eventually(lambda: created["id"] in decided, "the decision's notification")
+
+
+async def test_a_busy_process_sends_one_batch_per_interval_at_most(settings: Settings) -> None:
+    """Each batch is a transaction and wakes every listener of the database: under load
+    the batches are spaced out, the changes asked for meanwhile gathered in the next
+    one, none lost. An idle process still sends at once."""
+    notifier = Notifier(settings.database_url, batch_interval=0.5)
+    try:
+        async with heard(settings, LIVE_CHANNEL) as payloads:
+            started = time.monotonic()
+            notifier.send(LIVE_CHANNEL, "first")
+            await eventually(lambda: payloads == ["first"], "the first notification")
+            assert time.monotonic() - started < 0.5  # not held back
+            notifier.send(LIVE_CHANNEL, "second")
+            notifier.send(LIVE_CHANNEL, "third")
+            await eventually(lambda: len(payloads) == 3, "the later notifications")
+            assert time.monotonic() - started >= 0.5
+        assert payloads == ["first", "second", "third"]
+    finally:
+        await notifier.close()
+
+
+async def test_the_notifier_commits_without_waiting_for_the_disk(settings: Settings) -> None:
+    """Its transactions only notify, and a notification is a wake-up: they do not wait
+    for a flush of the write-ahead log, and hold nobody else up while it happens."""
+    notifier = Notifier(settings.database_url)
+    try:
+        connection = await notifier._connected()
+        assert await connection.fetchval("SHOW synchronous_commit") == "off"
+        async with heard(settings, LIVE_CHANNEL) as payloads:
+            notifier.send(LIVE_CHANNEL, "heard")
+            await eventually(lambda: payloads == ["heard"], "the notification")
+    finally:
+        await notifier.close()

@@ -83,6 +83,10 @@ class ChannelListener:
 _NOTIFY_ALL = (
     "SELECT pg_notify(channel, payload) FROM unnest($1::text[], $2::text[]) AS n(channel, payload)"
 )
+# The least time from one batch to the next, in seconds (``Notifier``).
+BATCH_INTERVAL = 0.01
+# The Notifier's connection: its transactions only notify (see ``Notifier``).
+_NOTIFIER_SETTINGS = {"synchronous_commit": "off"}
 
 
 class Notifier:
@@ -91,17 +95,27 @@ class Notifier:
     A transaction that notifies holds the database's notification lock until its commit
     is on disk, so notifying commits are made one at a time (migration 0019). Writes on
     the hot path therefore commit without their triggers' NOTIFY and the process sends
-    them here instead, after the commit: what is asked for while a batch is on its way
-    goes out together in the next one, each distinct (channel, payload) once. An idle
-    process sends at once; a busy one sends one batch per round trip, whatever the rate
-    of its commits.
+    them here instead, after the commit: what is asked for while a batch is on its way,
+    or in the pause after it, goes out together in the next one, each distinct (channel,
+    payload) once. An idle process sends at once; a busy one sends at most one batch per
+    ``BATCH_INTERVAL``, whatever the rate of its commits.
+
+    Why the pause: each batch is a transaction of its own, with a transaction id, a
+    commit record and a wake-up of every listening connection of the database; one per
+    round trip was a batch for every two calls of a busy server, PostgreSQL's work
+    sharing the cores with the calls' own (docs/engineering-log.md, *Issue 24: where
+    PostgreSQL's time goes in a chain*). A listener hears of a change that much later.
 
     A notification is a wake-up, not a record: one lost (the process killed between a
-    commit and its batch, the connection down) costs a listener its next periodic look.
+    commit and its batch, the connection down, the database crashing before the batch's
+    commit is on disk) costs a listener its next periodic look. So the batches commit
+    without waiting for the disk (``synchronous_commit`` off, on this connection only):
+    a listener hears them as soon as they commit, and nothing else waits on them.
     """
 
-    def __init__(self, database_url: str) -> None:
+    def __init__(self, database_url: str, batch_interval: float = BATCH_INTERVAL) -> None:
         self._dsn = asyncpg_dsn(database_url)
+        self.batch_interval = batch_interval
         self._connection: Any = None
         self._pending: dict[tuple[str, str], None] = {}
         self._sending: asyncio.Task[None] | None = None
@@ -115,8 +129,10 @@ class Notifier:
             )
 
     async def _send_pending(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while self._pending:
+                started = loop.time()
                 batch, self._pending = list(self._pending), {}
                 try:
                     connection = await self._connected()
@@ -125,6 +141,9 @@ class Notifier:
                     )
                 except Exception as exc:
                     logger.warning("NOTIFY of %d changes failed (%s)", len(batch), exc)
+                # What is asked for meanwhile waits for the next batch (``send`` starts
+                # no other while this task runs).
+                await asyncio.sleep(max(0.0, started + self.batch_interval - loop.time()))
         finally:
             self._sending = None
 
@@ -132,7 +151,7 @@ class Notifier:
         if self._connection is None or self._connection.is_closed():
             import asyncpg
 
-            self._connection = await asyncpg.connect(self._dsn)
+            self._connection = await asyncpg.connect(self._dsn, server_settings=_NOTIFIER_SETTINGS)
         return self._connection
 
     async def close(self) -> None:

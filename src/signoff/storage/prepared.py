@@ -581,7 +581,6 @@ async def _send_queued(session: AsyncSession | Session, pg: Any) -> None:
     for write, count in zip(queued, counts, strict=True):
         if write.unless_one_row is not None and count != 1:
             raise write.unless_one_row()
-    for write, count in zip(queued, counts, strict=True):
         _mark(session, write.marks, count)
 
 

@@ -19,6 +19,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -27,6 +28,9 @@ from signoff_client._errors import InvalidSignature
 
 SECRET_PREFIX = "whsec_"  # noqa: S105 - a prefix, not a secret
 DEFAULT_TOLERANCE_SECONDS = 300
+# Unix seconds as ASCII digits: ``int()`` alone would take "١٢٣", " 12 " or a number
+# too large to subtract from a float.
+_TIMESTAMP = re.compile(r"[0-9]{1,12}", re.ASCII)
 
 
 def verify_webhook(
@@ -46,7 +50,11 @@ def verify_webhook(
     secrets = [secret] if isinstance(secret, str) else list(secret)
     if not secrets:
         raise ValueError("at least one webhook secret is needed")
-    lowered = {name.lower(): value for name, value in headers.items()}
+    lowered = {
+        name.lower(): value
+        for name, value in headers.items()
+        if isinstance(name, str) and isinstance(value, str)
+    }
     if "webhook-signature" in lowered:
         _check_standard(body, lowered, secrets, tolerance, time.time() if now is None else now)
     elif "x-service-signature" in lowered:
@@ -55,7 +63,8 @@ def verify_webhook(
         raise InvalidSignature("the callback carries no signature headers")
     try:
         payload = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
+        # A signed body is ours, so it is JSON of a sane depth; anything else is not.
         raise InvalidSignature("the signed body is not JSON") from None
     if not isinstance(payload, dict):
         raise InvalidSignature("the signed body is not a JSON object")
@@ -69,24 +78,23 @@ def _check_standard(
     stamp = headers.get("webhook-timestamp")
     if not message_id or not stamp:
         raise InvalidSignature("webhook-id or webhook-timestamp is missing")
-    try:
-        timestamp = int(stamp)
-    except ValueError:
-        raise InvalidSignature("webhook-timestamp is not a Unix time") from None
+    if not _TIMESTAMP.fullmatch(stamp):
+        raise InvalidSignature("webhook-timestamp is not a Unix time")
+    timestamp = int(stamp)
     if abs(now - timestamp) > tolerance:
         raise InvalidSignature(
             f"webhook-timestamp is {now - timestamp:+.0f} s off (tolerance {tolerance:g} s)"
         )
-    signed = f"{message_id}.{timestamp}.".encode() + body
+    signed = f"{message_id}.{timestamp}.".encode("utf-8", "surrogatepass") + body
     offered = [
-        part.split(",", 1)[1]
+        _as_bytes(part.split(",", 1)[1])
         for part in headers["webhook-signature"].split()
         if part.startswith("v1,")
     ]
     for secret in secrets:
         expected = base64.b64encode(
             hmac.new(_standard_key(secret), signed, hashlib.sha256).digest()
-        ).decode()
+        )
         if any(hmac.compare_digest(expected, candidate) for candidate in offered):
             return
     raise InvalidSignature("no webhook-signature matches the secret")
@@ -109,7 +117,13 @@ def _check_service_signature(body: bytes, headers: Mapping[str, str], secrets: l
     ]
     for secret in secrets:
         digest = hmac.new(secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
-        expected = "sha256=" + digest
-        if any(hmac.compare_digest(expected, candidate.strip()) for candidate in offered):
+        expected = b"sha256=" + digest.encode()
+        if any(hmac.compare_digest(expected, _as_bytes(value.strip())) for value in offered):
             return
     raise InvalidSignature("X-Service-Signature does not match the secret")
+
+
+def _as_bytes(header_value: str) -> bytes:
+    """A header's text as bytes for ``hmac.compare_digest``, which refuses non-ASCII
+    ``str``; a value no genuine signature could have then simply fails to match."""
+    return header_value.encode("utf-8", "surrogatepass")

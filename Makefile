@@ -5,26 +5,37 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Serving needs the runtime alone; the tests and linters need the dev tools beside it.
+RUNTIME_STAMP := $(VENV)/.runtime-stamp
 STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
+PIP := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --disable-pip-version-check --progress-bar off -c constraints.txt
 
-.PHONY: install serve worker test lint format typecheck check bench bench-callbacks bench-longpoll bench-dashboard bench-notifications bench-replacements bench-fleet bench-size bench-expiry clean
+.PHONY: install install-runtime serve worker test lint format typecheck check bench bench-callbacks bench-longpoll bench-dashboard bench-notifications bench-replacements bench-fleet bench-size bench-expiry clean
 
 CLIENT := clients/python
 
-$(STAMP): pyproject.toml constraints.txt $(CLIENT)/pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]' -e './$(CLIENT)[mcp]'
-	touch $(STAMP)
+$(RUNTIME_STAMP): pyproject.toml constraints.txt
+	@echo "signoff: creating $(VENV) and installing the server's runtime (first run only)..."
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(PIP) --quiet --upgrade pip
+	@$(PIP) --quiet -e . && echo "signoff: runtime installed"
+	@touch $(RUNTIME_STAMP)
+
+$(STAMP): $(RUNTIME_STAMP) $(CLIENT)/pyproject.toml
+	@echo "signoff: installing the test and lint tools into $(VENV) (first run only)..."
+	@$(PIP) --quiet -e '.[dev]' -e './$(CLIENT)[mcp]' && echo "signoff: test tools installed"
+	@touch $(STAMP)
+
+install-runtime: $(RUNTIME_STAMP)
 
 install: $(STAMP)
 
-serve: $(STAMP)
+serve: $(RUNTIME_STAMP)
 	$(BIN)/signoff serve --host $(HOST) --port $(PORT)
 
-worker: $(STAMP)
+worker: $(RUNTIME_STAMP)
 	$(BIN)/signoff worker
 
 test: $(STAMP)

@@ -10,6 +10,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from signoff_client import mcp_server
 
+import signoff
 from signoff.context import AppContext
 from tests.conftest import Org
 from tests.mcp.conftest import Live, structured, tool_error
@@ -29,6 +30,8 @@ TOOLS = {
 
 async def test_tools_request_decide_and_read_back(live: Live, org: Org) -> None:
     async with live.session(org.member.api_key) as mcp:
+        assert mcp.server_info is not None
+        assert (mcp.server_info.name, mcp.server_info.version) == ("signoff", signoff.__version__)
         tools = {tool.name: tool for tool in (await mcp.list_tools()).tools}
         assert set(tools) == TOOLS
         assert set(tools["request_approval"].input_schema["required"]) == {

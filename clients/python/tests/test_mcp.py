@@ -13,7 +13,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from conftest import LiveServer, _script
-from signoff_client import AsyncSignoffClient, SignoffClient
+from signoff_client import AsyncSignoffClient, SignoffClient, __version__
 
 pytestmark = pytest.mark.anyio
 
@@ -43,6 +43,8 @@ def structured(result: Any) -> dict[str, Any]:
 
 async def test_request_decide_and_read_back(live: LiveServer, member: SignoffClient) -> None:
     async with Client(stdio_server(live), read_timeout_seconds=60) as mcp:
+        assert mcp.server_info is not None
+        assert (mcp.server_info.name, mcp.server_info.version) == ("signoff", __version__)
         tools = {tool.name: tool for tool in (await mcp.list_tools()).tools}
         assert set(tools) == TOOLS
         schema = tools["request_approval"].input_schema

@@ -21,6 +21,7 @@ from signoff_client import AsyncSignoffClient
 from signoff_client.mcp_server import build_server
 from starlette.types import ASGIApp
 
+from signoff import __version__
 from signoff.auth.principal import ALL_SCOPES
 from signoff.config import Settings
 from signoff.remote_mcp.resource import MCP_PATH, resource_url
@@ -47,7 +48,7 @@ def build_mcp_server(http: httpx.AsyncClient) -> MCPServer:
             IN_PROCESS_BASE_URL, oauth_token=_bearer_of(ctx), http_client=http
         )
 
-    server = build_server(client_for)
+    server = build_server(client_for, version=__version__)
     # Stateless: every MCP request stands alone, so any replica can answer any of
     # them, and a tool's progress notifications travel on its own request's stream.
     server.streamable_http_app(

@@ -25,7 +25,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
-from signoff_client._client import AsyncSignoffClient
+from signoff_client._client import AsyncSignoffClient, __version__
 from signoff_client._errors import APIConnectionError, APIError, WaitTimeout
 from signoff_client._models import Approval
 
@@ -115,9 +115,14 @@ async def wait_with_progress(
         waiting.cancel()
 
 
-def build_server(client_for: ClientFactory, *, name: str = "signoff") -> MCPServer[Any]:
-    """The MCP server with signoff's tools; ``client_for(ctx)`` gives each call its client."""
-    server: MCPServer[Any] = MCPServer(name, instructions=INSTRUCTIONS)
+def build_server(
+    client_for: ClientFactory, *, name: str = "signoff", version: str = __version__
+) -> MCPServer[Any]:
+    """The MCP server with signoff's tools; ``client_for(ctx)`` gives each call its client.
+
+    ``version`` is what the server reports in its ``serverInfo``: this package's own by
+    default, the server's when ``/mcp`` serves the same tools."""
+    server: MCPServer[Any] = MCPServer(name, version=version, instructions=INSTRUCTIONS)
     read_only = ToolAnnotations(readOnlyHint=True, openWorldHint=True)
 
     @server.tool(annotations=ToolAnnotations(destructiveHint=False, openWorldHint=True))
@@ -233,7 +238,10 @@ async def serve_stdio() -> None:
 
 
 def main() -> None:
-    """``signoff-mcp``: the MCP server over stdio."""
+    """``signoff-mcp``: the MCP server over stdio (``--version`` prints its version)."""
+    if sys.argv[1:] == ["--version"]:
+        print(f"signoff-mcp {__version__}")
+        return
     try:
         asyncio.run(serve_stdio())
     except ValueError as exc:  # configuration missing: say what, without a traceback

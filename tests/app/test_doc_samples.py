@@ -238,9 +238,7 @@ SHELL_PAGES = sorted(
 @pytest.mark.parametrize("page", SHELL_PAGES, ids=lambda page: str(page.relative_to(ROOT)))
 def test_shell_samples_run_in_order(page: Path, live: Live, tmp_path: Path) -> None:
     samples = [s for s in samples_of(page) if s.language in ("sh", "bash") and s.not_run is None]
-    script = "set -euo pipefail\n" + "".join(
-        f"echo '--- {s.where}'\n{s.code}" for s in samples
-    )
+    script = "set -euo pipefail\n" + "".join(f"echo '--- {s.where}'\n{s.code}" for s in samples)
     if shutil.which("curl") is None and "curl" in script:
         pytest.fail("the samples need curl")
     output = _run(["bash", "-s"], script, live, str(page.relative_to(ROOT)), tmp_path)

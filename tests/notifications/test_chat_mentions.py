@@ -5,6 +5,7 @@ bodies actually posted to loopback receivers (single messages and digests)."""
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +14,10 @@ import orjson
 import pytest
 from bench.receiver import Received, Receiver
 
+from signoff.common.time import utcnow
 from signoff.context import AppContext
+from signoff.notifications import messages
+from signoff.notifications.routing import RequestFacts
 from tests.conftest import Org, create_approval
 from tests.notifications.support import (
     check_discord_message,
@@ -178,3 +182,29 @@ async def test_digests_list_such_titles_inert(
     check_discord_message(embeds)
     assert len(embeds["embeds"]) == 2
     check_discord_inert(embeds)
+
+
+def test_a_cut_slack_text_never_ends_in_half_an_entity() -> None:
+    # A title of ampersands escapes to five times its length: the digest's 150 characters
+    # end before an entity, never inside one (``&am…`` would show as typed garbage).
+    facts = RequestFacts(
+        id=uuid.uuid4(),
+        org_id=uuid.uuid4(),
+        title="&" * 200,
+        description="<" * 1000,
+        priority="low",
+        action_type=None,
+        source=None,
+        metadata={},
+        has_steps=False,
+        created_at=utcnow(),
+        expires_at=None,
+    )
+    item = messages.Item(facts, "created", messages.Links("http://signoff.test/r", None, None))
+    digest = messages.slack_payload([item, item], interactive=False)
+    label = digest["blocks"][1]["text"]["text"].split("|", 1)[1].split(">", 1)[0]
+    assert label == "&amp;" * 29 + "…"
+    single = messages.slack_payload([item], interactive=False)
+    section = single["blocks"][1]["text"]["text"]
+    assert len(section) <= 3000 and section.endswith("&lt;…")
+    assert re.fullmatch(r"(\*(&amp;)+\*\n)(&lt;)+…", section)

@@ -4,6 +4,7 @@ Slack's Web API (users.info) and of the message's response_url."""
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import parse_qs, urlencode
@@ -12,8 +13,10 @@ import httpx
 import orjson
 import pytest
 from bench.receiver import Received, Receiver, Reply
+from sqlalchemy import update
 
 from signoff.context import AppContext
+from signoff.models import User
 from signoff.notifications.slack import slack_signature
 from tests.conftest import Org, create_approval
 from tests.notifications.support import MailBox, check_slack_message, slack_buttons
@@ -72,7 +75,16 @@ def press(user: str, action: str, request_id: str, response_url: str) -> bytes:
     return urlencode({"payload": orjson.dumps(payload).decode()}).encode()
 
 
-async def setup(api: httpx.AsyncClient, ctx: AppContext, org: Org, webhook: str) -> str:
+async def setup(
+    api: httpx.AsyncClient,
+    ctx: AppContext,
+    org: Org,
+    webhook: str,
+    rule: dict[str, Any] | None = None,
+    **approval: Any,
+) -> str:
+    """An org whose one rule (``rule`` added to it) posts to a Slack app's channel, and
+    one request (``approval`` overrides its body), sent."""
     document = {
         "channels": {
             "team": {
@@ -82,11 +94,11 @@ async def setup(api: httpx.AsyncClient, ctx: AppContext, org: Org, webhook: str)
                 "signing_secret": SIGNING_SECRET,
             }
         },
-        "rules": [{"channels": ["team"]}],
+        "rules": [{"channels": ["team"], **(rule or {})}],
     }
     response = await api.put("/api/v1/routing", json=document, headers=org.admin.headers)
     assert response.status_code == 200, response.text
-    created = await create_approval(api, org.admin)
+    created = await create_approval(api, org.admin, **approval)
     await ctx.notifications.run_once()
     return str(created["id"])
 
@@ -167,3 +179,110 @@ async def test_an_unknown_slack_user_gets_an_ephemeral_refusal(
         assert "not a signoff user" in shown["text"]
     read = await api.get(f"/api/v1/approvals/{request_id}", headers=org.admin.headers)
     assert read.json()["status"] == "pending"
+
+
+async def test_a_critical_request_under_the_setting_gets_a_sign_in_link_not_deciding_buttons(
+    api: httpx.AsyncClient, ctx: AppContext, org: Org
+) -> None:
+    async with Receiver() as webhook:
+        request_id = await setup(api, ctx, org, webhook.url, priority="critical")
+        [posted] = webhook.received
+    message = orjson.loads(posted.body)
+    check_slack_message(message)
+    elements = [e for b in message["blocks"] if b["type"] == "actions" for e in b["elements"]]
+    # Every button opens the request page (sign-in first); none asks to decide.
+    assert elements and all(
+        e["url"] == f"http://signoff.test/requests/{request_id}" for e in elements
+    )
+    assert not {e["action_id"] for e in elements} & {"approve", "reject"}
+    assert "sign in to signoff to decide" in posted.body.decode()
+
+
+async def test_a_press_deciding_a_critical_request_in_place_is_refused_with_a_link(
+    api: httpx.AsyncClient, ctx: AppContext, org: Org, slack_api: Receiver
+) -> None:
+    # A forged press (or one on a message older than the setting): signed by the app, it
+    # asks to approve a critical request in place.
+    async with Receiver() as webhook, Receiver() as response_url:
+        request_id = await setup(api, ctx, org, webhook.url, priority="critical")
+        body = press("U_MEMBER", "approve", request_id, response_url.url)
+        answer = await api.post(
+            "/integrations/slack/interactions", content=body, headers=signed(body)
+        )
+        assert answer.status_code == 200
+        [reply] = await response_url.wait_for(1)
+    shown = orjson.loads(reply.body)
+    assert shown["response_type"] == "ephemeral" and shown["replace_original"] is False
+    page = f"http://signoff.test/requests/{request_id}"
+    assert f"<{page}|open it in signoff>" in shown["text"]
+    assert slack_buttons(shown)["open"]["url"] == page
+    assert slack_api.received == []  # refused before anyone was looked up
+    read = await api.get(f"/api/v1/approvals/{request_id}", headers=org.admin.headers)
+    assert read.json()["status"] == "pending"
+    events = await api.get(f"/api/v1/approvals/{request_id}/events", headers=org.admin.headers)
+    assert [e["type"] for e in events.json()["data"]] == ["request.created"]
+
+
+async def test_with_the_setting_off_critical_requests_decide_in_place_until_it_is_on(
+    api: httpx.AsyncClient, ctx: AppContext, org: Org
+) -> None:
+    off = {"require_sign_in_for_critical": False}
+    async with Receiver() as webhook, Receiver() as response_url:
+        first = await setup(api, ctx, org, webhook.url, off, priority="critical")
+        second = str((await create_approval(api, org.admin, priority="critical"))["id"])
+        [posted] = webhook.received
+        buttons = slack_buttons(orjson.loads(posted.body))
+        assert "url" not in buttons["approve"] and buttons["approve"]["value"] == first
+        body = press("U_MEMBER", "approve", first, response_url.url)
+        answer = await api.post(
+            "/integrations/slack/interactions", content=body, headers=signed(body)
+        )
+        assert answer.status_code == 200
+        [update] = await response_url.wait_for(1)
+        assert orjson.loads(update.body)["replace_original"] is True
+        # The setting turned on since: the second message's buttons no longer decide.
+        await setup(api, ctx, org, webhook.url)
+        body = press("U_MEMBER", "approve", second, response_url.url)
+        answer = await api.post(
+            "/integrations/slack/interactions", content=body, headers=signed(body)
+        )
+        assert answer.status_code == 200
+        [_, refusal] = await response_url.wait_for(2)
+    assert orjson.loads(refusal.body)["response_type"] == "ephemeral"
+    for request_id, status in ((first, "approved"), (second, "pending")):
+        read = await api.get(f"/api/v1/approvals/{request_id}", headers=org.admin.headers)
+        assert read.json()["status"] == status
+
+
+async def test_names_and_titles_reach_slack_escaped_in_messages_and_updates(
+    api: httpx.AsyncClient, ctx: AppContext, org: Org
+) -> None:
+    async with ctx.transaction() as uow:
+        await uow.session.execute(
+            update(User)
+            .where(User.id == uuid.UUID(org.member.user_id))
+            .values(name="<!channel> Mallory <http://evil.example|x>")
+        )
+    title = "Rotate keys <!here> <@U123> & <#C123>"
+    async with Receiver() as webhook, Receiver() as response_url:
+        request_id = await setup(api, ctx, org, webhook.url, title=title)
+        [posted] = webhook.received
+        body = press("U_MEMBER", "approve", request_id, response_url.url)
+        answer = await api.post(
+            "/integrations/slack/interactions", content=body, headers=signed(body)
+        )
+        assert answer.status_code == 200
+        [update_call] = await response_url.wait_for(1)
+    message = orjson.loads(posted.body)
+    assert message["text"] == (
+        "Approval requested: Rotate keys &lt;!here&gt; &lt;@U123&gt; &amp; &lt;#C123&gt;"
+    )
+    shown = orjson.loads(update_call.body)
+    assert shown["text"] == (
+        "*&lt;!channel&gt; Mallory &lt;http://evil.example|x&gt;* approved this request."
+    )
+    for payload in (message, shown):
+        check_slack_message({"text": payload["text"], "blocks": payload["blocks"]})
+        raw = orjson.dumps(payload).decode()
+        for sequence in ("<!channel>", "<!here>", "<@U123>", "<#C123>", "<http://evil"):
+            assert sequence not in raw

@@ -3,13 +3,17 @@
 Shapes follow each service's documented format: Slack Block Kit (header, section with
 fields, actions with URL buttons), a Microsoft Teams incoming-webhook message carrying
 one Adaptive Card, a Discord webhook embed, and a signed JSON event for webhook channels.
-Texts are cut to each format's documented limits, and user-supplied text is escaped
-for the format (Slack's ``&<>``; Discord mentions are switched off).
+Texts are cut to each format's documented limits, and user-supplied text is made inert
+for the format: a request's text may mention nobody and make no link. Slack's control
+characters ``&<>`` are escaped in every text of every Slack payload; Teams and Discord
+get their mention syntax and markdown links broken by a zero-width space (and Discord
+mentions are switched off as well).
 """
 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -155,13 +159,44 @@ def _email_html(item: Item, headline: str) -> str:
 # ---- Slack: Block Kit ----
 
 
-def _slack_escape(text: str) -> str:
+def slack_escape(text: str) -> str:
+    """Slack's control characters as Slack documents their escaping: text escaped so is
+    shown as typed, and ``<!channel>``, ``<@U…>`` or ``<http://x|label>`` in it neither
+    notify anyone nor make a link."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _slack_buttons(item: Item, interactive: bool) -> dict[str, Any]:
+def _slack_cut(escaped: str, limit: int) -> str:
+    """``_cut`` of escaped text that never leaves half an entity (``&am…``)."""
+    if len(escaped) <= limit:
+        return escaped
+    kept = escaped[: limit - 1]
+    amp = kept.rfind("&")
+    if amp != -1 and ";" not in kept[amp:]:
+        kept = kept[:amp]
+    return kept + "…"
+
+
+SIGN_IN_TO_DECIDE = "A critical request: sign in to signoff to decide it."
+
+
+def _slack_buttons(item: Item, interactive: bool, sign_in_first: bool) -> dict[str, Any]:
     rid = str(item.request.id)
     elements: list[dict[str, Any]] = []
+    if sign_in_first:
+        # Only the request page decides, after sign-in: no button names a decision, so
+        # no press of this message asks to decide in place.
+        elements.append(
+            {
+                "type": "button",
+                "text": {"type": "plain_text", "text": "Sign in to decide"},
+                "style": "primary",
+                "action_id": "open",
+                "value": rid,
+                "url": item.links.open,
+            }
+        )
+        return {"type": "actions", "block_id": f"signoff:{rid}", "elements": elements}
     for decision, label, style in (
         ("approve", "Approve", "primary"),
         ("reject", "Reject", "danger"),
@@ -191,13 +226,20 @@ def _slack_buttons(item: Item, interactive: bool) -> dict[str, Any]:
     return {"type": "actions", "block_id": f"signoff:{rid}", "elements": elements}
 
 
-def slack_blocks(item: Item, interactive: bool) -> list[dict[str, Any]]:
+def slack_blocks(
+    item: Item, interactive: bool, sign_in_first: bool = False
+) -> list[dict[str, Any]]:
+    """``sign_in_first``: the request may only be decided signed in (a critical request
+    under ``require_sign_in_for_critical``): its button opens the request page."""
     request = item.request
     fields = [
-        {"type": "mrkdwn", "text": _cut(f"*{n}*\n{_slack_escape(v)}", 2000)}
+        {
+            "type": "mrkdwn",
+            "text": _slack_cut(f"*{slack_escape(n)}*\n{slack_escape(v)}", 2000),
+        }
         for n, v in (facts(request) + key_metadata(request))[:10]
     ]
-    return [
+    blocks: list[dict[str, Any]] = [
         {
             "type": "header",
             "text": {"type": "plain_text", "text": _cut(KIND_HEADLINES[item.kind], 150)},
@@ -206,23 +248,33 @@ def slack_blocks(item: Item, interactive: bool) -> list[dict[str, Any]]:
             "type": "section",
             "text": {
                 "type": "mrkdwn",
-                "text": _cut(
-                    f"*{_slack_escape(request.title)}*\n{_slack_escape(request.description)}",
+                "text": _slack_cut(
+                    f"*{slack_escape(request.title)}*\n{slack_escape(request.description)}",
                     3000,
                 ),
             },
             "fields": fields,
         },
-        _slack_buttons(item, interactive),
     ]
+    if sign_in_first:
+        blocks.append(
+            {"type": "context", "elements": [{"type": "mrkdwn", "text": SIGN_IN_TO_DECIDE}]}
+        )
+    blocks.append(_slack_buttons(item, interactive, sign_in_first))
+    return blocks
 
 
-def slack_payload(items: Sequence[Item], interactive: bool) -> dict[str, Any]:
+def slack_payload(
+    items: Sequence[Item], interactive: bool, sign_in_first: bool = False
+) -> dict[str, Any]:
+    """The top-level ``text`` is what notifications and previews show: escaped as the
+    blocks are, or a title could notify the whole channel from there."""
     if len(items) == 1:
         item = items[0]
+        headline = slack_escape(f"{KIND_HEADLINES[item.kind]}: {item.request.title}")
         return {
-            "text": _cut(f"{KIND_HEADLINES[item.kind]}: {item.request.title}", 3000),
-            "blocks": slack_blocks(item, interactive),
+            "text": _slack_cut(headline, 3000),
+            "blocks": slack_blocks(item, interactive, sign_in_first),
         }
     blocks: list[dict[str, Any]] = [
         {
@@ -231,7 +283,8 @@ def slack_payload(items: Sequence[Item], interactive: bool) -> dict[str, Any]:
         }
     ]
     for item in items[:DIGEST_ITEMS]:
-        line = f"<{item.links.open}|{_slack_escape(_cut(item.request.title, 150))}>"
+        title = _slack_cut(slack_escape(item.request.title), 150)
+        line = f"<{item.links.open}|{title}>"
         blocks.append(
             {
                 "type": "section",
@@ -249,6 +302,31 @@ def slack_decided_blocks(item: Item, outcome: str) -> list[dict[str, Any]]:
     blocks = slack_blocks(item, interactive=False)[:2]
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": outcome}]})
     return blocks
+
+
+# ---- Teams and Discord: markdown whose mentions and links are inert ----
+
+ZERO_WIDTH_SPACE = "\u200b"
+# ``](`` and ``][`` are where a markdown link (inline or by reference) begins its target.
+_MARKDOWN_LINK = re.compile(r"\](?=[(\[])")
+# Anything a tag could start with: Teams mentions are ``<at>name</at>``, and no HTML
+# may pass for markup.
+_TEAMS_TAG = re.compile(r"<(?=\S)")
+# ``@everyone``, ``@here``, and ``<@user>``, ``<@!user>``, ``<@&role>``, ``<#channel>``.
+_DISCORD_MENTION = re.compile(r"@(?=everyone|here)|<(?=[@#])", re.IGNORECASE)
+
+
+def _split(pattern: re.Pattern[str], text: str) -> str:
+    """A zero-width space after each match: the text reads the same, parses as text."""
+    return pattern.sub(lambda m: m.group(0) + ZERO_WIDTH_SPACE, text)
+
+
+def teams_text(text: str) -> str:
+    return _split(_MARKDOWN_LINK, _split(_TEAMS_TAG, text))
+
+
+def discord_text(text: str) -> str:
+    return _split(_MARKDOWN_LINK, _split(_DISCORD_MENTION, text))
 
 
 # ---- Microsoft Teams: an Adaptive Card in the incoming-webhook message ----
@@ -277,16 +355,17 @@ def teams_payload(items: Sequence[Item]) -> dict[str, Any]:
             },
             {
                 "type": "TextBlock",
-                "text": request.title,
+                "text": teams_text(request.title),
                 "size": "Medium",
                 "weight": "Bolder",
                 "wrap": True,
             },
-            {"type": "TextBlock", "text": request.description, "wrap": True},
+            {"type": "TextBlock", "text": teams_text(request.description), "wrap": True},
             {
                 "type": "FactSet",
                 "facts": [
-                    {"title": n, "value": v} for n, v in facts(request) + key_metadata(request)
+                    {"title": teams_text(n), "value": teams_text(v)}
+                    for n, v in facts(request) + key_metadata(request)
                 ],
             },
         ]
@@ -300,10 +379,13 @@ def teams_payload(items: Sequence[Item]) -> dict[str, Any]:
                 "wrap": True,
             }
         ]
+        # The title is text beside its link, never the link's label: a label holding
+        # a bracket of its own would end the link early.
         body += [
             {
                 "type": "TextBlock",
-                "text": f"[{_cut(i.request.title, 150)}]({i.links.open}) · {i.request.priority}",
+                "text": f"{teams_text(_cut(i.request.title, 150))} · {i.request.priority}"
+                f" · [Open]({i.links.open})",
                 "wrap": True,
             }
             for i in items[:DIGEST_ITEMS]
@@ -341,14 +423,18 @@ def discord_payload(items: Sequence[Item]) -> dict[str, Any]:
         if links.approve and links.reject:
             actions[:0] = [f"[Approve]({links.approve})", f"[Reject]({links.reject})"]
         fields = [
-            {"name": _cut(n, 256), "value": _cut(v, 1024), "inline": True}
+            {
+                "name": _cut(discord_text(n), 256),
+                "value": _cut(discord_text(v), 1024),
+                "inline": True,
+            }
             for n, v in facts(request) + key_metadata(request)
         ][:24]
         fields.append({"name": "Decide", "value": " · ".join(actions), "inline": False})
         embeds.append(
             {
-                "title": _cut(request.title, 256),
-                "description": _cut(request.description, 4096),
+                "title": _cut(discord_text(request.title), 256),
+                "description": _cut(discord_text(request.description), 4096),
                 "url": links.open,
                 "color": PRIORITY_COLOURS.get(request.priority, 0),
                 "fields": fields,
@@ -359,7 +445,7 @@ def discord_payload(items: Sequence[Item]) -> dict[str, Any]:
     content = KIND_HEADLINES[items[0].kind] if len(items) == 1 else f"{len(items)} requests wait"
     if len(items) > 10:
         content += f" (10 shown; {len(items) - 10} more in the inbox)"
-    # No mention in a request's text may ping anyone.
+    # No mention in a request's text may ping anyone: switched off, and made text.
     return {"content": content, "embeds": embeds, "allowed_mentions": {"parse": []}}
 
 

@@ -86,7 +86,8 @@ class Rule(_Strict):
     expiry_warning: ExpiryWarning | None = None
     require_sign_in_for_critical: bool = Field(
         True,
-        description="One-click links of critical requests also need the person signed in.",
+        description="One-click links of critical requests also need the person signed in, "
+        "and a Slack app's buttons open the request page instead of deciding in place.",
     )
 
 

@@ -322,8 +322,11 @@ class NotificationSender:
                 )
                 return await send_mail(self.smtp, mail, self.settings.notification_timeout_seconds)
             if kind == "slack":
-                interactive = "bot_token" in settings
-                payload = messages.slack_payload(message.items, interactive)
+                app = "bot_token" in settings
+                sign_in_first = app and _sign_in_first(message)
+                payload = messages.slack_payload(
+                    message.items, app and not sign_in_first, sign_in_first
+                )
                 return await self.http.post_json(settings["webhook_url"], payload)
             if kind == "teams":
                 return await self.http.post_json(
@@ -490,6 +493,15 @@ def _split_decided(rows: Sequence[ClaimedRow]) -> tuple[list[ClaimedRow], list[C
 
 def _via(channel_type: str) -> str:
     return channel_type
+
+
+def _sign_in_first(message: Outgoing) -> bool:
+    """A single message about a critical request whose rule requires sign-in for it: a
+    Slack app's buttons must not decide it in place (a digest has no deciding button)."""
+    if len(message.rows) != 1:
+        return False
+    row = message.rows[0]
+    return row.request.priority == "critical" and row.notification.require_sign_in
 
 
 def _interactive_slack(box: SecretBox, row: ClaimedRow) -> bool:

@@ -445,7 +445,9 @@ class _Planner:
             if channel.type == "email":
                 targets = [(p.email, p.id) for p in people or ()]
             else:
-                # A channel is told once; whoever opens its links signs in (see links).
+                # A channel is told once; whoever opens its links signs in (see links),
+                # so its row keeps only the rule's setting: a Slack app's message reads
+                # it to know whether its buttons may decide in place.
                 targets = [(name, None)] if people is None or people else []
             self.rows += [
                 {
@@ -456,7 +458,7 @@ class _Planner:
                     "kind": kind,
                     "recipient": recipient,
                     "recipient_user_id": user_id,
-                    "require_sign_in": sign_in or user_id is None,
+                    "require_sign_in": sign_in,
                     "status": "pending",
                     "attempts": 0,
                     "due_at": due_at,

@@ -8,6 +8,12 @@ a signoff user of the org, who decides through the same services as everywhere e
 the message is then updated through ``response_url`` to show who decided. A refusal
 (unknown person, one who may not decide, a request decided already) is an ephemeral
 message only the presser sees.
+
+A critical request under ``require_sign_in_for_critical`` is never decided here: its
+message carries only a link to the request page, and a press asking to decide it (an
+older message, a crafted payload) gets an ephemeral answer with that link instead.
+
+Every text sent to Slack escapes its user-supplied parts (``messages.slack_escape``).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from signoff.errors import AppError, RequestNotPending
 from signoff.models import Organization
 from signoff.notifications import messages, service
 from signoff.notifications.repository import NotificationRepository
+from signoff.notifications.routing import RequestFacts, RoutingDocument, first_matching_rule
 from signoff.webhooks.delivery import build_transport
 
 logger = logging.getLogger(__name__)
@@ -106,6 +113,9 @@ async def handle_press(ctx: AppContext, app: SlackApp, press: Press) -> None:
     if press.decision not in ("approve", "reject"):
         return  # the Open button: Slack reports URL buttons too; nothing to do
     try:
+        if await _needs_sign_in(ctx, app, press):
+            await _respond(ctx, press, _sign_in_reply(_request_url(ctx, press), press))
+            return
         email = await _slack_email(ctx, app.bot_token, press.slack_user_id)
         member = await _member_by_email(ctx, app.org_id, email) if email else None
         if member is None:
@@ -123,7 +133,8 @@ async def handle_press(ctx: AppContext, app: SlackApp, press: Press) -> None:
             await _respond(ctx, press, _ephemeral("This request was decided already."))
             return
         except AppError as exc:
-            await _respond(ctx, press, _ephemeral(f"You may not decide this: {exc.message}"))
+            refusal = f"You may not decide this: {messages.slack_escape(exc.message)}"
+            await _respond(ctx, press, _ephemeral(refusal))
             return
         # Long polls and live pages were told at the commit (the transition's effects).
         await ctx.webhooks.deliver_outbox(uow.outbox)
@@ -136,17 +147,18 @@ async def _decided_message(
     ctx: AppContext, app: SlackApp, press: Press, member: OrgMember, final: bool
 ) -> dict[str, Any]:
     verb = "approved" if press.decision == "approve" else "rejected"
+    name = messages.slack_escape(member.user_name)
     outcome = (
-        f"*{member.user_name}* {verb} this request."
+        f"*{name}* {verb} this request."
         if final
-        else (f"*{member.user_name}* voted to {press.decision}; more approvals are needed.")
+        else (f"*{name}* voted to {press.decision}; more approvals are needed.")
     )
     async with ctx.reading() as uow:
         found = await NotificationRepository(uow.session, uow.dialect).request_facts(
             app.org_id, press.request_id
         )
     assert found is not None
-    links = messages.Links(f"{ctx.settings.public_url}/requests/{press.request_id}", None, None)
+    links = messages.Links(_request_url(ctx, press), None, None)
     item = messages.Item(found[0], "created", links)
     return {
         "replace_original": True,
@@ -156,7 +168,54 @@ async def _decided_message(
 
 
 def _ephemeral(text: str) -> dict[str, Any]:
+    """``text`` is mrkdwn: any user-supplied part of it is escaped by the caller."""
     return {"response_type": "ephemeral", "replace_original": False, "text": text}
+
+
+def _request_url(ctx: AppContext, press: Press) -> str:
+    return f"{ctx.settings.public_url}/requests/{press.request_id}"
+
+
+def needs_sign_in(document: RoutingDocument | None, request: RequestFacts) -> bool:
+    """Whether deciding the request needs a signed-in person: a critical request, unless
+    the rule that routes it now turns ``require_sign_in_for_critical`` off. With no rule
+    routing it (the routing changed since), the setting's default holds."""
+    if request.priority != "critical":
+        return False
+    rule = first_matching_rule(document, request) if document else None
+    return rule is None or rule.require_sign_in_for_critical
+
+
+async def _needs_sign_in(ctx: AppContext, app: SlackApp, press: Press) -> bool:
+    async with ctx.reading() as uow:
+        repo = NotificationRepository(uow.session, uow.dialect)
+        found = await repo.request_facts(app.org_id, press.request_id)
+        document = await service.load_document(repo, app.org_id)
+    return found is not None and needs_sign_in(document, found[0])
+
+
+def _sign_in_reply(url: str, press: Press) -> dict[str, Any]:
+    """The answer to a press that may not decide in place: the request page, to sign in."""
+    text = f"A critical request is decided signed in: <{url}|open it in signoff>."
+    reply = _ephemeral(text)
+    reply["blocks"] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": text}},
+        {
+            "type": "actions",
+            "elements": [
+                {
+                    "type": "button",
+                    "text": {"type": "plain_text", "text": "Sign in to decide"},
+                    "style": "primary",
+                    "action_id": "open",
+                    # Slack reports this press too: the request's id lets it be verified.
+                    "value": str(press.request_id),
+                    "url": url,
+                }
+            ],
+        },
+    ]
+    return reply
 
 
 def _client(ctx: AppContext) -> httpx.AsyncClient:

@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from email.utils import make_msgid
 
 from signoff.auth.principal import OrgMember
 from signoff.common.ids import new_id
@@ -318,7 +319,10 @@ class NotificationSender:
                 if self.smtp is None:
                     return AttemptResult(False, 0, 0, None, "SIGNOFF_SMTP_URL is not set")
                 mail = messages.email_message(
-                    message.items[0], self.settings.mail_from, row.notification.recipient
+                    message.items[0],
+                    self.settings.mail_from,
+                    row.notification.recipient,
+                    self._mail_ids(row),
                 )
                 return await send_mail(self.smtp, mail, self.settings.notification_timeout_seconds)
             if kind == "slack":
@@ -346,6 +350,15 @@ class NotificationSender:
             # and says so; it must not stop the round.
             logger.warning("notification %s: %s", row.notification.id, type(exc).__name__)
             return AttemptResult(False, 0, 0, None, f"could not send: {type(exc).__name__}")
+
+    def _mail_ids(self, row: ClaimedRow) -> messages.MailIds:
+        n = row.notification
+        domain = messages.mail_domain(self.settings.public_url)
+        if n.id == n.request_id:
+            # ``send_test``'s sample: no request, no thread; an id of its own.
+            return messages.MailIds(self.clock(), make_msgid("signoff-test", domain), None)
+        message_id, thread = messages.mail_ids(n.kind, n.request_id, n.id, n.recipient, domain)
+        return messages.MailIds(self.clock(), message_id, thread)
 
     # ---- 3. record ----
 

@@ -5,11 +5,13 @@ is one line whatever the request's title holds, every mail has ``Date`` and
 from __future__ import annotations
 
 import email.utils
+import uuid
 from datetime import timedelta
 
 import httpx
 import pytest
 
+from signoff.auth.principal import OrgMember
 from signoff.context import AppContext
 from signoff.notifications import messages
 from tests.conftest import Org, create_approval
@@ -162,6 +164,28 @@ async def test_a_retried_mail_keeps_its_message_id(
         messages.mail_domain("http://signoff.test"),
     )
     assert again == (str(mail.message["Message-ID"]).strip(), None)
+
+
+async def test_the_routing_pages_test_mail_has_a_date_and_an_id_of_its_own(
+    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+) -> None:
+    await put(api, org, {"audience": "admins"})
+    admin = OrgMember(
+        org_id=uuid.UUID(org.id),
+        org_name="Acme",
+        org_emergency_stop=False,
+        user_id=uuid.UUID(org.admin.user_id),
+        user_email=org.admin.email,
+        user_name="Admin Zero",
+        role="admin",
+    )
+    for _ in range(2):
+        result = await ctx.notifications.send_test(uuid.UUID(org.id), "mail", admin)
+        assert result is not None and result.success, result
+    mails = await mailbox.wait_for(2)
+    assert all(m.message["Date"] and m.message["In-Reply-To"] is None for m in mails)
+    ids = {str(m.message["Message-ID"]).strip() for m in mails}
+    assert len(ids) == 2 and all(i.endswith("@signoff.test>") for i in ids)
 
 
 def test_the_mail_domain_comes_from_the_public_url() -> None:

@@ -25,7 +25,8 @@ from signoff.models.base import Base, JSONType
 CHANNEL_TYPES = ("email", "slack", "teams", "discord", "webhook")
 NOTIFICATION_KINDS = ("created", "step_opened", "reminder", "escalated", "expiry_warning")
 # pending: waiting for its due time or a worker; sent; failed after its last attempt;
-# cancelled: the request left pending before a reminder was due.
+# cancelled: the request left pending before a reminder was due, or routing lost its
+# channel before it was sent.
 NOTIFICATION_STATUSES = ("pending", "sent", "failed", "cancelled")
 
 
@@ -77,9 +78,14 @@ class Notification(Base):
     request_id: Mapped[uuid.UUID] = mapped_column(
         ForeignKey("approval_requests.id", ondelete="CASCADE")
     )
-    channel_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("notification_channels.id", ondelete="CASCADE")
+    # The channel it goes through; None once routing no longer has it. The row is a
+    # record: removing or renaming a channel never deletes it, and what the log shows of
+    # the channel is kept on the row itself, as it was when the row was planned.
+    channel_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("notification_channels.id", ondelete="SET NULL"), default=None
     )
+    channel_name: Mapped[str] = mapped_column(String(100))
+    channel_type: Mapped[str] = mapped_column(String(16))
     kind: Mapped[str] = mapped_column(String(20))
     # An e-mail address for e-mail channels, the channel's name for chat and webhooks.
     recipient: Mapped[str] = mapped_column(String(320))

@@ -12,13 +12,19 @@ mentions are switched off as well).
 
 from __future__ import annotations
 
+import hashlib
 import html
+import ipaddress
 import re
+import unicodedata
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from email.message import EmailMessage
+from email.utils import format_datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from signoff.notifications.routing import RequestFacts
 
@@ -97,13 +103,81 @@ def _utc(moment: datetime) -> str:
 # ---- e-mail ----
 
 
-def email_message(item: Item, sender: str, recipient: str) -> EmailMessage:
+def header_text(value: str) -> str:
+    """``value`` as one line, its runs of whitespace collapsed to one space: text placed in
+    a mail header. Python's e-mail package refuses a header holding any line break it
+    knows (``str.splitlines``: CR, LF, VT, FF, FS, GS, RS, NEL, U+2028, U+2029), and a
+    request's title may hold any; other control characters have no place there either."""
+    spaced = "".join(" " if unicodedata.category(c) == "Cc" else c for c in value)
+    return " ".join(spaced.split())
+
+
+@dataclass(frozen=True)
+class MailIds:
+    """A mail's identity: when it was sent, its ``Message-ID``, and the id of the first
+    mail of its thread (``In-Reply-To`` and ``References``), None for that first mail."""
+
+    date: datetime
+    message_id: str
+    thread: str | None
+
+
+def mail_domain(public_url: str) -> str:
+    """The right-hand side of the ids of our mails: the public URL's host (its IDNA
+    form), an address as a domain literal; ``localhost`` if it names none."""
+    try:
+        host = urlsplit(public_url.strip()).hostname
+    except ValueError:
+        host = None
+    if not host:
+        return "localhost"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return f"[IPv6:{address}]" if address.version == 6 else f"[{address}]"
+    try:
+        return host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return "localhost"
+
+
+def mail_ids(
+    kind: str,
+    request_id: uuid.UUID | str,
+    notification_id: uuid.UUID | str,
+    recipient: str,
+    domain: str,
+) -> tuple[str, str | None]:
+    """The ``Message-ID`` of a mail about a request, and the id its thread starts with.
+
+    A person's first mail about a request (``created``) opens the thread; its id is
+    derived from the request and the person, so every later mail (a reminder, an
+    escalation, an expiry warning, a step opened), sent by any process after any restart,
+    names it without anything stored. The mails to two people differ (each carries its
+    own links), so their ids differ too. A later mail's own id is its notification row's:
+    a retry of a send whose answer was lost keeps it, and clients show the mail once."""
+    person = hashlib.sha256(recipient.strip().lower().encode()).hexdigest()[:16]
+    # Hex ids, no prefix: short enough that most headers naming them fit on one line.
+    root = f"<{uuid.UUID(str(request_id)).hex}.{person}@{domain}>"
+    if kind == "created":
+        return root, None
+    return f"<{uuid.UUID(str(notification_id)).hex}@{domain}>", root
+
+
+def email_message(item: Item, sender: str, recipient: str, ids: MailIds) -> EmailMessage:
     request, links = item.request, item.links
     headline = KIND_HEADLINES[item.kind]
     message = EmailMessage()
-    message["Subject"] = _cut(f"[{request.priority}] {headline}: {request.title}", 200)
-    message["From"] = sender
-    message["To"] = recipient
+    message["Subject"] = _cut(header_text(f"[{request.priority}] {headline}: {request.title}"), 200)
+    message["From"] = header_text(sender)
+    message["To"] = header_text(recipient)
+    message["Date"] = format_datetime(ids.date.astimezone(UTC), usegmt=True)
+    message["Message-ID"] = ids.message_id
+    if ids.thread:
+        message["In-Reply-To"] = ids.thread
+        message["References"] = ids.thread
     message.set_content(_email_text(item, headline))
     message.add_alternative(_email_html(item, headline), subtype="html")
     if links.approve:

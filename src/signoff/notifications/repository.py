@@ -262,6 +262,23 @@ class NotificationRepository:
     async def add_channel(self, channel: NotificationChannel) -> None:
         self.session.add(channel)
 
+    async def void_pending_of_channels(
+        self, channel_ids: Collection[uuid.UUID], now: datetime, reason: str
+    ) -> None:
+        """Cancel what the channels still had to send. A row a sender holds right now keeps
+        its claim: that sender records the send it is making (sent, or failed; a retry
+        leaves it cancelled), so the log says what happened."""
+        if channel_ids:
+            await self.session.execute(
+                update(Notification)
+                .where(
+                    Notification.channel_id.in_(list(channel_ids)),
+                    Notification.status == "pending",
+                )
+                .values(status="cancelled", updated_at=now, last_error=reason)
+                .execution_options(synchronize_session=False)
+            )
+
     async def delete_channel(self, channel: NotificationChannel) -> None:
         await self.session.delete(channel)
 
@@ -562,16 +579,15 @@ class NotificationRepository:
             .limit(1)
         )
 
-    async def list_for_request(
-        self, request_id: uuid.UUID
-    ) -> Sequence[tuple[Notification, str, str]]:
-        rows = await self.session.execute(
-            select(Notification, NotificationChannel.name, NotificationChannel.type)
-            .join(NotificationChannel, NotificationChannel.id == Notification.channel_id)
+    async def list_for_request(self, request_id: uuid.UUID) -> Sequence[Notification]:
+        """A request's notifications, each with its channel as it was when planned (the
+        channel may have been renamed or removed since)."""
+        rows = await self.session.scalars(
+            select(Notification)
             .where(Notification.request_id == request_id)
             .order_by(Notification.due_at, Notification.created_at)
         )
-        return [(n, name, kind) for n, name, kind in rows]
+        return rows.all()
 
     # ---- one-click links ----
 

@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from email.utils import make_msgid
 
 from signoff.auth.principal import OrgMember
 from signoff.common.ids import new_id
@@ -309,7 +310,8 @@ class NotificationSender:
 
     # ---- 2. send ----
 
-    async def _send(self, message: Outgoing) -> AttemptResult:
+    async def _send(self, message: Outgoing, sample: bool = False) -> AttemptResult:
+        """``sample``: ``send_test``'s message, about no stored request."""
         row = message.rows[0]
         try:
             settings = service.channel_settings(self.box, row.channel)
@@ -318,7 +320,10 @@ class NotificationSender:
                 if self.smtp is None:
                     return AttemptResult(False, 0, 0, None, "SIGNOFF_SMTP_URL is not set")
                 mail = messages.email_message(
-                    message.items[0], self.settings.mail_from, row.notification.recipient
+                    message.items[0],
+                    self.settings.mail_from,
+                    row.notification.recipient,
+                    self._mail_ids(row, sample),
                 )
                 return await send_mail(self.smtp, mail, self.settings.notification_timeout_seconds)
             if kind == "slack":
@@ -349,6 +354,15 @@ class NotificationSender:
             # and says so; it must not stop the round.
             logger.warning("notification %s: %s", row.notification.id, type(exc).__name__)
             return AttemptResult(False, 0, 0, None, f"could not send: {type(exc).__name__}")
+
+    def _mail_ids(self, row: ClaimedRow, sample: bool) -> messages.MailIds:
+        n = row.notification
+        domain = messages.mail_domain(self.settings.public_url)
+        if sample:
+            # No request, no thread: an id of its own.
+            return messages.MailIds(self.clock(), make_msgid("signoff-test", domain), None)
+        message_id, thread = messages.mail_ids(n.kind, n.request_id, n.id, n.recipient, domain)
+        return messages.MailIds(self.clock(), message_id, thread)
 
     # ---- 3. record ----
 
@@ -438,7 +452,8 @@ class NotificationSender:
         )
         row = ClaimedRow(notification, channel, sample, "pending")
         links = messages.Links(f"{self.settings.public_url}/", None, None)
-        return await self._send(Outgoing((row,), (messages.Item(sample, "created", links),)))
+        outgoing = Outgoing((row,), (messages.Item(sample, "created", links),))
+        return await self._send(outgoing, sample=True)
 
     async def next_due_seconds(self) -> float | None:
         """Seconds until there is work: at once while plans wait (another process wrote

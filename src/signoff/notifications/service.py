@@ -58,6 +58,9 @@ from signoff.notifications.routing import (
 )
 
 MASK = "…"
+# Why a pending notification was cancelled by a routing change (its ``error``).
+CHANNEL_REMOVED = "channel removed from routing"
+CHANNEL_CHANGED = "channel changed type in routing"
 # The job name under which plans that fail alone are parked (common/poison.py).
 PLAN_JOB = "notification_planning"
 
@@ -150,9 +153,15 @@ async def write_routing(
                 )
             )
         else:
+            if stored.type != spec.type:
+                # What was planned for the channel as it was is not sent as another type.
+                await repo.void_pending_of_channels([stored.id], now, CHANNEL_CHANGED)
             stored.type = spec.type
             stored.config_encrypted = encrypted
             stored.updated_at = now
+    # A channel renamed or removed: what it sent stays in the log (each row keeps the
+    # channel's name and type); what it was still to send is void, not deleted.
+    await repo.void_pending_of_channels([c.id for c in existing.values()], now, CHANNEL_REMOVED)
     for gone in existing.values():
         await repo.delete_channel(gone)
     rules = [rule.model_dump(mode="json", exclude_none=True) for rule in document.rules]
@@ -455,6 +464,8 @@ class _Planner:
                     "org_id": self.request.org_id,
                     "request_id": self.request.id,
                     "channel_id": channel.id,
+                    "channel_name": name,
+                    "channel_type": channel.type,
                     "kind": kind,
                     "recipient": recipient,
                     "recipient_user_id": user_id,
@@ -542,8 +553,8 @@ async def notification_log(
         NotificationLine(
             id=n.id,
             kind=n.kind,
-            channel=name,
-            channel_type=kind,
+            channel=n.channel_name,
+            channel_type=n.channel_type,
             recipient=n.recipient,
             recipient_user_id=n.recipient_user_id,
             status=n.status,
@@ -553,7 +564,7 @@ async def notification_log(
             updated_at=n.updated_at,
             error=n.last_error,
         )
-        for n, name, kind in await repo.list_for_request(request_id)
+        for n in await repo.list_for_request(request_id)
     ]
 
 

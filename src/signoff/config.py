@@ -105,6 +105,8 @@ class Settings(BaseSettings):
     oauth_refresh_token_ttl_seconds: int = Field(30 * 24 * 3600, ge=60)
     oauth_code_ttl_seconds: int = Field(600, ge=10, le=600)
     session_ttl_seconds: int = Field(12 * 3600, ge=60)
+    # How long an invitation's or a password reset's one-time link works (needs smtp_url).
+    invitation_ttl_hours: int = Field(72, ge=1, le=24 * 30)
     login_attempts_per_hour: int = Field(30, ge=1)
 
     # Older clients of the interface (docs/configuration.md): a deviation from it while on.

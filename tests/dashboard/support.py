@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 
@@ -43,6 +44,20 @@ async def signed_in(ctx: AppContext, http: httpx.AsyncClient, member: Member) ->
     assert response.headers["location"] == "/"
 
 
+async def choose_own_password(
+    http: httpx.AsyncClient, password: str, next_url: str = "/"
+) -> httpx.Response:
+    """After signing in with a password an admin generated: the page that asks for the
+    person's own, submitted."""
+    return await post_form(
+        http,
+        "/account/choose-password?" + urlencode({"next": next_url}),
+        "/account/choose-password",
+        new_password=password,
+        repeat_password=password,
+    )
+
+
 def browser_client(app: Any, address: str = "203.0.113.7") -> httpx.AsyncClient:
     """Another browser: its own cookies (and address, for the throttling tests)."""
     transport = httpx.ASGITransport(app=app, client=(address, 50000))
@@ -59,4 +74,12 @@ async def post_form(
     return await http.post(action, data={**form["fields"], **fields})
 
 
-__all__ = ["PASSWORD", "browser_client", "csrf_of", "post_form", "sign_in", "signed_in"]
+__all__ = [
+    "PASSWORD",
+    "browser_client",
+    "choose_own_password",
+    "csrf_of",
+    "post_form",
+    "sign_in",
+    "signed_in",
+]

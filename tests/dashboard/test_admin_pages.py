@@ -15,7 +15,13 @@ from bench.receiver import Receiver, Reply
 
 from signoff.context import AppContext
 from tests.conftest import Org, create_approval
-from tests.dashboard.support import browser_client, post_form, sign_in, signed_in
+from tests.dashboard.support import (
+    browser_client,
+    choose_own_password,
+    post_form,
+    sign_in,
+    signed_in,
+)
 from tests.helpers import NO_SWEEP
 from tests.oauth.support import bearer, forms_of, grant, register_client, token_request
 
@@ -127,6 +133,7 @@ async def test_users_added_promoted_reset_and_deactivated_end_their_sessions(
         assert added.status_code == 200, added.text
         password = shown(added.text, "password")
         assert (await sign_in(newcomer, "nia@acme.test", password)).status_code == 303
+        assert (await choose_own_password(newcomer, "nia's own password")).status_code == 303
         assert (await newcomer.get("/admin/users")).status_code == 403
 
         async with ctx.reading() as uow:

@@ -33,8 +33,10 @@ from signoff.dashboard.web import (
     redirect,
     render,
     require_admin,
+    utc_text,
 )
 from signoff.errors import AppError, RequestNotPending, ValidationFailed
+from signoff.invitations import service as invitations
 from signoff.oauth.service import IssuedClient
 from signoff.unit_of_work import UnitOfWork
 
@@ -211,29 +213,92 @@ async def users_page(request: Request, viewer: Viewer = Admin) -> Response:
     ctx = context_of(request)
     async with ctx.reading() as uow:
         people = await admin.users(uow, viewer.member)
-    return await render(request, "admin_users.html", viewer, people=people, roles=admin.ROLES)
+        invited = await invitations.invited_user_ids(uow, viewer.org.id, utcnow())
+    return await render(
+        request,
+        "admin_users.html",
+        viewer,
+        people=people,
+        roles=admin.ROLES,
+        invited=invited,
+        by_link=ctx.notifications.smtp is not None,
+        link_hours=ctx.settings.invitation_ttl_hours,
+    )
 
 
 @router.post("/admin/users")
 async def add_user(request: Request, viewer: Viewer = Admin) -> Response:
-    return await _issue(
+    """With SMTP configured the person is mailed an invitation; else the answer shows a
+    generated password, which they must replace when they first sign in."""
+    ctx = context_of(request)
+    by_link = ctx.notifications.smtp is not None
+    done = await _acted(
         request,
         viewer,
         "/admin/users",
         lambda uow, fields: admin.add_user(
             uow,
             viewer.member,
+            ctx.settings,
             email=fields.get("email", ""),
             name=fields.get("name", ""),
             role=fields.get("role", "member"),
             now=utcnow(),
+            by_link=by_link,
         ),
-        lambda added: {
-            "title": f"{added[0].name} can sign in",
-            "lead": f"Send {added[0].email} this initial password over a channel you trust; "
-            "they can change it under Account. It is shown once.",
-            "secrets": [("Password", "password", added[1])],
-        },
+    )
+    if isinstance(done, Response):
+        return done
+    if done.link is not None:
+        return await _link_mailed(request, viewer, done.link)
+    return await render(
+        request,
+        "admin_secret.html",
+        viewer,
+        back="/admin/users",
+        title=f"{done.user.name} can sign in",
+        lead=f"Send {done.user.email} this initial password over a channel you trust. "
+        "When they first sign in, they must choose their own. It is shown once.",
+        secrets=[("Password", "password", done.password)],
+    )
+
+
+async def _link_mailed(request: Request, viewer: Viewer, link: invitations.IssuedLink) -> Response:
+    """Mail the link (after the commit) and say whether it went."""
+    ctx = context_of(request)
+    now = utcnow()
+    smtp = ctx.notifications.smtp
+    assert smtp is not None  # a link is issued only when SMTP is configured
+    sent = await invitations.send_link(smtp, ctx.settings, link, viewer.member, now)
+    user = link.user
+    what = "An invitation" if link.purpose == "invite" else "A password reset link"
+    if sent.success:
+        title = (
+            f"Invitation sent to {user.name}"
+            if link.purpose == "invite"
+            else f"Password reset link sent to {user.name}"
+        )
+        lead = (
+            f"{what} is on its way to {user.email}. The link works once, until "
+            f"{utc_text(link.expires_at)}; with it they choose their password and are "
+            "signed in."
+        )
+    else:
+        title = f"{what} for {user.name} could not be sent"
+        lead = (
+            f"The mail server did not take the mail ({sent.error}). Check SIGNOFF_SMTP_URL, "
+            "then send it again from the Users page."
+        )
+    if link.purpose == "reset":
+        lead = "Their old password no longer works and their sessions have ended. " + lead
+    return await render(
+        request,
+        "admin_mailed.html",
+        viewer,
+        back="/admin/users",
+        title=title,
+        lead=lead,
+        sent=sent.success,
     )
 
 
@@ -272,17 +337,32 @@ async def reactivate_user(request: Request, user_id: str, viewer: Viewer = Admin
 
 @router.post("/admin/users/{user_id}/reset-password")
 async def reset_password(request: Request, user_id: str, viewer: Viewer = Admin) -> Response:
-    return await _issue(
+    """With SMTP configured the person is mailed a link to choose a new password; else
+    the answer shows a generated one, which they must replace at their next sign-in."""
+    ctx = context_of(request)
+    by_link = ctx.notifications.smtp is not None
+    done = await _acted(
         request,
         viewer,
         "/admin/users",
-        lambda uow, fields: admin.reset_password(uow, viewer.member, user_id),
-        lambda reset_one: {
-            "title": f"New password for {reset_one[0].name}",
-            "lead": "Their old password no longer works and their sessions have ended. "
-            "The new password is shown once.",
-            "secrets": [("Password", "password", reset_one[1])],
-        },
+        lambda uow, fields: admin.reset_password(
+            uow, viewer.member, ctx.settings, user_id, utcnow(), by_link=by_link
+        ),
+    )
+    if isinstance(done, Response):
+        return done
+    if done.link is not None:
+        return await _link_mailed(request, viewer, done.link)
+    return await render(
+        request,
+        "admin_secret.html",
+        viewer,
+        back="/admin/users",
+        title=f"New password for {done.user.name}",
+        lead="Their old password no longer works and their sessions have ended. Send them "
+        "this password over a channel you trust; when they next sign in, they must choose "
+        "their own. It is shown once.",
+        secrets=[("Password", "password", done.password)],
     )
 
 

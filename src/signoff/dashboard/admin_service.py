@@ -25,6 +25,8 @@ from signoff.dashboard.admin_repository import (
     DeliveryRow,
 )
 from signoff.errors import Conflict, NotFound, ValidationFailed
+from signoff.invitations import service as invitations
+from signoff.invitations.mail import Purpose
 from signoff.models import AuditEvent, Connection, OAuthClient, User, WebhookAttempt
 from signoff.oauth import service as oauth_service
 from signoff.orgs import service as orgs_service
@@ -164,10 +166,30 @@ def _role(value: str) -> str:
     return value
 
 
+@dataclass(frozen=True)
+class Handed:
+    """How a person gets a password: a generated one, shown once to the admin (and to be
+    replaced at first sign-in), or a one-time link mailed to them."""
+
+    user: User
+    password: str | None = None
+    link: invitations.IssuedLink | None = None
+
+
 async def add_user(
-    uow: UnitOfWork, admin: OrgMember, *, email: str, name: str, role: str, now: datetime
-) -> tuple[User, str]:
-    password = new_password()
+    uow: UnitOfWork,
+    admin: OrgMember,
+    settings: Settings,
+    *,
+    email: str,
+    name: str,
+    role: str,
+    now: datetime,
+    by_link: bool,
+) -> Handed:
+    """A new person: invited by a mailed link (``by_link``: SMTP is configured), else
+    given a generated password they must replace when they first sign in."""
+    password = None if by_link else new_password()
     user = await orgs_service.create_user(
         uow.orgs,
         admin.org_id,
@@ -177,7 +199,10 @@ async def add_user(
         password=password,
         now=now,
     )
-    return user, password
+    if by_link:
+        return Handed(user, link=await invitations.issue_link(uow, user, "invite", settings, now))
+    user.must_change_password = True
+    return Handed(user, password=password)
 
 
 def _not_self(admin: OrgMember, user: User, what: str) -> None:
@@ -213,13 +238,32 @@ async def reactivate_user(uow: UnitOfWork, admin: OrgMember, user_id: str) -> Us
     return user
 
 
-async def reset_password(uow: UnitOfWork, admin: OrgMember, user_id: str) -> tuple[User, str]:
-    """A new password, shown once; the user's sessions end (the old one may be known)."""
+async def reset_password(
+    uow: UnitOfWork,
+    admin: OrgMember,
+    settings: Settings,
+    user_id: str,
+    now: datetime,
+    *,
+    by_link: bool,
+) -> Handed:
+    """The old password stops working and the user's sessions end (it may be known).
+    With ``by_link`` they get a mailed link to choose one (an invitation again, if they
+    never had a password); else a generated one, to replace at their next sign-in."""
     user = await _user(uow, admin, user_id)
+    await uow.oauth.delete_user_sessions(user.id, keep=None)
+    if by_link:
+        purpose: Purpose = "invite" if user.password_hash is None else "reset"
+        user.password_hash = None
+        user.must_change_password = False
+        link = await invitations.issue_link(uow, user, purpose, settings, now)
+        return Handed(user, link=link)
     password = new_password()
     user.password_hash = hash_password(password)
-    await uow.oauth.delete_user_sessions(user.id, keep=None)
-    return user, password
+    user.must_change_password = True
+    # A link mailed earlier would otherwise still set a password.
+    await invitations.retire_links(uow, user.id, now)
+    return Handed(user, password=password)
 
 
 # ---- OAuth clients ----

@@ -23,12 +23,13 @@ from signoff.common.ids import parse_id
 from signoff.common.time import utcnow
 from signoff.common.validation import validate_model
 from signoff.context import AppContext
-from signoff.dashboard import service
+from signoff.dashboard import passwords, service
 from signoff.dashboard.admin import router as admin_router
 from signoff.dashboard.web import (
     PAGE_HEADERS,
     STATIC,
     PageRefused,
+    PasswordChangeRequired,
     SignInRequired,
     Viewer,
     Waiting,
@@ -46,7 +47,7 @@ from signoff.dashboard.web import (
 )
 from signoff.errors import AppError, RequestNotPending, ValidationFailed
 from signoff.oauth import service as oauth_service
-from signoff.oauth.endpoints import SESSION_COOKIE, set_session_cookie
+from signoff.oauth.endpoints import CHOOSE_PASSWORD_PATH, SESSION_COOKIE, set_session_cookie
 from signoff.webhooks.service import all_succeeded
 
 router = APIRouter(include_in_schema=False)
@@ -222,6 +223,9 @@ async def signin_submit(request: Request) -> Response:
         _, cookie = await oauth_service.start_session(
             uow.oauth, user.id, settings, now, replacing=session
         )
+    if user.must_change_password:
+        # An admin has seen this password: its owner chooses their own before going on.
+        next_url = f"{CHOOSE_PASSWORD_PATH}?" + urlencode({"next": next_url})
     response = redirect(next_url)
     set_session_cookie(response, cookie, settings)
     return response
@@ -473,6 +477,8 @@ def install_dashboard(app: FastAPI) -> None:
         )
 
     app.add_exception_handler(SignInRequired, on_sign_in_required)
+    app.add_exception_handler(PasswordChangeRequired, passwords.on_password_change_required)
     app.add_exception_handler(PageRefused, on_page_refused)
     app.include_router(router)
+    app.include_router(passwords.router)
     app.include_router(admin_router)

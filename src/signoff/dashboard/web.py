@@ -39,7 +39,7 @@ from signoff.models import DashboardSession, Organization, User
 from signoff.oauth import credentials
 
 # One sign-in session for the dashboard and the OAuth pages: the same cookie.
-from signoff.oauth.endpoints import SESSION_COOKIE
+from signoff.oauth.endpoints import CHOOSE_PASSWORD_PATH, SESSION_COOKIE
 
 HERE = Path(__file__).parent
 FLASH_COOKIE = "signoff_flash"
@@ -131,6 +131,15 @@ class SignInRequired(Exception):
         self.next_url = next_url
 
 
+class PasswordChangeRequired(Exception):
+    """The signed-in person must first replace a password an admin has seen: handled by
+    a redirect to the page where they choose their own, back to ``next_url`` after it."""
+
+    def __init__(self, next_url: str) -> None:
+        super().__init__(next_url)
+        self.next_url = next_url
+
+
 class PageRefused(Exception):
     """Handled by an HTML error page (403, 404, ...), never the API's JSON envelope."""
 
@@ -157,10 +166,13 @@ async def current_viewer(ctx: AppContext, request: Request) -> Viewer | None:
 
 async def require_user(request: Request) -> Viewer:
     viewer = await current_viewer(context_of(request), request)
-    if viewer is None:
+    if viewer is None or (
+        viewer.user.must_change_password and request.url.path != CHOOSE_PASSWORD_PATH
+    ):
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        # Back to a page after signing in, never to a form's action (a GET would fail).
-        raise SignInRequired(target if request.method == "GET" else "/")
+        # Back to a page afterwards, never to a form's action (a GET would fail).
+        back = target if request.method == "GET" else "/"
+        raise SignInRequired(back) if viewer is None else PasswordChangeRequired(back)
     return viewer
 
 

@@ -18,6 +18,7 @@ from signoff.models.oauth import (
     OAuthToken,
 )
 from signoff.models.orgs import Connection, Organization, SetupToken, User
+from signoff.models.passwords import PasswordLink
 from signoff.models.webhooks import WebhookAttempt, WebhookDelivery
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "OAuthClient",
     "OAuthToken",
     "Organization",
+    "PasswordLink",
     "RoutingConfig",
     "SetupToken",
     "User",

@@ -58,6 +58,9 @@ from signoff.oauth.schemas import (
 from signoff.unit_of_work import UnitOfWork
 
 SESSION_COOKIE = "signoff_session"
+# Where a person signed in with a password an admin generated must choose their own
+# (the dashboard's page): nothing else opens for them until then, consent included.
+CHOOSE_PASSWORD_PATH = "/account/choose-password"  # noqa: S105 - a page's path
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
 router = APIRouter(tags=["oauth"], include_in_schema=False, route_class=LeanRoute)
@@ -132,6 +135,13 @@ async def _signed_in_user(
     if session is None or session.user_id is None:
         return None
     return await uow.orgs.get_user(client.org_id, session.user_id)
+
+
+def _choose_password_first(authz: service.AuthorizationRequest) -> Response:
+    back = "/oauth/authorize?" + urlencode(authz.params)
+    return RedirectResponse(
+        f"{CHOOSE_PASSWORD_PATH}?" + urlencode({"next": back}), 303, headers=NO_STORE
+    )
 
 
 async def _org_name(uow: UnitOfWork, client: OAuthClient) -> str:
@@ -232,6 +242,8 @@ async def authorize(request: Request) -> Response:
         org_name = await _org_name(uow, client)
         user = await _signed_in_user(uow, session, client)
     if session is not None and user is not None:
+        if user.must_change_password:
+            return _choose_password_first(authz)
         return _consent_page(authz, session.csrf_token, user, org_name)
     if session is not None:
         return _login_page(authz, session.csrf_token, org_name)
@@ -328,6 +340,8 @@ async def consent(request: Request) -> Response:
             return RedirectResponse(
                 "/oauth/authorize?" + urlencode(authz.params), 303, headers=NO_STORE
             )
+        if user.must_change_password:
+            return _choose_password_first(authz)
         if fields.get("decision") != "allow":
             return _redirect_back(
                 authz.redirect_uri,

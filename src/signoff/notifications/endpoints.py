@@ -33,7 +33,7 @@ from signoff.errors import (
 from signoff.notifications import links, messages, service, slack
 from signoff.notifications.repository import NotificationRepository
 from signoff.notifications.routing import RoutingDocument
-from signoff.notifications.schemas import NotificationListOut
+from signoff.notifications.schemas import NotificationListOut, RoutingOut
 from signoff.webhooks.service import all_succeeded
 
 router = APIRouter(prefix="/api/v1", tags=["notifications"], route_class=LeanRoute)
@@ -49,10 +49,11 @@ Admin = Depends(web.require_admin)
 
 @router.get(
     "/routing",
-    response_model=RoutingDocument,
+    response_model=RoutingOut,
     summary="The organization's notification routing (admins)",
     description="Channels (secrets masked) and the ordered rules; the first matching rule "
-    "applies. 403 for non-admins.",
+    "applies. `warnings` names what cannot work yet on this server (an e-mail channel "
+    "while `SIGNOFF_SMTP_URL` is unset). 403 for non-admins.",
     responses=errors(Forbidden),
 )
 async def get_routing(request: Request, principal: Reader) -> Response:
@@ -61,16 +62,25 @@ async def get_routing(request: Request, principal: Reader) -> Response:
     async with ctx.reading() as uow:
         repo = NotificationRepository(uow.session, uow.dialect)
         document = await service.read_routing(repo, ctx.box, principal.org_id)
-    return json_response(document)
+    return json_response(service.with_warnings(document, _checks(ctx)))
+
+
+def _checks(ctx: AppContext) -> service.RoutingChecks:
+    return service.RoutingChecks(ctx.webhooks.policy, bool(ctx.settings.smtp_url))
 
 
 @router.put(
     "/routing",
-    response_model=RoutingDocument,
+    response_model=RoutingOut,
     openapi_extra=json_body_doc(RoutingDocument),
     summary="Replace the organization's notification routing (admins)",
-    description="Validates the whole document; 400 names each wrong field (`rules.0.channels.1`"
-    "). A secret sent back masked, as GET shows it, keeps its stored value.",
+    description="Validates the whole document and stores nothing unless all of it is right: "
+    "400 names every wrong field at once (`rules.0.channels.1`, `channels.ops.webhook_url`). "
+    "Channel URLs follow the callback URLs' policy (absolute http or https without "
+    "credentials; in production https only, and no host that is or resolves to a loopback, "
+    "private, link-local, shared or reserved address), checked here and again at each send. "
+    "A secret sent back masked, as GET shows it, keeps its stored value; `warnings` in the "
+    "body is ignored, and the answer's says what cannot work yet.",
     responses=errors(ValidationFailed, Forbidden),
 )
 async def put_routing(request: Request, principal: Writer) -> Response:
@@ -80,7 +90,7 @@ async def put_routing(request: Request, principal: Writer) -> Response:
     async with ctx.transaction() as uow:
         repo = NotificationRepository(uow.session, uow.dialect)
         document = await service.write_routing(
-            repo, ctx.box, principal, principal.org_id, data, utcnow()
+            repo, ctx.box, _checks(ctx), principal, principal.org_id, data, utcnow()
         )
     return json_response(document)
 
@@ -255,7 +265,9 @@ async def routing_save(request: Request, viewer: web.Viewer = Admin) -> Response
         data = yaml.safe_load(text) if text.strip() else {}
         async with ctx.transaction() as uow:
             repo = NotificationRepository(uow.session, uow.dialect)
-            await service.write_routing(repo, ctx.box, viewer.member, viewer.org.id, data, utcnow())
+            await service.write_routing(
+                repo, ctx.box, _checks(ctx), viewer.member, viewer.org.id, data, utcnow()
+            )
     except yaml.YAMLError as exc:
         return await _routing_page(request, viewer, text=text, error=f"Not valid YAML: {exc}")
     except ValidationFailed as exc:

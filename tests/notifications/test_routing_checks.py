@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -230,3 +231,31 @@ async def test_the_warnings_are_in_the_openapi_document(api: httpx.AsyncClient) 
         "field",
         "message",
     }
+
+
+async def test_the_cli_refuses_the_same_urls_and_prints_the_warnings(
+    org: Org, database_url: str, tmp_path: Path
+) -> None:
+    from tests.webhooks.test_cli import signoff
+
+    path = tmp_path / "routing.yaml"
+    path.write_text(
+        "channels:\n  hook: {type: webhook, url: 'file:///etc/passwd', secret: s}\n"
+        "rules: [{channels: [hook, gone]}]\n"
+    )
+    code, _, err = await signoff(
+        database_url, "routing", "set", "--org", "Acme", "--file", str(path)
+    )
+    assert code == 1
+    for field in ("channels.hook.url", "channels.hook.secret", "rules.0.channels.1"):
+        assert field in err, err
+    path.write_text("channels:\n  mail: {type: email}\nrules: [{channels: [mail]}]\n")
+    code, _, err = await signoff(
+        database_url, "routing", "set", "--org", "Acme", "--file", str(path)
+    )
+    assert code == 0, err
+    assert "warning: channels.mail: SIGNOFF_SMTP_URL is not set" in err
+    code, shown, err = await signoff(database_url, "routing", "show", "--org", "Acme")
+    assert shown is not None and set(shown) == {"channels", "rules"}  # a file to set again
+    assert shown["channels"] == {"mail": {"type": "email"}}
+    assert "warning: channels.mail" in err

@@ -119,13 +119,18 @@ class ChannelSpec(_Strict):
                 for key in ("url", "secret")
                 if not getattr(self, key)
             ]
-        if self.webhook_url is not None and self.type not in CHAT_TYPES:
+        if self.type == "email":
+            found += [
+                (key, "an e-mail channel takes no address: each person of the audience is mailed")
+                for key in URL_KEYS
+                if getattr(self, key) is not None
+            ]
+        elif self.webhook_url is not None and self.type not in CHAT_TYPES:
             found.append(("webhook_url", "only slack, teams and discord channels take it"))
-        found += [
-            (key, "only webhook channels take it")
-            for key in ("url", "secret")
-            if getattr(self, key) is not None and self.type != "webhook"
-        ]
+        for key in ("url", "secret"):
+            said = key == "url" and self.type == "email"  # just above
+            if getattr(self, key) is not None and self.type != "webhook" and not said:
+                found.append((key, "only webhook channels take it"))
         if self.secret and MASK not in self.secret and not _is_standard_secret(self.secret):
             found.append(("secret", "must be whsec_ followed by base64 (Standard Webhooks)"))
         if self.bot_token is not None and self.type != "slack":
@@ -138,8 +143,12 @@ class ChannelSpec(_Strict):
         return found
 
     def urls(self) -> dict[str, str]:
-        """The settings that are addresses to send to."""
-        return {key: value for key in URL_KEYS if (value := getattr(self, key)) is not None}
+        """The setting this type sends to, if given (another is refused by ``problems``)."""
+        key = (
+            "url" if self.type == "webhook" else "webhook_url" if self.type in CHAT_TYPES else None
+        )
+        value = getattr(self, key) if key else None
+        return {key: value} if key and value is not None else {}
 
     def secrets(self) -> dict[str, str]:
         return {key: value for key in SECRET_KEYS if (value := getattr(self, key)) is not None}

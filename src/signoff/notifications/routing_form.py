@@ -102,6 +102,7 @@ class RuleRow:
             or self.channels
             or self.users
             or self.reminder_minutes
+            or self.reminder_times
         )
 
     @property

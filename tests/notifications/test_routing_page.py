@@ -12,10 +12,21 @@ from signoff.context import AppContext
 from tests.conftest import Org
 from tests.dashboard.support import post_form, signed_in
 from tests.notifications.support import MailBox, check_slack_message
+from tests.oauth.support import forms_of
 
 pytestmark = pytest.mark.anyio
 
 PAGE = "/settings/notifications"
+
+
+async def send_test(api: httpx.AsyncClient, channel: str) -> httpx.Response:
+    """The row's "Send a test notification" button: the editor's form, posted to the
+    button's formaction with the button's name and value."""
+    page = await api.get(PAGE)
+    button = f'formaction="{PAGE}/test" name="channel" value="{channel}"'
+    assert button in page.text
+    form = next(f for f in forms_of(page.text) if f["action"] == PAGE)
+    return await api.post(PAGE + "/test", data={**form["fields"], "channel": channel})
 
 
 async def test_admins_edit_the_routing_and_test_each_channel(
@@ -40,14 +51,14 @@ async def test_admins_edit_the_routing_and_test_each_channel(
         assert "Routing saved." in page.text and "No rules" not in page.text
         assert slack.url not in page.text  # masked
 
-        tested = await post_form(api, PAGE, PAGE + "/test", channel="team")
+        tested = await send_test(api, "team")
         assert tested.status_code == 303
         assert "Test notification sent to team" in (await api.get(PAGE)).text
         [message] = slack.received
         check_slack_message(orjson.loads(message.body))
         assert b"Test notification from signoff" in message.body
 
-    await post_form(api, PAGE, PAGE + "/test", channel="mail")
+    await send_test(api, "mail")
     [mail] = mailbox.mails
     assert mail.recipients == [org.admin.email]
 

@@ -159,7 +159,10 @@ def test_the_document_is_validated_whole() -> None:
             }
         )
     fields = {f["field"] for f in caught.value.details["fields"]}
-    assert "channels.s" in fields and any(f.startswith("rules.0.audience") for f in fields)
+    assert "channels.s.webhook_url" in fields
+    assert any(f.startswith("rules.0.audience") for f in fields)
+    # The rule that did not parse (its audience) still has its channels checked.
+    assert "rules.0.channels.1" in fields
     with pytest.raises(ValidationError):
         RoutingDocument.model_validate({"rules": [{"channels": ["c"], "extra": 1}]})
     with pytest.raises(ValidationFailed) as caught:

@@ -44,7 +44,9 @@ def show(
     async def action(ctx: AppContext, uow: UnitOfWork) -> dict[str, Any]:
         row = await orgs_service.resolve_org(uow.orgs, org)
         repo = NotificationRepository(uow.session, uow.dialect)
-        return await service.read_routing(repo, ctx.box, row.id)
+        document = await service.read_routing(repo, ctx.box, row.id)
+        _warn(service.routing_warnings(document, service.RoutingChecks.from_settings(ctx.settings)))
+        return document
 
     document = run_in_transaction(action)
     if as_yaml:
@@ -64,10 +66,18 @@ def set_routing(
         row = await orgs_service.resolve_org(uow.orgs, org)
         repo = NotificationRepository(uow.session, uow.dialect)
         data = load_file(file)
-        return await service.write_routing(repo, ctx.box, None, row.id, data, utcnow())
+        checks = service.RoutingChecks.from_settings(ctx.settings)
+        return await service.write_routing(repo, ctx.box, checks, None, row.id, data, utcnow())
 
     document = run_in_transaction(action)
     err.print(
         f"routing of {org}: {len(document['channels'])} channels, {len(document['rules'])} rules",
         highlight=False,
     )
+    _warn(document["warnings"])
+
+
+def _warn(warnings: list[dict[str, str]]) -> None:
+    """On stderr: ``show`` prints a document that ``set`` takes back as it is."""
+    for warning in warnings:
+        err.print(f"warning: {warning['field']}: {warning['message']}", highlight=False)

@@ -32,7 +32,12 @@ def _reject_bool(value: Any) -> Any:
 Count = Annotated[int, BeforeValidator(_reject_bool)]
 
 
-def validate_callback_url(value: str, *, https_only: bool) -> str:
+def validate_callback_url(
+    value: str, *, https_only: bool, credentials_advice: str = "use callback_headers instead"
+) -> str:
+    """The form every outbound URL must have (callbacks and notification channels alike):
+    absolute http or https with a host, no credentials, https only in production. Where
+    its host may lead is ``webhooks/urlpolicy.py``'s part."""
     if len(value) > MAX_URL_LENGTH:
         raise ValueError(f"must be at most {MAX_URL_LENGTH} characters")
     import httpx
@@ -46,7 +51,7 @@ def validate_callback_url(value: str, *, https_only: bool) -> str:
     if https_only and url.scheme != "https":
         raise ValueError("must use https in production")
     if url.userinfo:
-        raise ValueError("must not carry credentials; use callback_headers instead")
+        raise ValueError(f"must not carry credentials; {credentials_advice}")
     return value
 
 

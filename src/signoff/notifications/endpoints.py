@@ -30,10 +30,10 @@ from signoff.errors import (
     Unauthorized,
     ValidationFailed,
 )
-from signoff.notifications import links, messages, service, slack
+from signoff.notifications import links, messages, routing_form, service, slack
 from signoff.notifications.repository import NotificationRepository
 from signoff.notifications.routing import RoutingDocument
-from signoff.notifications.schemas import NotificationListOut
+from signoff.notifications.schemas import NotificationListOut, RoutingOut
 from signoff.webhooks.service import all_succeeded
 
 router = APIRouter(prefix="/api/v1", tags=["notifications"], route_class=LeanRoute)
@@ -49,10 +49,11 @@ Admin = Depends(web.require_admin)
 
 @router.get(
     "/routing",
-    response_model=RoutingDocument,
+    response_model=RoutingOut,
     summary="The organization's notification routing (admins)",
     description="Channels (secrets masked) and the ordered rules; the first matching rule "
-    "applies. 403 for non-admins.",
+    "applies. `warnings` names what cannot work yet on this server (an e-mail channel "
+    "while `SIGNOFF_SMTP_URL` is unset). 403 for non-admins.",
     responses=errors(Forbidden),
 )
 async def get_routing(request: Request, principal: Reader) -> Response:
@@ -61,16 +62,25 @@ async def get_routing(request: Request, principal: Reader) -> Response:
     async with ctx.reading() as uow:
         repo = NotificationRepository(uow.session, uow.dialect)
         document = await service.read_routing(repo, ctx.box, principal.org_id)
-    return json_response(document)
+    return json_response(service.with_warnings(document, _checks(ctx)))
+
+
+def _checks(ctx: AppContext) -> service.RoutingChecks:
+    return service.RoutingChecks(ctx.webhooks.policy, bool(ctx.settings.smtp_url))
 
 
 @router.put(
     "/routing",
-    response_model=RoutingDocument,
+    response_model=RoutingOut,
     openapi_extra=json_body_doc(RoutingDocument),
     summary="Replace the organization's notification routing (admins)",
-    description="Validates the whole document; 400 names each wrong field (`rules.0.channels.1`"
-    "). A secret sent back masked, as GET shows it, keeps its stored value.",
+    description="Validates the whole document and stores nothing unless all of it is right: "
+    "400 names every wrong field at once (`rules.0.channels.1`, `channels.ops.webhook_url`). "
+    "Channel URLs follow the callback URLs' policy (absolute http or https without "
+    "credentials; in production https only, and no host that is or resolves to a loopback, "
+    "private, link-local, shared or reserved address), checked here and again at each send. "
+    "A secret sent back masked, as GET shows it, keeps its stored value; `warnings` in the "
+    "body is ignored, and the answer's says what cannot work yet.",
     responses=errors(ValidationFailed, Forbidden),
 )
 async def put_routing(request: Request, principal: Writer) -> Response:
@@ -80,7 +90,7 @@ async def put_routing(request: Request, principal: Writer) -> Response:
     async with ctx.transaction() as uow:
         repo = NotificationRepository(uow.session, uow.dialect)
         document = await service.write_routing(
-            repo, ctx.box, principal, principal.org_id, data, utcnow()
+            repo, ctx.box, _checks(ctx), principal, principal.org_id, data, utcnow()
         )
     return json_response(document)
 
@@ -221,24 +231,40 @@ async def _routing_page(
     request: Request,
     viewer: web.Viewer,
     *,
+    form: routing_form.RoutingForm | None = None,
     text: str | None = None,
     error: str | None = None,
+    problems: list[dict[str, str]] | None = None,
 ) -> HTMLResponse:
+    """The form editor (rows) and, under Advanced, the whole document as YAML. A refused
+    save shows what was sent, the form's rows with their problems on them."""
     ctx = context_of(request)
     async with ctx.reading() as uow:
         repo = NotificationRepository(uow.session, uow.dialect)
         document = await service.read_routing(repo, ctx.box, viewer.org.id)
     if text is None:
         text = yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
+    refused = error is not None or (form is not None and _has_errors(form))
     return await web.render(
         request,
         "routing.html",
         viewer,
-        400 if error else 200,
+        400 if refused else 200,
         document=document,
+        warnings=service.routing_warnings(document, _checks(ctx)),
+        form=form or routing_form.form_of(document),
+        saved_names=list(document["channels"]),
+        channel_types=routing_form.CHANNEL_TYPES,
+        priorities=routing_form.PRIORITIES,
         text=text,
         error=error,
+        problems=problems or [],
     )
+
+
+def _has_errors(form: routing_form.RoutingForm) -> bool:
+    rows: list[routing_form.ChannelRow | routing_form.RuleRow] = [*form.channels, *form.rules]
+    return bool(form.errors) or any(row.errors for row in rows)
 
 
 @pages.get("/settings/notifications")
@@ -248,19 +274,52 @@ async def routing_page(request: Request, viewer: web.Viewer = Admin) -> Response
 
 @pages.post("/settings/notifications")
 async def routing_save(request: Request, viewer: web.Viewer = Admin) -> Response:
-    ctx = context_of(request)
+    """Saves either editor's document (``document``: the Advanced YAML; else the rows)
+    through the service the API uses."""
     fields = await web.checked_form(request, viewer)
-    text = fields.get("document", "")
+    if "document" in fields:
+        return await _save_yaml(request, viewer, fields["document"])
+    form = routing_form.form_from_fields(fields)
+    built = routing_form.build_document(form)
+    try:
+        await _write(request, viewer, built.document, built.renamed, blocked=built.blocked)
+    except ValidationFailed as exc:
+        routing_form.place_problems(form, built, exc.details.get("fields", []))
+        return await _routing_page(request, viewer, form=form)
+    return web.redirect("/settings/notifications", flash="Routing saved.")
+
+
+async def _save_yaml(request: Request, viewer: web.Viewer, text: str) -> Response:
     try:
         data = yaml.safe_load(text) if text.strip() else {}
-        async with ctx.transaction() as uow:
-            repo = NotificationRepository(uow.session, uow.dialect)
-            await service.write_routing(repo, ctx.box, viewer.member, viewer.org.id, data, utcnow())
+        await _write(request, viewer, data, {})
     except yaml.YAMLError as exc:
         return await _routing_page(request, viewer, text=text, error=f"Not valid YAML: {exc}")
     except ValidationFailed as exc:
-        return await _routing_page(request, viewer, text=text, error=exc.message)
+        problems = exc.details.get("fields", [])
+        message = "Not saved: fix each of these." if problems else exc.message
+        return await _routing_page(request, viewer, text=text, error=message, problems=problems)
     return web.redirect("/settings/notifications", flash="Routing saved.")
+
+
+async def _write(
+    request: Request,
+    viewer: web.Viewer,
+    data: object,
+    renamed: dict[str, str],
+    *,
+    blocked: bool = False,
+) -> None:
+    """Saves, or raises naming every problem; ``blocked`` (a row the form could not put
+    into the document) rolls back what would otherwise have been saved."""
+    ctx = context_of(request)
+    async with ctx.transaction() as uow:
+        repo = NotificationRepository(uow.session, uow.dialect)
+        await service.write_routing(
+            repo, ctx.box, _checks(ctx), viewer.member, viewer.org.id, data, utcnow(), renamed
+        )
+        if blocked:
+            raise ValidationFailed()
 
 
 @pages.post("/settings/notifications/test")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+
+from signoff.notifications.routing import RoutingDocument, RoutingWarning
 
 
 class NotificationOut(BaseModel):
@@ -20,3 +22,12 @@ class NotificationOut(BaseModel):
 
 class NotificationListOut(BaseModel):
     data: list[NotificationOut]
+
+
+class RoutingOut(RoutingDocument):
+    """The document as GET and PUT answer it: secrets masked, and ``warnings``."""
+
+    warnings: list[RoutingWarning] = Field(
+        description="What the document cannot do yet on this server, though saved: an "
+        "e-mail channel while `SIGNOFF_SMTP_URL` is unset. Empty when all is well."
+    )

@@ -22,12 +22,13 @@ saved applies to the requests created, and the steps opened, after it
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import logging
 import secrets
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -39,11 +40,13 @@ from signoff.auth.principal import OrgMember
 from signoff.common.ids import new_id
 from signoff.common.poison import PoisonedRows
 from signoff.common.validation import validation_failed_from
+from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.errors import Forbidden, NotFound, ValidationFailed
 from signoff.models.notifications import DecisionLink, NotificationChannel
 from signoff.notifications.repository import ChannelRef, NotificationRepository, WaitingPlan
 from signoff.notifications.routing import (
+    MASK,
     SECRET_KEYS,
     Audience,
     ChannelSpec,
@@ -56,8 +59,8 @@ from signoff.notifications.routing import (
     link_expiry,
     schedule,
 )
+from signoff.webhooks.urlpolicy import AddressPolicy, refusal
 
-MASK = "…"
 # Why a pending notification was cancelled by a routing change (its ``error``).
 CHANNEL_REMOVED = "channel removed from routing"
 CHANNEL_CHANGED = "channel changed type in routing"
@@ -84,20 +87,141 @@ def require_admin(member: OrgMember) -> None:
         raise Forbidden("Only an admin of the organization may read or change its routing.")
 
 
-def parse_document(data: Any) -> RoutingDocument:
-    """The document, validated whole: 400 naming every wrong field."""
+Problem = dict[str, str]
+
+
+@dataclass(frozen=True)
+class RoutingChecks:
+    """What saving routing checks against the server's settings: where URLs may lead
+    (the callbacks' policy, ``webhooks/urlpolicy.py``) and whether e-mail can go out."""
+
+    policy: AddressPolicy
+    smtp_configured: bool
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RoutingChecks:
+        return cls(AddressPolicy.from_settings(settings), bool(settings.smtp_url))
+
+
+@dataclass
+class Draft:
+    """What parsed of a document, and every problem found in it so far. The parts that
+    did not parse are left out, so the checks of the rest still run and report too."""
+
+    names: set[str]
+    channels: dict[str, ChannelSpec]
+    rules: list[tuple[int, Rule]]
+    problems: list[Problem]
+
+    def document(self) -> RoutingDocument:
+        return RoutingDocument(channels=self.channels, rules=[rule for _, rule in self.rules])
+
+
+def draft_document(data: Any) -> Draft:
+    """Everything wrong with a document that needs nothing but the document."""
     if not isinstance(data, dict):
         raise ValidationFailed.for_field("", "the routing document must be a JSON object")
+    data = {key: value for key, value in data.items() if key != "warnings"}  # read-only
     try:
-        document = RoutingDocument.model_validate(data)
+        whole = RoutingDocument.model_validate(data)
     except ValidationError as exc:
-        raise validation_failed_from(exc) from None
-    wrong = document.unknown_channels()
-    if wrong:
-        raise ValidationFailed.for_fields(
-            [{"field": f, "message": "names no channel of this document"} for f in wrong]
-        )
-    return document
+        draft = _draft_in_parts(data, _tidy(validation_failed_from(exc).details["fields"]))
+    else:
+        draft = Draft(set(whole.channels), dict(whole.channels), list(enumerate(whole.rules)), [])
+    draft.problems += [
+        {"field": f"channels.{name}", "message": "a channel's name: letters, digits, - _ . only"}
+        for name in sorted(draft.names)
+        if not name.replace("-", "").replace("_", "").replace(".", "").isalnum()
+    ]
+    for name, spec in draft.channels.items():
+        draft.problems += [
+            {"field": f"channels.{name}.{key}", "message": message}
+            for key, message in spec.problems()
+        ]
+    draft.problems += [
+        {"field": field, "message": "names no channel of this document"}
+        for field in _unknown_channels(data, draft.names)
+    ]
+    return draft
+
+
+AUDIENCE_CHOICES = "must be all, admins, step_approvers, or {users: [e-mail or user id, ...]}"
+
+
+def _tidy(problems: list[Problem]) -> list[Problem]:
+    """One message per wrong audience, instead of one per shape it might have had: what
+    is wrong inside ``{users: [...]}`` when a mapping was given, else the choices."""
+    inside = {
+        field.partition(".audience.UsersAudience.")[0]
+        for problem in problems
+        if ".audience.UsersAudience." in (field := problem["field"])
+    }
+    tidy: list[Problem] = []
+    for problem in problems:
+        head, marker, tail = problem["field"].partition(".audience.")
+        if not marker or not tail.startswith(("literal[", "UsersAudience")):
+            tidy.append(problem)
+        elif head in inside and tail.startswith("UsersAudience."):
+            tidy.append({**problem, "field": f"{head}.audience.{tail[len('UsersAudience.') :]}"})
+        elif head not in inside:
+            choices = {"field": f"{head}.audience", "message": AUDIENCE_CHOICES}
+            if choices not in tidy:
+                tidy.append(choices)
+    return tidy
+
+
+def _draft_in_parts(data: dict[str, Any], problems: list[Problem]) -> Draft:
+    """The channels and rules that are right on their own, of a document that is not."""
+    raw_channels = data.get("channels")
+    raw_rules = data.get("rules")
+    channels: dict[str, ChannelSpec] = {}
+    names: set[str] = set()
+    if isinstance(raw_channels, dict):
+        names = {name for name in raw_channels if isinstance(name, str)}
+        for name, spec in raw_channels.items():
+            try:
+                channels[name] = ChannelSpec.model_validate(spec)
+            except ValidationError:
+                continue
+    rules: list[tuple[int, Rule]] = []
+    if isinstance(raw_rules, list):
+        for index, rule in enumerate(raw_rules):
+            try:
+                rules.append((index, Rule.model_validate(rule)))
+            except ValidationError:
+                continue
+    return Draft(names, channels, rules, problems)
+
+
+def _unknown_channels(data: dict[str, Any], names: set[str]) -> list[str]:
+    """The fields (``rules.0.channels.1``) that name a channel the document lacks; read
+    from the document as sent, so a rule wrong in another way is checked too."""
+    rules = data.get("rules")
+    wrong: list[str] = []
+    for index, rule in enumerate(rules if isinstance(rules, list) else []):
+        if not isinstance(rule, dict):
+            continue
+        escalation = rule.get("escalation")
+        named = [(f"rules.{index}.channels", rule.get("channels"))]
+        if isinstance(escalation, dict):
+            named.append((f"rules.{index}.escalation.channels", escalation.get("channels")))
+        for field, channels in named:
+            if isinstance(channels, list):
+                wrong += [
+                    f"{field}.{n}"
+                    for n, name in enumerate(channels)
+                    if isinstance(name, str) and name not in names
+                ]
+    return wrong
+
+
+def parse_document(data: Any) -> RoutingDocument:
+    """The document, validated whole: 400 naming every wrong field (of the document
+    alone; ``write_routing`` adds what needs the org and the server's settings)."""
+    draft = draft_document(data)
+    if draft.problems:
+        raise ValidationFailed.for_fields(draft.problems)
+    return draft.document()
 
 
 async def read_routing(
@@ -116,6 +240,26 @@ async def read_routing(
     return {"channels": channels, "rules": rules}
 
 
+def routing_warnings(document: dict[str, Any], checks: RoutingChecks) -> list[Problem]:
+    """What a saved document cannot do yet on this server (it is saved all the same)."""
+    warnings: list[Problem] = []
+    if not checks.smtp_configured:
+        warnings += [
+            {
+                "field": f"channels.{name}",
+                "message": "SIGNOFF_SMTP_URL is not set on the server: nothing is mailed "
+                "on this e-mail channel until it is",
+            }
+            for name, channel in document["channels"].items()
+            if channel["type"] == "email"
+        ]
+    return warnings
+
+
+def with_warnings(document: dict[str, Any], checks: RoutingChecks) -> dict[str, Any]:
+    return {**document, "warnings": routing_warnings(document, checks)}
+
+
 def channel_settings(box: SecretBox, channel: NotificationChannel) -> dict[str, str]:
     loaded: dict[str, str] = orjson.loads(box.decrypt(channel.config_encrypted))
     return loaded
@@ -124,22 +268,38 @@ def channel_settings(box: SecretBox, channel: NotificationChannel) -> dict[str, 
 async def write_routing(
     repo: NotificationRepository,
     box: SecretBox,
+    checks: RoutingChecks,
     member: OrgMember | None,
     org_id: uuid.UUID,
     data: Any,
     now: datetime,
+    renamed: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Replace the org's document (``PUT /api/v1/routing``, ``signoff routing set``).
+    """Replace the org's document (``PUT /api/v1/routing``, ``signoff routing set``, the
+    dashboard), or change nothing and raise 400 naming every wrong field at once.
 
-    A secret sent back masked, as GET showed it, keeps the stored value.
+    A secret sent back masked, as GET showed it, keeps the stored value: of the channel
+    of that name, or of the one it was renamed from (``renamed``: new name -> old name).
+    Every URL is checked with the callbacks' policy; the answer carries ``warnings``.
     """
-    document = parse_document(data)
-    await _check_named_users(repo, org_id, document)
+    draft = draft_document(data)
+    problems = draft.problems + await _named_user_problems(repo, org_id, draft.rules)
     existing = {c.name: c for c in await repo.channels(org_id)}
+    merged: dict[str, dict[str, str]] = {}
+    for name, spec in draft.channels.items():
+        source = existing.get((renamed or {}).get(name, name))
+        settings, wrong = _merge_secrets(
+            spec, channel_settings(box, source) if source else {}, name
+        )
+        problems += wrong
+        merged[name] = settings
+    problems += await _url_problems(checks.policy, draft.channels, merged)
+    if problems:
+        raise ValidationFailed.for_fields(problems)
+    document = draft.document()
     for name, spec in document.channels.items():
         stored = existing.pop(name, None)
-        settings = _merge_secrets(spec, channel_settings(box, stored) if stored else {}, name)
-        encrypted = box.encrypt(orjson.dumps(settings).decode())
+        encrypted = box.encrypt(orjson.dumps(merged[name]).decode())
         if stored is None:
             await repo.add_channel(
                 NotificationChannel(
@@ -166,27 +326,57 @@ async def write_routing(
         await repo.delete_channel(gone)
     rules = [rule.model_dump(mode="json", exclude_none=True) for rule in document.rules]
     await repo.save_routing(org_id, {"rules": rules}, member.user_id if member else None, now)
-    return await read_routing(repo, box, org_id)
+    return with_warnings(await read_routing(repo, box, org_id), checks)
 
 
-def _merge_secrets(spec: ChannelSpec, stored: dict[str, str], name: str) -> dict[str, str]:
+def _merge_secrets(
+    spec: ChannelSpec, stored: dict[str, str], name: str
+) -> tuple[dict[str, str], list[Problem]]:
     settings: dict[str, str] = {}
+    wrong: list[Problem] = []
     for key, given in spec.secrets().items():
         if MASK in given and (key not in stored or mask_secret(stored[key]) != given):
-            raise ValidationFailed.for_field(
-                f"channels.{name}.{key}", "is masked; send the whole value to change it"
+            wrong.append(
+                {
+                    "field": f"channels.{name}.{key}",
+                    "message": "is masked; send the whole value to change it",
+                }
             )
-        settings[key] = stored[key] if MASK in given else given
-    return settings
+        settings[key] = stored[key] if MASK in given and key in stored else given
+    return settings, wrong
 
 
-async def _check_named_users(
-    repo: NotificationRepository, org_id: uuid.UUID, document: RoutingDocument
-) -> None:
+async def _url_problems(
+    policy: AddressPolicy, channels: dict[str, ChannelSpec], merged: dict[str, dict[str, str]]
+) -> list[Problem]:
+    """Each channel URL checked with the callbacks' policy (its stored value where it came
+    masked: a URL saved before may no longer pass), the host lookups side by side."""
+    fields = [
+        (f"channels.{name}.{key}", merged[name][key])
+        for name, spec in channels.items()
+        for key in spec.urls()
+        if MASK not in merged[name][key]
+    ]
+    reasons = await asyncio.gather(
+        *(
+            refusal(url, policy, credentials_advice="a chat webhook's token goes in its path")
+            for _, url in fields
+        )
+    )
+    return [
+        {"field": field, "message": reason}
+        for (field, _), reason in zip(fields, reasons, strict=True)
+        if reason is not None
+    ]
+
+
+async def _named_user_problems(
+    repo: NotificationRepository, org_id: uuid.UUID, rules: Sequence[tuple[int, Rule]]
+) -> list[Problem]:
     members = await repo.active_members(org_id)
     known = {m.email.lower() for m in members} | {str(m.id) for m in members}
     wrong = []
-    for index, rule in enumerate(document.rules):
+    for index, rule in rules:
         audiences: list[tuple[str, Audience | None]] = [(f"rules.{index}.audience", rule.audience)]
         if rule.escalation:
             audiences.append((f"rules.{index}.escalation.audience", rule.escalation.audience))
@@ -198,8 +388,7 @@ async def _check_named_users(
                     wrong.append(
                         {"field": f"{field}.users.{position}", "message": "is no active member"}
                     )
-    if wrong:
-        raise ValidationFailed.for_fields(wrong)
+    return wrong
 
 
 # Parsed rules and channel references by (org, version): a document and its channels

@@ -39,7 +39,7 @@ from signoff.webhooks.repository import (
     WebhookRepository,
 )
 from signoff.webhooks.signing import SigningKeys
-from signoff.webhooks.urlpolicy import AddressPolicy, check_url_at_create
+from signoff.webhooks.urlpolicy import AddressPolicy, refusal
 
 EVENT_DECIDED = "approval.decided"
 OUTBOX_KEY = "signoff.outbox"
@@ -235,7 +235,7 @@ def callback_headers(box: SecretBox, encrypted: str | None) -> dict[str, str]:
 
 async def check_callback_url(policy: AddressPolicy, url: str, field: str = "callback_url") -> None:
     """Refuse (400) a URL callbacks may not reach: https only and SSRF in production."""
-    reason = await check_url_at_create(url, policy)
+    reason = await refusal(url, policy, credentials_advice="use callback_headers instead")
     if reason is not None:
         raise ValidationFailed.for_field(field, reason)
 

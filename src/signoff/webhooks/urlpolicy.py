@@ -6,10 +6,14 @@ addresses, including IPv4 addresses hidden inside IPv6 ones (IPv4-mapped ``::fff
 NAT64, 6to4, Teredo). Operators who do run receivers on private networks list those
 networks in ``SIGNOFF_CALLBACK_ALLOWED_CIDRS``.
 
-The rule is checked when a request is created (so a caller hears about it at once) and
-again at every send, against each address the name resolves to *then*; the connection is
-made to the very address that was checked (see ``delivery.GuardedBackend``), so a DNS
-answer that changes between check and connect (rebinding) cannot slip through.
+The same rule covers the URLs of notification channels (a Slack or Teams webhook, a
+signed webhook channel): ``refusal`` is the one check both make when a URL is saved.
+
+The rule is checked when a request is created, or routing saved (so the caller hears
+about it at once), and again at every send, against each address the name resolves to
+*then*; the connection is made to the very address that was checked (see
+``delivery.GuardedBackend``), so a DNS answer that changes between check and connect
+(rebinding) cannot slip through.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from signoff.common.validation import validate_callback_url
 from signoff.config import Settings
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -167,3 +172,17 @@ async def check_url_at_create(url: str, policy: AddressPolicy) -> str | None:
     except (ResolutionFailed, TimeoutError):
         return None
     return None
+
+
+async def refusal(url: str, policy: AddressPolicy, *, credentials_advice: str) -> str | None:
+    """Why ``url`` may not be sent to, or None: its form (absolute http or https, no
+    credentials, https in production), then where its host leads (``check_url_at_create``).
+    The one rule for callback URLs and notification channels, checked when either is
+    saved; the send-time check (``delivery.send_attempt``) applies it again."""
+    try:
+        validate_callback_url(
+            url, https_only=policy.https_only, credentials_advice=credentials_advice
+        )
+    except ValueError as exc:
+        return str(exc)
+    return await check_url_at_create(url, policy)

@@ -105,8 +105,9 @@ def user_deactivate(
     if owned:
         names = ", ".join(c.name for c in owned)
         said += (
-            f"\nits connections ({names}) keep working without its authority: "
-            "`signoff connection transfer ID --org ORG --owner USER` gives them another owner"
+            f"\ntheir connections ({names}) keep working without their authority (no "
+            "decisions, votes or admin acts); give each another owner with "
+            "`signoff connection transfer ID --org ORG --owner USER`"
         )
     data = {**user_to_dict(found), "connections": [str(c.id) for c in owned]}
     emit(as_json, data, said)

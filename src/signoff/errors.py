@@ -66,6 +66,20 @@ class InsufficientScope(AppError):
         )
 
 
+class OwnerDeactivated(AppError):
+    """A connection whose owner is deactivated keeps doing its integration's work (create,
+    read, comment on and cancel its own requests), but no longer carries that person's
+    authority: deciding, voting and admin acts need an active owner."""
+
+    status_code = 403
+    code = "OWNER_DEACTIVATED"
+    default_message = (
+        "The owner of this connection is deactivated: it may create, read, comment on and "
+        "cancel its own requests, but not decide, vote or act as an admin. An admin can "
+        "transfer the connection to an active user."
+    )
+
+
 class NotFound(AppError):
     status_code = 404
     code = "NOT_FOUND"

@@ -3,7 +3,9 @@
 The document is true to what the service answers. Routes name the refusals of their own
 (``responses=errors(...)``, common/openapi.py); the ones every ``/api/v1`` call may meet
 come from the middleware (middleware.py) and are added to each operation here: 401 and 429
-from the guard, 403 INSUFFICIENT_SCOPE where a route asks for a scope, 503 EMERGENCY_STOP
+from the guard, 403 INSUFFICIENT_SCOPE where a route asks for a scope, 403
+OWNER_DEACTIVATED where a connection whose owner is deactivated may not act
+(auth/authority.py), 503 EMERGENCY_STOP
 on writes, 413 on bodies, and the ``X-RateLimit-*`` headers on every answer. FastAPI's
 default 422 is dropped: bodies and queries are validated by ``validation.py`` and refused
 with 400 VALIDATION_ERROR.
@@ -30,6 +32,7 @@ from starlette.staticfiles import StaticFiles
 from swagger_ui_bundle import swagger_ui_path
 
 from signoff import __version__
+from signoff.auth.authority import reach_without_owner
 from signoff.common.http import DOCUMENTED_BODIES, scope_of_dependency
 from signoff.common.openapi import (
     CODES_KEY,
@@ -42,6 +45,7 @@ from signoff.errors import (
     AppError,
     EmergencyStopActive,
     InsufficientScope,
+    OwnerDeactivated,
     PayloadTooLarge,
     RateLimited,
     Unauthorized,
@@ -60,7 +64,10 @@ let people approve or reject it, and receive the decision as a signed callback.
 
 Authenticate with `Authorization: Bearer gk_...` (a connection's API key), or with an OAuth
 2.0 access token `oat_...` obtained with PKCE at `/oauth/authorize` and `/oauth/token`: it
-acts as the person who consented, with the scopes they granted. Errors are
+acts as the person who consented, with the scopes they granted. An API key acts as its
+connection's owner: while that person is deactivated, it still creates, reads, comments on
+and cancels its own requests, and anything else answers 403 `OWNER_DEACTIVATED` until an
+admin transfers the connection (`POST /api/v1/connections/{id}/transfer`). Errors are
 `{"error": {"code", "message", "details"}}`; each operation lists the statuses and codes
 it can answer. Every response carries `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
 `X-RateLimit-Reset`; a 429 adds `Retry-After`.
@@ -135,6 +142,8 @@ def _common_refusals(
     refusals: list[type[AppError]] = [Unauthorized, RateLimited]
     if any(scope_of_dependency(dep.call) for dep in route.dependant.dependencies):
         refusals.append(InsufficientScope)
+    if reach_without_owner(method, route.path) != "all":
+        refusals.append(OwnerDeactivated)
     if method in WRITE_METHODS and route.path != EMERGENCY_STOP_PATH:
         refusals.append(EmergencyStopActive)
     if "requestBody" in operation:

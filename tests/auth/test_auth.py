@@ -99,7 +99,11 @@ async def test_me(client: httpx.AsyncClient, org: Org) -> None:
     assert response.status_code == 200
     body = response.json()
     assert body["org"] == {"id": org.id, "name": "Acme", "emergency_stop": False}
-    assert body["connection"] == {"id": org.member.connection_id, "name": "conn-1"}
+    assert body["connection"] == {
+        "id": org.member.connection_id,
+        "name": "conn-1",
+        "owner_deactivated": False,
+    }
     assert body["user"] == {
         "id": org.member.user_id,
         "email": org.member.email,

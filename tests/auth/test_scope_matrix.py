@@ -59,6 +59,7 @@ SCOPE_TABLE: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/routing"): READ,
     ("PUT", "/api/v1/routing"): WRITE,
     ("GET", "/api/v1/approvals/{}/notifications"): READ,
+    ("POST", "/api/v1/connections/{}/transfer"): ADMIN_API_KEY,
 }
 
 DEPENDENCY_OF = {
@@ -255,6 +256,11 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ),
     ("GET", "/api/v1/approvals/{}/notifications"): lambda env: _with(
         env, "GET", "/api/v1/approvals/{rid}/notifications", None
+    ),
+    ("POST", "/api/v1/connections/{}/transfer"): lambda env: _plain(
+        "POST",
+        f"/api/v1/connections/{env.org.members[-1].connection_id}/transfer",
+        {"owner_id": env.admin.user_id},
     ),
 }
 

@@ -1,18 +1,24 @@
 """The admin pages in a real browser (Debian's Chromium through Playwright, a live server):
-a connection created and its key used on the API, then revoked; a failed delivery
-retried; the emergency stop on and off; axe-core on every admin page; screenshots of the
-connections page at desktop and phone widths under test-artifacts/.
+a connection created and its key used on the API, then revoked; a connection whose owner
+is deactivated transferred on a phone, with every admin tab and every owner's address in
+sight; a failed delivery retried; the emergency stop on and off; axe-core on every admin
+page; screenshots of the connections page at desktop and phone widths under
+test-artifacts/.
 """
 
 from __future__ import annotations
 
 import re
+import uuid
 from typing import Any
 
 import httpx
 import pytest
 from bench.receiver import Receiver, Reply
 
+from signoff.common.time import utcnow
+from signoff.context import AppContext
+from signoff.orgs import service as orgs_service
 from tests.conftest import approval_body
 from tests.dashboard import test_browser as user_side
 from tests.dashboard.test_browser import (
@@ -52,9 +58,8 @@ async def test_admin_creates_a_connection_uses_its_key_then_revokes_it(
         await sign_in(page, site.url, site.org.admin)
         await page.get_by_role("link", name="Admin").click()
         await expect(page.get_by_role("heading", name="Connections", exact=True)).to_be_visible()
-        await page.get_by_role("button", name="New connection").click()
         await page.get_by_label("Name", exact=True).fill("ci-release-bot")
-        await page.get_by_role("button", name="Create").click()
+        await page.get_by_role("button", name="Create connection").click()
 
         key = (await page.get_by_test_id("api-key").inner_text()).strip()
         secret = (await page.get_by_test_id("webhook-secret").inner_text()).strip()
@@ -84,6 +89,68 @@ async def test_admin_creates_a_connection_uses_its_key_then_revokes_it(
         await dark.goto(f"{site.url}/admin/connections")
         await assert_accessible(dark)
         await screenshot(dark, "admin-connections-dark")
+
+
+async def test_a_phone_shows_every_admin_tab_and_whole_addresses_and_transfers(
+    site: Site, chromium: str, ctx: AppContext
+) -> None:
+    from playwright.async_api import expect
+
+    long_address = "margaret.hamilton-longname@engineering.example.com"
+    async with ctx.transaction() as uow:
+        await orgs_service.create_user(
+            uow.orgs,
+            uuid.UUID(site.org.id),
+            email=long_address,
+            name="Margaret Hamilton",
+            role="admin",
+            password=None,
+            now=utcnow(),
+        )
+        gone = await uow.orgs.get_user(uuid.UUID(site.org.id), uuid.UUID(site.org.member.user_id))
+        assert gone is not None
+        await orgs_service.deactivate_user(uow.oauth, gone, utcnow())
+
+    async with browser(chromium) as chrome:
+        phone = await chrome.new_page(viewport=PHONE)
+        await sign_in(phone, site.url, site.org.admin)
+        await phone.goto(f"{site.url}/admin/connections")
+        # Every tab lies wholly inside the screen: wrapped, not cut off at the edge.
+        tabs = phone.get_by_role("navigation", name="Admin").get_by_role("link")
+        assert await tabs.count() >= 7
+        for index in range(await tabs.count()):
+            box = await tabs.nth(index).bounding_box()
+            assert box and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], (
+                await tabs.nth(index).inner_text(),
+                box,
+            )
+        # Every owner's address is shown whole, inside the form.
+        owners = phone.locator("#new-connection .owner-list")
+        await expect(owners.get_by_text(long_address)).to_be_visible()
+        assert await owners.evaluate("list => list.scrollWidth <= list.clientWidth")
+        address = await owners.get_by_text(long_address).bounding_box()
+        assert address and address["x"] + address["width"] <= PHONE["width"]
+        row = phone.locator("tr", has_text="conn-1")
+        await expect(row.get_by_test_id("owner-deactivated")).to_be_visible()
+        await assert_accessible(phone)
+        await screenshot(phone, "admin-connections-owner-deactivated-phone")
+
+        await row.get_by_text("Transfer…").click()
+        await row.get_by_label("Margaret Hamilton").check()
+        await assert_accessible(phone)
+        await screenshot(phone, "admin-connections-transfer-phone")
+        await row.get_by_role("button", name="Transfer conn-1").click()
+        await expect(phone.get_by_role("status")).to_contain_text(
+            "conn-1 now acts as Margaret Hamilton"
+        )
+        me = await _me(site, site.org.member.api_key)
+        assert me.json()["user"]["email"] == long_address
+
+        desktop = await chrome.new_page(viewport=DESKTOP)
+        await sign_in(desktop, site.url, site.org.admin)
+        await desktop.goto(f"{site.url}/admin/connections")
+        await expect(desktop.get_by_text(long_address).first).to_be_visible()
+        await screenshot(desktop, "admin-connections-transferred-desktop")
 
 
 async def test_admin_retries_a_failed_delivery(site: Site, chromium: str) -> None:

@@ -39,6 +39,7 @@ def _principals() -> tuple[repository.PrincipalsByKey, _Queries]:
         "a@b.c",
         "A",
         "admin",
+        None,  # the owner is active
     )
     queries = _Queries(row)
     return repository.PrincipalsByKey(cast(QueryRunner, queries)), queries

@@ -28,6 +28,7 @@ from signoff.approvals.schemas import (
     DecideApprovalRequest,
     RelayedDecision,
 )
+from signoff.auth.authority import check_own_request
 from signoff.auth.principal import OrgMember, Principal, PrincipalCheck
 from signoff.common.ids import new_id
 from signoff.common.poison import PoisonedRows
@@ -432,6 +433,7 @@ async def add_comment(
     # Every writer of a request locks its row first, so two writers can never hold
     # weaker locks and wait for each other's upgrade (a deadlock on PostgreSQL).
     row = await _get_locked(repo, principal, request_id)
+    check_own_request(principal, row.connection_id)
     _, comment = await effects.add_comment(repo, row, principal.user_id, body, now)
     await repo.flush()
     return comment

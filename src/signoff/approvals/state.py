@@ -39,6 +39,7 @@ from signoff.errors import (
     Conflict,
     Forbidden,
     NotFound,
+    OwnerDeactivated,
     RequestNotPending,
     StepNotPending,
     StepOutOfOrder,
@@ -67,6 +68,9 @@ class Actor:
     # The connection whose API key acts (None for OAuth tokens and signed-in people):
     # the creating connection may configure its request's steps.
     connection_id: uuid.UUID | None = None
+    # That connection's owner is deactivated: it acts for the integration only, with no
+    # person's authority (auth/authority.py): it may cancel its own requests, not decide.
+    owner_deactivated: bool = False
 
 
 @dataclass(frozen=True)
@@ -289,6 +293,7 @@ def _decide_transition(request: RequestView, action: Action, now: datetime) -> T
         return _expire(request, now)
     if isinstance(action, ConfigureSteps):
         return _configure_steps(request, action, now)
+    _check_owner_authority(request, action)
     if isinstance(action, VoteStep):
         # Who may vote is checked before the request's state, so the answer to a stranger
         # does not depend on what happened to the request.
@@ -312,6 +317,22 @@ def _decide_transition(request: RequestView, action: Action, now: datetime) -> T
         case VoteStep():
             return _step_vote(request, action)
     raise AssertionError(f"unhandled action {action!r}")  # pragma: no cover
+
+
+def _check_owner_authority(request: RequestView, action: Action) -> None:
+    """A connection whose owner is deactivated carries no person's authority: it decides
+    and votes on nothing, and cancels only the requests it created (auth/authority.py
+    refuses the rest of what it may not do before any request is read)."""
+    actor = action.actor if isinstance(action, Decide | VoteStep | Cancel) else None
+    if actor is None or not actor.owner_deactivated:
+        return
+    if isinstance(action, Cancel) and request.connection_id == actor.connection_id:
+        return
+    raise OwnerDeactivated(
+        "The owner of this connection is deactivated: it may cancel only the requests it "
+        "created, and decides or votes on none.",
+        {"connection_id": str(actor.connection_id), "owner_id": str(actor.user_id)},
+    )
 
 
 def _configure_steps(request: RequestView, action: ConfigureSteps, now: datetime) -> Transition:

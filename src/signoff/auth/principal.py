@@ -63,12 +63,25 @@ class Principal(OrgMember):
     rate_limit_per_hour: int
     scopes: tuple[str, ...] = ALL_SCOPES
     auth_method: Literal["api_key", "oauth"] = "api_key"
+    # An API key whose connection's owner is deactivated: the integration goes on, the
+    # person's authority does not (``auth.authority``). Never set for an OAuth token,
+    # which acts as the person who granted it and ends when they are deactivated.
+    owner_deactivated: bool = False
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin" and not self.owner_deactivated
 
     @property
     def actor(self) -> Actor:
         # An OAuth token acts as its user, not as the connection that owns its client.
         connection = self.connection_id if self.auth_method == "api_key" else None
-        return Actor(user_id=self.user_id, is_admin=self.is_admin, connection_id=connection)
+        return Actor(
+            user_id=self.user_id,
+            is_admin=self.is_admin,
+            connection_id=connection,
+            owner_deactivated=self.owner_deactivated,
+        )
 
 
 class StalePrincipal(Exception):

@@ -11,8 +11,9 @@ import typer
 from signoff.cli.common import JsonFlag, OrgOption, emit, emit_list, run_in_transaction
 from signoff.common.time import format_timestamp, utcnow
 from signoff.context import AppContext
-from signoff.models import Connection
+from signoff.models import Connection, User
 from signoff.orgs import service as orgs_service
+from signoff.orgs.schemas import connection_to_dict
 from signoff.unit_of_work import UnitOfWork
 
 T = TypeVar("T")
@@ -20,19 +21,6 @@ T = TypeVar("T")
 connection_app = typer.Typer(
     help="Connections: API keys and webhook secrets.", no_args_is_help=True
 )
-
-
-def connection_to_dict(connection: Connection) -> dict[str, Any]:
-    return {
-        "id": str(connection.id),
-        "org_id": str(connection.org_id),
-        "owner_id": str(connection.owner_id),
-        "name": connection.name,
-        "rate_limit": connection.rate_limit_per_hour,
-        "api_key_prefix": connection.api_key_prefix,
-        "created_at": format_timestamp(connection.created_at),
-        "revoked_at": format_timestamp(connection.revoked_at),
-    }
 
 
 @connection_app.command("create")
@@ -169,4 +157,30 @@ def connection_set_rate_limit(
         as_json,
         connection_to_dict(connection),
         f"connection {connection.id} now allows {rate_limit} requests per hour",
+    )
+
+
+@connection_app.command("transfer")
+def connection_transfer(
+    connection_id: str,
+    org: OrgOption,
+    owner: Annotated[str, typer.Option(help="User id or e-mail of an active user.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Give a connection another owner: its API key acts as them from the next call on
+    (say, when its owner has been deactivated). Key, secret and requests stay."""
+
+    async def action(_: AppContext, uow: UnitOfWork) -> tuple[Connection, User]:
+        org_row = await orgs_service.resolve_org(uow.orgs, org)
+        connection = await orgs_service.get_connection(uow.orgs, org_row.id, connection_id)
+        new_owner = await orgs_service.resolve_user(uow.orgs, org_row.id, owner)
+        await orgs_service.transfer_connection(connection, new_owner)
+        await uow.session.flush()
+        return connection, new_owner
+
+    connection, new_owner = run_in_transaction(action)
+    emit(
+        as_json,
+        connection_to_dict(connection),
+        f"connection {connection.id} ({connection.name}) now acts as {new_owner.email}",
     )

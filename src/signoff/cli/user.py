@@ -9,7 +9,7 @@ import typer
 from signoff.cli.common import JsonFlag, OrgOption, emit, emit_list, fail, run_in_transaction
 from signoff.common.time import format_timestamp, utcnow
 from signoff.context import AppContext
-from signoff.models import User
+from signoff.models import Connection, User
 from signoff.orgs import service as orgs_service
 from signoff.unit_of_work import UnitOfWork
 
@@ -25,6 +25,7 @@ def user_to_dict(user: User) -> dict[str, Any]:
         "role": user.role,
         "has_password": user.password_hash is not None,
         "created_at": format_timestamp(user.created_at),
+        "deactivated_at": format_timestamp(user.deactivated_at),
     }
 
 
@@ -72,6 +73,61 @@ def user_list(org: OrgOption, as_json: JsonFlag = False) -> None:
     emit_list(
         as_json,
         users,
-        ("id", "email", "name", "role"),
-        lambda user: (user["id"], user["email"], user["name"], user["role"]),
+        ("id", "email", "name", "role", "deactivated"),
+        lambda user: (
+            user["id"],
+            user["email"],
+            user["name"],
+            user["role"],
+            user["deactivated_at"] or "",
+        ),
     )
+
+
+@user_app.command("deactivate")
+def user_deactivate(
+    user: Annotated[str, typer.Argument(help="User id or e-mail.")],
+    org: OrgOption,
+    as_json: JsonFlag = False,
+) -> None:
+    """Deactivate a user, as the dashboard's Deactivate: no more sign-in, their sessions
+    and OAuth tokens end now, and the connections they own go on without their authority
+    (no decisions, votes or admin acts) until transferred."""
+
+    async def action(_: AppContext, uow: UnitOfWork) -> tuple[User, list[Connection]]:
+        org_row = await orgs_service.resolve_org(uow.orgs, org)
+        found = await orgs_service.resolve_user(uow.orgs, org_row.id, user)
+        await orgs_service.deactivate_user(uow.oauth, found, utcnow())
+        return found, list(await orgs_service.owned_connections(uow.orgs, found))
+
+    found, owned = run_in_transaction(action)
+    said = f"deactivated user {found.id} ({found.email})"
+    if owned:
+        names = ", ".join(c.name for c in owned)
+        said += (
+            f"\ntheir connections ({names}) keep working without their authority (no "
+            "decisions, votes or admin acts); give each another owner with "
+            "`signoff connection transfer ID --org ORG --owner USER`"
+        )
+    data = {**user_to_dict(found), "connections": [str(c.id) for c in owned]}
+    emit(as_json, data, said)
+
+
+@user_app.command("reactivate")
+def user_reactivate(
+    user: Annotated[str, typer.Argument(help="User id or e-mail.")],
+    org: OrgOption,
+    as_json: JsonFlag = False,
+) -> None:
+    """Let a deactivated user sign in again; their connections' keys act with their
+    authority again. Ended sessions and revoked OAuth tokens stay ended."""
+
+    async def action(_: AppContext, uow: UnitOfWork) -> User:
+        org_row = await orgs_service.resolve_org(uow.orgs, org)
+        found = await orgs_service.resolve_user(uow.orgs, org_row.id, user)
+        orgs_service.reactivate_user(found)
+        await uow.session.flush()
+        return found
+
+    found = run_in_transaction(action)
+    emit(as_json, user_to_dict(found), f"reactivated user {found.id} ({found.email})")

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
+from signoff.auth.authority import check_authority
 from signoff.auth.principal import Principal, PrincipalCheck
 from signoff.common.ids import parse_id
 from signoff.context import AppContext
@@ -29,9 +30,14 @@ def context_of(request: Request) -> AppContext:
 
 
 def principal_of(request: Request) -> Principal:
+    """The caller, if they may call this route at all: a connection whose owner is
+    deactivated is refused what needs that person's authority (``auth.authority``)."""
     principal = request.scope.get("state", {}).get("principal")
     if not isinstance(principal, Principal):
         raise Unauthorized()
+    if principal.owner_deactivated:
+        route = request.scope.get("route")
+        check_authority(principal, request.method, getattr(route, "path", ""))
     return principal
 
 

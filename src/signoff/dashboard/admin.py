@@ -10,7 +10,7 @@ nothing stores it to show it again.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
@@ -37,6 +37,7 @@ from signoff.dashboard.web import (
 )
 from signoff.errors import AppError, RequestNotPending, ValidationFailed
 from signoff.invitations import service as invitations
+from signoff.models import Connection, User
 from signoff.oauth.service import IssuedClient
 from signoff.unit_of_work import UnitOfWork
 
@@ -120,11 +121,14 @@ async def connections_page(request: Request, viewer: Viewer = Admin) -> Response
         "admin_connections.html",
         viewer,
         rows=rows,
-        people=[p for p in people if p.deactivated_at is None],
+        # Who a connection may act as: active people, the admin first (the default).
+        people=sorted(
+            (p for p in people if p.deactivated_at is None),
+            key=lambda p: p.id != viewer.user.id,
+        ),
         default_rate_limit=ctx.settings.rate_limit_default,
         ceiling=ctx.settings.rate_limit_ceiling,
         grace_hours=admin.DEFAULT_GRACE_HOURS,
-        creating=request.query_params.get("new") == "1",
     )
 
 
@@ -154,7 +158,7 @@ async def create_connection(request: Request, viewer: Viewer = Admin) -> Respons
                 ("Webhook secret", "webhook-secret", issued.webhook_secret),
             ],
         },
-        refused_to="/admin/connections?new=1#new-connection",
+        refused_to="/admin/connections#new-connection",
     )
 
 
@@ -188,6 +192,21 @@ async def rotate_secret(request: Request, connection_id: str, viewer: Viewer = A
             "The new secret is shown once.",
             "secrets": [("Webhook secret", "webhook-secret", rotated[1])],
         },
+    )
+
+
+@router.post("/admin/connections/{connection_id}/transfer")
+async def transfer_connection(
+    request: Request, connection_id: str, viewer: Viewer = Admin
+) -> Response:
+    return await _change(
+        request,
+        viewer,
+        "/admin/connections",
+        lambda uow, fields: admin.transfer_connection(
+            uow, viewer.member, connection_id, fields.get("owner_id", "")
+        ),
+        lambda done: f"{done[0].name} now acts as {done[1].name}.",
     )
 
 
@@ -320,7 +339,19 @@ async def deactivate_user(request: Request, user_id: str, viewer: Viewer = Admin
         viewer,
         "/admin/users",
         lambda uow, fields: admin.deactivate_user(uow, viewer.member, user_id, utcnow()),
-        lambda user: f"{user.name} is deactivated and signed out everywhere.",
+        _deactivated,
+    )
+
+
+def _deactivated(done: tuple[User, Sequence[Connection]]) -> str:
+    user, owned = done
+    said = f"{user.name} is deactivated and signed out everywhere."
+    if not owned:
+        return said
+    names = ", ".join(c.name for c in owned)
+    return (
+        f"{said} Their connections ({names}) keep working without their authority "
+        "(no decisions, votes or admin acts): transfer them on Connections."
     )
 
 

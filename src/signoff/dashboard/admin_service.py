@@ -49,15 +49,24 @@ def _id(value: str | None) -> uuid.UUID | None:
 @dataclass(frozen=True)
 class ConnectionRow:
     connection: Connection
-    owner_name: str
+    owner: User | None
+
+    @property
+    def owner_name(self) -> str:
+        return self.owner.name if self.owner else ""
+
+    @property
+    def owner_deactivated(self) -> bool:
+        """Its key acts without its owner's authority until it is transferred."""
+        return self.owner is not None and self.owner.deactivated_at is not None
 
 
 async def connections(uow: UnitOfWork, admin: OrgMember) -> list[ConnectionRow]:
-    names = {u.id: u.name for u in await uow.orgs.list_users(admin.org_id)}
+    people = {u.id: u for u in await uow.orgs.list_users(admin.org_id)}
     rows = await orgs_service.list_connections(uow.orgs, admin.org_id)
     # Active first, newest first within each: revoked ones stay listed for the record.
     ordered = sorted(rows, key=lambda c: (c.revoked_at is not None, -c.created_at.timestamp()))
-    return [ConnectionRow(c, names.get(c.owner_id, "")) for c in ordered]
+    return [ConnectionRow(c, people.get(c.owner_id)) for c in ordered]
 
 
 def parse_rate_limit(value: str | None) -> int | None:
@@ -124,6 +133,18 @@ async def set_rate_limit(
         raise ValidationFailed.for_field("rate_limit", "is required")
     orgs_service.set_rate_limit(found, limit, settings)
     return found
+
+
+async def transfer_connection(
+    uow: UnitOfWork, admin: OrgMember, connection_id: str, owner: str
+) -> tuple[Connection, User]:
+    """The connection's key acts as ``owner`` (an active user of the org) from now on."""
+    found = await connection(uow, admin, connection_id)
+    if not owner.strip():
+        raise ValidationFailed.for_field("owner", "is required")
+    new_owner = await _active_user(uow, admin, owner)
+    await orgs_service.transfer_connection(found, new_owner)
+    return found, new_owner
 
 
 async def _active_connection(uow: UnitOfWork, admin: OrgMember, connection_id: str) -> Connection:
@@ -219,22 +240,20 @@ async def change_role(uow: UnitOfWork, admin: OrgMember, user_id: str, role: str
     return user
 
 
-async def deactivate_user(uow: UnitOfWork, admin: OrgMember, user_id: str, now: datetime) -> User:
-    """They can no longer sign in, every dashboard session of theirs ends now, and every
-    OAuth token they granted is revoked (those act as them). API keys are the
-    connections' (the org's): they keep working (docs/dashboard.md, *Admin pages*)."""
+async def deactivate_user(
+    uow: UnitOfWork, admin: OrgMember, user_id: str, now: datetime
+) -> tuple[User, Sequence[Connection]]:
+    """``orgs.service.deactivate_user`` (as the CLI's), and the connections whose keys
+    now act without the user's authority, to say so."""
     user = await _user(uow, admin, user_id)
     _not_self(admin, user, "deactivate")
-    if user.deactivated_at is None:
-        user.deactivated_at = now
-    await uow.oauth.delete_user_sessions(user.id, keep=None)
-    await uow.oauth.revoke_user_tokens(user.id, now)
-    return user
+    await orgs_service.deactivate_user(uow.oauth, user, now)
+    return user, await orgs_service.owned_connections(uow.orgs, user)
 
 
 async def reactivate_user(uow: UnitOfWork, admin: OrgMember, user_id: str) -> User:
     user = await _user(uow, admin, user_id)
-    user.deactivated_at = None
+    orgs_service.reactivate_user(user)
     return user
 
 

@@ -1,5 +1,6 @@
-"""``/api/v1/me``, the per-org emergency stop, and the org's directory (its members and
-the action types in use) that pickers and filters are filled from."""
+"""``/api/v1/me``, the per-org emergency stop, the org's directory (its members and the
+action types in use) that pickers and filters are filled from, and the transfer of a
+connection to another owner."""
 
 from __future__ import annotations
 
@@ -20,12 +21,13 @@ from signoff.common.http import (
     principal_of,
     require_scope,
 )
-from signoff.common.openapi import errors
+from signoff.common.openapi import UuidPath, errors
 from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body
-from signoff.errors import Forbidden, ValidationFailed
+from signoff.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from signoff.orgs import service as orgs_service
+from signoff.orgs.schemas import ConnectionOut, TransferConnectionIn, connection_to_dict
 from signoff.unit_of_work import UnitOfWork
 
 router = APIRouter(prefix="/api/v1", tags=["account"], route_class=LeanRoute)
@@ -85,7 +87,11 @@ async def me(request: Request) -> Response:
                 "name": principal.org_name,
                 "emergency_stop": principal.org_emergency_stop or ctx.settings.emergency_stop,
             },
-            "connection": {"id": str(principal.connection_id), "name": principal.connection_name},
+            "connection": {
+                "id": str(principal.connection_id),
+                "name": principal.connection_name,
+                "owner_deactivated": principal.owner_deactivated,
+            },
             "user": {
                 "id": str(principal.user_id),
                 "email": principal.user_email,
@@ -193,3 +199,46 @@ async def list_action_types(request: Request, principal: Reader) -> Response:
     async with context_of(request).reading() as uow:
         action_types = await approvals_service.action_types_in_use(uow.approvals, principal)
     return json_response({"data": action_types})
+
+
+# ---- connections ----
+
+
+async def require_admin_api_key(request: Request) -> Principal:
+    """Whose authority a key carries is decided by admins with an API key: a delegated
+    OAuth token must not be able to hand a connection to anyone."""
+    principal = principal_of(request)
+    if principal.auth_method != "api_key":
+        raise Forbidden("Connections are managed with an API key, not an OAuth token.")
+    if not principal.is_admin:
+        raise Forbidden("Only admins may manage connections.")
+    return principal
+
+
+AdminKey = Annotated[Principal, Depends(require_admin_api_key)]
+
+
+@router.post(
+    "/connections/{connection_id}/transfer",
+    response_model=ConnectionOut,
+    tags=["org"],
+    responses=errors(ValidationFailed, Forbidden, NotFound, Conflict),
+    openapi_extra=json_body_doc(TransferConnectionIn),
+    summary="Give a connection another owner (admins, API key)",
+    description="The connection's API key acts as `owner_id` (an active user of the org) "
+    "from the next call on, on every server; its key, webhook secret, OAuth clients and "
+    "requests stay as they are. For a connection whose owner is deactivated, whose calls "
+    "answer 403 `OWNER_DEACTIVATED` to anything but creating, reading, commenting on and "
+    "cancelling its own requests. 400 if the user is unknown or deactivated; 409 if the "
+    "connection is revoked.",
+)
+async def transfer_connection(
+    request: Request, connection_id: UuidPath, principal: AdminKey
+) -> Response:
+    ctx = context_of(request)
+    payload = await parse_json_body(request, TransferConnectionIn, ctx.settings)
+    async with ctx.transaction() as uow:
+        connection = await orgs_service.transfer(
+            uow.orgs, principal.org_id, connection_id, payload.owner_id
+        )
+    return json_response(connection_to_dict(connection))

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal, cast
 
-from sqlalchemy import ColumnElement, CursorResult, bindparam, exists, select, update
+from sqlalchemy import Boolean, ColumnElement, CursorResult, bindparam, exists, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.auth.principal import ALL_SCOPES, Principal, PrincipalCheck
@@ -29,6 +29,8 @@ PRINCIPAL_COLUMNS = (
     User.email.label("user_email"),
     User.name.label("user_name"),
     User.role,
+    # The owner's deactivation: an API key of theirs goes on, without their authority.
+    User.deactivated_at.label("owner_deactivated_at"),
 )
 _PRINCIPAL_BY_KEY_HASH = PreparedQuery(
     select(*PRINCIPAL_COLUMNS)
@@ -41,7 +43,7 @@ _PRINCIPAL_BY_KEY_HASH = PreparedQuery(
 def principal_guard() -> ColumnElement[bool]:
     """True while an API-key principal is still what the database says: its connection
     not revoked, and every attribute a call acts on (rate limit, names, the org's
-    emergency stop, the owner's e-mail and role) unchanged.
+    emergency stop, the owner's e-mail, role and deactivation) unchanged.
 
     A call whose principal comes from this process's memory (``PrincipalsByKey.
     remembered``, PostgreSQL) puts this into its first statement, where it is read in the
@@ -68,6 +70,7 @@ def principal_guard() -> ColumnElement[bool]:
             User.email == bindparam("principal_user_email", type_=User.email.type),
             User.name == bindparam("principal_user_name", type_=User.name.type),
             User.role == bindparam("principal_role", type_=User.role.type),
+            User.deactivated_at.is_(None) == bindparam("principal_owner_active", type_=Boolean()),
         )
     )
 
@@ -86,6 +89,7 @@ def principal_guard_params(check: PrincipalCheck) -> dict[str, Any]:
         "principal_user_email": principal.user_email,
         "principal_user_name": principal.user_name,
         "principal_role": principal.role,
+        "principal_owner_active": not principal.owner_deactivated,
     }
 
 
@@ -182,6 +186,20 @@ class OrgRepository:
     ) -> Connection | None:
         connection = await self.session.get(Connection, connection_id)
         return connection if connection is not None and connection.org_id == org_id else None
+
+    async def list_active_connections_of_owner(
+        self, org_id: uuid.UUID, owner_id: uuid.UUID
+    ) -> Sequence[Connection]:
+        result = await self.session.scalars(
+            select(Connection)
+            .where(
+                Connection.org_id == org_id,
+                Connection.owner_id == owner_id,
+                Connection.revoked_at.is_(None),
+            )
+            .order_by(Connection.created_at)
+        )
+        return result.all()
 
     async def list_connections(self, org_id: uuid.UUID) -> Sequence[Connection]:
         result = await self.session.scalars(
@@ -292,4 +310,5 @@ def principal_from_row(
         role=cast("Literal['admin', 'member']", row[9]),  # a string: not evaluated per call
         scopes=scopes,
         auth_method=auth_method,
+        owner_deactivated=row[10] is not None,
     )

@@ -23,6 +23,7 @@ from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.errors import Conflict, NotFound, ValidationFailed
 from signoff.models import Connection, Organization, User
+from signoff.oauth.repository import OAuthRepository
 from signoff.orgs.repository import OrgRepository
 
 Role = Literal["admin", "member"]
@@ -172,6 +173,58 @@ async def rotate_webhook_secret(
 
 def set_rate_limit(connection: Connection, rate_limit: int, settings: Settings) -> None:
     connection.rate_limit_per_hour = _check_rate_limit(rate_limit, settings)
+
+
+async def transfer_connection(connection: Connection, new_owner: User) -> None:
+    """Its API key acts as ``new_owner`` from the next call on (every process: the owner
+    is part of what a remembered principal is checked against). The key, the webhook
+    secret, the OAuth clients and the requests it made stay as they are."""
+    if connection.revoked_at is not None:
+        raise Conflict("This connection is revoked.")
+    if new_owner.org_id != connection.org_id:
+        raise ValidationFailed.for_field("owner_id", "must be a user of this organization")
+    if new_owner.deactivated_at is not None:
+        raise ValidationFailed.for_field("owner_id", "is deactivated; choose an active user")
+    connection.owner_id = new_owner.id
+
+
+async def transfer(
+    repo: OrgRepository, org_id: uuid.UUID, connection_id: str, owner: str
+) -> Connection:
+    """``transfer_connection`` by references (the API's): an unknown connection is 404, an
+    unknown owner a mistake in the body (400)."""
+    connection = await get_connection(repo, org_id, connection_id)
+    try:
+        new_owner = await resolve_user(repo, org_id, owner)
+    except NotFound:
+        raise ValidationFailed.for_field(
+            "owner_id", "must be the id or e-mail of a user of this organization"
+        ) from None
+    await transfer_connection(connection, new_owner)
+    await repo.session.flush()
+    return connection
+
+
+async def deactivate_user(oauth: OAuthRepository, user: User, now: datetime) -> None:
+    """They can no longer sign in, every dashboard session of theirs ends now, and every
+    OAuth token they granted is revoked (those act as them). The API keys of connections
+    they own keep working without their authority (``auth.authority``) until an admin
+    transfers them (docs/dashboard.md, *Deactivating a user*)."""
+    if user.deactivated_at is None:
+        user.deactivated_at = now
+    await oauth.delete_user_sessions(user.id, keep=None)
+    await oauth.revoke_user_tokens(user.id, now)
+
+
+def reactivate_user(user: User) -> None:
+    """They may sign in again, and their connections' keys act with their authority again;
+    ended sessions and revoked tokens stay ended."""
+    user.deactivated_at = None
+
+
+async def owned_connections(repo: OrgRepository, user: User) -> Sequence[Connection]:
+    """The connections, not revoked, whose API keys act as ``user``."""
+    return await repo.list_active_connections_of_owner(user.org_id, user.id)
 
 
 async def list_users(repo: OrgRepository, org_id: uuid.UUID) -> Sequence[User]:

@@ -17,7 +17,7 @@ from signoff.models.oauth import (
     OAuthClient,
     OAuthToken,
 )
-from signoff.models.orgs import Connection, Organization, SetupToken, User
+from signoff.models.orgs import Connection, Organization, SetupLink, User
 from signoff.models.webhooks import WebhookAttempt, WebhookDelivery
 
 __all__ = [
@@ -38,7 +38,7 @@ __all__ = [
     "OAuthToken",
     "Organization",
     "RoutingConfig",
-    "SetupToken",
+    "SetupLink",
     "User",
     "Vote",
     "WebhookAttempt",

@@ -19,6 +19,7 @@ from signoff.errors import AppError, Conflict, NotFound
 from signoff.models import ApprovalRequest, AuditEvent, Connection, Organization, User
 from signoff.orgs import service as orgs_service
 from tests.conftest import Org, create_approval
+from tests.oauth.support import grant, register_client
 
 
 async def _create(ctx: AppContext, name: str) -> Organization:
@@ -105,13 +106,48 @@ async def _rows_of(ctx: AppContext, org_id: str) -> dict[str, int]:
 async def test_delete_an_org_with_requests_only_with_its_data(
     ctx: AppContext, client: httpx.AsyncClient, org: Org, other_org: Org
 ) -> None:
-    await create_approval(client, org.member)
+    # A request with everything that points at the org's users and connections: a
+    # comment, a vote and decision, a callback, an approval chain.
+    decided = await create_approval(
+        client, org.member, callback_url="http://127.0.0.1:9/hook", required_approvals=2
+    )
+    for person in (org.admin, org.members[1]):
+        voted = await client.patch(
+            f"/api/v1/approvals/{decided['id']}",
+            json={"decision": "approve", "comment": "fine"},
+            headers=person.headers,
+        )
+        assert voted.status_code == 200, voted.text
+    chain = await create_approval(client, org.member)
+    steps = await client.post(
+        f"/api/v1/approvals/{chain['id']}/steps",
+        json={"steps": [{"approver_id": org.admin.user_id, "step_order": 1}]},
+        headers=org.member.headers,
+    )
+    assert steps.status_code == 201, steps.text
+    commented = await client.post(
+        f"/api/v1/approvals/{chain['id']}/comments",
+        json={"body": "looks right"},
+        headers=org.admin.headers,
+    )
+    assert commented.status_code == 201, commented.text
+    # An OAuth client with tokens, and a routing document with a channel.
+    await grant(ctx, await register_client(ctx, org.admin), org.member)
+    routing = await client.put(
+        "/api/v1/routing",
+        json={
+            "channels": {"mail": {"type": "email"}},
+            "rules": [{"name": "all", "channels": ["mail"]}],
+        },
+        headers=org.admin.headers,
+    )
+    assert routing.status_code == 200, routing.text
     await create_approval(client, other_org.member)
     with pytest.raises(Conflict, match="has approval requests"):
         async with ctx.transaction() as uow:
             acme = await orgs_service.resolve_org(uow.orgs, org.id)
             await orgs_service.delete_org(uow.orgs, acme, with_data=False)
-    assert (await _rows_of(ctx, org.id))["ApprovalRequest"] == 1
+    assert (await _rows_of(ctx, org.id))["ApprovalRequest"] == 2
 
     async with ctx.transaction() as uow:
         acme = await orgs_service.resolve_org(uow.orgs, org.id)

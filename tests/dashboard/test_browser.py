@@ -189,7 +189,8 @@ async def test_first_run_setup(ctx: AppContext, server: str, chromium: str) -> N
         await expect(page.get_by_text("Acme is ready.")).to_be_visible()
         await expect(page.get_by_role("heading", name="Inbox")).to_be_visible()
         again = await page.goto(f"{server}/setup/{token}")
-        assert again is not None and again.status == 404
+        assert again is not None and again.status == 409
+        await expect(page.get_by_role("heading", name="Already set up")).to_be_visible()
         await assert_accessible(page)
 
 

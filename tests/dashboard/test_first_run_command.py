@@ -87,7 +87,7 @@ def test_serve_logs_a_one_time_setup_link(tmp_path: Path) -> None:
             )
             assert done.status_code == 303
             assert "Ada" in browser.get("/").text
-            assert browser.get(link).status_code == 404
+            assert browser.get(link).status_code == 409
     finally:
         _stop(process)
     process, _ = _serve(tmp_path, env, tmp_path / "second.log")

@@ -62,12 +62,13 @@ async def test_first_run_setup_link_creates_the_org_and_admin_once(
     assert inbox.status_code == 200 and "Ada Lovelace" in inbox.text and "admin" in inbox.text
 
     # The link stops working, and no new one is issued once an org exists.
-    assert (await client.get(f"/setup/{token}")).status_code == 404
+    used = await client.get(f"/setup/{token}")
+    assert used.status_code == 409 and "Already set up" in used.text
     again = await client.post(
         f"/setup/{token}",
         data={"org_name": "Evil", "name": "E", "email": "e@evil.example", "password": PASSWORD},
     )
-    assert again.status_code == 404
+    assert again.status_code == 409 and "Already set up" in again.text
     async with ctx.transaction() as uow:
         assert await dashboard_service.issue_setup_token(uow.orgs, utcnow()) is None
         assert [org.name for org in await uow.orgs.list_orgs()] == ["Acme"]
@@ -85,7 +86,8 @@ async def test_a_setup_link_is_refused_once_an_org_exists(
         token = await dashboard_service.issue_setup_token(uow.orgs, utcnow())
     assert token
     await create_org(ctx, "Cli", members=0)
-    assert (await client.get(f"/setup/{token}")).status_code == 404
+    refused = await client.get(f"/setup/{token}")
+    assert refused.status_code == 409 and "Already set up" in refused.text
 
 
 # ---- sign-in ----

@@ -45,7 +45,7 @@ from signoff.dashboard.web import (
     safe_next,
     waiting_count,
 )
-from signoff.errors import AppError, RequestNotPending, ValidationFailed
+from signoff.errors import AppError, Conflict, RequestNotPending, ValidationFailed
 from signoff.oauth import service as oauth_service
 from signoff.oauth.endpoints import CHOOSE_PASSWORD_PATH, SESSION_COOKIE, set_session_cookie
 from signoff.webhooks.service import all_succeeded
@@ -79,17 +79,29 @@ async def static_file(name: str) -> Response:
 @router.get("/setup/{token}")
 async def setup_page(request: Request, token: str) -> Response:
     ctx = context_of(request)
-    async with ctx.reading() as uow:
-        usable = await service.setup_open(uow.orgs, token)
-    if not usable:
-        raise PageRefused(404, "Setup link not valid", _SETUP_GONE)
+    try:
+        async with ctx.reading() as uow:
+            await service.check_setup_link(uow.orgs, token)
+    except AppError as exc:
+        raise _setup_refused(exc) from None
     return await _setup_form(request, token)
 
 
-_SETUP_GONE = (
-    "This setup link has been used, or an organization exists already. Sign in instead, "
-    "or ask an admin of your organization for an account."
-)
+def _setup_refused(exc: AppError) -> PageRefused:
+    """The page for a setup link that cannot set signoff up, saying why."""
+    if isinstance(exc, Conflict):
+        return PageRefused(
+            409,
+            "Already set up",
+            "signoff is already set up: an organization exists. Sign in instead, or ask "
+            "an admin of your organization for an account.",
+        )
+    return PageRefused(
+        404,
+        "Setup link not valid",
+        "This setup link is not valid. Only the link printed by the latest start of "
+        "signoff serve works: use that one.",
+    )
 
 
 async def _setup_form(
@@ -124,8 +136,8 @@ async def setup_submit(request: Request, token: str) -> Response:
             _, cookie = await oauth_service.start_session(uow.oauth, user.id, ctx.settings, now)
     except ValidationFailed as exc:
         return await _setup_form(request, token, _field_errors(exc), fields)
-    except AppError:
-        raise PageRefused(404, "Setup link not valid", _SETUP_GONE) from None
+    except AppError as exc:
+        raise _setup_refused(exc) from None
     response = redirect("/", flash=f"Welcome, {user.name}. {form.org_name.strip()} is ready.")
     set_session_cookie(response, cookie, ctx.settings)
     return response

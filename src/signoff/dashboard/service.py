@@ -32,9 +32,8 @@ from signoff.approvals.schemas import DecideApprovalRequest
 from signoff.auth.principal import OrgMember
 from signoff.auth.secrets import hash_password, verify_password
 from signoff.common.time import utcnow
-from signoff.errors import NotFound, ValidationFailed
+from signoff.errors import Conflict, NotFound, ValidationFailed
 from signoff.models import AuditEvent, Comment, OAuthClient, User
-from signoff.models.orgs import SetupToken
 from signoff.models.webhooks import WebhookAttempt
 from signoff.notifications.repository import NotificationRepository
 from signoff.notifications.service import NotificationLine, notification_log
@@ -55,19 +54,38 @@ PRIORITIES = ("critical", "high", "medium", "low")
 
 
 async def issue_setup_token(repo: OrgRepository, now: datetime) -> str | None:
-    """A one-time setup token if the database holds no organization yet, else None."""
+    """A setup token if the database holds no organization yet, else None.
+
+    It replaces the token of any earlier start: only the newest link works."""
     if await repo.any_org_exists():
         return None
     token = credentials.generate_session_token()
-    await repo.add_setup_token(SetupToken(token_hash=credentials.hash_token(token), created_at=now))
+    await repo.replace_setup_link(credentials.hash_token(token), now)
     return token
 
 
-async def setup_open(repo: OrgRepository, token: str) -> bool:
-    """Whether this setup link still works: unused, and no organization exists."""
-    if not token or len(token) > 100 or await repo.any_org_exists():
-        return False
-    return await repo.setup_token_usable(credentials.hash_token(token))
+class SetupDone(Conflict):
+    """An organization exists: signoff is set up, and no setup link works any more."""
+
+    default_message = "signoff is already set up: an organization exists."
+
+
+class SetupLinkInvalid(NotFound):
+    """Not the newest setup link (an earlier start's, or mistyped), and nothing is set up."""
+
+    default_message = "This setup link is not valid."
+
+
+async def check_setup_link(repo: OrgRepository, token: str) -> None:
+    """Raise ``SetupDone`` or ``SetupLinkInvalid`` unless this link may set signoff up."""
+    if await repo.any_org_exists():
+        raise SetupDone()
+    if not _plausible(token) or not await repo.setup_link_is(credentials.hash_token(token)):
+        raise SetupLinkInvalid()
+
+
+def _plausible(token: str) -> bool:
+    return bool(token) and len(token) <= 100
 
 
 @dataclass(frozen=True)
@@ -79,11 +97,18 @@ class SetupForm:
 
 
 async def complete_setup(repo: OrgRepository, token: str, form: SetupForm, now: datetime) -> User:
-    """Create the first organization and its admin; the link stops working."""
-    if not await setup_open(repo, token) or not await repo.claim_setup_token(
-        credentials.hash_token(token), now
-    ):
-        raise NotFound("This setup link has been used or is no longer valid.")
+    """Create the first organization and its admin; the link stops working.
+
+    The claim comes first: it is a write on the setup link's one row, so of two
+    submissions (of this process or any other) the database lets one through, and the
+    other finds the link used once the first has committed. Only then is the absence of
+    any organization read, so that read sees every organization committed before.
+    """
+    if not (_plausible(token) and await repo.claim_setup_link(credentials.hash_token(token), now)):
+        await check_setup_link(repo, token)  # says which refusal it is
+        raise SetupLinkInvalid()
+    if await repo.any_org_exists():
+        raise SetupDone()
     org = await orgs.create_org(repo, form.org_name, now)
     return await orgs.create_user(
         repo,

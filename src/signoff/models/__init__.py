@@ -17,7 +17,7 @@ from signoff.models.oauth import (
     OAuthClient,
     OAuthToken,
 )
-from signoff.models.orgs import Connection, Organization, SetupToken, User
+from signoff.models.orgs import Connection, Organization, SetupLink, User
 from signoff.models.passwords import PasswordLink
 from signoff.models.webhooks import WebhookAttempt, WebhookDelivery
 
@@ -40,7 +40,7 @@ __all__ = [
     "Organization",
     "PasswordLink",
     "RoutingConfig",
-    "SetupToken",
+    "SetupLink",
     "User",
     "Vote",
     "WebhookAttempt",

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from sqlalchemy import (
     Boolean,
+    CheckConstraint,
     ForeignKey,
     Index,
     Integer,
@@ -14,6 +15,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    func,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -32,6 +34,11 @@ class Organization(Base):
     emergency_stop_at: Mapped[datetime | None] = mapped_column(default=None)
     emergency_stop_by: Mapped[uuid.UUID | None] = mapped_column(default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+# Names are unique per installation, ignoring case: ``--org NAME`` must name one org.
+# ``lower`` folds ASCII letters on SQLite and every cased letter on PostgreSQL.
+Index("uq_organizations_name_lower", func.lower(Organization.name), unique=True)
 
 
 class User(Base):
@@ -84,16 +91,20 @@ class Connection(Base):
     last_used_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
-class SetupToken(Base):
-    """The one-time link ``signoff serve`` logs on an empty database (first run).
+class SetupLink(Base):
+    """The first-run setup link that ``signoff serve`` logs on an empty database.
 
-    Only the SHA-256 of the token is kept. It works once, and only while no organization
-    exists: the person who opens it creates the first organization and its first admin.
+    One row at most (its id is always 1), holding the SHA-256 of the newest link only:
+    a start replaces the link of every earlier start. Every use of a link, and every new
+    organization, updates this same row, so the database lets one of them through at a
+    time, whichever replica or process makes it: a second submission finds the link used.
     """
 
-    __tablename__ = "setup_tokens"
+    __tablename__ = "setup_link"
+    __table_args__ = (CheckConstraint("id = 1", name="single_row"),)
 
-    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
-    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    # Null once used, or once an organization exists: no link works then.
+    token_hash: Mapped[str | None] = mapped_column(String(64), default=None)
+    issued_at: Mapped[datetime] = mapped_column(default=utcnow)
     used_at: Mapped[datetime | None] = mapped_column(default=None)

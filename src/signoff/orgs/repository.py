@@ -7,11 +7,22 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal, cast
 
-from sqlalchemy import Boolean, ColumnElement, CursorResult, bindparam, exists, select, update
+from sqlalchemy import (
+    Boolean,
+    ColumnElement,
+    CursorResult,
+    bindparam,
+    delete,
+    exists,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.auth.principal import ALL_SCOPES, Principal, PrincipalCheck
-from signoff.models import Connection, Organization, SetupToken, User
+from signoff.models import ApprovalRequest, Base, Connection, Organization, SetupLink, User
 from signoff.storage import PreparedQuery, QueryRunner
 
 # Every API call runs this: built once, since building a statement (and its cache key)
@@ -93,6 +104,10 @@ def principal_guard_params(check: PrincipalCheck) -> dict[str, Any]:
     }
 
 
+# The setup link's one row (models.orgs.SetupLink).
+SETUP_LINK_ROW = 1
+
+
 class OrgRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
@@ -104,9 +119,33 @@ class OrgRepository:
     async def get_org(self, org_id: uuid.UUID) -> Organization | None:
         return await self.session.get(Organization, org_id)
 
-    async def find_orgs_by_name(self, name: str) -> Sequence[Organization]:
-        result = await self.session.scalars(select(Organization).where(Organization.name == name))
-        return result.all()
+    async def find_org_by_name(self, name: str) -> Organization | None:
+        """The org of this name, ignoring case as the unique index does (``lower``)."""
+        return cast(
+            Organization | None,
+            await self.session.scalar(
+                select(Organization).where(func.lower(Organization.name) == func.lower(name))
+            ),
+        )
+
+    async def org_has_requests(self, org_id: uuid.UUID) -> bool:
+        found = await self.session.scalar(
+            select(ApprovalRequest.id).where(ApprovalRequest.org_id == org_id).limit(1)
+        )
+        return found is not None
+
+    async def delete_org(self, org_id: uuid.UUID) -> None:
+        """Delete the org and every row of it, table by table, children first.
+
+        Why not one ``DELETE`` and the cascades: some references are not cascades (a
+        vote's user, a request's connection), and PostgreSQL checks those as the cascades
+        go, before the rows that hold them are deleted by a later cascade. Rows without
+        an ``org_id`` (votes, steps, attempts, OAuth tokens) go with their parent's
+        cascade."""
+        for table in reversed(Base.metadata.sorted_tables):
+            if table.name != Organization.__tablename__ and "org_id" in table.c:
+                await self.session.execute(delete(table).where(table.c.org_id == org_id))
+        await self.session.execute(delete(Organization).where(Organization.id == org_id))
 
     async def list_orgs(self) -> Sequence[Organization]:
         result = await self.session.scalars(select(Organization).order_by(Organization.created_at))
@@ -154,26 +193,53 @@ class OrgRepository:
     async def any_org_exists(self) -> bool:
         return (await self.session.scalar(select(Organization.id).limit(1))) is not None
 
-    async def add_setup_token(self, token: SetupToken) -> None:
-        self.session.add(token)
-        await self.session.flush()
+    async def replace_setup_link(self, token_hash: str, now: datetime) -> None:
+        """Make ``token_hash`` the one setup link: the links of earlier starts stop working."""
+        insert = postgresql.insert if self._dialect() == "postgresql" else sqlite.insert
+        statement = insert(SetupLink).values(
+            id=SETUP_LINK_ROW, token_hash=token_hash, issued_at=now, used_at=None
+        )
+        await self.session.execute(
+            statement.on_conflict_do_update(
+                index_elements=[SetupLink.id],
+                set_={"token_hash": token_hash, "issued_at": now, "used_at": None},
+            )
+        )
 
-    async def claim_setup_token(self, token_hash: str, now: datetime) -> bool:
-        """Mark the unused setup token with this hash used; False if there is none."""
+    async def claim_setup_link(self, token_hash: str, now: datetime) -> bool:
+        """Use the setup link with this hash; False if it is not the current one.
+
+        Concurrent claims update the same row: PostgreSQL makes the later wait for the
+        earlier to commit, then finds the link used (SQLite runs one writer at a time).
+        """
         result = await self.session.execute(
-            update(SetupToken)
-            .where(SetupToken.token_hash == token_hash, SetupToken.used_at.is_(None))
-            .values(used_at=now)
+            update(SetupLink)
+            .where(SetupLink.id == SETUP_LINK_ROW, SetupLink.token_hash == token_hash)
+            .values(token_hash=None, used_at=now)
         )
         return cast(CursorResult[tuple[()]], result).rowcount == 1
 
-    async def setup_token_usable(self, token_hash: str) -> bool:
+    async def close_setup_link(self) -> None:
+        """No setup link works any more (an organization now exists).
+
+        It locks the row while a link is open: a setup submitted meanwhile waits for this
+        transaction, and then finds its link closed."""
+        await self.session.execute(
+            update(SetupLink)
+            .where(SetupLink.id == SETUP_LINK_ROW, SetupLink.token_hash.is_not(None))
+            .values(token_hash=None)
+        )
+
+    async def setup_link_is(self, token_hash: str) -> bool:
         found = await self.session.scalar(
-            select(SetupToken.id).where(
-                SetupToken.token_hash == token_hash, SetupToken.used_at.is_(None)
+            select(SetupLink.id).where(
+                SetupLink.id == SETUP_LINK_ROW, SetupLink.token_hash == token_hash
             )
         )
         return found is not None
+
+    def _dialect(self) -> str:
+        return self.session.get_bind().dialect.name
 
     async def list_users(self, org_id: uuid.UUID) -> Sequence[User]:
         result = await self.session.scalars(

@@ -48,22 +48,66 @@ def _require_name(value: str, field: str) -> str:
 
 
 async def create_org(repo: OrgRepository, name: str, now: datetime) -> Organization:
-    org = Organization(id=new_id(), name=_require_name(name, "name"), created_at=now)
-    await repo.add(org)
+    """A new organization; its name must be unused, ignoring case.
+
+    The first organization, however it is made, also closes the first-run setup link."""
+    name = _require_name(name, "name")
+    await _require_free_name(repo, name)
+    await repo.close_setup_link()
+    org = Organization(id=new_id(), name=name, created_at=now)
+    try:
+        async with repo.session.begin_nested():
+            await repo.add(org)
+    except IntegrityError:
+        # Created by someone else since the check above (the unique index is the rule).
+        raise _name_taken(name) from None
     return org
 
 
+async def rename_org(repo: OrgRepository, org: Organization, name: str) -> None:
+    name = _require_name(name, "name")
+    if name.lower() != org.name.lower():
+        await _require_free_name(repo, name)
+    org.name = name
+    try:
+        async with repo.session.begin_nested():
+            await repo.session.flush()
+    except IntegrityError:
+        raise _name_taken(name) from None
+
+
+async def delete_org(repo: OrgRepository, org: Organization, *, with_data: bool) -> None:
+    """Delete the org with its users, connections and settings; one with requests only
+    ``with_data`` (its requests, their history and its audit trail go too)."""
+    if not with_data and await repo.org_has_requests(org.id):
+        raise Conflict(
+            f"The organization {org.name!r} has approval requests; deleting it deletes "
+            "them and their audit trail too. Confirm with --with-data.",
+            {"org_id": str(org.id)},
+        )
+    await repo.delete_org(org.id)
+
+
+async def _require_free_name(repo: OrgRepository, name: str) -> None:
+    if await repo.find_org_by_name(name) is not None:
+        raise _name_taken(name)
+
+
+def _name_taken(name: str) -> Conflict:
+    return Conflict(
+        f"An organization named {name!r} exists already (names are unique, ignoring case)."
+    )
+
+
 async def resolve_org(repo: OrgRepository, reference: str) -> Organization:
-    """An org by id, or by name when that name is unique."""
+    """An org by id, or by name (ignoring case)."""
     org_id = parse_id(reference)
     if org_id is not None and (org := await repo.get_org(org_id)) is not None:
         return org
-    matches = await repo.find_orgs_by_name(reference)
-    if len(matches) == 1:
-        return matches[0]
-    if len(matches) > 1:
-        raise Conflict(f"Several organizations are named {reference!r}; use the id.")
-    raise NotFound(f"No organization {reference!r}.")
+    org = await repo.find_org_by_name(reference.strip())
+    if org is None:
+        raise NotFound(f"No organization {reference!r}.")
+    return org
 
 
 async def resolve_user(repo: OrgRepository, org_id: uuid.UUID, reference: str) -> User:

@@ -1,7 +1,7 @@
 """organization names unique ignoring case; one setup link, the newest
 
 Revision ID: 0022
-Revises: 0020
+Revises: 0021
 Create Date: 2026-11-27
 
 ``uq_organizations_name_lower``: a unique index on ``lower(name)``, so ``--org NAME``
@@ -27,7 +27,7 @@ from alembic import op
 import signoff.models.base
 
 revision = "0022"
-down_revision = "0020"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 

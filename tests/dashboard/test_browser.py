@@ -235,11 +235,15 @@ async def test_live_inbox_then_approve_with_a_comment(site: Site, chromium: str)
         await screenshot(page, "inbox-phone")
         await page.set_viewport_size(DESKTOP)
 
-        # Keyboard: j focuses the most urgent row, a opens it ready to approve.
+        # Keyboard: j focuses the most urgent row, a opens it ready to approve: the
+        # comment box has the focus, so typing goes there at once.
         await page.keyboard.press("j")
         await page.keyboard.press("a")
-        await page.wait_for_url(re.compile(r"/requests/.+\?decide=approve"))
+        await page.wait_for_url(re.compile(r"/requests/.+\?decide=approve$"))
         await expect(page.get_by_text("Pending", exact=True).first).to_be_visible()
+        await expect(page.get_by_label("Comment", exact=True)).to_be_focused()
+        await expect(page.get_by_label("Comment", exact=True)).to_be_in_viewport()
+        assert await page.evaluate("document.activeElement.name") == "comment"
         await assert_accessible(page)
         await screenshot(page, "request-desktop")
         await page.set_viewport_size(PHONE)
@@ -275,6 +279,29 @@ async def test_live_inbox_then_approve_with_a_comment(site: Site, chromium: str)
         await page.get_by_role("button", name="Sign out").click()
         await page.wait_for_url(re.compile(r"/signin"))
         await assert_accessible(page)
+
+
+async def test_keyboard_r_opens_reject_with_the_comment_box_focused(
+    site: Site, chromium: str
+) -> None:
+    """The reason for a rejection is typed at once: the box has the focus, on a long page
+    too (far below the fold at phone width)."""
+    from playwright.async_api import expect
+
+    await site.create(
+        site.org.admin, title="Drop the audit table", description="\n".join(["line"] * 80)
+    )
+    async with browser(chromium) as chrome:
+        page = await chrome.new_page(viewport=PHONE)
+        await sign_in(page, site.url, site.org.members[0])
+        await page.keyboard.press("j")
+        await page.keyboard.press("r")
+        await page.wait_for_url(re.compile(r"/requests/.+\?decide=reject$"))
+        box = page.get_by_label("Comment", exact=True)
+        await expect(box).to_be_focused()
+        await expect(box).to_be_in_viewport()
+        await page.keyboard.type("Not on a Friday.")
+        await expect(box).to_have_value("Not on a Friday.")
 
 
 # ---- chains and conflicts ----

@@ -40,6 +40,7 @@ from signoff.dashboard.web import (
     redirect,
     render,
     render_fragment,
+    require_admin,
     require_user,
     safe_next,
     waiting_count,
@@ -69,6 +70,14 @@ async def static_file(name: str) -> Response:
         "ETag": f'"{found.digest}"',
         "X-Content-Type-Options": "nosniff",
     }
+    return Response(found.body, media_type=found.media_type, headers=headers)
+
+
+@router.get("/favicon.ico")
+async def favicon() -> Response:
+    """Browsers ask for it on every site: the brand mark, not a 404 in every log."""
+    found = STATIC["favicon.ico"]
+    headers = {"Cache-Control": "public, max-age=86400", "ETag": f'"{found.digest}"'}
     return Response(found.body, media_type=found.media_type, headers=headers)
 
 
@@ -407,6 +416,17 @@ async def history_csv(request: Request, viewer: Viewer = User) -> Response:
     return Response(text, media_type="text/csv; charset=utf-8", headers=headers)
 
 
+# ---- admin ----
+
+FIRST_ADMIN_PAGE = "/admin/connections"
+
+
+@router.get("/admin")
+async def admin_home(viewer: Viewer = Depends(require_admin)) -> Response:
+    """The Admin tab's address typed by hand: its first page."""
+    return redirect(FIRST_ADMIN_PAGE)
+
+
 # ---- account ----
 
 
@@ -469,7 +489,13 @@ def install_dashboard(app: FastAPI) -> None:
         with contextlib.suppress(Exception):
             viewer = await current_viewer(context_of(request), request)
         return await render(
-            request, "error.html", viewer, exc.status_code, title=exc.title, message=exc.message
+            request,
+            "error.html",
+            viewer,
+            exc.status_code,
+            title=exc.title,
+            message=exc.message,
+            code=exc.status_code,
         )
 
     app.add_exception_handler(SignInRequired, on_sign_in_required)

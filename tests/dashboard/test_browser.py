@@ -304,6 +304,42 @@ async def test_keyboard_r_opens_reject_with_the_comment_box_focused(
         await expect(box).to_have_value("Not on a Friday.")
 
 
+async def test_history_cards_on_a_phone_leave_out_empty_fields(site: Site, chromium: str) -> None:
+    """No stray dashes: a card shows what a request has, not a "—" for each missing field."""
+    from playwright.async_api import expect
+
+    bare = await site.create(site.org.admin, title="Bare request")
+    cancelled = await site.api.delete(
+        f"/api/v1/approvals/{bare['id']}", headers=site.org.admin.headers
+    )
+    assert cancelled.status_code == 200, cancelled.text
+    full = await site.create(
+        site.org.admin, title="Full request", source="ci", action_type="deploy.production"
+    )
+    decided = await site.api.patch(
+        f"/api/v1/approvals/{full['id']}",
+        json={"decision": "approve"},
+        headers=site.org.members[0].headers,
+    )
+    assert decided.status_code == 200, decided.text
+    async with browser(chromium) as chrome:
+        page = await chrome.new_page(viewport=PHONE)
+        await sign_in(page, site.url, site.org.members[1])
+        await page.goto(site.url + "/history")
+        cards = page.locator("tr[data-row]")
+        await expect(cards).to_have_count(2)
+        bare_card = cards.filter(has_text="Bare request")
+        assert "—" not in await bare_card.inner_text()
+        await expect(bare_card.get_by_text("Cancelled", exact=True)).to_be_visible()
+        full_card = cards.filter(has_text="Full request")
+        await expect(full_card.get_by_text("deploy.production")).to_be_visible()
+        await expect(full_card.get_by_text(site.org.members[0].name, exact=True)).to_be_visible()
+        await assert_accessible(page)
+        await screenshot(page, "history-phone")
+        await page.set_viewport_size(DESKTOP)
+        await expect(bare_card.locator("td[data-label='Source']")).to_have_text("—")
+
+
 # ---- chains and conflicts ----
 
 

@@ -340,6 +340,43 @@ async def test_history_cards_on_a_phone_leave_out_empty_fields(site: Site, chrom
         await expect(bare_card.locator("td[data-label='Source']")).to_have_text("—")
 
 
+async def test_a_new_admin_copies_the_first_curl_and_its_request_arrives(
+    site: Site, chromium: str
+) -> None:
+    """The empty inbox's command, run as copied (with the key in the environment), makes
+    the organization's first request, which shows in the open inbox."""
+    import os
+    import subprocess
+
+    from playwright.async_api import expect
+
+    async with browser(chromium) as chrome:
+        page = await chrome.new_page(viewport=DESKTOP)
+        await sign_in(page, site.url, site.org.admin)
+        await expect(page.get_by_role("heading", name="Send your first request")).to_be_visible()
+        await expect(page.get_by_role("button", name="Copy")).to_be_visible()
+        await assert_accessible(page)
+        await screenshot(page, "inbox-first-steps-desktop")
+        await page.set_viewport_size(PHONE)
+        await screenshot(page, "inbox-first-steps-phone")
+        await page.set_viewport_size(DESKTOP)
+        command = await page.get_by_test_id("first-curl").inner_text()
+        assert command.startswith(f"curl -sS -X POST {site.url}/api/v1/approvals")
+
+        environment = {**os.environ, "SIGNOFF_API_KEY": site.org.admin.api_key}
+        ran = await asyncio.to_thread(
+            subprocess.run,
+            ["bash", "-c", command],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert ran.returncode == 0 and '"status":"pending"' in ran.stdout, ran.stdout + ran.stderr
+        await expect(row_link(page, "My first request")).to_be_visible(timeout=LIVE_WITHIN_MS)
+        await expect(page.get_by_test_id("first-curl")).to_have_count(0)
+
+
 # ---- chains and conflicts ----
 
 

@@ -25,6 +25,7 @@ from signoff.common.validation import validate_model
 from signoff.context import AppContext
 from signoff.dashboard import service
 from signoff.dashboard.admin import router as admin_router
+from signoff.dashboard.first_steps import FirstSteps, first_steps
 from signoff.dashboard.web import (
     PAGE_HEADERS,
     STATIC,
@@ -260,7 +261,20 @@ async def inbox(request: Request, viewer: Viewer = User) -> Response:
     view = service.ListView.from_query(dict(request.query_params), ("pending",))
     page = await service.inbox(ctx.db.queries, viewer.member, view)
     waiting = await _waiting(ctx, viewer, view, page)
-    return await render(request, "inbox.html", viewer, page=page, view=view, waiting=waiting)
+    steps = await _first_steps(ctx, viewer, view, page)
+    return await render(
+        request, "inbox.html", viewer, page=page, view=view, waiting=waiting, first_steps=steps
+    )
+
+
+async def _first_steps(
+    ctx: AppContext, viewer: Viewer, view: service.ListView, page: service.Page
+) -> FirstSteps | None:
+    """An admin's empty inbox, before the org's first request: what to do next."""
+    if page.rows or view.is_filtered or not viewer.is_admin:
+        return None
+    async with ctx.reading() as uow:
+        return await first_steps(uow, viewer.member, ctx.settings.public_url)
 
 
 async def _waiting(
@@ -281,7 +295,16 @@ async def inbox_rows(request: Request, viewer: Viewer = User) -> Response:
     view = service.ListView.from_query(dict(request.query_params), ("pending",))
     page = await service.inbox(ctx.db.queries, viewer.member, view)
     waiting = await _waiting(ctx, viewer, view, page)
-    return render_fragment("_inbox_list.html", page=page, view=view, waiting=waiting, now=utcnow())
+    steps = await _first_steps(ctx, viewer, view, page)
+    return render_fragment(
+        "_inbox_list.html",
+        page=page,
+        view=view,
+        waiting=waiting,
+        now=utcnow(),
+        first_steps=steps,
+        viewer=viewer,
+    )
 
 
 @router.get("/live")

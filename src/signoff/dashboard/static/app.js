@@ -74,6 +74,7 @@
           var list = holder.querySelector("#inbox-list");
           if (!list) { return; }
           container.replaceChild(list, container.querySelector("#inbox-list"));
+          list.dispatchEvent(new CustomEvent("signoff:updated", { bubbles: true }));
           localizeTimes(list);
           showWaiting(list.getAttribute("data-waiting") || "0");
           restoreFocus(focusedHref);

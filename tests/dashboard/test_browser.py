@@ -377,6 +377,39 @@ async def test_a_new_admin_copies_the_first_curl_and_its_request_arrives(
         await expect(page.get_by_test_id("first-curl")).to_have_count(0)
 
 
+async def test_error_pages_in_the_layout_signed_in_and_out(site: Site, chromium: str) -> None:
+    from playwright.async_api import expect
+
+    async with browser(chromium) as chrome:
+        page = await chrome.new_page(viewport=DESKTOP)
+        icon = await page.goto(site.url + "/favicon.ico")
+        assert icon is not None and icon.status == 200
+        answer = await page.goto(site.url + "/no-such-page")
+        assert answer is not None and answer.status == 404
+        await expect(page.get_by_role("heading", name="Page not found")).to_be_visible()
+        await expect(page.get_by_role("navigation", name="Main")).to_have_count(0)
+        await expect(page.get_by_role("link", name="Sign in").first).to_be_visible()
+        await assert_accessible(page)
+        await screenshot(page, "error-404-signed-out-desktop")
+        await page.set_viewport_size(PHONE)
+        await screenshot(page, "error-404-signed-out-phone")
+
+        await page.set_viewport_size(DESKTOP)
+        await sign_in(page, site.url, site.org.members[0])
+        answer = await page.goto(site.url + "/no-such-page")
+        assert answer is not None and answer.status == 404
+        await expect(page.get_by_role("navigation", name="Main")).to_be_visible()
+        await assert_accessible(page)
+        await screenshot(page, "error-404-desktop")
+        await page.set_viewport_size(PHONE)
+        await screenshot(page, "error-404-phone")
+        answer = await page.goto(site.url + "/admin")
+        assert answer is not None and answer.status == 403
+        await expect(page.get_by_role("heading", name="Admins only")).to_be_visible()
+        await assert_accessible(page)
+        await screenshot(page, "error-403-phone")
+
+
 # ---- chains and conflicts ----
 
 

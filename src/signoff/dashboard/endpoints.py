@@ -303,7 +303,6 @@ async def inbox_rows(request: Request, viewer: Viewer = User) -> Response:
         waiting=waiting,
         now=utcnow(),
         first_steps=steps,
-        viewer=viewer,
     )
 
 

@@ -23,6 +23,7 @@ from signoff.compat.endpoints import router as legacy_clients_router
 from signoff.compat.middleware import LegacyDataEnvelope
 from signoff.config import Settings, get_settings
 from signoff.context import AppContext
+from signoff.dashboard import error_pages
 from signoff.dashboard.endpoints import install_dashboard
 from signoff.errors import AppError, MethodNotAllowed, NotFound, ServiceUnavailable
 from signoff.logs import RequestIdMiddleware
@@ -51,6 +52,15 @@ def _error_response(error: AppError) -> Response:
     return json_response(error.to_body(), error.status_code, error.headers or None)
 
 
+async def _answer(request: Request, error: AppError) -> Response:
+    """The envelope, or for a browser outside the API a page (``dashboard.error_pages``)."""
+    if error_pages.wants_page(request):
+        page = await error_pages.error_page(request, error)
+        if page is not None:
+            return page
+    return _error_response(error)
+
+
 _PROBED_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
 
@@ -68,11 +78,11 @@ def _allowed_methods(request: Request) -> set[str]:
 
 
 def _install_error_handlers(app: FastAPI) -> None:
-    async def on_app_error(_: Request, exc: Exception) -> Response:
+    async def on_app_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, AppError)
-        return _error_response(exc)
+        return await _answer(request, exc)
 
-    async def on_validation_error(_: Request, exc: Exception) -> Response:
+    async def on_validation_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
         fields = [
             {
@@ -83,7 +93,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         ]
         from signoff.errors import ValidationFailed
 
-        return _error_response(ValidationFailed.for_fields(fields))
+        return await _answer(request, ValidationFailed.for_fields(fields))
 
     async def on_http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
@@ -101,11 +111,11 @@ def _install_error_handlers(app: FastAPI) -> None:
             # Starlette names the methods of the first route on the path only; a path
             # served by several routes (GET and POST /approvals) allows all of theirs.
             error.headers["Allow"] = ", ".join(sorted(_allowed_methods(request)))
-        return _error_response(error)
+        return await _answer(request, error)
 
-    async def on_unexpected(_: Request, exc: Exception) -> Response:
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
         logger.error("unhandled error", exc_info=exc)
-        return _error_response(AppError())
+        return await _answer(request, AppError())
 
     app.add_exception_handler(AppError, on_app_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)

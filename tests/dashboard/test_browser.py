@@ -236,11 +236,15 @@ async def test_live_inbox_then_approve_with_a_comment(site: Site, chromium: str)
         await screenshot(page, "inbox-phone")
         await page.set_viewport_size(DESKTOP)
 
-        # Keyboard: j focuses the most urgent row, a opens it ready to approve.
+        # Keyboard: j focuses the most urgent row, a opens it ready to approve: the
+        # comment box has the focus, so typing goes there at once.
         await page.keyboard.press("j")
         await page.keyboard.press("a")
-        await page.wait_for_url(re.compile(r"/requests/.+\?decide=approve"))
+        await page.wait_for_url(re.compile(r"/requests/.+\?decide=approve$"))
         await expect(page.get_by_text("Pending", exact=True).first).to_be_visible()
+        await expect(page.get_by_label("Comment", exact=True)).to_be_focused()
+        await expect(page.get_by_label("Comment", exact=True)).to_be_in_viewport()
+        assert await page.evaluate("document.activeElement.name") == "comment"
         await assert_accessible(page)
         await screenshot(page, "request-desktop")
         await page.set_viewport_size(PHONE)
@@ -276,6 +280,145 @@ async def test_live_inbox_then_approve_with_a_comment(site: Site, chromium: str)
         await page.get_by_role("button", name="Sign out").click()
         await page.wait_for_url(re.compile(r"/signin"))
         await assert_accessible(page)
+
+
+async def test_keyboard_r_opens_reject_with_the_comment_box_focused(
+    site: Site, chromium: str
+) -> None:
+    """The reason for a rejection is typed at once: the box has the focus, on a long page
+    too (far below the fold at phone width)."""
+    from playwright.async_api import expect
+
+    await site.create(
+        site.org.admin, title="Drop the audit table", description="\n".join(["line"] * 80)
+    )
+    async with browser(chromium) as chrome:
+        page = await chrome.new_page(viewport=PHONE)
+        await sign_in(page, site.url, site.org.members[0])
+        await page.keyboard.press("j")
+        await page.keyboard.press("r")
+        await page.wait_for_url(re.compile(r"/requests/.+\?decide=reject$"))
+        box = page.get_by_label("Comment", exact=True)
+        await expect(box).to_be_focused()
+        await expect(box).to_be_in_viewport()
+        await page.keyboard.type("Not on a Friday.")
+        await expect(box).to_have_value("Not on a Friday.")
+
+
+async def test_history_cards_on_a_phone_leave_out_empty_fields(site: Site, chromium: str) -> None:
+    """No stray dashes: a card shows what a request has, not a "—" for each missing field."""
+    from playwright.async_api import expect
+
+    bare = await site.create(site.org.admin, title="Bare request")
+    cancelled = await site.api.delete(
+        f"/api/v1/approvals/{bare['id']}", headers=site.org.admin.headers
+    )
+    assert cancelled.status_code == 200, cancelled.text
+    full = await site.create(
+        site.org.admin, title="Full request", source="ci", action_type="deploy.production"
+    )
+    decided = await site.api.patch(
+        f"/api/v1/approvals/{full['id']}",
+        json={"decision": "approve"},
+        headers=site.org.members[0].headers,
+    )
+    assert decided.status_code == 200, decided.text
+    async with browser(chromium) as chrome:
+        page = await chrome.new_page(viewport=PHONE)
+        await sign_in(page, site.url, site.org.members[1])
+        await page.goto(site.url + "/history")
+        cards = page.locator("tr[data-row]")
+        await expect(cards).to_have_count(2)
+        bare_card = cards.filter(has_text="Bare request")
+        assert "—" not in await bare_card.inner_text()
+        await expect(bare_card.get_by_text("Cancelled", exact=True)).to_be_visible()
+        full_card = cards.filter(has_text="Full request")
+        await expect(full_card.get_by_text("deploy.production")).to_be_visible()
+        await expect(full_card.get_by_text(site.org.members[0].name, exact=True)).to_be_visible()
+        await assert_accessible(page)
+        await screenshot(page, "history-phone")
+        await page.set_viewport_size(DESKTOP)
+        await expect(bare_card.locator("td[data-label='Source']")).to_have_text("—")
+
+
+async def test_a_new_admin_copies_the_first_curl_and_its_request_arrives(
+    site: Site, chromium: str
+) -> None:
+    """The empty inbox's command, run as copied (with the key in the environment), makes
+    the organization's first request, which shows in the open inbox."""
+    import os
+    import subprocess
+
+    from playwright.async_api import expect
+
+    async with browser(chromium) as chrome:
+        context = await chrome.new_context(
+            viewport=DESKTOP, permissions=["clipboard-read", "clipboard-write"]
+        )
+        page = await context.new_page()
+        await sign_in(page, site.url, site.org.admin)
+        await expect(page.get_by_role("heading", name="Send your first request")).to_be_visible()
+        # The live list is read again as its event stream opens: the Copy button of the
+        # list swapped in works too.
+        await page.evaluate("document.querySelector('#inbox-list').dataset.first = 'yes'")
+        await expect(page.locator("#inbox-list[data-first]")).to_have_count(0)
+        await page.get_by_role("button", name="Copy").click()
+        await expect(page.get_by_role("button", name="Copied")).to_be_visible()
+        copied = await page.evaluate("navigator.clipboard.readText()")
+        await assert_accessible(page)
+        await screenshot(page, "inbox-first-steps-desktop")
+        await page.set_viewport_size(PHONE)
+        await screenshot(page, "inbox-first-steps-phone")
+        await page.set_viewport_size(DESKTOP)
+        command = await page.get_by_test_id("first-curl").inner_text()
+        assert command.startswith(f"curl -sS -X POST {site.url}/api/v1/approvals")
+        assert copied.strip() == command.strip()
+
+        environment = {**os.environ, "SIGNOFF_API_KEY": site.org.admin.api_key}
+        ran = await asyncio.to_thread(
+            subprocess.run,
+            ["bash", "-c", command],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert ran.returncode == 0 and '"status":"pending"' in ran.stdout, ran.stdout + ran.stderr
+        await expect(row_link(page, "My first request")).to_be_visible(timeout=LIVE_WITHIN_MS)
+        await expect(page.get_by_test_id("first-curl")).to_have_count(0)
+
+
+async def test_error_pages_in_the_layout_signed_in_and_out(site: Site, chromium: str) -> None:
+    from playwright.async_api import expect
+
+    async with browser(chromium) as chrome:
+        page = await chrome.new_page(viewport=DESKTOP)
+        icon = await page.goto(site.url + "/favicon.ico")
+        assert icon is not None and icon.status == 200
+        answer = await page.goto(site.url + "/no-such-page")
+        assert answer is not None and answer.status == 404
+        await expect(page.get_by_role("heading", name="Page not found")).to_be_visible()
+        await expect(page.get_by_role("navigation", name="Main")).to_have_count(0)
+        await expect(page.get_by_role("link", name="Sign in").first).to_be_visible()
+        await assert_accessible(page)
+        await screenshot(page, "error-404-signed-out-desktop")
+        await page.set_viewport_size(PHONE)
+        await screenshot(page, "error-404-signed-out-phone")
+
+        await page.set_viewport_size(DESKTOP)
+        await sign_in(page, site.url, site.org.members[0])
+        answer = await page.goto(site.url + "/no-such-page")
+        assert answer is not None and answer.status == 404
+        await expect(page.get_by_role("navigation", name="Main")).to_be_visible()
+        await assert_accessible(page)
+        await screenshot(page, "error-404-desktop")
+        await page.set_viewport_size(PHONE)
+        await screenshot(page, "error-404-phone")
+        answer = await page.goto(site.url + "/admin")
+        assert answer is not None and answer.status == 403
+        await expect(page.get_by_role("heading", name="Admins only")).to_be_visible()
+        await assert_accessible(page)
+        await screenshot(page, "error-403-phone")
 
 
 # ---- chains and conflicts ----

@@ -45,6 +45,13 @@ class AdminRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
+    async def has_requests(self, org_id: uuid.UUID) -> bool:
+        """Whether the org has ever had a request (one row read, on the org's index)."""
+        found = await self.session.scalar(
+            select(ApprovalRequest.id).where(ApprovalRequest.org_id == org_id).limit(1)
+        )
+        return found is not None
+
     async def list_audit(
         self, org_id: uuid.UUID, filters: AuditFilters, offset: int, limit: int
     ) -> Sequence[AuditEvent]:

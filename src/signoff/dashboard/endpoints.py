@@ -25,6 +25,7 @@ from signoff.common.validation import validate_model
 from signoff.context import AppContext
 from signoff.dashboard import passwords, service
 from signoff.dashboard.admin import router as admin_router
+from signoff.dashboard.first_steps import FirstSteps, first_steps
 from signoff.dashboard.web import (
     PAGE_HEADERS,
     STATIC,
@@ -41,6 +42,7 @@ from signoff.dashboard.web import (
     redirect,
     render,
     render_fragment,
+    require_admin,
     require_user,
     safe_next,
     waiting_count,
@@ -70,6 +72,14 @@ async def static_file(name: str) -> Response:
         "ETag": f'"{found.digest}"',
         "X-Content-Type-Options": "nosniff",
     }
+    return Response(found.body, media_type=found.media_type, headers=headers)
+
+
+@router.get("/favicon.ico")
+async def favicon() -> Response:
+    """Browsers ask for it on every site: the brand mark, not a 404 in every log."""
+    found = STATIC["favicon.ico"]
+    headers = {"Cache-Control": "public, max-age=86400", "ETag": f'"{found.digest}"'}
     return Response(found.body, media_type=found.media_type, headers=headers)
 
 
@@ -267,7 +277,20 @@ async def inbox(request: Request, viewer: Viewer = User) -> Response:
     view = service.ListView.from_query(dict(request.query_params), ("pending",))
     page = await service.inbox(ctx.db.queries, viewer.member, view)
     waiting = await _waiting(ctx, viewer, view, page)
-    return await render(request, "inbox.html", viewer, page=page, view=view, waiting=waiting)
+    steps = await _first_steps(ctx, viewer, view, page)
+    return await render(
+        request, "inbox.html", viewer, page=page, view=view, waiting=waiting, first_steps=steps
+    )
+
+
+async def _first_steps(
+    ctx: AppContext, viewer: Viewer, view: service.ListView, page: service.Page
+) -> FirstSteps | None:
+    """An admin's empty inbox, before the org's first request: what to do next."""
+    if page.rows or view.is_filtered or not viewer.is_admin:
+        return None
+    async with ctx.reading() as uow:
+        return await first_steps(uow, viewer.member, ctx.settings.public_url)
 
 
 async def _waiting(
@@ -288,7 +311,15 @@ async def inbox_rows(request: Request, viewer: Viewer = User) -> Response:
     view = service.ListView.from_query(dict(request.query_params), ("pending",))
     page = await service.inbox(ctx.db.queries, viewer.member, view)
     waiting = await _waiting(ctx, viewer, view, page)
-    return render_fragment("_inbox_list.html", page=page, view=view, waiting=waiting, now=utcnow())
+    steps = await _first_steps(ctx, viewer, view, page)
+    return render_fragment(
+        "_inbox_list.html",
+        page=page,
+        view=view,
+        waiting=waiting,
+        now=utcnow(),
+        first_steps=steps,
+    )
 
 
 @router.get("/live")
@@ -423,6 +454,17 @@ async def history_csv(request: Request, viewer: Viewer = User) -> Response:
     return Response(text, media_type="text/csv; charset=utf-8", headers=headers)
 
 
+# ---- admin ----
+
+FIRST_ADMIN_PAGE = "/admin/connections"
+
+
+@router.get("/admin")
+async def admin_home(viewer: Viewer = Depends(require_admin)) -> Response:
+    """The Admin tab's address typed by hand: its first page."""
+    return redirect(FIRST_ADMIN_PAGE)
+
+
 # ---- account ----
 
 
@@ -485,7 +527,13 @@ def install_dashboard(app: FastAPI) -> None:
         with contextlib.suppress(Exception):
             viewer = await current_viewer(context_of(request), request)
         return await render(
-            request, "error.html", viewer, exc.status_code, title=exc.title, message=exc.message
+            request,
+            "error.html",
+            viewer,
+            exc.status_code,
+            title=exc.title,
+            message=exc.message,
+            code=exc.status_code,
         )
 
     app.add_exception_handler(SignInRequired, on_sign_in_required)

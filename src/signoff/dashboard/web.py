@@ -69,7 +69,11 @@ class StaticFile:
 
 
 def _load_static() -> dict[str, StaticFile]:
-    types = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
+    types = {
+        ".css": "text/css; charset=utf-8",
+        ".js": "text/javascript; charset=utf-8",
+        ".ico": "image/x-icon",
+    }
     files = {}
     for path in sorted((HERE / "static").iterdir()):
         if path.suffix in types:

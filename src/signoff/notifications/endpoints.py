@@ -149,6 +149,15 @@ async def _link_page(
     else:
         status_code, heading, message = _STATE_PAGES[view.state]
     q = view.request if view.state != "unknown" else None
+    outcome = None
+    if view.state in _SPENT and q is not None:
+        # The link no longer decides, so it no longer shows the request: what became of
+        # it is for the organization's members, signed in.
+        if viewer is not None and viewer.org.id == q.org_id:
+            outcome = view.outcome
+        else:
+            q = None
+            message = _SPENT[view.state] + ("" if viewer is not None else _SIGN_IN_TO_SEE)
     return await web.render(
         request,
         "link.html",
@@ -161,7 +170,26 @@ async def _link_page(
         q=q,
         details=messages.key_metadata(q) if q else [],
         action=f"/links/{token}",
+        sign_in_next=f"/links/{token}",
+        voter=_voter(view, viewer),
+        outcome=outcome,
+        used_at=view.link.used_at if view.link else None,
     )
+
+
+# A link that can no longer decide: the words for a visitor who may not see the request.
+_SPENT = {
+    "used": "This link has been used; each works once.",
+    "decided": "This request is no longer waiting for a decision.",
+}
+_SIGN_IN_TO_SEE = " Sign in to see what was decided."
+
+
+def _voter(view: links.LinkView, viewer: web.Viewer | None) -> links.Person | None:
+    """Whose vote confirming records: the signed-in person's, else the link's person's."""
+    if viewer is not None:
+        return links.Person(viewer.user.name, viewer.user.email)
+    return view.person
 
 
 def _heading(decision: str | None) -> str:
@@ -221,6 +249,10 @@ async def link_confirm(request: Request, token: str) -> Response:
         q=view.request,
         details=[],
         action="",
+        sign_in_next=f"/requests/{view.request.id}",
+        voter=view.person,
+        outcome=None,
+        used_at=None,
     )
 
 

@@ -9,14 +9,14 @@ services as the API and the dashboard, recording ``via`` in the audit event.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
 from signoff.approvals.schemas import RelayedDecision
 from signoff.auth.principal import OrgMember
 from signoff.dashboard import service as dashboard
-from signoff.models import Organization
+from signoff.models import ApprovalRequest, Organization
 from signoff.models.notifications import DecisionLink
 from signoff.notifications.repository import NotificationRepository
 from signoff.notifications.routing import RequestFacts
@@ -29,11 +29,33 @@ LinkState = Literal[
 
 
 @dataclass(frozen=True)
+class Person:
+    """The person whose vote a link records."""
+
+    name: str
+    email: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of the request, for the page of a link that can no longer decide.
+    The page shows it to members of the request's organization only."""
+
+    status: str
+    decided_by: str | None
+    decided_at: datetime | None
+    current_approvals: int
+    required_approvals: int
+
+
+@dataclass(frozen=True)
 class LinkView:
     state: LinkState
     link: DecisionLink | None = None
     request: RequestFacts | None = None
     status: str | None = None
+    person: Person | None = None
+    outcome: Outcome | None = None
 
 
 async def inspect_link(
@@ -52,7 +74,9 @@ async def inspect_link(
     if found is None:
         return LinkView("unknown")
     facts, row = found
-    view = LinkView("ready", link, facts, row.status)
+    view = LinkView(
+        "ready", link, facts, row.status, await _person_of(repo, link), _outcome_of(row)
+    )
     if link.used_at is not None:
         return _with(view, "used")
     if row.status != "pending" or (row.expires_at is not None and row.expires_at <= now):
@@ -72,7 +96,24 @@ async def inspect_link(
 
 
 def _with(view: LinkView, state: LinkState) -> LinkView:
-    return LinkView(state, view.link, view.request, view.status)
+    return replace(view, state=state)
+
+
+async def _person_of(repo: NotificationRepository, link: DecisionLink) -> Person | None:
+    if link.user_id is None:
+        return None  # a channel's link: the vote is the signed-in person's
+    user = await repo.user_in_org(link.org_id, link.user_id)
+    return Person(user.name, user.email) if user is not None else None
+
+
+def _outcome_of(row: ApprovalRequest) -> Outcome:
+    return Outcome(
+        status=row.status,
+        decided_by=row.decided_by_name,
+        decided_at=row.decided_at or row.cancelled_at,
+        current_approvals=row.current_approvals,
+        required_approvals=row.required_approvals,
+    )
 
 
 async def use_link(

@@ -27,11 +27,16 @@
     selection.addRange(range);
   }
 
-  document.addEventListener("DOMContentLoaded", function () {
-    var buttons = document.querySelectorAll("[data-copy]");
-    for (var i = 0; i < buttons.length; i++) {
-      buttons[i].hidden = false;
-      buttons[i].addEventListener("click", function (event) { copy(event.currentTarget); });
-    }
+  function reveal(root) {
+    var buttons = root.querySelectorAll("[data-copy]");
+    for (var i = 0; i < buttons.length; i++) { buttons[i].hidden = false; }
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { reveal(document); });
+  // The inbox's live list arrives whole from the server: its buttons are shown again.
+  document.addEventListener("signoff:updated", function (event) { reveal(event.target); });
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("[data-copy]");
+    if (button) { copy(button); }
   });
 })();

@@ -74,6 +74,7 @@
           var list = holder.querySelector("#inbox-list");
           if (!list) { return; }
           container.replaceChild(list, container.querySelector("#inbox-list"));
+          list.dispatchEvent(new CustomEvent("signoff:updated", { bubbles: true }));
           localizeTimes(list);
           showWaiting(list.getAttribute("data-waiting") || "0");
           restoreFocus(focusedHref);
@@ -122,7 +123,9 @@
     if (key === "j") { focusRow(focusIndex + 1, true); }
     else if (key === "k") { focusRow(focusIndex < 0 ? 0 : focusIndex - 1, true); }
     else if ((key === "a" || key === "r") && focusedRowHref()) {
-      window.location.href = focusedRowHref() + "?decide=" + (key === "a" ? "approve" : "reject") + "#decide";
+      // No "#decide" fragment: arriving at a fragment moves the focus to its target (or
+      // the page), which would take it away from the comment box.
+      window.location.href = focusedRowHref() + "?decide=" + (key === "a" ? "approve" : "reject");
     } else { return; }
     event.preventDefault();
   }
@@ -138,7 +141,10 @@
     var intent = form.getAttribute("data-intent");
     if (!intent) { return; }
     var box = form.querySelector("textarea");
-    if (box) { box.focus(); }
+    if (!box) { return; }
+    box.focus({ preventScroll: true });
+    var card = form.closest("section") || box;
+    card.scrollIntoView({ block: "center" });
   }
 
   document.addEventListener("DOMContentLoaded", function () {

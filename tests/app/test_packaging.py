@@ -128,6 +128,8 @@ def test_the_server_wheel_installs_alone_and_serves(
         # A template and a stylesheet are package data: the sign-in page renders, styled.
         sign_in = httpx.get(f"http://127.0.0.1:{port}/signin", timeout=10)
         assert sign_in.status_code == 200 and "<form" in sign_in.text
+        icon = httpx.get(f"http://127.0.0.1:{port}/favicon.ico", timeout=10)
+        assert icon.status_code == 200 and icon.content
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -289,6 +289,7 @@ async def history(
 
 
 CSV_COLUMNS = (
+    "number",
     "id",
     "title",
     "status",

@@ -225,6 +225,7 @@ def storm_rows(
                 "connection_id": connection_id,
                 "title": " ".join(words[:4]).capitalize() + f" #{index}",
                 "description": " ".join(words) + f". Ticket EXP-{index}.",
+                "number": index + 1,
                 "status": "pending",
                 "priority": PRIORITIES[index % len(PRIORITIES)],
                 "metadata": {"ticket": f"EXP-{index}"},

@@ -130,6 +130,7 @@ def request_rows(
                 "connection_id": connection_id,
                 "title": " ".join(words[:4]).capitalize() + f" #{index}",
                 "description": " ".join(words) + f". Ticket OPS-{index}.",
+                "number": index + 1,
                 "status": status,
                 "priority": PRIORITIES[index % len(PRIORITIES)],
                 "action_type": ACTION_TYPES[index % len(ACTION_TYPES)],

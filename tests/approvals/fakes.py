@@ -47,6 +47,7 @@ def pending_request(**fields: Any) -> RequestRecord:
         "comments_count": 0,
         "has_steps": False,
         "auto_approved": False,
+        "number": 1,
     }
     values.update(fields)
     return RequestRecord(**values)

@@ -584,10 +584,10 @@ async def test_the_unfiltered_total_counts_each_org_once_per_request(
 _COPY_EVERY_REQUEST = (
     "INSERT INTO approval_requests (id, org_id, connection_id, title, description, status, "
     "priority, metadata, required_approvals, current_approvals, is_sequential, created_at, "
-    "updated_at, comments_count, has_steps, auto_approved) "
+    "updated_at, comments_count, has_steps, auto_approved, number) "
     "SELECT {new_id}, org_id, connection_id, title || ' (copy)', description, status, "
     "priority, metadata, required_approvals, current_approvals, is_sequential, created_at, "
-    "updated_at, comments_count, has_steps, auto_approved FROM approval_requests"
+    "updated_at, comments_count, has_steps, auto_approved, number + 1000 FROM approval_requests"
 )
 
 

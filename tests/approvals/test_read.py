@@ -46,6 +46,8 @@ SINGLE_READ_FIELDS = {
     "comments_count",
     # For existing clients (issue 23): false until approval policies exist.
     "auto_approved",
+    # Its number in the org (#1234), as people name it.
+    "number",
 }
 
 

@@ -64,6 +64,7 @@ async def test_every_path_renders_a_request_alike(client: httpx.AsyncClient, org
     assert created["status"] == "pending" and detail["status"] == "approved"
     # Existing clients read it on every request: false until approval policies exist.
     assert created["auto_approved"] is detail["auto_approved"] is listed["auto_approved"] is False
+    assert created["number"] == detail["number"] == listed["number"] == decided["number"] == 1
     for callback_key, request_key in CALLBACK_KEYS.items():
         assert callback[callback_key] == detail[request_key], callback_key
     assert callback["decided_by"]["id"] == detail["decided_by"]

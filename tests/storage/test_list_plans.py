@@ -132,6 +132,8 @@ def _add_history(database_url: str, template_id: str, count: int, status: str) -
             "decided_at": shifted if status == "rejected" else "NULL",
             "created_at": shifted,
             "updated_at": shifted,
+            # Numbers after the org's last (the source is materialized before the insert).
+            "number": "(SELECT max(number) FROM approval_requests) + n.i",
         }
         select_list = ", ".join(replaced.get(name, name) for name in columns)
         connection.execute(

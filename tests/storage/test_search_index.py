@@ -117,10 +117,10 @@ async def test_requests_written_by_another_program_are_indexed_by_the_next_write
         db.execute(
             "INSERT INTO approval_requests (id, org_id, connection_id, title, description, "
             "status, priority, metadata, required_approvals, current_approvals, "
-            "is_sequential, created_at, updated_at, comments_count, has_steps) "
+            "is_sequential, created_at, updated_at, comments_count, has_steps, number) "
             "SELECT ?, org_id, connection_id, 'Rotate theirs', description, status, priority, "
             "metadata, required_approvals, current_approvals, is_sequential, created_at, "
-            "updated_at, 0, 0 FROM approval_requests WHERE id = ?",
+            "updated_at, 0, 0, number + 1000 FROM approval_requests WHERE id = ?",
             (theirs, mine),
         )
     assert _found(path, "rotate") == {mine}
@@ -143,10 +143,10 @@ async def test_a_request_deleted_before_its_transaction_commits_leaves_nothing_q
         db.execute(
             "INSERT INTO approval_requests (id, org_id, connection_id, title, description, "
             "status, priority, metadata, required_approvals, current_approvals, "
-            "is_sequential, created_at, updated_at, comments_count, has_steps) "
+            "is_sequential, created_at, updated_at, comments_count, has_steps, number) "
             "SELECT ?, org_id, connection_id, 'Short lived', description, status, priority, "
             "metadata, required_approvals, current_approvals, is_sequential, created_at, "
-            "updated_at, 0, 0 FROM approval_requests WHERE id = ?",
+            "updated_at, 0, 0, number + 1000 FROM approval_requests WHERE id = ?",
             (uuid.uuid4().hex, mine),
         )
         db.execute("DELETE FROM approval_requests WHERE title = 'Short lived'")
@@ -167,10 +167,10 @@ async def test_the_catch_up_reads_the_queue_first_whatever_statistics_say(
             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000) "
             "INSERT INTO approval_requests (id, org_id, connection_id, title, description, "
             "status, priority, metadata, required_approvals, current_approvals, "
-            "is_sequential, created_at, updated_at, comments_count, has_steps) "
+            "is_sequential, created_at, updated_at, comments_count, has_steps, number) "
             "SELECT lower(hex(randomblob(16))), org_id, connection_id, 'Copy ' || i, "
             "description, status, priority, metadata, required_approvals, current_approvals, "
-            "is_sequential, created_at, updated_at, 0, 0 FROM approval_requests, n "
+            "is_sequential, created_at, updated_at, 0, 0, number + i FROM approval_requests, n "
             "WHERE id = ?",
             (mine,),
         )

@@ -38,12 +38,12 @@ async def _seed(connection: Any, org_id: uuid.UUID) -> None:
         INSERT INTO approval_requests (
             id, org_id, connection_id, title, description, status, priority, metadata,
             required_approvals, current_approvals, is_sequential, created_at, updated_at,
-            comments_count, has_steps)
+            comments_count, has_steps, number)
         SELECT gen_random_uuid(), $1, $2,
                CASE WHEN n % 10000 = 0 THEN 'Rotate zanzibar keys ' || n
                     ELSE 'Deploy billing service ' || n END,
                'Routine change number ' || n, 'pending', 'medium', '{}'::jsonb,
-               1, 0, false, now() - n * interval '1 second', now(), 0, false
+               1, 0, false, now() - n * interval '1 second', now(), 0, false, 1000 + n
         FROM generate_series(1, $3) AS n
         """,
         org_id,

@@ -32,6 +32,8 @@ def test_create_and_read_back(live: LiveServer, admin: SignoffClient, tag: str) 
 
     read = admin.get_approval(created.id)
     assert read.id == created.id
+    assert isinstance(created.number, int) and created.number >= 1
+    assert read.number == created.number
     assert read.metadata == {"ticket": "OPS-7", "regions": ["eu", "us"]}
     assert read.action_type == f"deploy.{tag}" and read.source == tag
     assert read.expires_at is not None and abs((read.expires_at - expires).total_seconds()) < 1
@@ -39,6 +41,11 @@ def test_create_and_read_back(live: LiveServer, admin: SignoffClient, tag: str) 
     assert "callback_headers" not in read.model_dump()  # never echoed by the server
     assert read.decided_at is None and read.decided_by is None
     assert read.comments_count == 0 and read.steps == [] and read.votes == []
+
+
+def test_a_request_from_a_server_without_numbers_has_none() -> None:
+    answer = {"id": "r1", "title": "t", "status": "pending", "priority": "low"}
+    assert Approval.model_validate({**answer, "created_at": "2026-01-01T00:00:00Z"}).number is None
 
 
 def test_idempotency_key_returns_the_first_request(admin: SignoffClient, tag: str) -> None:

@@ -16,9 +16,9 @@ import operator
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import orjson
 from sqlalchemy import (
@@ -98,6 +98,8 @@ class ListFilters:
     assigned_to: uuid.UUID | None = None
     # Keyset pagination: only requests after this one in list order (newest first).
     after: uuid.UUID | None = None
+    # Every request but this one (a search for a number lists that request first, apart).
+    excluded_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,28 @@ def search_terms(text_query: str) -> list[str]:
     return [t.lower() for t in _SEARCH_TERM.findall(text_query)][:MAX_SEARCH_TERMS]
 
 
+# A search box holding a request's number, ``#1234`` or ``1234``, and nothing else.
+_NUMBER_SEARCH = re.compile(r"\s*(#?)\s*(\d{1,10})\s*")
+_LARGEST_NUMBER = 2**31 - 1  # the column's type
+
+
+@dataclass(frozen=True)
+class NumberSearch:
+    """A search for a request's number: ``#1234`` finds that request alone (``only``);
+    ``1234`` finds it first, then the requests whose text has the word, as any search."""
+
+    number: int
+    only: bool
+
+
+def number_searched(text_query: str | None) -> NumberSearch | None:
+    """The request number a search box holds, if it holds only that."""
+    found = _NUMBER_SEARCH.fullmatch(text_query or "")
+    if found is None or int(found.group(2)) > _LARGEST_NUMBER:
+        return None
+    return NumberSearch(int(found.group(2)), only=bool(found.group(1)))
+
+
 async def read_page(
     queries: QueryRunner,
     org_id: uuid.UUID,
@@ -148,13 +172,80 @@ async def read_page(
 ) -> tuple[list[str], int]:
     """A page of the org's requests that pass ``filters``, newest first, each rendered as
     its JSON object by the database (``rendered.py``), and their total; read in one
-    transaction. An approver's inbox, most urgent first, is ``read_inbox``."""
-    params: dict[str, Any] = {"org_id": org_id, "now": now, "offset": offset, "limit": limit}
+    transaction. An approver's inbox, most urgent first, is ``read_inbox``.
+
+    A search for a number (``number_searched``) lists the request of that number first,
+    if it passes the other filters; then, for ``1234`` but not ``#1234``, the text's
+    matches, that request left out of them."""
+    searched = number_searched(filters.search)
+    if searched is None:
+        return await _read_page(queries, org_id, filters, now=now, offset=offset, limit=limit)
+    numbered = await _numbered_request(queries, org_id, filters, searched.number, now)
+    first = [numbered.json] if numbered is not None and offset == 0 else []
+    if searched.only:
+        return first, int(numbered is not None)
+    if numbered is None:
+        return await _read_page(queries, org_id, filters, now=now, offset=offset, limit=limit)
+    rest, total = await _read_page(
+        queries,
+        org_id,
+        replace(filters, excluded_id=numbered.id),
+        now=now,
+        offset=max(offset - 1, 0),
+        limit=limit - len(first),
+    )
+    return first + rest, total + 1
+
+
+async def _numbered_request(
+    queries: QueryRunner, org_id: uuid.UUID, filters: ListFilters, number: int, now: datetime
+) -> Any | None:
+    """The org's request numbered ``number``, if it passes ``filters`` but the search: a
+    row of ``id`` and ``json``, or None."""
+    params = _filter_params(org_id, filters, now)
+    params["number"] = number
+    statuses = tuple(sorted(set(filters.statuses or ())))
+    shape = frozenset(name for name in _VALUE_FILTERS if name in params)
+    return await queries.one(_numbered_query(queries.dialect_name, statuses, shape), params)
+
+
+@functools.lru_cache(maxsize=64)
+def _numbered_query(
+    dialect: str, statuses: tuple[str, ...], filters: frozenset[str]
+) -> PreparedQuery:
+    """One request found by its number in the org's unique (org_id, number) index, and
+    tested against the filters."""
+    return PreparedQuery(
+        select(ApprovalRequest.id.label("id"), request_json(dialect).label("json")).where(
+            ApprovalRequest.org_id == bindparam("org_id"),
+            ApprovalRequest.number == bindparam("number"),
+            *_conditions(statuses, filters),
+        )
+    )
+
+
+def _filter_params(org_id: uuid.UUID, filters: ListFilters, now: datetime) -> dict[str, Any]:
+    """The parameters of a list query for ``filters`` but the search and the page."""
+    params: dict[str, Any] = {"org_id": org_id, "now": now}
     params.update(
         (name, getattr(filters, name))
         for name in _VALUE_FILTERS
         if getattr(filters, name) is not None
     )
+    return params
+
+
+async def _read_page(
+    queries: QueryRunner,
+    org_id: uuid.UUID,
+    filters: ListFilters,
+    *,
+    now: datetime,
+    offset: int,
+    limit: int,
+) -> tuple[list[str], int]:
+    """``read_page``, the search taken as words only."""
+    params = _filter_params(org_id, filters, now) | {"offset": offset, "limit": limit}
     if filters.search is not None:
         terms = search_terms(filters.search)
         if not terms:
@@ -244,6 +335,7 @@ _VALUE_FILTERS = (
     "decided_after",
     "decided_before",
     "assigned_to",
+    "excluded_id",
 )
 
 
@@ -705,6 +797,8 @@ def _conditions(
         conditions.append(_decided_window(statuses, filters))
     if "assigned_to" in filters:
         conditions.append(_awaiting_vote_of(bindparam("assigned_to")))
+    if "excluded_id" in filters:
+        conditions.append(ApprovalRequest.id != bindparam("excluded_id"))
     return conditions
 
 
@@ -1214,18 +1308,34 @@ def _inbox_call(
     }
     present = frozenset(name for name in INBOX_VALUE_FILTERS if getattr(filters, name))
     params.update((name, getattr(filters, name)) for name in present)
-    if filters.search is not None:
+    searched = number_searched(filters.search)
+    number: NumberTest = None
+    if searched is not None:
+        params["search_number"] = searched.number
+        number = "only" if searched.only else "or_words"
+    words = filters.search is not None and number != "only"
+    if words:
+        assert filters.search is not None
         terms = search_terms(filters.search)
         if not terms:
             return None
         params["search_query"] = _search_query(dialect, terms, org_id)
     priorities = (filters.priority,) if filters.priority else INBOX_PRIORITIES
-    return inbox_queries(dialect, priorities, present, filters.search is not None), params
+    return inbox_queries(dialect, priorities, present, words, number), params
+
+
+# How an inbox search tests a request's number (``number_searched``): not at all, as the
+# only test (``#1234``), or as a match besides the words' (``1234``).
+NumberTest = Literal["only", "or_words"] | None
 
 
 @functools.lru_cache(maxsize=64)
 def inbox_queries(
-    dialect: str, priorities: tuple[str, ...], filters: frozenset[str], search: bool
+    dialect: str,
+    priorities: tuple[str, ...],
+    filters: frozenset[str],
+    search: bool,
+    number: NumberTest = None,
 ) -> tuple[PreparedQuery, PreparedQuery]:
     """The inbox's page and its bounded count, prepared once per shape of filters.
 
@@ -1238,7 +1348,7 @@ def inbox_queries(
     """
     if not set(priorities) <= set(INBOX_PRIORITIES):
         raise ValueError(f"not priorities: {priorities}")
-    parts = [_inbox_part(dialect, priority, filters, search) for priority in priorities]
+    parts = [_inbox_part(dialect, priority, filters, search, number) for priority in priorities]
     merged = (
         parts[0]
         if len(parts) == 1
@@ -1261,7 +1371,7 @@ def inbox_queries(
     ]
     return (
         PreparedQuery(page, sqlite_indexes=hints if dialect == "sqlite" else ()),
-        _inbox_count(dialect, priorities, filters, search),
+        _inbox_count(dialect, priorities, filters, search, number),
     )
 
 
@@ -1275,10 +1385,12 @@ def _waiting_conditions(
     priorities: tuple[str, ...],
     filters: frozenset[str],
     search: bool,
+    number: NumberTest = None,
 ) -> list[ColumnElement[bool]]:
     """The requests of ``rows`` that wait for the ``user_id`` parameter's vote now, of
-    one of ``priorities``, and pass the filters. Status and priorities are literals, as
-    the index's keys, so that either planner reads them as ranges of ``_INBOX_INDEX``."""
+    one of ``priorities``, and pass the filters and the search (words, and ``number``).
+    Status and priorities are literals, as the index's keys, so that either planner reads
+    them as ranges of ``_INBOX_INDEX``."""
     priority = (
         rows.c.priority == literal_column(f"'{priorities[0]}'")
         if len(priorities) == 1
@@ -1293,8 +1405,12 @@ def _waiting_conditions(
     conditions += [
         rows.c[name] == bindparam(name) for name in INBOX_VALUE_FILTERS if name in filters
     ]
-    if search:
-        conditions.append(_matches_search(dialect, rows))
+    numbered = rows.c.number == bindparam("search_number", type_=Integer())
+    if number == "only":
+        conditions.append(numbered)
+    elif search:
+        words = _matches_search(dialect, rows)
+        conditions.append(or_(numbered, words) if number == "or_words" else words)
     conditions.append(_votable_now(bindparam("user_id"), rows, dialect))
     return conditions
 
@@ -1318,14 +1434,16 @@ def _search_matches() -> CTE:
     return select(_FTS.c.request_id.label("request_id")).where(_fts_match()).cte("search_matches")
 
 
-def _inbox_part(dialect: str, priority: str, filters: frozenset[str], search: bool) -> Subquery:
+def _inbox_part(
+    dialect: str, priority: str, filters: frozenset[str], search: bool, number: NumberTest
+) -> Subquery:
     """One priority's part of an inbox page: its first ``reach`` waiting requests, oldest
     first, with the priority's place in the urgency order."""
     rows = ApprovalRequest.__table__.alias(_inbox_alias(priority))
     urgency = literal_column(str(INBOX_PRIORITIES.index(priority)), Integer()).label("urgency")
     return (
         select(rows.c.id, urgency, rows.c.created_at)
-        .where(*_waiting_conditions(dialect, rows, (priority,), filters, search))
+        .where(*_waiting_conditions(dialect, rows, (priority,), filters, search, number))
         .order_by(rows.c.created_at, rows.c.id)
         .limit(bindparam("reach"))
         .subquery(f"part_{priority}")
@@ -1333,14 +1451,18 @@ def _inbox_part(dialect: str, priority: str, filters: frozenset[str], search: bo
 
 
 def _inbox_count(
-    dialect: str, priorities: tuple[str, ...], filters: frozenset[str], search: bool
+    dialect: str,
+    priorities: tuple[str, ...],
+    filters: frozenset[str],
+    search: bool,
+    number: NumberTest,
 ) -> PreparedQuery:
     """How many requests wait, counted one past ``WAITING_COUNT_CAP`` at most."""
     rows = ApprovalRequest.__table__.alias("waiting")
     waiting = (
         select(literal_column("1"))
         .select_from(rows)
-        .where(*_waiting_conditions(dialect, rows, priorities, filters, search))
+        .where(*_waiting_conditions(dialect, rows, priorities, filters, search, number))
         .limit(bindparam("count_reach"))
         .subquery("counted")
     )

@@ -46,6 +46,7 @@ class RequestRecord(NamedTuple):
     comments_count: int
     has_steps: bool
     auto_approved: bool
+    number: int
 
 
 class StepRecord(NamedTuple):

@@ -11,14 +11,19 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
+    Integer,
     String,
     Table,
+    Uuid,
     bindparam,
+    column,
     delete,
+    exists,
     func,
     insert,
     literal_column,
     select,
+    table,
     true,
     update,
 )
@@ -102,6 +107,24 @@ _EVENT_COLUMNS = ("id", "org_id", "request_id", "type", "actor_id", "data", "cre
 _INSERT_EVENT = PreparedQuery(insert(_AUDIT_EVENTS), column_keys=_EVENT_COLUMNS)
 
 
+def _next_number(org_id: Any) -> Any:
+    """PostgreSQL: the org's next request number, drawn from its own sequence (migration
+    0024). A sequence holds no lock until the create commits, as a counter row would:
+    the org's concurrent creates never wait on each other for their numbers."""
+    return func.signoff_next_request_number(org_id, type_=Integer)
+
+
+# SQLite: the last number given in each org, kept by the insert trigger of the org's
+# request count (migrations 0005 and 0024). A create reads it inside its write
+# transaction, which no other writer shares, and takes the next.
+_REQUEST_COUNTS = table(
+    "approval_request_counts", column("org_id", Uuid()), column("issued", Integer())
+)
+_LAST_NUMBER = PreparedQuery(
+    select(_REQUEST_COUNTS.c.issued).where(_REQUEST_COUNTS.c.org_id == bindparam("org_id"))
+)
+
+
 def _create_alone(*, guarded: bool) -> PreparedQuery:
     """PostgreSQL: everything a create writes, in one statement that is its own
     transaction (autocommit: no ``BEGIN`` and ``COMMIT`` round trips): the request, its
@@ -114,12 +137,24 @@ def _create_alone(*, guarded: bool) -> PreparedQuery:
     ``principal_live`` and how many requests, events and plans it wrote."""
     table: Table = ApprovalRequest.__table__  # type: ignore[assignment]
     live = select((principal_guard() if guarded else true()).label("ok")).cte("live")
-    values = select(*(bindparam(c, type_=table.c[c].type) for c in COLUMNS)).where(live.c.ok)
+    org_id = bindparam("org_id", type_=table.c.org_id.type)
+    # An idempotency key already taken: nothing is inserted, and no number is drawn for
+    # a replay (a race of two creates with one key may still draw one in vain).
+    key_taken = exists().where(
+        table.c.org_id == org_id,
+        table.c.idempotency_key == bindparam("idempotency_key", type_=table.c.idempotency_key.type),
+    )
+    values = select(
+        *(
+            _next_number(org_id) if c == "number" else bindparam(c, type_=table.c[c].type)
+            for c in COLUMNS
+        )
+    ).where(live.c.ok, ~key_taken.correlate(None))
     created = (
         postgresql.insert(table)
         .from_select(list(COLUMNS), values)
         .on_conflict_do_nothing(index_elements=["org_id", "idempotency_key"])
-        .returning(table.c.id, table.c.org_id)
+        .returning(table.c.id, table.c.org_id, table.c.number)
         .cte("created")
     )
     events = _AUDIT_EVENTS.c
@@ -151,6 +186,7 @@ def _create_alone(*, guarded: bool) -> PreparedQuery:
             count(created, "requests"),
             count(event_rows, "events"),
             count(plans, "plans"),
+            select(func.max(created.c.number)).scalar_subquery().label("number"),
         )
     )
 
@@ -472,10 +508,18 @@ class ApprovalRepository:
         PostgreSQL the inserts, with the notification plan row (``plans_with_insert``),
         are one statement (``_create_alone``), run in autocommit when it is the
         transaction's first statement, and confirming ``check``'s principal.
+
+        The request's number is the org's next: on PostgreSQL drawn by that statement from
+        the org's sequence (``_next_number``), on SQLite the org's last plus one, read in
+        this write transaction (``_LAST_NUMBER``). The unique (org_id, number) index
+        stands behind both.
         """
         row = new_row(values)
+        if self.dialect != "postgresql":
+            last = await execute_in(self.session, _LAST_NUMBER, {"org_id": row["org_id"]})
+            row["number"] = (last[0].issued if last else 0) + 1
         # The new row is what was written: the values read back as written (UTC
-        # timestamps, the same JSON).
+        # timestamps, the same JSON); on PostgreSQL, its number once the insert drew it.
         record = record_written(row)
         event = created_event(record)
         if self.dialect == "postgresql":
@@ -502,7 +546,7 @@ class ApprovalRepository:
                 return None
             if written.plans:  # its org can notify: the sender is woken
                 self.session.info[WROTE_NOTIFICATIONS] = True
-            return record
+            return record._replace(number=written.number)
         if not await count_in(self.session, _INSERT_REQUEST[self.dialect], row):
             return None
         await self.add_event(event)

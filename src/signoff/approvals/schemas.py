@@ -377,7 +377,8 @@ class ListApprovalsQuery(BaseModel):
         {"type": "string", "maxLength": 500},
         "Full-text search of title and description: every word must match, as a prefix, "
         "case-insensitively; punctuation and operators are ignored. Best matches first "
-        "(title matches before description matches).",
+        "(title matches before description matches). A request's `number` alone finds it: "
+        "`#12` that request only, `12` that request first, then the text's matches.",
     )
     created_after: datetime | None = query_parameter(_TIMESTAMP_QUERY, "RFC 3339; inclusive.")
     created_before: datetime | None = query_parameter(_TIMESTAMP_QUERY, "RFC 3339; exclusive.")

@@ -50,6 +50,13 @@ class RequestField:
 
 REQUEST_FIELDS: tuple[RequestField, ...] = (
     RequestField("id", "id", uuid.UUID, "Assigned by the service."),
+    RequestField(
+        "number",
+        "plain",
+        int,
+        "The request's number in its organization, shown as `#1234`: given at create, "
+        "never shared by two of the org's requests, never reused. Search finds it.",
+    ),
     RequestField("org_id", "id", uuid.UUID, "The owning organization."),
     RequestField("connection_id", "id", uuid.UUID, "The connection that created it."),
     RequestField("title", "plain", str, "What needs approval."),

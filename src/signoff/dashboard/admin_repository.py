@@ -23,6 +23,8 @@ MAX_AUDIT_TYPES = 100
 class AuditFilters:
     type: str | None = None
     request_id: uuid.UUID | None = None
+    # The request by its number in the org (``#12``), as people name it.
+    request_number: int | None = None
     actor_id: uuid.UUID | None = None
     since: datetime | None = None
     until: datetime | None = None
@@ -33,6 +35,15 @@ class DeliveryFilters:
     request_id: uuid.UUID | None = None
     status: str | None = None
     connection_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    """An event of the audit log, with the title and number of its request."""
+
+    event: AuditEvent
+    request_title: str | None
+    request_number: int | None
 
 
 @dataclass(frozen=True)
@@ -54,12 +65,23 @@ class AdminRepository:
 
     async def list_audit(
         self, org_id: uuid.UUID, filters: AuditFilters, offset: int, limit: int
-    ) -> Sequence[AuditEvent]:
-        statement = select(AuditEvent).where(AuditEvent.org_id == org_id)
+    ) -> list[AuditRow]:
+        """A page of the org's events, newest first, each with its request's title and
+        number (read by primary key for the page's rows only)."""
+        statement = (
+            select(AuditEvent, ApprovalRequest.title, ApprovalRequest.number)
+            .outerjoin(ApprovalRequest, ApprovalRequest.id == AuditEvent.request_id)
+            .where(AuditEvent.org_id == org_id)
+        )
         if filters.type:
             statement = statement.where(AuditEvent.type == filters.type)
         if filters.request_id:
             statement = statement.where(AuditEvent.request_id == filters.request_id)
+        if filters.request_number is not None:
+            numbered = select(ApprovalRequest.id).where(
+                ApprovalRequest.org_id == org_id, ApprovalRequest.number == filters.request_number
+            )
+            statement = statement.where(AuditEvent.request_id == numbered.scalar_subquery())
         if filters.actor_id:
             statement = statement.where(AuditEvent.actor_id == filters.actor_id)
         if filters.since:
@@ -71,7 +93,8 @@ class AdminRepository:
             .offset(offset)
             .limit(limit)
         )
-        return (await self.session.scalars(statement)).all()
+        rows = await self.session.execute(statement)
+        return [AuditRow(event, title, number) for event, title, number in rows]
 
     async def audit_types(self, org_id: uuid.UUID) -> Sequence[str]:
         """The event types the org's log holds (the type filter's choices), at most

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
+from signoff.approvals.listing import number_searched
 from signoff.auth.principal import OrgMember
 from signoff.auth.secrets import hash_password
 from signoff.common.ids import parse_id
@@ -21,13 +22,14 @@ from signoff.crypto import SecretBox
 from signoff.dashboard.admin_repository import (
     AdminRepository,
     AuditFilters,
+    AuditRow,
     DeliveryFilters,
     DeliveryRow,
 )
 from signoff.errors import Conflict, NotFound, ValidationFailed
 from signoff.invitations import service as invitations
 from signoff.invitations.mail import Purpose
-from signoff.models import AuditEvent, Connection, OAuthClient, User, WebhookAttempt
+from signoff.models import Connection, OAuthClient, User, WebhookAttempt
 from signoff.oauth import service as oauth_service
 from signoff.orgs import service as orgs_service
 from signoff.unit_of_work import UnitOfWork
@@ -403,9 +405,12 @@ def audit_filters(query: dict[str, str]) -> AuditFilters:
     until = _day(query.get("until"), "until")
     if until is not None and len(query.get("until", "")) <= 10:
         until += timedelta(days=1)
+    request = (query.get("request_id") or "").strip()
+    number = number_searched(request)
     return AuditFilters(
         type=(query.get("type") or "").strip()[:64] or None,
-        request_id=_id(query.get("request_id")),
+        request_id=None if number else _id(request),
+        request_number=number.number if number else None,
         actor_id=_id(query.get("actor_id")),
         since=_day(query.get("since"), "since"),
         until=until,
@@ -414,7 +419,7 @@ def audit_filters(query: dict[str, str]) -> AuditFilters:
 
 async def audit(
     repo: AdminRepository, admin: OrgMember, filters: AuditFilters, page: int
-) -> Listing[AuditEvent]:
+) -> Listing[AuditRow]:
     rows = await repo.list_audit(admin.org_id, filters, (page - 1) * PAGE_SIZE, PAGE_SIZE + 1)
     return Listing(rows[:PAGE_SIZE], page, len(rows) > PAGE_SIZE)
 

@@ -314,6 +314,7 @@ async def history(
 
 
 CSV_COLUMNS = (
+    "number",
     "id",
     "title",
     "status",

@@ -35,6 +35,7 @@ from signoff.auth.principal import OrgMember
 from signoff.common.http import context_of
 from signoff.common.time import utcnow
 from signoff.context import AppContext
+from signoff.dashboard.activity import describe_event
 from signoff.models import DashboardSession, Organization, User
 from signoff.oauth import credentials
 
@@ -385,4 +386,10 @@ templates.filters.update(
     iso=iso,
     short_id=short_id,
 )
-templates.globals.update(age=age, ago=ago, time_left=time_left, expires_soon=expires_soon)
+templates.globals.update(
+    age=age,
+    ago=ago,
+    time_left=time_left,
+    expires_soon=expires_soon,
+    describe_event=describe_event,
+)

@@ -34,6 +34,9 @@ class ApprovalRequest(Base):
     __tablename__ = "approval_requests"
     __table_args__ = (
         UniqueConstraint("org_id", "idempotency_key"),
+        # A request's number in its org (``#1234``): how people name it, and how a search
+        # for the number finds it (migration 0024).
+        Index("uq_approval_requests_org_number", "org_id", "number", unique=True),
         # List pages: newest first within an org, optionally narrowed by one filter.
         Index("ix_approval_requests_org_created", "org_id", "created_at", "id"),
         # Each filter's index also holds what the other filters test, so a page filtered
@@ -91,6 +94,9 @@ class ApprovalRequest(Base):
     has_steps: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # Approved by a policy rather than a person: always false until policies exist.
     auto_approved: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # The request's number in its org, given by its create (``ApprovalRepository.
+    # insert_unless_key_taken``): never shared by two requests of the org, never reused.
+    number: Mapped[int] = mapped_column(Integer)
 
 
 class Vote(Base):

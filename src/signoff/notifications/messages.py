@@ -86,7 +86,8 @@ def _json_text(value: Any) -> str:
 
 
 def facts(request: RequestFacts) -> list[tuple[str, str]]:
-    rows = [("Priority", request.priority)]
+    rows = [("Request", f"#{request.number}")] if request.number is not None else []
+    rows.append(("Priority", request.priority))
     if request.action_type:
         rows.append(("Action", request.action_type))
     if request.source:

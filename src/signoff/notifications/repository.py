@@ -189,6 +189,7 @@ _FACT_COLUMNS = (
     ApprovalRequest.has_steps,
     ApprovalRequest.created_at.label("created_at"),
     ApprovalRequest.expires_at,
+    ApprovalRequest.number,
     ApprovalRequest.status.label("status"),
 )
 
@@ -207,6 +208,7 @@ def facts_of(row: Any) -> RequestFacts:
         has_steps=bool(row.has_steps),
         created_at=row.created_at,
         expires_at=row.expires_at,
+        number=row.number,
     )
 
 

@@ -201,6 +201,8 @@ class RequestFacts:
     has_steps: bool
     created_at: datetime
     expires_at: datetime | None
+    # Its number in the org (``#1234``): None for the routing page's test sample.
+    number: int | None = None
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,9 @@ class Approval(_Model):
     status: str
     priority: str
     created_at: datetime
+    # Its number in the organization, as people name it (``#1234``); None from a server
+    # that does not number requests yet.
+    number: int | None = None
     description: str = ""
     org_id: str | None = None
     connection_id: str | None = None

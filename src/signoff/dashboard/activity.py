@@ -1,0 +1,75 @@
+"""The request page's activity list, in words: "Requested by deploy-bot", "Approved by
+Ann (1 of 2)", "Comment by Ben", "Expired". The audit trail's event types
+(``request.created``) are names for programs; people read these."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+# How a decision arrived, when not on the dashboard or through the API.
+_VIA = {"email": "an e-mail link", "slack": "Slack", "teams": "Teams", "discord": "Discord"}
+
+
+class _Event(Protocol):
+    type: str
+    actor_id: uuid.UUID | None
+    data: dict[str, Any] | None
+
+
+class _Step(Protocol):
+    id: uuid.UUID
+    step_order: int
+
+
+def describe_event(
+    event: _Event,
+    names: Mapping[uuid.UUID, str],
+    requested_by: str,
+    steps: Sequence[_Step] = (),
+) -> str:
+    """One event of a request as a sentence of the activity list. ``names``: the org's
+    users by id; ``requested_by``: the name of the connection that created the request."""
+    data = event.data or {}
+    who = names.get(event.actor_id, "a former user") if event.actor_id else "signoff"
+    kind = event.type
+    if kind == "request.created":
+        return f"Requested by {requested_by or who}"
+    if kind == "comment.created":
+        return f"Comment by {who}"
+    if kind in ("request.vote_recorded", "request.approved", "request.rejected"):
+        return _decision(kind, data, who)
+    if kind.startswith("step."):
+        order = {str(step.id): step.step_order for step in steps}.get(str(data.get("step_id")))
+        step = f"Step {order}" if order is not None else "A step"
+        return f"{step} {kind.removeprefix('step.')} by {who}{_via(data)}"
+    if kind == "steps.configured":
+        count = len(data.get("steps") or [])
+        return f"Approval chain of {count} step{'s' if count != 1 else ''} set by {who}"
+    if kind == "request.cancelled":
+        return f"Cancelled by {who}"
+    if kind == "request.expired":
+        return "Expired: nobody decided before the deadline"
+    if kind == "callback.delivered":
+        return f"Callback delivered (attempt {data.get('attempt', 1)})"
+    if kind == "callback.failed":
+        reason = f"HTTP {data['status_code']}" if data.get("status_code") else data.get("error")
+        return "Callback failed" + (f" ({reason})" if reason else "")
+    return kind.replace(".", " ").replace("_", " ").capitalize()
+
+
+def _decision(kind: str, data: Mapping[str, Any], who: str) -> str:
+    word = "Rejected" if kind == "request.rejected" else "Approved"
+    text = f"{word} by {who}{_via(data)}"
+    if data.get("override"):
+        return f"{text}, overriding the chain"
+    required = data.get("required_approvals") or 1
+    if word == "Approved" and required > 1:
+        return f"{text} ({data.get('current_approvals', 0)} of {required})"
+    return text
+
+
+def _via(data: Mapping[str, Any]) -> str:
+    via = data.get("via")
+    return f" via {_VIA.get(str(via), str(via))}" if via else ""

@@ -114,7 +114,7 @@ def _add_history(database_url: str, template_id: str, count: int, status: str) -
     priority, action type and source no filter here asks for: pending ones, or ones
     rejected ten days ago (before every window here). They are written out of time
     order, so that no order of rowids is also the list's."""
-    with closing(sqlite3.connect(_path(database_url))) as connection:
+    with closing(sqlite3.connect(_path(database_url), timeout=60)) as connection:
         columns = [row[1] for row in connection.execute("PRAGMA table_info(approval_requests)")]
         days = 10 if status == "rejected" else 0
         shifted = (

@@ -211,10 +211,14 @@ def builds(options: CompareOptions) -> Iterator[dict[str, Build]]:
 
 
 def run_rounds(
-    options: CompareOptions, sides: dict[str, Build], workdir: Path
-) -> list[dict[str, Any]]:
+    options: CompareOptions,
+    sides: dict[str, Build],
+    workdir: Path,
+    rows: list[dict[str, Any]],
+) -> None:
+    """Every round, each figure appended to ``rows`` as it comes (kept if a later round
+    fails)."""
     opts = options.bench
-    rows: list[dict[str, Any]] = []
     for round_no in range(1, options.rounds + 1):
         order = SIDES if round_no % 2 else SIDES[::-1]
         for database in opts.databases:
@@ -239,7 +243,6 @@ def run_rounds(
                         rows.append(
                             {"round": round_no, "database": database, "side": side} | asdict(figure)
                         )
-    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,17 +252,23 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = datetime.now(UTC)
     machine = machine_info()
+    rows: list[dict[str, Any]] = []
+    sides: dict[str, Build] = {}
+    failed: str | None = None
     try:
         if "postgresql" in options.bench.databases:
             check_postgres(options.bench.postgres_url)
         with (
-            builds(options) as sides,
+            builds(options) as built_sides,
             tempfile.TemporaryDirectory(prefix="signoff-compare-") as tmp,
         ):
-            rows = run_rounds(options, sides, Path(tmp))
+            sides = built_sides
+            run_rounds(options, sides, Path(tmp), rows)
     except (BenchError, BuildError) as exc:
         log(f"error: {exc}")
-        return 1
+        if not rows:
+            return 1
+        failed = str(exc)  # the rounds that ran are still reported, marked incomplete
     machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     summary = summarize(rows)
     opts = options.bench
@@ -274,10 +283,12 @@ def main(argv: list[str] | None = None) -> int:
     output = options.output or RESULTS_DIR / result_name(started, sides["A"], sides["B"])
     argv = argv if argv is not None else sys.argv[1:]
     report = compare_report(started, argv, machine, options, sides, rows, summary, output)
+    if failed:
+        report["incomplete"] = failed
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwritten to {output}")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -4,10 +4,13 @@ and summary it writes (the runs themselves need wrk and two builds: not tested h
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from bench import compare
 from bench.builds import Build, install_command
 from bench.compare import (
     compare_report,
@@ -17,7 +20,7 @@ from bench.compare import (
     spread,
     summarize,
 )
-from bench.run import SCENARIOS, reference_path
+from bench.run import SCENARIOS, BenchError, reference_path
 from bench.run import parse_args as bench_parse_args
 
 
@@ -173,3 +176,34 @@ def test_the_json_holds_the_builds_options_summary_and_every_figure() -> None:
     assert decoded["sides"]["B"]["label"] == "HEAD"
     assert decoded["summary"][0]["ratios"]["rps"]["median"] == 0.9
     assert len(decoded["figures"]) == 2
+
+
+def test_rounds_run_before_a_failure_are_still_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long run that fails in its last round keeps the rounds it had, marked incomplete."""
+    sides = {
+        "A": Build("7fd4f54", "7fd4f54" + "0" * 33, False, Path("/a/signoff")),
+        "B": Build("HEAD", "605a276" + "1" * 33, False, Path("/b/signoff")),
+    }
+
+    @contextmanager
+    def fake_builds(options: object) -> Iterator[dict[str, Build]]:
+        yield sides
+
+    def failing_rounds(options: object, sides: object, workdir: Path, rows: list) -> None:  # type: ignore[type-arg]
+        rows += [row(1, "A", 100.0, 10.0, 1.0), row(1, "B", 110.0, 9.0, 0.9)]
+        raise BenchError("signoff-sqlite-B exited at start")
+
+    monkeypatch.setattr(compare, "builds", fake_builds)
+    monkeypatch.setattr(compare, "run_rounds", failing_rounds)
+    monkeypatch.setattr(
+        compare, "machine_info", lambda: {"cpus": 2, "load_average_at_start": [1.0]}
+    )
+    monkeypatch.setattr(compare.shutil, "which", lambda name: "/usr/bin/wrk")
+    output = tmp_path / "run.json"
+    argv = ["--base", "7fd4f54", "--databases", "sqlite", "--output", str(output)]
+    assert compare.main(argv) == 1
+    written = json.loads(output.read_text())
+    assert written["incomplete"] == "signoff-sqlite-B exited at start"
+    assert written["summary"][0]["ratios"]["rps"]["median"] == 1.1

@@ -12,7 +12,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 PIP := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --disable-pip-version-check --progress-bar off -c constraints.txt
 
-.PHONY: install install-runtime serve worker test lint format typecheck check bench bench-callbacks bench-longpoll bench-dashboard bench-notifications bench-replacements bench-fleet bench-size bench-expiry clean
+.PHONY: install install-runtime serve worker test lint format typecheck check bench bench-compare bench-callbacks bench-longpoll bench-dashboard bench-notifications bench-replacements bench-fleet bench-size bench-expiry clean
 
 CLIENT := clients/python
 
@@ -54,8 +54,20 @@ typecheck: $(STAMP)
 
 check: lint typecheck test
 
+# signoff on SQLite and PostgreSQL against plain-FastAPI baselines (docs/performance.md).
+# BENCH_ARGS="--save-reference" also keeps the report as bench/results/reference-<commit>.json.
 bench: $(STAMP)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+# Two builds in one run: BASE=<commit> (A), built in a temporary git worktree with a venv of
+# its own, against this checkout as it is (B; or HEAD=<commit>), make bench's scenarios
+# interleaved A, B, A, B round by round. Prints each scenario's ratio B/A (req/s, p99, CPU
+# per call) with its spread; writes bench/results/compare-<date>-<A>-<B>.json. Options in
+# BENCH_ARGS: --rounds (5), --duration (10), --scenarios, --databases (docs/performance.md,
+# *Comparing two builds*). Example:
+#   make bench-compare BASE=7fd4f54 BENCH_ARGS="--scenarios create,decide --databases sqlite"
+bench-compare: $(STAMP)
+	$(BIN)/python -m bench.compare --base "$(BASE)" $(if $(HEAD),--head "$(HEAD)") $(BENCH_ARGS)
 
 # Decision callbacks: decision-to-receipt latency, deliveries per second (docs/performance.md).
 bench-callbacks: $(STAMP)

@@ -45,6 +45,8 @@ from typing import Any
 
 import httpx
 
+from bench.builds import checkout_source
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
 LUA_DIR = BENCH_DIR / "lua"
@@ -99,6 +101,7 @@ class Options:
     postgres_url: str
     output: Path
     scenarios: tuple[str, ...] = SCENARIOS
+    save_reference: bool = False
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,7 @@ class Report:
     figures: list[Figure] = field(default_factory=list)
     seeding: dict[str, dict[str, float]] = field(default_factory=dict)
     targets: list[dict[str, Any]] = field(default_factory=list)
+    source: dict[str, Any] = field(default_factory=dict)  # the commit benched, and if dirty
 
 
 def log(message: str) -> None:
@@ -242,10 +246,13 @@ def running(server: Server) -> Iterator[Server]:
         server.stop()
 
 
-def signoff_cli(env: dict[str, str], cwd: Path, *args: str) -> dict[str, Any]:
-    """Run the real ``signoff`` command; with ``--json`` its last line is one object."""
+def signoff_cli(
+    env: dict[str, str], cwd: Path, *args: str, binary: Path = SIGNOFF
+) -> dict[str, Any]:
+    """Run the real ``signoff`` command (this checkout's, or ``binary``: another build's);
+    with ``--json`` its last line is one object."""
     result = subprocess.run(
-        [str(SIGNOFF), *args], env=env, cwd=cwd, capture_output=True, text=True, check=False
+        [str(binary), *args], env=env, cwd=cwd, capture_output=True, text=True, check=False
     )
     if result.returncode != 0:
         raise BenchError(f"signoff {' '.join(args)} failed:\n{result.stderr or result.stdout}")
@@ -486,87 +493,136 @@ def database_url(target: str, opts: Options, workdir: Path) -> Iterator[str]:
         yield url
 
 
-def bench_signoff(target: str, opts: Options, workdir: Path, report: Report) -> list[Figure]:
+@dataclass
+class Deployment:
+    """One signoff build serving a fresh, seeded database: what each scenario runs against."""
+
+    target: str  # sqlite or postgresql
+    binary: Path
+    env: dict[str, str]
+    workdir: Path
+    org_id: str
+    api_key: str
+    server: Server
+    ids_file: Path
+    create_rps: float | None = None  # the create scenario's, once run: sizes decide's pool
+
+    @property
+    def auth(self) -> list[str]:
+        return [f"Authorization: Bearer {self.api_key}"]
+
+
+@contextmanager
+def deployed(
+    target: str,
+    opts: Options,
+    workdir: Path,
+    report: Report | None = None,
+    binary: Path = SIGNOFF,
+    name: str | None = None,
+) -> Iterator[Deployment]:
+    """A fresh database, an org, a connection made with ``binary``'s CLI, ``binary serve``
+    started, and ``opts.seed`` requests seeded through the API; stopped on exit."""
     from signoff.crypto import generate_secret_key
 
+    name = name or target
     workdir.mkdir()
-    figures: list[Figure] = []
     with database_url(target, opts, workdir) as url:
         env = bench_env(url, generate_secret_key())
+
+        def cli(*args: str) -> dict[str, Any]:
+            return signoff_cli(env, workdir, *args, binary=binary)
+
         if target == "postgresql":
-            signoff_cli(env, workdir, "db", "upgrade")
-        org = signoff_cli(env, workdir, "org", "create", "Bench", "--json")
-        user = signoff_cli(
-            env, workdir, "user", "create", "--org", org["id"], "--email", "bench@example.com",
+            cli("db", "upgrade")
+        org = cli("org", "create", "Bench", "--json")
+        user = cli(
+            "user", "create", "--org", org["id"], "--email", "bench@example.com",
             "--name", "Bench Admin", "--role", "admin", "--json",
         )  # fmt: skip
-        connection = signoff_cli(
-            env, workdir, "connection", "create", "--org", org["id"], "--owner", user["id"],
+        connection = cli(
+            "connection", "create", "--org", org["id"], "--owner", user["id"],
             "--name", "bench", "--json",
         )  # fmt: skip
-        signoff_cli(
-            env, workdir, "connection", "set-rate-limit", connection["id"],
+        cli(
+            "connection", "set-rate-limit", connection["id"],
             str(RATE_LIMIT_CEILING), "--org", org["id"], "--json",
         )  # fmt: skip
         api_key = connection["api_key"]
-        auth = [f"Authorization: Bearer {api_key}"]
-        server = Server(f"signoff-{target}", [str(SIGNOFF), "serve"], env, workdir)
+        server = Server(f"signoff-{name}", [str(binary), "serve"], env, workdir)
         with running(server):
-            log(f"[{target}] seeding {opts.seed:,} requests through POST /api/v1/approvals")
+            log(f"[{name}] seeding {opts.seed:,} requests through POST /api/v1/approvals")
             started = time.monotonic()
             seeded = create_many(server.url, api_key, 0, opts.seed)
             elapsed = time.monotonic() - started
-            report.seeding[target] = {
-                "requests": opts.seed,
-                "seconds": round(elapsed, 1),
-                "rps": round(opts.seed / elapsed, 1),
-            }
-            log(f"[{target}] seeded in {elapsed:.1f} s ({opts.seed / elapsed:,.0f}/s)")
+            if report is not None:
+                report.seeding[target] = {
+                    "requests": opts.seed,
+                    "seconds": round(elapsed, 1),
+                    "rps": round(opts.seed / elapsed, 1),
+                }
+            log(f"[{name}] seeded in {elapsed:.1f} s ({opts.seed / elapsed:,.0f}/s)")
             ids_file = workdir / "seeded-ids.txt"
             ids_file.write_text("\n".join(seeded) + "\n")
-
-            def run(scenario: str, args: list[str] | None = None) -> Figure:
-                figure = measure(
-                    opts, workdir, server, target, scenario, "/api/v1/approvals", scenario,
-                    args, auth,
-                )  # fmt: skip
-                figures.append(figure)
-                return figure
-
-            wanted = set(opts.scenarios)
-            create = run("create") if "create" in wanted else None
-            if "get" in wanted:
-                run("get", [str(ids_file)])
-            if "list" in wanted:
-                run("list", [str(opts.list_pages)])
-            if "decide" in wanted:
-                pool = pending_ids(server.url, api_key)
-                # Decide runs about as fast as create; leave a wide margin so no id repeats.
-                create_rps = create.rps if create is not None else 1_000.0
-                needed = max(5_000, int(create_rps * opts.duration * 2))
-                if len(pool) < needed:
-                    log(f"[{target}] topping up the decide pool: {needed - len(pool):,} more")
-                    pool += create_many(server.url, api_key, opts.seed, needed - len(pool))
-                decide_file = workdir / "pending-ids.txt"
-                decide_file.write_text("\n".join(pool) + "\n")
-                decide = run("decide", [str(decide_file), str(opts.threads)])
-                if decide.requests > len(pool):
-                    log(f"[{target}] warning: decide ran past its {len(pool):,} pending requests")
-            if "chain" in wanted:
-                approvers = [make_approver(env, workdir, org["id"], index) for index in range(1, 4)]
-                figures.append(measure_chains(opts, workdir, server, target, api_key, approvers))
-    return figures
+            yield Deployment(target, binary, env, workdir, org["id"], api_key, server, ids_file)
 
 
-def make_approver(env: dict[str, str], workdir: Path, org_id: str, index: int) -> Approver:
+def run_scenario(opts: Options, deployment: Deployment, scenario: str) -> Figure:
+    """One scenario of ``make bench`` against a deployment (``SCENARIOS``' order matters:
+    decide's pool is sized by create's rate when create ran first)."""
+    d = deployment
+
+    def run(args: list[str] | None = None) -> Figure:
+        return measure(
+            opts, d.workdir, d.server, d.target, scenario, "/api/v1/approvals", scenario,
+            args, d.auth,
+        )  # fmt: skip
+
+    if scenario == "create":
+        figure = run()
+        d.create_rps = figure.rps
+        return figure
+    if scenario == "get":
+        return run([str(d.ids_file)])
+    if scenario == "list":
+        return run([str(opts.list_pages)])
+    if scenario == "decide":
+        pool = pending_ids(d.server.url, d.api_key)
+        # Decide runs about as fast as create; leave a wide margin so no id repeats.
+        create_rps = d.create_rps if d.create_rps is not None else 1_000.0
+        needed = max(5_000, int(create_rps * opts.duration * 2))
+        if len(pool) < needed:
+            log(f"[{d.target}] topping up the decide pool: {needed - len(pool):,} more")
+            pool += create_many(d.server.url, d.api_key, opts.seed, needed - len(pool))
+        decide_file = d.workdir / "pending-ids.txt"
+        decide_file.write_text("\n".join(pool) + "\n")
+        figure = run([str(decide_file), str(opts.threads)])
+        if figure.requests > len(pool):
+            log(f"[{d.target}] warning: decide ran past its {len(pool):,} pending requests")
+        return figure
+    if scenario == "chain":
+        approvers = [make_approver(d, index) for index in range(1, 4)]
+        return measure_chains(opts, d.workdir, d.server, d.target, d.api_key, approvers)
+    raise BenchError(f"unknown scenario: {scenario}")
+
+
+def bench_signoff(target: str, opts: Options, workdir: Path, report: Report) -> list[Figure]:
+    with deployed(target, opts, workdir, report) as deployment:
+        return [run_scenario(opts, deployment, scenario) for scenario in opts.scenarios]
+
+
+def make_approver(deployment: Deployment, index: int) -> Approver:
     """A member with a connection of their own: each step is voted with its approver's key."""
+    d = deployment
     user = signoff_cli(
-        env, workdir, "user", "create", "--org", org_id, "--email",
+        d.env, d.workdir, "user", "create", "--org", d.org_id, "--email",
         f"approver{index}@example.com", "--name", f"Approver {index}", "--json",
+        binary=d.binary,
     )  # fmt: skip
     connection = signoff_cli(
-        env, workdir, "connection", "create", "--org", org_id, "--owner", user["id"],
+        d.env, d.workdir, "connection", "create", "--org", d.org_id, "--owner", user["id"],
         "--name", f"approver-{index}", "--rate-limit", str(RATE_LIMIT_CEILING), "--json",
+        binary=d.binary,
     )  # fmt: skip
     return Approver(user["id"], connection["api_key"])
 
@@ -771,8 +827,8 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def parse_args(argv: list[str] | None) -> Options:
-    parser = argparse.ArgumentParser(prog="make bench", description=__doc__.split("\n\n")[0])
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a signoff run that ``make bench`` and ``make bench-compare`` share."""
     parser.add_argument("--duration", type=int, default=10, help="seconds per scenario")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2, help="wrk threads")
@@ -788,14 +844,18 @@ def parse_args(argv: list[str] | None) -> Options:
         default=os.environ.get("SIGNOFF_BENCH_POSTGRES_URL", DEFAULT_POSTGRES_URL),
         help="a server where the bench may create (and drop) a database of its own",
     )
-    parser.add_argument("--output", type=Path, default=RESULTS_DIR / "latest.json")
     parser.add_argument(
         "--scenarios",
         default=",".join(SCENARIOS),
         help=f"comma-separated, of: {', '.join(SCENARIOS)} (the baselines run only for "
         "scenarios compared with one)",
     )
-    args = parser.parse_args(argv)
+
+
+def bench_options(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, output: Path
+) -> Options:
+    """``Options`` from the arguments of ``add_bench_arguments``; unknown names are errors."""
     databases = [d.strip() for d in args.databases.split(",") if d.strip()]
     if unknown := set(databases) - {"sqlite", "postgresql"}:
         parser.error(f"unknown database(s): {', '.join(sorted(unknown))}")
@@ -811,9 +871,30 @@ def parse_args(argv: list[str] | None) -> Options:
         list_pages=args.list_pages,
         databases=databases,
         postgres_url=args.postgres_url,
-        output=args.output,
+        output=output,
         scenarios=scenarios,
     )
+
+
+def parse_args(argv: list[str] | None) -> Options:
+    parser = argparse.ArgumentParser(prog="make bench", description=__doc__.split("\n\n")[0])
+    add_bench_arguments(parser)
+    parser.add_argument("--output", type=Path, default=RESULTS_DIR / "latest.json")
+    parser.add_argument(
+        "--save-reference",
+        action="store_true",
+        help="also write the report to bench/results/reference-<commit>.json, kept in git, "
+        "so that figures quoted in the docs can be traced to a commit and re-run",
+    )
+    args = parser.parse_args(argv)
+    opts = bench_options(parser, args, args.output)
+    opts.save_reference = args.save_reference
+    return opts
+
+
+def reference_path(source: dict[str, Any]) -> Path:
+    """Where ``--save-reference`` keeps a commit's figures."""
+    return RESULTS_DIR / f"reference-{source['short']}.json"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -828,6 +909,7 @@ def main(argv: list[str] | None = None) -> int:
             started_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
             machine=machine_info(),
             options={k: str(v) if isinstance(v, Path) else v for k, v in asdict(opts).items()},
+            source=checkout_source(),
         )
         with tempfile.TemporaryDirectory(prefix="signoff-bench-") as tmp:
             workdir = Path(tmp)
@@ -851,6 +933,10 @@ def main(argv: list[str] | None = None) -> int:
     opts.output.parent.mkdir(parents=True, exist_ok=True)
     opts.output.write_text(json.dumps(asdict(report), indent=2) + "\n")
     print(f"\nwritten to {opts.output}")
+    if opts.save_reference:
+        reference = reference_path(report.source)
+        reference.write_text(json.dumps(asdict(report), indent=2) + "\n")
+        print(f"kept as {reference}")
     return 0
 
 

@@ -11,8 +11,8 @@ waiting, as asyncio's own loop does. Everything else (protocols, signals, gracef
 shutdown) is uvicorn's.
 
 What it earns is measured against uvicorn serving the same socket itself (``make
-bench-replacements``; docs/performance.md, *Hand-written replacements and what they
-earn*): ``SIGNOFF_STOCK_ACCEPT=1`` in the environment of ``signoff serve`` selects that,
+bench-replacements``; docs/performance.md, *Hand-written replacements*):
+``SIGNOFF_STOCK_ACCEPT=1`` in the environment of ``signoff serve`` selects that,
 for that measurement only.
 """
 

@@ -14,7 +14,7 @@ as ``str | None`` (what FastAPI would pass: the last value, or the default); and
 ``require_scope`` dependency, which yields the caller or refuses the call.
 
 What it earns is measured against FastAPI's own handler (``make bench-replacements``;
-docs/performance.md, *Hand-written replacements and what they earn*): with
+docs/performance.md, *Hand-written replacements*): with
 ``SIGNOFF_STOCK_ROUTES=1`` in the environment when the routes are built, every route runs
 through FastAPI's handler. That switch is for that measurement only.
 """

@@ -80,7 +80,7 @@ async def _decode_json_as_the_engine_does(connection: Any) -> None:
     )
 
 
-# The measurement switch (docs/performance.md, *Measurement switches*): the hot path's
+# The measurement switch (docs/performance.md, *Hand-written replacements*): the hot path's
 # connections come from asyncpg's own pool instead of ``ConnectionLender``.
 STOCK_SWITCH = "SIGNOFF_STOCK_PG_POOL"
 # A connection of the hot path unused this long is closed (one is kept).

@@ -22,7 +22,7 @@ Reported, per database:
 
 The receiver is ``bench.receiver.Receiver`` in ``--receivers`` processes of their own
 sharing one port (``SO_REUSEPORT``), so that neither it nor the load's own client takes
-turns with the other. Targets (issue 24): both within 60 s on either database, the API's
+turns with the other. Targets: both within 60 s on either database, the API's
 p99 under 100 ms meanwhile. Figures are printed and written to
 ``bench/results/expiry.json``; nothing asserts a timing.
 """

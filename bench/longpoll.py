@@ -3,8 +3,8 @@
 ``make bench-longpoll`` starts ``signoff serve`` on SQLite (and PostgreSQL with
 ``--databases sqlite,postgresql``), creates one request, holds ``--waiters`` long polls
 (``GET /api/v1/approvals/:id?wait=60``) open on it, decides it, and measures, for every
-waiter, the time from sending the decision to receiving its answer. The target
-(issue 19): 1,000 waiters all answered within 1 s of the decision on SQLite.
+waiter, the time from sending the decision to receiving its answer. The target: 1,000
+waiters all answered within 1 s of the decision on SQLite.
 
 The waiters are raw HTTP/1.1 connections on one event loop, so the client's own cost
 stays small beside the server's.

@@ -264,8 +264,8 @@ async def run(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
         ctx = AppContext.from_settings(settings)
         app = create_app(settings, ctx=ctx, background=True)
         # As ``signoff serve`` does between building the app and serving it: without it,
-        # a full collection walks every startup object (100 to 160 ms here, once a run,
-        # in whichever round it falls: docs/engineering-log.md, *Issue 22, fourth round*).
+        # a full collection walks every startup object, once a run, in whichever round it
+        # falls (docs/decisions/0007-gc-freeze-at-startup.md).
         keep_startup_objects_out_of_collections()
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)

@@ -2,7 +2,7 @@
 the library's own behaviour, side by side in one run, on SQLite (the PostgreSQL pool's on
 PostgreSQL).
 
-Every replacement has a measurement switch (docs/performance.md, *Measurement switches*)
+Every replacement has a measurement switch (docs/performance.md, *Hand-written replacements*)
 that puts the stock behaviour back in the same build. For each replacement this runs two
 servers on one database, ``A`` as shipped and ``B`` with the switch, and
 measures them in turn on the path the replacement serves, in ``--pairs`` pairs whose
@@ -18,8 +18,9 @@ order alternates (A B, B A, A B, ...), so that both sides share the machine's mo
   ``SIGNOFF_STOCK_PG_POOL``): wrk on get, create and decide, on a PostgreSQL database of
   its own (``--postgres-url``), the only replacement measured there.
 
-(``MemoryCounters`` and the callback transport's ``_Stream`` were measured the same way
-on 2026-11-25, earned less than 10 % and went back to their libraries: docs/performance.md.)
+(``MemoryCounters`` and the callback transport's ``_Stream`` were measured the same way,
+earned less than the rule asks and went back to their libraries:
+docs/decisions/0019-replacements-earn-ten-percent.md.)
 
 Per pair the *gain* is what the replacement saves against the stock side: for CPU per
 call (the server's CPU time from /proc over the answers, steadier than req/s on a shared

@@ -64,10 +64,10 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SCENARIOS = ("create", "get", "list", "decide", "chain")
 # Which baseline each scenario is compared with.
 BASELINE_OF = {"create": "echo", "decide": "echo", "get": "constant", "list": "constant"}
-# Targets of the issues. Both databases: p99, peak RSS, no failed calls. SQLite, the
+# The targets. Both databases: p99, peak RSS, no failed calls. SQLite, the
 # embedded default: throughput against the plain-FastAPI baselines. PostgreSQL: throughput
 # as a share of SQLite's in the same run, and server CPU per call at most a factor of
-# SQLite's (issue 24); without SQLite in the run those two are not checked.
+# SQLite's; without SQLite in the run those two are not checked.
 TARGET_RATIOS = {"create": 0.30, "get": 0.40}
 POSTGRES_SHARE_OF_SQLITE = {"create": 0.50, "get": 0.60, "list": 0.50, "decide": 0.50}
 POSTGRES_CPU_FACTOR = 1.5

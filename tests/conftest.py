@@ -219,7 +219,7 @@ async def api_only(ctx: AppContext) -> AsyncIterator[httpx.AsyncClient]:
     Why: with them, the notification sender may share-lock a request it writes
     notifications for (PostgreSQL), and a sweep passes over a locked row, leaving it to
     a later sweep: a test's own sweep then finds fewer due requests than it made, more
-    often under load (docs/engineering-log.md, *Issue 24: concurrent sweeps*). The
+    often under load. The
     background sweep's first pass, at startup, is one more sweeper besides the test's.
     """
     application = create_app(ctx.settings, ctx=ctx, background=False)

@@ -151,8 +151,8 @@ def _add_routes(app: FastAPI, *routers: APIRouter) -> None:
     busiest paths, the approvals', are then tried first.
 
     ``include_router`` keeps each router as a nested one, matched twice per call (once to
-    pick the router, once inside it), a share of every call's CPU (``make bench``,
-    scenario get; docs/engineering-log.md, *The second round*).
+    pick the router, once inside it), a share of every call's CPU
+    (docs/decisions/0005-leanroute.md).
     Our routers carry no dependencies or settings of their own to inherit: their prefix
     is already part of every route's path.
     """

@@ -4,15 +4,15 @@ Why: the libuv inside uvloop accepts one connection per turn of the event loop. 
 busy turn runs every request that is ready, so under load a turn is long, and clients
 that connect together wait in line: the last of many connections opened at once waits
 one turn for each connection before it, while those are already being answered (``make
-bench`` opens its 32 connections together, so this showed in the p99 of every scenario;
-docs/engineering-log.md, *The fifth round*).
+bench`` opens its connections together, so this showed in the tail of every scenario;
+docs/decisions/0006-pendingacceptor.md).
 This server listens on its own socket and, each time it is readable, accepts what is
 waiting, as asyncio's own loop does. Everything else (protocols, signals, graceful
 shutdown) is uvicorn's.
 
 What it earns is measured against uvicorn serving the same socket itself (``make
-bench-replacements``; docs/performance.md, *Hand-written replacements and what they
-earn*): ``SIGNOFF_STOCK_ACCEPT=1`` in the environment of ``signoff serve`` selects that,
+bench-replacements``; docs/performance.md, *Hand-written replacements*):
+``SIGNOFF_STOCK_ACCEPT=1`` in the environment of ``signoff serve`` selects that,
 for that measurement only.
 """
 
@@ -180,7 +180,7 @@ def keep_startup_objects_out_of_collections() -> None:
     of objects that live as long as the process) out of the cyclic garbage collector's
     sight. Each full collection otherwise walks them all, holding the event loop, and
     every request in flight waits for it: the longest pauses of a server under load
-    (docs/engineering-log.md, *Issue 24, section 1: the tail*). Objects made later are
+    (docs/decisions/0007-gc-freeze-at-startup.md). Objects made later are
     collected as usual."""
     gc.collect()
     gc.freeze()

@@ -79,7 +79,8 @@ def _relative_links(page: Path) -> list[str]:
 
 def test_relative_links_in_the_docs_lead_somewhere() -> None:
     broken = []
-    for page in [REPO / "README.md", *sorted(DOCS.glob("*.md"))]:
+    pages = [REPO / "README.md", *sorted(DOCS.rglob("*.md")), *sorted(REPO.glob("bench/**/*.md"))]
+    for page in pages:
         for link in _relative_links(page):
             path, _, anchor = link.partition("#")
             target = (page.parent / path).resolve() if path else page
@@ -95,4 +96,22 @@ def test_the_link_check_finds_links_and_headings() -> None:
     assert _anchors(page) == {"top", "api-throughput-make-bench", "top-1"}
     readme_links = _relative_links(REPO / "README.md")
     assert "docs/architecture.md" in readme_links
-    assert "docs/engineering-log.md" in readme_links
+    assert "docs/decisions/README.md" in readme_links
+
+
+def test_decision_records_are_short_and_each_is_in_the_index() -> None:
+    decisions = DOCS / "decisions"
+    index = (decisions / "README.md").read_text()
+    records = sorted(decisions.glob("[0-9][0-9][0-9][0-9]-*.md"))
+    assert records, "no decision records"
+    for record in records:
+        assert len(record.read_text().splitlines()) <= 60, f"{record.name}: over 60 lines"
+        number = record.name[:4]
+        assert re.search(rf"^- \[?{number} ", index, re.MULTILINE), f"{number} not in the index"
+
+
+def test_the_performance_page_stays_readable() -> None:
+    text = (DOCS / "performance.md").read_text()
+    assert len(text.splitlines()) <= 300
+    for heading in ("## What one process serves", "## Reproduce", "## Tuning"):
+        assert heading in text

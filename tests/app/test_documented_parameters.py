@@ -1,6 +1,6 @@
 """Query parameters are documented with their real types and limits, yet still read and
 checked by the handlers: a wrong value is a 400 VALIDATION_ERROR naming the parameter,
-never FastAPI's 422 (issue 19)."""
+never FastAPI's 422."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The OpenAPI document at /api/v1/openapi.json tells the truth (issue 19), and the docs
+"""The OpenAPI document at /api/v1/openapi.json tells the truth, and the docs
 page needs nothing from the internet. In process, no database, no network."""
 
 from __future__ import annotations

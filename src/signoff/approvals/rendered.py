@@ -2,8 +2,8 @@
 as one SQL expression per dialect.
 
 Why: a list page holds 20 to 100 requests. Converting each of their columns to Python
-objects (UUIDs, datetimes) and back to text cost more than the query itself (``make
-bench``, scenario list; docs/engineering-log.md, *The fourth round*). SQLite's
+objects (UUIDs, datetimes) and back to text cost more than the query itself
+(docs/decisions/0010-list-pages-rendered-by-the-database.md). SQLite's
 ``json_object`` and, on PostgreSQL, text joined in SQL (``_PostgreSQL``) do the same work
 in C, and the page is answered with the rendered objects as they are (``orjson.Fragment``).
 
@@ -128,7 +128,7 @@ class _PostgreSQL:
     The object is written as text: each value as its JSON text (``null`` when absent),
     joined with its key by ``||``. Why: ``json_build_object`` looks up how to write each
     of its 54 arguments, keys included, again for every row, most of what rendering a
-    page cost the database (docs/engineering-log.md, *Issue 24: PostgreSQL list pages*).
+    page cost the database (docs/decisions/0010-list-pages-rendered-by-the-database.md).
     Only text that may need escaping goes through ``to_json``; UUIDs, times, numbers and
     booleans are written as they are, as JSON writes them."""
 

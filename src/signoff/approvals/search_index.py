@@ -7,8 +7,8 @@ every savepoint, and every writer of a shared transaction runs in a savepoint of
 to the index, and FTS5 merged those small segments as they piled up, all on the event
 loop's thread: a create's SQLite work took markedly longer than with the index written
 once per transaction, and in a large database a merge now and then held the loop long
-enough to show in the creates' p99 (``make bench``, scenario create;
-docs/engineering-log.md, *The eleventh round*).
+enough to show in the creates' tail
+(docs/decisions/0008-search-index-written-once-per-transaction.md).
 
 How, since migration 0007: a trigger notes each new request's rowid in
 ``approval_requests_fts_pending``, a few microseconds. Just before a connection commits a
@@ -30,7 +30,7 @@ from __future__ import annotations
 # whatever statistics it holds. With the statistics ``ANALYZE`` (or ``PRAGMA optimize``)
 # leaves, and the queue empty when they were taken, it read the whole requests table
 # instead and looked each row up in the queue: every commit then cost a scan of the
-# table (docs/engineering-log.md, *Issue 24*, size).
+# table (docs/decisions/0008-search-index-written-once-per-transaction.md).
 SQLITE_CATCH_UP = (
     "INSERT INTO approval_requests_fts (title, description, org_id, request_id, created_at) "
     "SELECT r.title, r.description, r.org_id, r.id, r.created_at "

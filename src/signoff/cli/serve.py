@@ -23,9 +23,9 @@ def freeze_startup_objects() -> None:
 
     Why: a full collection walks every object the process holds, most of them built at
     startup, and under load such collections paused every request in flight: they made
-    the slowest answers of every ``make bench`` scenario (docs/engineering-log.md, *The
-    third round*). Those objects live as long as the process; what requests allocate is
-    still collected.
+    the slowest answers of every ``make bench`` scenario
+    (docs/decisions/0007-gc-freeze-at-startup.md). Those objects live as long as the
+    process; what requests allocate is still collected.
     """
     gc.collect()
     gc.freeze()

@@ -45,8 +45,8 @@ def require_scope(scope: str) -> Callable[[Request], Awaitable[Principal]]:
     """A dependency: the caller, if their credentials carry ``scope`` (decisions.md 11).
 
     A coroutine on purpose: FastAPI runs a plain ``def`` dependency in a worker thread,
-    and that hand-off cost more than the rest of a read (``make bench``, scenario get;
-    docs/engineering-log.md, *The first round*).
+    and that hand-off cost more than the rest of a read
+    (docs/decisions/0020-what-a-create-pays-for.md).
     """
 
     async def dependency(request: Request) -> Principal:

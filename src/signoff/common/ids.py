@@ -18,8 +18,8 @@ class _RandomPool:
 
     Why: ``os.urandom`` is a system call, and on the virtual machines we run on a call
     costs far more than taking bytes from a buffer; every create took four of them
-    (``make bench``, scenario create; docs/engineering-log.md, *The sixth round*). The
-    bytes are the same CSPRNG's, each handed out once.
+    (docs/decisions/0020-what-a-create-pays-for.md). The bytes are the same CSPRNG's,
+    each handed out once.
     """
 
     BLOCK = 4096

@@ -3,9 +3,10 @@
 Why: in ``signoff serve`` the notification sender shares the event loop (and, on SQLite,
 the one writer) with the API. Its work is cut into short pieces, but a create that comes
 in while a piece runs still waits for it, and a burst of creates with routing on then
-answered slower than the same burst with routing off (docs/engineering-log.md, *Issue
-22, fourth round*). Before each piece the sender waits for a moment with no API write in
-flight, never longer than it says, so it can neither starve nor fall behind its promises.
+answered slower than the same burst with routing off
+(docs/decisions/0016-the-senders-work-in-pieces.md). Before each piece the sender waits
+for a moment with no API write in flight, never longer than it says, so it can neither
+starve nor fall behind its promises.
 
 Only writes are counted: a long poll (a GET that waits for a decision) may stay in flight
 for many seconds, and reads do not queue for the writer.

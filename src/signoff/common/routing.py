@@ -4,7 +4,7 @@ Our endpoints parse and validate their own input (validation.py: the error envel
 every field's problem, and the request's limits) and answer with ready ``Response``
 objects. FastAPI's per-call machinery (solving dependencies, validating each parameter
 through Pydantic) then only hands strings over, at a large share of a read's CPU
-(``make bench``, scenario get; docs/engineering-log.md, *The second round*). For an
+(docs/decisions/0005-leanroute.md). For an
 endpoint whose parameters are all of the kinds below, ``LeanRoute`` calls it with those
 strings directly; FastAPI still builds the OpenAPI document from the same signature. Any
 other endpoint runs through FastAPI's own handler.
@@ -14,7 +14,7 @@ as ``str | None`` (what FastAPI would pass: the last value, or the default); and
 ``require_scope`` dependency, which yields the caller or refuses the call.
 
 What it earns is measured against FastAPI's own handler (``make bench-replacements``;
-docs/performance.md, *Hand-written replacements and what they earn*): with
+docs/performance.md, *Hand-written replacements*): with
 ``SIGNOFF_STOCK_ROUTES=1`` in the environment when the routes are built, every route runs
 through FastAPI's handler. That switch is for that measurement only.
 """
@@ -74,8 +74,7 @@ def _lean_handler(dependant: Dependant) -> Handler | None:
                 arguments[name] = query_params.get(alias, default)
         else:
             # No query string: every parameter takes its default, and Starlette's parsing
-            # of the empty string is left out (``make bench``, scenario get;
-            # docs/engineering-log.md, *The eighth round*).
+            # of the empty string, a measurable share of a get, is left out.
             for name, _, default in query_names:
                 arguments[name] = default
         response: Response = await endpoint(**arguments)

@@ -47,8 +47,8 @@ class UTCDateTime(TypeDecorator[datetime]):
     # On SQLite, one function each way in place of two chained ones. Why: every create
     # and decision binds three or four timestamps, and every read converts some back;
     # SQLAlchemy's SQLite DATETIME formats through a dict of seven fields and parses with
-    # a regular expression (``make bench``, scenarios create and decide;
-    # docs/engineering-log.md, *The sixth round*). The text is the same: naive UTC as
+    # a regular expression (docs/decisions/0020-what-a-create-pays-for.md). The text is
+    # the same: naive UTC as
     # ``YYYY-MM-DD HH:MM:SS.ffffff``, as ``tests/unit/test_column_types.py`` holds it.
 
     def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:

@@ -67,8 +67,8 @@ CLAIM_LIMIT = 200
 # handled a piece at a time, and the SQLite writer (in ``signoff serve``, the event loop)
 # is held for one piece at a time, the API's creates going between the pieces. Each
 # piece costs a fixed share of its own (a write transaction, its statements), so the
-# pieces are no smaller than that: pieces of 10 plans took twice the CPU of pieces of 25
-# (docs/engineering-log.md, *Issue 22, fourth round*).
+# pieces are no smaller than that: smaller pieces cost markedly more CPU in all
+# (docs/decisions/0016-the-senders-work-in-pieces.md).
 PLAN_LIMIT = 200
 PLAN_PIECE = 25
 READ_PIECE = 25

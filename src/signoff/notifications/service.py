@@ -536,7 +536,7 @@ async def _plan(repo: NotificationRepository, plans: Sequence[WaitingPlan], now:
         # Locked only now, and only those that notify someone: a lock taken with the
         # first read was held through the whole planning, and the chain's next vote (or
         # any decision) on a request waited for it, even when nothing was to be sent
-        # (docs/engineering-log.md, *Issue 24: the chain*).
+        # (docs/decisions/0015-notifications-planned-by-the-sender.md).
         pending = await repo.lock_pending({row["request_id"] for row in rows})
         rows = [row for row in rows if row["request_id"] in pending]
     if rows:

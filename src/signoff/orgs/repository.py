@@ -26,8 +26,7 @@ from signoff.models import ApprovalRequest, Base, Connection, Organization, Setu
 from signoff.storage import PreparedQuery, QueryRunner
 
 # Every API call runs this: built once, since building a statement (and its cache key)
-# costs more than SQLite takes to answer it (``make bench``, every scenario;
-# docs/engineering-log.md, *The first round*).
+# costs more than SQLite takes to answer it (docs/decisions/0004-prepared-statements.md).
 # What a Principal is made of, selected by every authentication query (API key, OAuth).
 PRINCIPAL_COLUMNS = (
     Connection.id.label("connection_id"),
@@ -291,10 +290,8 @@ class PrincipalsByKey:
     the calls that confirm them in their own first statement (PostgreSQL).
 
     Why: every API call authenticates, and reading the principal afresh each time was a
-    share of every call's CPU (``make bench``, scenarios create and get;
-    docs/engineering-log.md, *The seventh round*), and on PostgreSQL a round trip of its
-    own (docs/engineering-log.md, *Issue 24, section 1: the principal in the call's
-    first statement*).
+    share of every call's CPU, and on PostgreSQL a round trip of its own
+    (docs/decisions/0012-who-a-key-is.md).
 
     SQLite (``find``): kept only until anything at all is committed: the commit stamp
     (``QueryRunner.commit_stamp``) changes with every commit by any connection or

@@ -80,7 +80,7 @@ class RateLimiter:
             self.storage = RedisStorage(uri, implementation="redispy", key_prefix=key_prefix)
         else:
             # limits' own memory store; a counter of our own earned too little to stay
-            # (docs/performance.md, *Hand-written replacements and what they earn*).
+            # (docs/decisions/0019-replacements-earn-ten-percent.md).
             self.storage = MemoryStorage()
 
     async def hit(self, key: str, limit: int, window: Window = "hour") -> RateLimitDecision:

@@ -35,10 +35,9 @@ ADAPTER_ATTRIBUTES = ("_connection", "_transaction", "_start_transaction")
 # The hot path's statements outside a session: a get, the authentication of calls that
 # read their principal, and, in autocommit, a create's one statement and a decision's read
 # and its one write (``prepared.execute_alone``, ``prepared.writes_alone``). Each holds
-# its connection for one round trip; a write's includes PostgreSQL's commit, so with 8
-# the 32 connections of ``make bench`` queued for them: 16 cost a create and a decision
-# 15 % less CPU and a quarter of their p99 (docs/engineering-log.md, *Issue 24, section 1:
-# the principal in the first statement*).
+# its connection for one round trip; a write's includes PostgreSQL's commit, so with
+# half as many the connections of ``make bench`` queued for them, at a cost in CPU and
+# in the tail (docs/decisions/0011-postgresql-writes-in-one-statement-decisions-without-locks.md).
 READ_POOL_SIZE = 16
 # Filtered and searched list pages (``plan_each_call``): two or three round trips each.
 PLANNED_READ_POOL_SIZE = 8
@@ -53,7 +52,7 @@ NOTIFY_AFTER_COMMIT = {"signoff.notify_after_commit": "on"}
 # first run. PostgreSQL's default plans a prepared statement's first five runs for their
 # values before it may keep a generic plan: on every connection opened, the plain page's
 # first runs took plans far slower than the generic one, and those calls made the list's
-# tail (docs/engineering-log.md, *Issue 24, section 1: the first five runs*).
+# tail (docs/decisions/0013-postgresql-connection-lender-and-generic-plans.md).
 HOT_PATH_SETTINGS = {**NOTIFY_AFTER_COMMIT, "plan_cache_mode": "force_generic_plan"}
 
 
@@ -81,7 +80,7 @@ async def _decode_json_as_the_engine_does(connection: Any) -> None:
     )
 
 
-# The measurement switch (docs/performance.md, *Measurement switches*): the hot path's
+# The measurement switch (docs/performance.md, *Hand-written replacements*): the hot path's
 # connections come from asyncpg's own pool instead of ``ConnectionLender``.
 STOCK_SWITCH = "SIGNOFF_STOCK_PG_POOL"
 # A connection of the hot path unused this long is closed (one is kept).
@@ -101,8 +100,9 @@ class ReadPool:
         # With ``plan_each_call``, each execution is planned for its values. asyncpg
         # prepares a statement once per connection, and after five executions PostgreSQL
         # may keep a generic plan, made without the values: a list page's filters (a window
-        # of dates, a common or a rare word) then kept a plan made for a guess, tens of
-        # times slower in a large org (docs/engineering-log.md, *Issue 24*, size). Planning
+        # of dates, a common or a rare word) then kept a plan made for a guess, far
+        # slower in a large org (docs/decisions/0009-list-pages-index-hints-and-the-1m-row-org.md).
+        # Planning
         # anew costs every call, so the statements whose plans do not depend on their
         # values (a get, a plain page) keep generic plans, on a pool of their own.
         self._server_settings = (

@@ -70,7 +70,7 @@ def _json_text(value: Any) -> str:
 
 # JSON columns on SQLite are text converted in Python: orjson does it far faster than the
 # standard library, which SQLAlchemy uses by default (a create wrote its metadata through
-# ``json.dumps``; docs/engineering-log.md, *The sixth round*). PostgreSQL's driver
+# ``json.dumps``; docs/decisions/0020-what-a-create-pays-for.md). PostgreSQL's driver
 # converts JSONB itself.
 SQLITE_JSON: dict[str, Any] = {"json_serializer": _json_text, "json_deserializer": orjson.loads}
 

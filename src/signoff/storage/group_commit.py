@@ -4,7 +4,7 @@ Why: SQLite writes one transaction at a time, and a commit costs far more than t
 statements before it. A create touches some twenty-five pages (the row, ten indexes, the
 search index, the audit event), and each commit appends every page it changed to the
 write-ahead log, whole, so a commit of its own for every write is what a create paid
-most for (``make bench``, scenario create; docs/engineering-log.md, *The third round*).
+most for (docs/decisions/0002-group-commit-on-sqlite.md).
 Writers of this process are serialized anyway (``db.Database``), so those queued behind
 one another join one transaction, and pages they share (index leaves, the search index's
 new segment) are written once for all of them.

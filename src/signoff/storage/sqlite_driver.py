@@ -4,8 +4,8 @@ Why: aiosqlite gives every connection a thread of its own and hands each call ov
 and back: opening a cursor, executing, fetching, closing the cursor, committing are each
 a round trip through two queues and two thread wake-ups. Reading one request took 18 of
 them, and on a small (virtual) machine those wake-ups cost far more than the statements,
-which SQLite answers from its page cache in microseconds (``make bench``, every scenario
-on SQLite; docs/engineering-log.md, *The first round*).
+which SQLite answers from its page cache in microseconds
+(docs/decisions/0003-inline-sqlite-driver.md).
 
 These connections offer SQLAlchemy's aiosqlite dialect the interface of an aiosqlite
 connection, through the dialect's documented ``async_creator`` hook, and run every call
@@ -137,7 +137,7 @@ class Checkpointer:
     Writers go on during a checkpoint: it copies the log as far as it was when it began,
     and syncs the log and the database file, which writers used to wait out every
     ``CHECKPOINT_EVERY_WRITES`` writes (under load a large share of their time, and a slow
-    disk's sync stalled every write: docs/engineering-log.md, *The ninth round*). The log
+    disk's sync stalled every write: docs/decisions/0003-inline-sqlite-driver.md). The log
     starts over only when a writer begins while all of it has been copied,
     which under steady writes never happens by itself: so once a checkpoint leaves
     ``RESTART_LOG_FRAMES`` or more in the log, this process's writers are kept out
@@ -176,8 +176,7 @@ class Checkpointer:
     def _checkpoint(self) -> int:
         """One passive checkpoint; how many frames the log holds (copied or not)."""
         # One connection kept for every checkpoint (they never overlap: ``_task``). Why:
-        # opening one costs far more than a checkpoint of a short log
-        # (docs/engineering-log.md, *The sixth round*).
+        # opening one costs far more than a checkpoint of a short log.
         if self._connection is None:
             self._connection = _open_sqlite(*self._args, **self._kwargs)
             self._connection.execute("PRAGMA busy_timeout=1000")
@@ -294,7 +293,7 @@ class InlineConnection(AiosqliteShaped):
         its commit writes the transaction's pages into the log, and the first commit after
         the log starts over also syncs the log's header, for as long as the disk takes.
         On the event loop's thread that stopped every request meanwhile, for as long as a
-        throttled disk took (docs/engineering-log.md, *The tenth round*). Writers wait for
+        throttled disk took (docs/decisions/0003-inline-sqlite-driver.md). Writers wait for
         it either way: the next transaction begins after this one's commit
         (``group_commit``)."""
         if self._checkpointer is None:
@@ -355,9 +354,9 @@ def open_sqlite(url: str) -> sqlite3.Connection:
     # (ours: triggers, foreign keys, unique keys) copies each page it is about to change
     # into a statement journal, and a transaction's journal soon outgrows the 64 KiB that
     # SQLite keeps in memory before spilling it to a file in /var/tmp: a create then made
-    # many more write() calls there than to the WAL (``make bench``, scenario create;
-    # docs/engineering-log.md, *The ninth round*). Sorts' temporary b-trees stay in memory
-    # too.
+    # many more write() calls there than to the WAL
+    # (docs/decisions/0003-inline-sqlite-driver.md). Sorts' temporary b-trees stay in
+    # memory too.
     connection.execute("PRAGMA temp_store=MEMORY")
     return connection
 

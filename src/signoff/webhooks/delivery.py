@@ -1,7 +1,7 @@
 """One HTTP attempt of a callback: POST, no redirects, capped read, one deadline.
 
-Attempts go through aiohttp (``ClientPool``): its client costs a fifth of httpx's CPU per
-request (docs/engineering-log.md, *100,000 expiries at once*), and a callback worker
+Attempts go through aiohttp (``ClientPool``): its client costs far less CPU per request
+than httpx's (docs/decisions/0021-expiry-storms-and-the-callback-worker.md), and a callback worker
 draining a backlog spends its time there. Every connection is dialled through
 ``GuardedResolver``, which resolves the host itself and checks every address against the
 SSRF policy; aiohttp then connects to those checked addresses only (TLS still verifies the

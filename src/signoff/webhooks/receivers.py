@@ -2,8 +2,8 @@
 
 Why: a worker draining a backlog used to send every receiver up to
 ``SIGNOFF_DELIVERY_PER_TARGET_CONCURRENCY`` attempts at once, the dead ones included, and
-at saturation those attempts took turns from receivers that answer (``make
-bench-callbacks``, throughput stage; docs/engineering-log.md, *Decision callbacks*).
+at saturation those attempts took turns from receivers that answer
+(docs/decisions/0021-expiry-storms-and-the-callback-worker.md).
 So a receiver gets that many attempts at once only after it has answered (slow start:
 one at a time until then, and again after a failure), and a receiver whose last attempt
 failed is *held* for ``HOLD_SECONDS``: its due deliveries are claimed only when those of

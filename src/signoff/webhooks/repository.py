@@ -287,8 +287,8 @@ class WebhookRepository:
         the next due time) as a walk of the pending index in due order, stopped at the
         limit. A queue's statistics always lag (due times move past the histogram, and a
         burst of deliveries outgrows the last ANALYZE): the planner then reckons a few
-        hundred rows due and reads and sorts every pending one instead, 100,000 rows
-        per claim in an expiry storm (docs/engineering-log.md)."""
+        hundred rows due and reads and sorts every pending one instead, on every claim
+        of an expiry storm (docs/decisions/0021-expiry-storms-and-the-callback-worker.md)."""
         if self.dialect == "postgresql":
             await self.session.execute(
                 text(

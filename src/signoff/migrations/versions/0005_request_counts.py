@@ -6,7 +6,7 @@ Create Date: 2026-11-23
 
 The total of an unfiltered list page, per org, kept by triggers on SQLite. Counting the
 org's requests scanned its whole history on every list call, most of a list's time
-(``make bench``, scenario list; docs/engineering-log.md, *The second round*), where
+(docs/decisions/0009-list-pages-index-hints-and-the-1m-row-org.md), where
 DESIGN.md asks that list pages never scan it. Triggers keep
 the count exact whoever writes (the API, the CLI, a worker) and cost SQLite's single
 writer one small upsert per insert. PostgreSQL keeps counting: there one counter row per

@@ -9,8 +9,8 @@ matches of every org before it joined their requests to keep the caller's: a sea
 a small org cost as much as the installation's matches. The table now also indexes each
 request's org id as a word of a column of its own, so the search asks FTS5 for the org's
 matches alone, and keeps the request's ``created_at``, so an unfiltered search ranks and
-counts its matches without reading the requests table (docs/engineering-log.md,
-*Search, narrowed to the org in the search index*).
+counts its matches without reading the requests table
+(docs/decisions/0008-search-index-written-once-per-transaction.md).
 
 PostgreSQL is unchanged: its planner combines the GIN index with the org's index.
 """

@@ -7,8 +7,8 @@ Create Date: 2026-11-25
 Until now a trigger wrote each new request into the FTS5 table as it was inserted, and
 FTS5 wrote a segment of the index for every writer's savepoint (``group_commit``). The
 trigger now queues the request's rowid, and each transaction indexes what it queued just
-before it commits (``signoff.approvals.search_index``; docs/engineering-log.md, *The
-eleventh round*).
+before it commits (``signoff.approvals.search_index``;
+docs/decisions/0008-search-index-written-once-per-transaction.md).
 
 PostgreSQL is unchanged: its search vector is a generated column.
 """

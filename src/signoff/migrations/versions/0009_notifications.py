@@ -4,7 +4,7 @@ Revision ID: 0009
 Revises: 0008
 Create Date: 2026-11-25
 
-Issue 22 (docs/notifications.md): each org's routing document and channels (their
+Notifications (docs/notifications.md): each org's routing document and channels (their
 secrets encrypted), the outbox of notifications with the log of their attempts (claimed
 with a lease like callback deliveries), and the hashed one-click decision links.
 """

@@ -11,7 +11,8 @@ the table or more (tens of thousands in an org of a million requests). The four 
 indexes now also hold the columns the other filters test (status, priority, action
 type, source, and the deadline that decides whether a pending request reads as
 expired), so SQLite and PostgreSQL test every filter in the index and read from the table
-only the requests a page shows (docs/engineering-log.md, *Issue 24*, size). The index of
+only the requests a page shows (docs/decisions/0009-list-pages-index-hints-and-the-1m-row-org.md).
+The index of
 decision times holds the status and the creation time too: a decided window with a
 status is counted in it alone.
 

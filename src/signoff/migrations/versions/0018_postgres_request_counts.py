@@ -6,7 +6,7 @@ Create Date: 2026-11-25
 
 An unfiltered list page's total was counted on PostgreSQL (up to 10,001 of the org's
 requests) on every call: most of what a list page cost the database, even read from the
-index alone (docs/engineering-log.md, *Issue 24: PostgreSQL list pages*). SQLite has kept
+index alone (docs/decisions/0009-list-pages-index-hints-and-the-1m-row-org.md). SQLite has kept
 the count with triggers since 0005; PostgreSQL did not, because one counter row per org
 would make the org's concurrent creates wait on each other's row lock until they commit.
 

@@ -10,7 +10,7 @@ one after another, each waiting for its own flush of the write-ahead log, where 
 without one share a flush. Every create (its notification plan row, 0015) and every
 decision (its status change, 0011) notified, so the creates and decisions of all
 connections queued on that one lock, and the API's tail latency was the queue's
-(docs/engineering-log.md, *Issue 24, section 1: the tail*).
+(docs/decisions/0014-notify-after-commit-and-the-notifier.md).
 
 The two trigger functions now stay silent on a connection that says it sends these
 notifications itself after its commits, by the setting ``signoff.notify_after_commit =

@@ -4,8 +4,7 @@ Why: the libuv inside uvloop accepts one connection per turn of the event loop. 
 busy turn runs every request that is ready, so under load a turn is long, and clients
 that connect together wait in line: the last of many connections opened at once waits
 one turn for each connection before it, while those are already being answered (``make
-bench`` opens its 32 connections together, so this showed in the p99 of every scenario;
-docs/engineering-log.md, *The fifth round*).
+bench`` opens its connections together, so this showed in the p99 of every scenario).
 This server listens on its own socket and, each time it is readable, accepts what is
 waiting, as asyncio's own loop does. Everything else (protocols, signals, graceful
 shutdown) is uvicorn's.
@@ -179,9 +178,8 @@ def keep_startup_objects_out_of_collections() -> None:
     """Move what exists now (modules, classes, functions, the app: hundreds of thousands
     of objects that live as long as the process) out of the cyclic garbage collector's
     sight. Each full collection otherwise walks them all, holding the event loop, and
-    every request in flight waits for it: the longest pauses of a server under load
-    (docs/engineering-log.md, *Issue 24, section 1: the tail*). Objects made later are
-    collected as usual."""
+    every request in flight waits for it: the longest pauses of a server under load.
+    Objects made later are collected as usual."""
     gc.collect()
     gc.freeze()
 

@@ -46,8 +46,8 @@ ERROR_BACKOFF_SECONDS = 1.0
 # How late a retry may be claimed so that it shares a claim with others due just after it.
 CLAIM_GATHER_SECONDS = 0.1
 # Deliveries taken by one claim, at most: a claim locks twice as many candidates to choose
-# from, and a worker with 200 free slots locked 400 rows to take the few dozen one busy
-# receiver had room for. A backlog is claimed again at once.
+# from, and a worker with many free slots locked hundreds of rows to take the few one
+# busy receiver had room for. A backlog is claimed again at once.
 CLAIM_LIMIT = 64
 # On shutdown, how long attempts in flight may take to finish before their leases are
 # handed back: container runtimes send SIGKILL 10 s after SIGTERM by default.

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from signoff.approvals.search_index import SQLITE_CATCH_UP
@@ -15,6 +14,7 @@ from signoff.auth.secrets import hash_api_key, looks_like_api_key
 from signoff.common.poison import PoisonedRows
 from signoff.common.quiet import ApiWrites
 from signoff.common.time import utcnow
+from signoff.common.watchers import Watchers
 from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.dashboard.live import OrgSignals
@@ -25,7 +25,7 @@ from signoff.oauth.credentials import hash_token, looks_like_access_token
 from signoff.orgs.last_used import ConnectionUse
 from signoff.orgs.repository import PrincipalsByKey
 from signoff.ratelimit.limiter import RateLimiter
-from signoff.storage import ChannelListener, Database, Notifier, notifies_left_to_caller
+from signoff.storage import Database, ListenHub, Notifier, notifies_left_to_caller
 from signoff.unit_of_work import RequestChange, UnitOfWork
 from signoff.webhooks.dispatcher import WebhookDispatcher
 from signoff.webhooks.service import outbox_of, start_outbox
@@ -34,85 +34,14 @@ from signoff.webhooks.service import outbox_of, start_outbox
 REQUEST_CHANNEL = "signoff_requests"
 
 
-class RequestWaiters:
-    """Wakes long-polling readers of a request the moment this process changes it.
-
-    A reader registers with ``watch`` *before* it reads, so a change that commits between
-    its read and its wait still wakes it. On PostgreSQL, changes made by other processes
-    (another replica, a worker's expiry sweep) wake it too: a trigger notifies
-    ``signoff_requests`` with the request's id when its status changes (migration 0011),
-    which a LISTEN connection of this process, opened with the first ``watch``, hands to
-    ``notify``. On SQLite, and while that connection is down, the readers' periodic
-    re-check notices them.
-
-    ``close`` wakes every reader for good as the server shuts down: each answers with the
-    request's current state instead of holding the shutdown up until its wait ends.
-    """
-
-    def __init__(self) -> None:
-        self._watchers: dict[uuid.UUID, set[asyncio.Event]] = {}
-        self.closing = False
-        self._listener: ChannelListener | None = None
-
-    def listen_on(self, database_url: str) -> None:
-        """Listen for other processes' changes on this PostgreSQL database, from the first
-        ``watch`` on (it runs in the event loop)."""
-        self._listener = ChannelListener(
-            database_url, REQUEST_CHANNEL, self._notified, on_connect=self._wake_all
-        )
-
-    def _notified(self, payload: str) -> None:
-        with contextlib.suppress(ValueError):
-            self.notify(uuid.UUID(payload))
-
-    def _wake_all(self) -> None:
-        """Listening (re)started: what changed meanwhile went unnoticed, so all look again."""
-        for watchers in self._watchers.values():
-            for event in watchers:
-                event.set()
-
-    async def stop_listening(self) -> None:
-        if self._listener is not None:
-            await self._listener.close()
-
-    @contextmanager
-    def watch(self, request_id: uuid.UUID) -> Iterator[asyncio.Event]:
-        if self._listener is not None:
-            self._listener.start()
-        event = asyncio.Event()
-        self._watchers.setdefault(request_id, set()).add(event)
-        try:
-            yield event
-        finally:
-            watchers = self._watchers.get(request_id)
-            if watchers is not None:
-                watchers.discard(event)
-                if not watchers:
-                    del self._watchers[request_id]
-
-    def notify(self, request_id: uuid.UUID) -> None:
-        for event in self._watchers.get(request_id, ()):
-            event.set()
-
-    def close(self) -> None:
-        self.closing = True
-        self._wake_all()
-
-    def __len__(self) -> int:
-        return len(self._watchers)
-
-    def waiting(self) -> int:
-        """Readers waiting now (several may watch one request)."""
-        return sum(len(watchers) for watchers in self._watchers.values())
-
-
 @dataclass
 class AppContext:
     settings: Settings
     db: Database
     box: SecretBox
     limiter: RateLimiter
-    waiters: RequestWaiters = field(default_factory=RequestWaiters)
+    # Long polls waiting for a request to change, by its id.
+    waiters: Watchers[uuid.UUID] = field(init=False)
     # Rows background jobs could not process, parked so they hold no batch (poison.py).
     poisoned: PoisonedRows = field(default_factory=PoisonedRows)
     # Callback attempts, claims and records (webhooks/dispatcher.py).
@@ -127,6 +56,8 @@ class AppContext:
     notifications: NotificationSender = field(init=False)
     # PostgreSQL: tells other processes, after each commit, what it changed (migration 0019).
     notifier: Notifier | None = field(init=False)
+    # PostgreSQL: the one connection hearing other processes' changes (every channel).
+    hub: ListenHub = field(init=False)
 
     def __post_init__(self) -> None:
         self.webhooks = WebhookDispatcher(self.settings, self.db, self.box, self.poisoned)
@@ -145,11 +76,18 @@ class AppContext:
         )
         postgres = self.db.dialect == "postgresql"
         self.notifier = Notifier(self.settings.database_url) if postgres else None
-        self.live = OrgSignals(self.settings.database_url if postgres else None, self.notifier)
-        if postgres:
-            # Decisions made by other processes wake this one's long polls (a trigger's
-            # NOTIFY on every status change, migration 0011).
-            self.waiters.listen_on(self.settings.database_url)
+        self.hub = ListenHub(self.settings.database_url if postgres else None)
+        self.live = OrgSignals(self.hub, self.notifier)
+        # Decisions made by other processes wake this one's long polls (a trigger's NOTIFY
+        # on every status change, migration 0011), heard from the first long poll on.
+        self.waiters = Watchers(on_watch=self._hear_other_processes_decide if postgres else None)
+
+    def _hear_other_processes_decide(self) -> None:
+        self.hub.listen(REQUEST_CHANNEL, self._decided_elsewhere, self.waiters.notify_all)
+
+    def _decided_elsewhere(self, payload: str) -> None:
+        with contextlib.suppress(ValueError):
+            self.waiters.notify(uuid.UUID(payload))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AppContext:
@@ -197,8 +135,7 @@ class AppContext:
         decision, a cancellation, an expiry: ``final``): its listeners are long polls,
         which answer only once the request has left pending, so a create or a vote that
         leaves it pending would only cost each of them a read, and the database a
-        notification for every call (docs/engineering-log.md, *Issue 24: where
-        PostgreSQL's time goes in a chain*)."""
+        notification for every call."""
         assert self.notifier is not None
         for change in changes:
             if change.final:
@@ -250,9 +187,8 @@ class AppContext:
 
     async def close(self) -> None:
         await self.connection_use.settled()
-        await self.live.close()
         if self.notifier is not None:
             await self.notifier.close()
-        await self.waiters.stop_listening()
+        await self.hub.close()
         await self.webhooks.close()
         await self.db.dispose()

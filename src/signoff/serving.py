@@ -215,7 +215,7 @@ def run_server(
 
 
 def _long_polls_answered(application: Any) -> Callable[[], None] | None:
-    """The app's hook that wakes its long polls (``RequestWaiters.close``), if it has one."""
+    """The app's hook that wakes its long polls (``ctx.waiters.close``), if it has one."""
     ctx = getattr(getattr(application, "state", None), "ctx", None)
     waiters = getattr(ctx, "waiters", None)
     close: Callable[[], None] | None = getattr(waiters, "close", None)

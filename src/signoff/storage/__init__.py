@@ -13,8 +13,9 @@ sees a driver type. What lies behind the seam:
 - ``prepared``: statements of the hot path compiled once and run past the ORM;
 - ``asyncpg_shape``: asyncpg connections for the hot path on PostgreSQL, and the only code
   that reaches under SQLAlchemy's asyncpg adapter;
-- ``notifications``: PostgreSQL LISTEN on a connection of its own, and the NOTIFYs a
-  process sends after its commits, in batches (``Notifier``);
+- ``notifications``: the one connection of a process that LISTENs, on every channel it
+  needs (``ListenHub``), and the NOTIFYs a process sends after its commits, in batches
+  (``Notifier``);
 - ``aiosqlite_shape``: the only code that knows SQLAlchemy's aiosqlite adapter's private
   attributes (tests/storage/test_aiosqlite_shape.py fails loudly if an upgrade moves them).
 
@@ -23,7 +24,7 @@ docs/performance.md.
 """
 
 from signoff.storage.database import Database, insert_ignoring_conflicts, not_among
-from signoff.storage.notifications import ChannelListener, Notifier
+from signoff.storage.notifications import ListenHub, Notifier
 from signoff.storage.prepared import (
     LostRace,
     PreparedQuery,
@@ -44,8 +45,8 @@ from signoff.storage.prepared import (
 )
 
 __all__ = [
-    "ChannelListener",
     "Database",
+    "ListenHub",
     "LostRace",
     "Notifier",
     "PreparedQuery",

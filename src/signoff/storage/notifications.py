@@ -1,4 +1,5 @@
-"""PostgreSQL notifications (LISTEN) on a connection of their own, reconnected when lost."""
+"""PostgreSQL notifications: one LISTEN connection per process (``ListenHub``), and the
+NOTIFYs a process sends after its commits, in batches (``Notifier``)."""
 
 from __future__ import annotations
 
@@ -6,76 +7,151 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from signoff.storage.asyncpg_shape import asyncpg_dsn
 
 logger = logging.getLogger(__name__)
+# How often a lost LISTEN connection is noticed and opened again, at most.
 RECONNECT_SECONDS = 5.0
 
 
-class ChannelListener:
-    """Calls ``on_payload`` with each notification's payload on ``channel``, and
-    ``on_connect`` each time listening (re)starts: notifications sent while nobody
-    listened are lost, so the caller looks again then."""
+def _nothing() -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class _Handler:
+    on_payload: Callable[[str], None]
+    on_connect: Callable[[], None]
+
+
+class ListenHub:
+    """The one connection of a process that LISTENs, on every channel the process needs.
+
+    A consumer asks for a channel with ``listen`` when it first needs other processes'
+    news (the first long poll, the first live page, a worker's start): a process that
+    never waits for anything, such as a CLI command, opens no connection. Each
+    notification's payload goes to its channel's ``on_payload``.
+
+    Notifications sent while nobody listened are lost, so each channel's ``on_connect``
+    runs whenever its LISTEN is issued, the first time and after every reconnection: its
+    consumer looks again then. A lost connection is noticed, and opened again, every
+    ``reconnect_seconds``; meanwhile consumers fall back on their periodic re-reads.
+
+    Without a database URL (SQLite) the hub does nothing: a process hears only its own
+    changes, in memory (``common.watchers.Watchers``), and re-reads for the others'.
+    """
 
     def __init__(
-        self,
-        database_url: str,
-        channel: str,
-        on_payload: Callable[[str], None],
-        on_connect: Callable[[], None] = lambda: None,
+        self, database_url: str | None, reconnect_seconds: float = RECONNECT_SECONDS
     ) -> None:
-        self._dsn = asyncpg_dsn(database_url)
-        self._channel = channel
-        self._on_payload = on_payload
-        self._on_connect = on_connect
+        self._dsn = asyncpg_dsn(database_url) if database_url is not None else None
+        self.reconnect_seconds = reconnect_seconds
+        self._handlers: dict[str, _Handler] = {}
+        # Channels LISTENed to on the current connection.
+        self._listened: set[str] = set()
         self._connection: Any = None
         self._task: asyncio.Task[None] | None = None
+        # Set by ``listen`` for a new channel: the loop listens to it at once.
+        self._asked = asyncio.Event()
+        # Set once every channel asked for is listened to, or the last attempt failed.
+        self._settled = asyncio.Event()
+        self._closed = False
 
     @property
     def alive(self) -> bool:
         return self._connection is not None and not self._connection.is_closed()
 
-    def start(self) -> None:
+    def hears(self, channel: str) -> bool:
+        """Whether other processes' notifications on ``channel`` reach this one now."""
+        return self.alive and channel in self._listened
+
+    def listen(
+        self,
+        channel: str,
+        on_payload: Callable[[str], None],
+        on_connect: Callable[[], None] = _nothing,
+    ) -> None:
+        """Listen on ``channel`` from now on (call in the event loop; cheap when it
+        already does). One handler per channel: the latest given."""
+        if self._dsn is None or self._closed:
+            return
+        new = channel not in self._handlers
+        self._handlers[channel] = _Handler(on_payload, on_connect)
+        if new:
+            self._settled.clear()
+            self._asked.set()
         if self._task is None:
-            self._task = asyncio.create_task(self._keep_listening(), name=f"LISTEN {self._channel}")
+            self._task = asyncio.create_task(self._keep_listening(), name="LISTEN")
+
+    async def ready(self) -> None:
+        """Return once LISTEN is issued on every channel asked for so far, or the latest
+        attempt to connect failed (consumers then re-read periodically); at once when
+        there is nothing to listen to (SQLite, or no ``listen`` yet)."""
+        if self._task is not None:
+            await self._settled.wait()
 
     async def _keep_listening(self) -> None:
         while True:
-            if not self.alive:
-                await self._connect()
-            await asyncio.sleep(RECONNECT_SECONDS)
+            self._asked.clear()
+            try:
+                connected = await self._listen_to_all()
+            except Exception:
+                logger.exception("LISTEN failed; trying again shortly")
+                connected = False
+            if not connected or self._handlers.keys() <= self._listened:
+                self._settled.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._asked.wait(), self.reconnect_seconds)
 
-    async def _connect(self) -> None:
-        import asyncpg  # type: ignore[import-untyped]
+    async def _listen_to_all(self) -> bool:
+        """Connect if not connected, and LISTEN on each channel asked for and not yet
+        listened to; answer whether listening."""
+        if not self.alive:
+            import asyncpg  # type: ignore[import-untyped]
 
-        await self._close_connection()
-        try:
-            self._connection = await asyncpg.connect(self._dsn)
-            await self._connection.add_listener(self._channel, self._notified)
-        except Exception as exc:
-            logger.warning("LISTEN %s unavailable (%s); re-reading instead", self._channel, exc)
             await self._close_connection()
-            return
-        self._on_connect()
+            try:
+                self._connection = await asyncpg.connect(self._dsn)
+            except Exception as exc:
+                logger.warning("LISTEN unavailable (%s); re-reading instead", exc)
+                return False
+        channels = [channel for channel in self._handlers if channel not in self._listened]
+        try:
+            for channel in channels:
+                await self._connection.add_listener(channel, self._notified)
+                self._listened.add(channel)
+        except Exception as exc:
+            logger.warning("LISTEN unavailable (%s); re-reading instead", exc)
+            await self._close_connection()
+            return False
+        for channel in channels:
+            self._handlers[channel].on_connect()
+        return True
 
-    def _notified(self, _connection: object, _pid: int, _channel: str, payload: str) -> None:
-        self._on_payload(payload)
+    def _notified(self, _connection: object, _pid: int, channel: str, payload: str) -> None:
+        handler = self._handlers.get(channel)
+        if handler is not None:
+            handler.on_payload(payload)
 
     async def _close_connection(self) -> None:
         connection, self._connection = self._connection, None
+        self._listened.clear()
         if connection is not None:
             with contextlib.suppress(Exception):
                 await connection.close(timeout=2)
 
     async def close(self) -> None:
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
         await self._close_connection()
+        self._settled.set()
 
 
 # Every notification of a batch in one statement, so one transaction: PostgreSQL takes
@@ -102,9 +178,8 @@ class Notifier:
 
     Why the pause: each batch is a transaction of its own, with a transaction id, a
     commit record and a wake-up of every listening connection of the database; one per
-    round trip was a batch for every two calls of a busy server, PostgreSQL's work
-    sharing the cores with the calls' own (docs/engineering-log.md, *Issue 24: where
-    PostgreSQL's time goes in a chain*). A listener hears of a change that much later.
+    round trip made a batch for every other call of a busy server, PostgreSQL's work
+    sharing the cores with the calls' own. A listener hears of a change that much later.
 
     A notification is a wake-up, not a record: one lost (the process killed between a
     commit and its batch, the connection down, the database crashing before the batch's

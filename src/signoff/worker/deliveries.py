@@ -8,8 +8,8 @@ worker takes those deliveries over.
 Waking up, without busy polling:
 - in this process, ``dispatcher.wakeup`` is set whenever a delivery becomes due sooner
   than the loop may think (a retry scheduled, a hand-off);
-- on PostgreSQL, every such transaction also sends ``NOTIFY signoff_deliveries``, which a
-  dedicated LISTEN connection turns into the same wake-up, across processes;
+- on PostgreSQL, every such transaction also sends ``NOTIFY signoff_deliveries``, which the
+  process's LISTEN connection (``ctx.hub``) turns into the same wake-up, across processes;
 - otherwise the loop sleeps exactly until the next due time (a retry, or a lease running
   out), capped by ``SIGNOFF_DELIVERY_POLL_INTERVAL_SECONDS`` so that deliveries made due
   by *other* processes on SQLite are noticed too (one indexed query per interval).
@@ -30,13 +30,8 @@ back, so no delivery is ever attempted by two workers within one lease.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import Counter, deque
-from collections.abc import Callable
-from typing import Any
-
-from sqlalchemy.engine import make_url
 
 from signoff.context import AppContext
 from signoff.webhooks.dispatcher import WebhookDispatcher
@@ -47,13 +42,12 @@ logger = logging.getLogger(__name__)
 
 # With LISTEN/NOTIFY up, polling is only a safety net against a lost notification.
 LISTENING_POLL_SECONDS = 30.0
-RECONNECT_SECONDS = 5.0
 ERROR_BACKOFF_SECONDS = 1.0
 # How late a retry may be claimed so that it shares a claim with others due just after it.
 CLAIM_GATHER_SECONDS = 0.1
 # Deliveries taken by one claim, at most: a claim locks twice as many candidates to choose
-# from, and a worker with 200 free slots locked 400 rows to take the few dozen one busy
-# receiver had room for. A backlog is claimed again at once.
+# from, and a worker with many free slots locked hundreds of rows to take the few one
+# busy receiver had room for. A backlog is claimed again at once.
 CLAIM_LIMIT = 64
 # On shutdown, how long attempts in flight may take to finish before their leases are
 # handed back: container runtimes send SIGKILL 10 s after SIGTERM by default.
@@ -61,49 +55,6 @@ SHUTDOWN_GRACE_SECONDS = 5.0
 # A queued delivery starts only if its lease outlasts a whole attempt by this margin (the
 # lease was taken on the database's side of a claim, a moment before we queued it).
 LEASE_MARGIN_SECONDS = 1.0
-
-
-class PostgresListener:
-    """One asyncpg connection that LISTENs and calls ``on_notify`` for each NOTIFY."""
-
-    def __init__(
-        self, database_url: str, on_notify: Callable[[], None], channel: str = NOTIFY_CHANNEL
-    ) -> None:
-        self.channel = channel
-        self.dsn = (
-            make_url(database_url)
-            .set(drivername="postgresql")
-            .render_as_string(hide_password=False)
-        )
-        self.on_notify = on_notify
-        self._connection: Any = None
-
-    @property
-    def alive(self) -> bool:
-        return self._connection is not None and not self._connection.is_closed()
-
-    async def connect(self) -> bool:
-        import asyncpg  # type: ignore[import-untyped]
-
-        try:
-            self._connection = await asyncpg.connect(self.dsn)
-            await self._connection.add_listener(self.channel, self._notified)
-        except Exception as exc:
-            logger.warning("LISTEN %s unavailable (%s); polling instead", self.channel, exc)
-            await self.close()
-            return False
-        # A notification may have been missed while we were not listening.
-        self.on_notify()
-        return True
-
-    def _notified(self, *_: object) -> None:
-        self.on_notify()
-
-    async def close(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                await connection.close(timeout=2)
 
 
 class DeliveryWorker:
@@ -138,19 +89,14 @@ class DeliveryWorker:
         self.claims_made = 0
         self.due_lookups = 0
         self.short_waits = 0
-        self.listener: PostgresListener | None = None
-        if not ctx.db.is_sqlite:
-            self.listener = PostgresListener(settings.database_url, self.dispatcher.wakeup.set)
+        self.hub = ctx.hub
 
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
-        next_reconnect = 0.0
         caught_up = False
         try:
+            await self._listen()
             while not stop.is_set():
-                if self.listener and not self.listener.alive and loop.time() >= next_reconnect:
-                    await self.listener.connect()
-                    next_reconnect = loop.time() + RECONNECT_SECONDS
                 self.dispatcher.wakeup.clear()
                 try:
                     sleep = await self._step()
@@ -168,8 +114,6 @@ class DeliveryWorker:
                         self.dispatcher.worker_sleeps_until = None
         finally:
             await self._drain()
-            if self.listener:
-                await self.listener.close()
             logger.info(
                 "delivery worker stopped: attempts=%d claims=%d due_lookups=%d short_waits=%d",
                 self.attempts_made,
@@ -178,10 +122,17 @@ class DeliveryWorker:
                 self.short_waits,
             )
 
+    async def _listen(self) -> None:
+        """PostgreSQL: deliveries any process makes due wake the loop; so does each
+        (re)start of listening, as what was notified meanwhile went unheard."""
+        wake = self.dispatcher.wakeup.set
+        self.hub.listen(NOTIFY_CHANNEL, lambda _payload: wake(), on_connect=wake)
+        await self.hub.ready()
+
     def _log_ready(self) -> None:
         """Said once, when the worker first has nothing due: it is up and caught up (an
         operator's sign that it runs, and what tests wait for before making work)."""
-        if self.listener is not None and self.listener.alive:
+        if self.hub.hears(NOTIFY_CHANNEL):
             logger.info("delivery worker ready: nothing due, woken by %s", NOTIFY_CHANNEL)
         else:
             logger.info("delivery worker ready: nothing due, polling every %s s", self.poll_seconds)
@@ -236,7 +187,7 @@ class DeliveryWorker:
         return [t for t, n in self._held().items() if n >= self._claim_cap(t)]
 
     def _poll_cap(self) -> float:
-        if self.listener is not None and self.listener.alive:
+        if self.hub.hears(NOTIFY_CHANNEL):
             return max(self.poll_seconds, LISTENING_POLL_SECONDS)
         return self.poll_seconds
 

@@ -16,13 +16,7 @@ import logging
 from signoff.context import AppContext
 from signoff.notifications.repository import NOTIFY_CHANNEL
 from signoff.notifications.sender import CLAIM_LIMIT, NotificationSender
-from signoff.worker.deliveries import (
-    ERROR_BACKOFF_SECONDS,
-    LISTENING_POLL_SECONDS,
-    RECONNECT_SECONDS,
-    PostgresListener,
-    _wait_either,
-)
+from signoff.worker.deliveries import ERROR_BACKOFF_SECONDS, LISTENING_POLL_SECONDS, _wait_either
 
 logger = logging.getLogger(__name__)
 
@@ -48,42 +42,34 @@ def next_gather(gather: float, plans_last_round: int) -> float:
 async def run_notification_sender(ctx: AppContext, stop: asyncio.Event) -> None:
     sender: NotificationSender = ctx.notifications
     poll = ctx.settings.notification_poll_interval_seconds
-    listener = None
-    if not ctx.db.is_sqlite:
-        listener = PostgresListener(ctx.settings.database_url, sender.wakeup.set, NOTIFY_CHANNEL)
-    loop = asyncio.get_running_loop()
-    next_reconnect = 0.0
+    # PostgreSQL: plans any process commits wake the loop; so does each (re)start of
+    # listening, as what was notified meanwhile went unheard.
+    ctx.hub.listen(NOTIFY_CHANNEL, lambda _payload: sender.wakeup.set(), sender.wakeup.set)
+    await ctx.hub.ready()
     gather = WAKEUP_GATHER_SECONDS
     # Whether this round began after a gather: only those measure a burst (a round run at
     # once, for plans committed just as the last one ended, finds a few by chance).
     gathered = False
-    try:
-        while not stop.is_set():
-            if listener and not listener.alive and loop.time() >= next_reconnect:
-                await listener.connect()
-                next_reconnect = loop.time() + RECONNECT_SECONDS
-            sender.wakeup.clear()
-            try:
-                claimed = await sender.run_once()
-                if gathered:
-                    gather = next_gather(gather, sender.plans_last_round)
-                gathered = False
-                if claimed >= CLAIM_LIMIT:
-                    continue  # a backlog: claim again at once
-                # Woken during the round (a burst of creates): the next round is soon
-                # anyway, so the due time is not worth a query.
-                due = None if sender.wakeup.is_set() else await sender.next_due_seconds()
-            except Exception:
-                logger.exception("notification sender round failed; retrying shortly")
-                due = ERROR_BACKOFF_SECONDS
-            cap = max(poll, LISTENING_POLL_SECONDS) if listener and listener.alive else poll
-            sleep = cap if due is None else min(cap, due)
-            if sleep > 0:
-                await _wait_either(stop, sender.wakeup, sleep)
-                if sender.wakeup.is_set():
-                    # Woken by a commit: the commits of a burst share the next claim.
-                    await _wait_either(stop, asyncio.Event(), gather)
-                    gathered = True
-    finally:
-        if listener:
-            await listener.close()
+    while not stop.is_set():
+        sender.wakeup.clear()
+        try:
+            claimed = await sender.run_once()
+            if gathered:
+                gather = next_gather(gather, sender.plans_last_round)
+            gathered = False
+            if claimed >= CLAIM_LIMIT:
+                continue  # a backlog: claim again at once
+            # Woken during the round (a burst of creates): the next round is soon
+            # anyway, so the due time is not worth a query.
+            due = None if sender.wakeup.is_set() else await sender.next_due_seconds()
+        except Exception:
+            logger.exception("notification sender round failed; retrying shortly")
+            due = ERROR_BACKOFF_SECONDS
+        cap = max(poll, LISTENING_POLL_SECONDS) if ctx.hub.hears(NOTIFY_CHANNEL) else poll
+        sleep = cap if due is None else min(cap, due)
+        if sleep > 0:
+            await _wait_either(stop, sender.wakeup, sleep)
+            if sender.wakeup.is_set():
+                # Woken by a commit: the commits of a burst share the next claim.
+                await _wait_either(stop, asyncio.Event(), gather)
+                gathered = True

@@ -28,8 +28,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from signoff.approvals.listing import ListFilters, page_queries, read_page
-from signoff.storage import prepared
 from signoff.storage.prepared import PreparedQuery, QueryRunner
+from signoff.storage.prepared import runner as runner_module
 from tests.conftest import Org, create_approval
 
 pytestmark = pytest.mark.parametrize("test_database", ["sqlite"], indirect=True)
@@ -39,7 +39,7 @@ _STEPS_PER_TICK = 100
 # Requests of the org that match none of the filters of ``_shapes``, added at once.
 _HISTORY = 3_000
 _TABLE_SCAN = re.compile(r"^SCAN approval_requests\b")
-_open_sqlite = prepared.open_sqlite
+_open_sqlite = runner_module.open_sqlite
 
 
 def _shapes(assignee: str) -> dict[str, ListFilters]:
@@ -95,7 +95,7 @@ async def counting_reads(
         connection.set_progress_handler(tick, _STEPS_PER_TICK)
         return connection
 
-    monkeypatch.setattr(prepared, "open_sqlite", counting_connection)
+    monkeypatch.setattr(runner_module, "open_sqlite", counting_connection)
     engine = create_async_engine(database_url)
     runner = QueryRunner(engine, database_url, busy_timeout=1.0)
     try:

@@ -1,7 +1,7 @@
 """A filtered list page on SQLite reads the matching requests, not the org's history.
 
 SQLite's planner keeps no statistics here and once read a page of a rare filter value by
-walking the org's whole history (``approvals/listing.py``: ``_sqlite_filter_index``,
+walking the org's whole history (``approvals/listing/sqlite_planner.py``: ``_sqlite_filter_index``,
 ``ListQueries``). These tests pin what users rely on: a filtered page costs about the same
 whether the org holds a few requests or thousands more that do not match, a search costs
 the same whatever other orgs' requests match it, either way of reading a page gives the

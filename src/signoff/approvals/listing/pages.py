@@ -172,7 +172,8 @@ async def _read_page(
 
     def page_for(counted: list[list[Any]]) -> list[tuple[PreparedQuery, Mapping[str, Any]]]:
         matches, org_total = total_of(counted[0]), total_of(counted[1])
-        if not bounded_total(matches)[1]:
+        _, exact = bounded_total(matches)
+        if not exact:
             # Counting stopped: many matches, which a walk in list order meets soon.
             return [(plan.page, params)]
         return [(plan.page_for(matches, org_total, offset + limit), params)]

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import text
 
 from signoff.approvals import listing
+from signoff.approvals.listing import paging
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from tests.conftest import Member, Org, assert_error, create_approval, eventually
@@ -345,7 +346,7 @@ async def test_search_finds_every_longer_word_of_a_prefix_however_many(
     client: httpx.AsyncClient, org: Org
 ) -> None:
     """On SQLite a prefix with few longer words in the index is searched as those words,
-    one with many as a prefix (listing._sqlite_word_forms): both find every request with
+    one with many as a prefix (listing.search.sqlite_word_forms): both find every request with
     a word the term is a prefix of, and no other."""
     few = [
         await create_approval(client, org.member, title=f"Rotate {word}")
@@ -407,7 +408,7 @@ async def test_a_search_of_many_matches_lists_them_newest_first(
     matches come newest first, pages neither repeat nor skip one, every row matches, and
     the total reads the bound. Alone, and beside a filter (SQLite reads the two
     differently). At or under the bound, the best match still comes first."""
-    monkeypatch.setattr(listing, "SEARCH_RANKED_UP_TO", 3)
+    monkeypatch.setattr(paging, "SEARCH_RANKED_UP_TO", 3)
     listing.page_queries.cache_clear()
     try:
         best = await create_approval(
@@ -716,7 +717,7 @@ async def test_total_is_exact_up_to_the_bound_then_says_there_are_more(
 ) -> None:
     """Counting stops one past TOTAL_EXACT_UP_TO (lowered here to 3): the total reads the
     bound and says it is not exact, on filtered, searched and unfiltered pages alike."""
-    monkeypatch.setattr(listing, "TOTAL_EXACT_UP_TO", 3)
+    monkeypatch.setattr(paging, "TOTAL_EXACT_UP_TO", 3)
     listing.page_queries.cache_clear()
     try:
         for i in range(3):

@@ -13,8 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from signoff.approvals import listing
-from signoff.approvals.listing import InboxFilters, count_waiting, read_inbox
+from signoff.approvals.listing import InboxFilters, count_waiting, inbox, read_inbox
 from signoff.auth.principal import OrgMember
 from signoff.common.time import utcnow
 from signoff.context import AppContext
@@ -157,7 +156,7 @@ async def test_chains_reach_each_approver_in_turn(
 async def test_the_count_stops_at_its_cap_and_says_so(
     ctx: AppContext, client: httpx.AsyncClient, org: Org, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(listing, "WAITING_COUNT_CAP", 3)
+    monkeypatch.setattr(inbox, "WAITING_COUNT_CAP", 3)
     for index in range(5):
         await create_approval(client, org.admin, title=f"Request {index}", priority="low")
     assert await waiting(ctx, org, org.member) == (3, False)
@@ -189,7 +188,7 @@ async def test_the_count_stops_at_its_cap_and_says_so(
         client, f"/requests/{request_id}", f"/requests/{request_id}/decision", decision="approve"
     )
     assert decided.status_code == 303
-    monkeypatch.setattr(listing, "WAITING_COUNT_CAP", 1_000)
+    monkeypatch.setattr(inbox, "WAITING_COUNT_CAP", 1_000)
     assert "<title>(4) Inbox" in (await client.get("/")).text
 
 

@@ -471,8 +471,9 @@ async def test_history_of_a_search_past_its_bound_says_so(
     page's 25): the history's pagination says "25+", as the inbox says "1,000+", never the
     count's internal figure (26), and still offers the next page."""
     from signoff.approvals import listing
+    from signoff.approvals.listing import paging
 
-    monkeypatch.setattr(listing, "SEARCH_RANKED_UP_TO", 25)
+    monkeypatch.setattr(paging, "SEARCH_RANKED_UP_TO", 25)
     listing.page_queries.cache_clear()
     try:
         for i in range(27):

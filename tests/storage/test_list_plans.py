@@ -1,7 +1,7 @@
 """A filtered list page on SQLite reads the matching requests, not the org's history.
 
 SQLite's planner keeps no statistics here and once read a page of a rare filter value by
-walking the org's whole history (``approvals/listing.py``: ``_sqlite_filter_index``,
+walking the org's whole history (``approvals/listing/sqlite_planner.py``: ``_sqlite_filter_index``,
 ``ListQueries``). These tests pin what users rely on: a filtered page costs about the same
 whether the org holds a few requests or thousands more that do not match, a search costs
 the same whatever other orgs' requests match it, either way of reading a page gives the
@@ -28,8 +28,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from signoff.approvals.listing import ListFilters, page_queries, read_page
-from signoff.storage import prepared
 from signoff.storage.prepared import PreparedQuery, QueryRunner
+from signoff.storage.prepared import runner as runner_module
 from tests.conftest import Org, create_approval
 
 pytestmark = pytest.mark.parametrize("test_database", ["sqlite"], indirect=True)
@@ -39,7 +39,7 @@ _STEPS_PER_TICK = 100
 # Requests of the org that match none of the filters of ``_shapes``, added at once.
 _HISTORY = 3_000
 _TABLE_SCAN = re.compile(r"^SCAN approval_requests\b")
-_open_sqlite = prepared.open_sqlite
+_open_sqlite = runner_module.open_sqlite
 
 
 def _shapes(assignee: str) -> dict[str, ListFilters]:
@@ -95,7 +95,7 @@ async def counting_reads(
         connection.set_progress_handler(tick, _STEPS_PER_TICK)
         return connection
 
-    monkeypatch.setattr(prepared, "open_sqlite", counting_connection)
+    monkeypatch.setattr(runner_module, "open_sqlite", counting_connection)
     engine = create_async_engine(database_url)
     runner = QueryRunner(engine, database_url, busy_timeout=1.0)
     try:

@@ -1,4 +1,4 @@
-"""Prepared queries (src/signoff/prepared.py): the hot path's reads and writes outside the ORM.
+"""Prepared queries (``storage/prepared/``): the hot path's reads and writes outside the ORM.
 
 They must read and write exactly what the ORM does, on both databases, or a get would
 answer differently from a list, and a create differently from a replay.

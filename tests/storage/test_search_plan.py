@@ -14,10 +14,10 @@ import pytest
 from signoff.approvals.listing import (
     SEARCH_RANKED_UP_TO,
     ListFilters,
-    _search_query,
     page_queries,
     read_page,
 )
+from signoff.approvals.listing.search import search_query
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.storage.asyncpg_shape import asyncpg_dsn
@@ -65,7 +65,7 @@ async def test_a_search_page_and_its_count_use_the_gin_index_for_a_rare_word(
         "now": utcnow(),
         "offset": 0,
         "limit": 20,
-        "search_query": _search_query("postgresql", ["zanzibar"], org_id),
+        "search_query": search_query("postgresql", ["zanzibar"], org_id),
     }
     dialect = ctx.db.read_engine.dialect
     connection = await asyncpg.connect(asyncpg_dsn(ctx.settings.database_url))
@@ -79,11 +79,12 @@ async def test_a_search_page_and_its_count_use_the_gin_index_for_a_rare_word(
         found = await ctx.db.queries.all(plan.page, params)
         assert len(found) == ROWS // 10_000
         # The count reads the index for a rare word, and walks the org's newest requests
-        # for a word in nearly all of them, stopping one past the bound (listing.py,
-        # ``_postgres_search_count``): each branch the other leaves is never executed.
+        # for a word in nearly all of them, stopping one past the bound
+        # (``postgres_planner._postgres_search_count``): each branch the other leaves is
+        # never executed.
         common = SEARCH_RANKED_UP_TO + 1  # counting stops one past the bound
         for word, index_used, total in (("zanzibar", True, 3), ("deploy", False, common)):
-            params["search_query"] = _search_query("postgresql", [word], org_id)
+            params["search_query"] = search_query("postgresql", [word], org_id)
             compiled = plan.count.for_postgres(dialect)
             rows = await connection.fetch(
                 "EXPLAIN (ANALYZE, COSTS OFF) " + compiled.sql, *compiled.parameters(params)

@@ -277,7 +277,7 @@ async def find_principal_by_key_hash(queries: QueryRunner, key_hash: str) -> Pri
     """The identity behind an API key; None if unknown or revoked.
 
     Every API call asks this, so it runs as a prepared query: no session, and on SQLite
-    no SQLAlchemy execution at all (prepared.py). Read afresh on every call, so a revoked
+    no SQLAlchemy execution at all (``storage/prepared/``). Read afresh on every call, so a revoked
     key or an emergency stop set by any process (a CLI, another replica) bites at once;
     ``PrincipalsByKey`` keeps its answers only while nothing is committed.
     """

@@ -1,7 +1,7 @@
 """The one place that reaches under SQLAlchemy's asyncpg adapter, and the plain asyncpg
 connections the hot path reads with.
 
-Prepared queries run on asyncpg directly (``prepared.py``): SQLAlchemy's execution
+Prepared queries run on asyncpg directly (``prepared/``): SQLAlchemy's execution
 (execution context, compiled-cache lookup, result and row objects) cost a PostgreSQL get
 several times what asyncpg takes to send the query and read its answer. Two places:
 

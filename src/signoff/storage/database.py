@@ -172,13 +172,13 @@ class Database:
             self.read_engine = self.write_engine = engine
             self.group_commit = None
             self.checkpointer = None
-        # The hot path's reads, outside any session (prepared.py).
+        # The hot path's reads, outside any session (``storage/prepared/``).
         self.queries = QueryRunner(
             self.read_engine,
             url if self.is_sqlite else None,
             SQLITE_BUSY_TIMEOUT_MS / 1000,
             # On PostgreSQL on asyncpg directly, in autocommit: a read outside any session
-            # needs no BEGIN and ROLLBACK around it, two round trips (prepared.py).
+            # needs no BEGIN and ROLLBACK around it, two round trips (``storage/prepared/``).
             None if self.is_sqlite else ReadPool(url),
             None if self.is_sqlite else ReadPool(url, PLANNED_READ_POOL_SIZE, plan_each_call=True),
         )

@@ -150,7 +150,7 @@ class GroupCommit:
         return self._batch
 
     async def _begin_block(self, batch: _Batch) -> None:
-        # Prepared statements (prepared.py) find the connection here, not through SQLAlchemy.
+        # Prepared statements (``prepared/``) find the connection here, not through SQLAlchemy.
         batch.session.info[SQLITE_CONNECTION_KEY] = batch.sqlite
         try:
             await _execute(batch, f"SAVEPOINT {_SAVEPOINT}")

@@ -279,7 +279,7 @@ class InlineConnection(AiosqliteShaped):
         return InlineCursor(self._conn.cursor(), self._retrier)
 
     async def run(self, call: Callable[[sqlite3.Connection], T]) -> T:
-        """``call`` with the ``sqlite3`` connection itself (prepared.py), busy waits included."""
+        """``call`` with the ``sqlite3`` connection itself (``prepared/``), busy waits included."""
         return await self._retrier.run(lambda: call(self._conn))
 
     async def begin(self, statement: str) -> None:

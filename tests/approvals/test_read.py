@@ -288,7 +288,7 @@ async def test_wait_wakes_on_a_decision_made_by_another_process(
     created = await create_approval(client, org.member)
     url = f"/api/v1/approvals/{created['id']}"
     # The first long poll of a process opens its LISTEN connection.
-    async with starts_listening(settings, REQUEST_CHANNEL):
+    async with starts_listening(settings.database_url, REQUEST_CHANNEL):
         poll = asyncio.create_task(client.get(f"{url}?wait=20", headers=org.member.headers))
         await eventually(_watched(ctx), "the long poll to watch the request")
     assert not poll.done()

@@ -76,12 +76,12 @@ WHERE datname = current_database() AND pid <> pg_backend_pid()
 
 
 @asynccontextmanager
-async def starts_listening(settings: Settings, channel: str) -> AsyncIterator[None]:
+async def starts_listening(database_url: str, channel: str) -> AsyncIterator[None]:
     """Waits, as the block ends, until a connection opened since it began listens on
     ``channel``: what is notified from then on reaches the process the block started
     listening. Connections that listened before the block (a closed context's, still
     on its way out) do not count."""
-    connection = await asyncpg.connect(asyncpg_dsn(settings.database_url))
+    connection = await asyncpg.connect(asyncpg_dsn(database_url))
     try:
         before = {row["pid"] for row in await connection.fetch(_LISTENING, channel)}
         yield

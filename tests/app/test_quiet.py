@@ -5,7 +5,6 @@ its answer, and no read."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import httpx
 import pytest
@@ -13,36 +12,43 @@ import pytest
 from signoff.common.quiet import SETTLE_SECONDS, ApiWrites
 from signoff.context import AppContext
 from tests.conftest import Org, create_approval
+from tests.virtual_time import in_virtual_time
 
-pytestmark = pytest.mark.anyio
+pytestmark = pytest.mark.anyio  # the guard's test (the others run in virtual time)
 
 
+def now() -> float:
+    return asyncio.get_running_loop().time()
+
+
+@in_virtual_time
 async def test_quiet_at_once_with_no_write_in_flight() -> None:
     writes = ApiWrites()
-    began = time.monotonic()
+    began = now()
     await writes.quiet(1.0)
-    assert time.monotonic() - began < 0.5
+    assert now() - began == pytest.approx(SETTLE_SECONDS)
 
 
+@in_virtual_time
 async def test_quiet_waits_for_the_write_in_flight_to_end() -> None:
     writes = ApiWrites()
     writes.started()
     waiting = asyncio.ensure_future(writes.quiet(5.0))
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(4.0)  # every timer due before then has fired
     assert not waiting.done()
     writes.ended()
-    began = time.monotonic()
+    ended = now()
     await waiting
-    assert time.monotonic() - began >= SETTLE_SECONDS
-    assert time.monotonic() - began < 1.0
+    assert now() - ended == pytest.approx(SETTLE_SECONDS)
 
 
+@in_virtual_time
 async def test_quiet_waits_no_longer_than_asked_when_writes_never_end() -> None:
     writes = ApiWrites()
     writes.started()
-    began = time.monotonic()
+    began = now()
     await writes.quiet(0.05)
-    assert 0.05 <= time.monotonic() - began < 1.0
+    assert now() - began == pytest.approx(0.05 + SETTLE_SECONDS)
     assert writes.in_flight == 1
 
 

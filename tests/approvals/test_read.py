@@ -14,9 +14,10 @@ import pytest
 
 from signoff.app import create_app
 from signoff.config import Settings
-from signoff.context import AppContext
+from signoff.context import REQUEST_CHANNEL, AppContext
 from tests.conftest import Org, assert_error, create_approval, eventually
 from tests.helpers import NO_SWEEP, backdate_expiry
+from tests.storage.listen import starts_listening
 
 # decisions.md 10 and 13: every field of the request, plus the read-only extras.
 SINGLE_READ_FIELDS = {
@@ -279,15 +280,17 @@ async def test_past_deadline_reads_expired_without_waiting(
 
 @pytest.mark.usefixtures("postgres_only")
 async def test_wait_wakes_on_a_decision_made_by_another_process(
-    client: httpx.AsyncClient, org: Org, settings: Settings
+    client: httpx.AsyncClient, ctx: AppContext, org: Org, settings: Settings
 ) -> None:
     """Another replica's decision wakes the poll at once on PostgreSQL (LISTEN/NOTIFY),
     not at its next periodic re-read (30 s here). (On SQLite other processes' decisions
     are noticed by that re-read.)"""
     created = await create_approval(client, org.member)
     url = f"/api/v1/approvals/{created['id']}"
-    poll = asyncio.create_task(client.get(f"{url}?wait=20", headers=org.member.headers))
-    await asyncio.sleep(0.5)  # the poll is waiting; its LISTEN connection is up
+    # The first long poll of a process opens its LISTEN connection.
+    async with starts_listening(settings.database_url, REQUEST_CHANNEL):
+        poll = asyncio.create_task(client.get(f"{url}?wait=20", headers=org.member.headers))
+        await eventually(_watched(ctx), "the long poll to watch the request")
     assert not poll.done()
     replica = AppContext.from_settings(settings)
     try:

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from signoff.app import create_app
 from signoff.common.time import utcnow
@@ -20,6 +20,7 @@ from signoff.context import AppContext
 from signoff.dashboard import service as dashboard_service
 from signoff.models import Organization, User
 from signoff.orgs import service as orgs_service
+from tests.conftest import eventually
 from tests.dashboard.support import browser_client
 from tests.helpers import NO_SWEEP
 from tests.oauth.support import PASSWORD
@@ -124,6 +125,21 @@ async def test_submissions_at_the_same_moment_on_two_replicas_create_one_org(
     assert await _counts(ctx) == (1, 1)
 
 
+async def _waits_for_a_writer(ctx: AppContext) -> bool:
+    """A write waits for an open write transaction to end: on SQLite for its turn at the
+    one writer (group commit), on PostgreSQL for a lock that transaction holds."""
+    if ctx.db.group_commit is not None:
+        return ctx.db.group_commit._queued == 1
+    async with ctx.reading() as uow:
+        waiting = await uow.session.scalar(
+            text(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+        )
+    return waiting == 1
+
+
 async def test_an_org_created_meanwhile_ends_a_setup_in_flight(
     ctx: AppContext, client: httpx.AsyncClient
 ) -> None:
@@ -133,8 +149,8 @@ async def test_an_org_created_meanwhile_ends_a_setup_in_flight(
     async with ctx.transaction() as uow:
         await orgs_service.create_org(uow.orgs, "Made by the CLI", utcnow())
         submit = asyncio.create_task(client.post(f"/setup/{token}", data=_form("Acme")))
-        await asyncio.sleep(0.3)
         # The database holds the submission until this transaction ends.
+        await eventually(lambda: _waits_for_a_writer(ctx), "the submission to be held")
         assert not submit.done()
     answer = await submit
     assert answer.status_code == 409 and "Already set up" in answer.text

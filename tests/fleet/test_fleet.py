@@ -37,11 +37,12 @@ import asyncpg  # type: ignore[import-untyped]
 import httpx
 import pytest
 from bench.receiver import Receiver, free_port
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 
 from signoff.common.time import utcnow
 from signoff.config import normalize_database_url
-from signoff.context import AppContext
+from signoff.context import REQUEST_CHANNEL, AppContext
 from signoff.migrations import upgrade_to_head
 from signoff.orgs import service as orgs_service
 from tests.conftest import (
@@ -51,8 +52,10 @@ from tests.conftest import (
     Org,
     approval_body,
     create_org,
+    eventually,
     make_settings,
 )
+from tests.storage.listen import starts_listening
 
 pytestmark = [
     pytest.mark.anyio,
@@ -77,6 +80,7 @@ class Fleet:
     org: Org
     limited_key: str
     receiver: Receiver
+    database_url: str
     alive: list[str] = field(default_factory=list)
 
     def log_text(self) -> str:
@@ -194,7 +198,9 @@ async def running_fleet(tmp_path: Path) -> AsyncIterator[Fleet]:
         deadline = time.monotonic() + 60
         for name, base in zip(("api0", "api1"), replicas, strict=True):
             await until_ready(base, processes[name], deadline)
-        fleet = Fleet(replicas, processes, tmp_path, org, limited_key, receiver, list(replicas))
+        fleet = Fleet(
+            replicas, processes, tmp_path, org, limited_key, receiver, database_url, list(replicas)
+        )
         try:
             yield fleet
         except BaseException:
@@ -249,8 +255,16 @@ async def check_long_poll_across_replicas(fleet: Fleet, http: httpx.AsyncClient)
     created = await http.post(first + "/api/v1/approvals", headers=member, json=approval_body())
     assert created.status_code == 201, created.text
     path = f"/api/v1/approvals/{created.json()['id']}"
-    poll = asyncio.create_task(http.get(first + path, params={"wait": "20"}, headers=member))
-    await asyncio.sleep(0.5)
+
+    async def held() -> bool:
+        text = (await http.get(first + "/metrics")).text
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        return families["signoff_long_polls_waiting"].samples[0].value == 1
+
+    # The replica's first long poll opens its LISTEN connection.
+    async with starts_listening(fleet.database_url, REQUEST_CHANNEL):
+        poll = asyncio.create_task(http.get(first + path, params={"wait": "20"}, headers=member))
+        await eventually(held, "the first replica to hold the long poll")
     assert not poll.done(), "the long poll answered while the request was pending"
     decided_at = time.monotonic()
     decided = await http.patch(

@@ -24,7 +24,7 @@ from signoff.storage import Notifier
 from tests.conftest import Org, create_approval, eventually
 from tests.notifications.support import CHANNEL_MATCHING_NOTHING
 from tests.steps.test_steps import set_chain, vote
-from tests.storage.test_notify_after_commit import heard
+from tests.storage.listen import heard
 
 # SQLite's writers hold the database: every vote takes the lock.
 pytestmark = pytest.mark.usefixtures("postgres_only")

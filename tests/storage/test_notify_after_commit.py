@@ -7,9 +7,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 import httpx
@@ -23,24 +20,9 @@ from signoff.storage import Notifier
 from signoff.storage.asyncpg_shape import NOTIFY_AFTER_COMMIT, asyncpg_dsn
 from tests.conftest import Org, create_approval, eventually
 from tests.notifications.support import CHANNEL_MATCHING_NOTHING
+from tests.storage.listen import heard
 
 pytestmark = pytest.mark.usefixtures("postgres_only")  # LISTEN/NOTIFY
-
-
-@asynccontextmanager
-async def heard(settings: Settings, channel: str) -> AsyncIterator[list[str]]:
-    """The payloads another connection hears on ``channel`` while the block runs."""
-    payloads: list[str] = []
-    connection = await asyncpg.connect(asyncpg_dsn(settings.database_url))
-
-    def on_notify(_connection: Any, _pid: int, _channel: str, payload: str) -> None:
-        payloads.append(payload)
-
-    await connection.add_listener(channel, on_notify)
-    try:
-        yield payloads
-    finally:
-        await connection.close()
 
 
 async def test_a_burst_of_changes_sends_one_notification_per_org(settings: Settings) -> None:
@@ -58,8 +40,7 @@ async def test_a_burst_of_changes_sends_one_notification_per_org(settings: Setti
                     sending.live.request_changed(globex)
                 await asyncio.wait_for(acme_changed.wait(), 2)
                 await asyncio.wait_for(globex_changed.wait(), 2)
-            await eventually(lambda: len(payloads) >= 2, "both orgs' notifications")
-            await asyncio.sleep(0.2)  # anything more would have arrived by now
+            await payloads.everything_sent_so_far(sending.notifier)
         assert sorted(payloads) == sorted([acme.hex, globex.hex])
     finally:
         await sending.close()
@@ -81,7 +62,7 @@ async def test_changes_after_a_batch_left_go_out_in_the_next(settings: Settings)
 
 @pytest.mark.parametrize("deferred", [True, False], ids=["hot-path", "other"])
 async def test_the_trigger_is_silent_only_where_the_process_notifies_itself(
-    settings: Settings, org: Org, client: httpx.AsyncClient, deferred: bool
+    settings: Settings, org: Org, client: httpx.AsyncClient, ctx: AppContext, deferred: bool
 ) -> None:
     writer = await asyncpg.connect(
         asyncpg_dsn(settings.database_url),
@@ -95,7 +76,7 @@ async def test_the_trigger_is_silent_only_where_the_process_notifies_itself(
                 "UPDATE approval_requests SET status = 'rejected' WHERE id = $1",
                 uuid.UUID(created["id"]),
             )
-            await asyncio.sleep(0.3)  # a NOTIFY would have arrived by now
+            await payloads.everything_sent_so_far(ctx.notifier)
         assert payloads == ([] if deferred else [created["id"]])
     finally:
         await writer.close()

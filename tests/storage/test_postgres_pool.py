@@ -22,7 +22,7 @@ from signoff.storage import database as db_module
 from signoff.storage.asyncpg_shape import ConnectionLender, ReadPool, asyncpg_dsn
 from signoff.storage.database import Database
 from signoff.storage.prepared import PreparedQuery
-from tests.conftest import POSTGRES_URL, _create_pg_database, _drop_pg_database
+from tests.conftest import POSTGRES_URL, _create_pg_database, _drop_pg_database, eventually
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +181,16 @@ async def sessions_open(postgres_url: str, name: str) -> int:
         await admin.close()
 
 
+async def in_query(postgres_url: str, pid: int) -> bool:
+    """The server runs a statement for the session ``pid`` now."""
+    admin = await asyncpg.connect(asyncpg_dsn(postgres_url))
+    try:
+        state = await admin.fetchval("SELECT state FROM pg_stat_activity WHERE pid = $1", pid)
+        return bool(state == "active")
+    finally:
+        await admin.close()
+
+
 async def test_a_connection_serves_one_call_at_a_time_and_calls_past_the_size_wait(
     lender: ConnectionLender,
 ) -> None:
@@ -221,7 +231,7 @@ async def test_a_cancelled_call_closes_its_connection_and_the_next_call_opens_an
 ) -> None:
     first = await lent_pid(lender)
     slow = asyncio.create_task(lent_pid(lender, hold_seconds=5))
-    await asyncio.sleep(0.2)
+    await eventually(lambda: in_query(postgres_url, first), "the slow call's statement")
     slow.cancel()
     with pytest.raises(asyncio.CancelledError):
         await slow
@@ -232,9 +242,13 @@ async def test_a_cancelled_call_closes_its_connection_and_the_next_call_opens_an
 async def test_a_lent_connection_the_server_closed_while_idle_is_replaced_unseen(
     lender: ConnectionLender, postgres_url: str
 ) -> None:
+    async def lent(connection: Any) -> Any:
+        return connection
+
+    connection = await lender.run(lent)
     first = await lent_pid(lender)
     await terminate(postgres_url, first)
-    await asyncio.sleep(0.2)  # the connection reads the server's goodbye
+    await eventually(connection.is_closed, "the connection to read the server's goodbye")
     second = await lent_pid(lender)
     assert second != first
 
@@ -242,10 +256,11 @@ async def test_a_lent_connection_the_server_closed_while_idle_is_replaced_unseen
 async def test_a_waiting_call_that_is_cancelled_passes_its_turn_on(postgres_url: str) -> None:
     lender = lender_on(postgres_url, size=1)
     try:
-        holding = asyncio.create_task(lent_pid(lender, hold_seconds=0.2))
-        await asyncio.sleep(0.05)
+        holding = asyncio.create_task(lent_pid(lender, hold_seconds=0.5))
         waiting = asyncio.create_task(lent_pid(lender))
-        await asyncio.sleep(0.05)
+        # The second call waits for its turn (the size is one) while the first holds it.
+        await eventually(lambda: len(lender._waiting) == 1, "the second call to wait")
+        assert not holding.done()
         waiting.cancel()
         pid = await holding
         assert await asyncio.wait_for(lent_pid(lender), 2) == pid
@@ -257,15 +272,21 @@ async def test_a_waiting_call_that_is_cancelled_passes_its_turn_on(postgres_url:
 async def test_connections_idle_for_their_time_are_closed_but_one(postgres_url: str) -> None:
     lender = lender_on(postgres_url, size=3, idle_seconds=0.2, name="signoff-idle")
     try:
-        await asyncio.gather(*(lent_pid(lender, hold_seconds=0.05) for _ in range(3)))
+        pids = await asyncio.gather(*(lent_pid(lender, hold_seconds=0.05) for _ in range(3)))
         assert await sessions_open(postgres_url, "signoff-idle") == 3
-        await asyncio.sleep(0.6)
-        assert await sessions_open(postgres_url, "signoff-idle") == 1
-        await lent_pid(lender)  # the one kept still serves
+
+        async def one_left() -> bool:
+            return await sessions_open(postgres_url, "signoff-idle") == 1
+
+        await eventually(one_left, "the idle connections but one to close")
+        assert await lent_pid(lender) in pids  # the one kept still serves
     finally:
         await lender.close()
-    await asyncio.sleep(0.1)
-    assert await sessions_open(postgres_url, "signoff-idle") == 0
+
+    async def all_gone() -> bool:
+        return await sessions_open(postgres_url, "signoff-idle") == 0
+
+    await eventually(all_gone, "the lender's connections to end")
 
 
 async def test_the_read_pool_decodes_json_as_the_engine_does(postgres_url: str) -> None:

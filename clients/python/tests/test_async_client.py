@@ -7,6 +7,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 
 from conftest import LiveServer
@@ -83,13 +84,21 @@ async def test_errors_are_typed(
         await admin_async.decide(two.id, "approve")
 
 
+async def holds_a_long_poll(http: httpx.AsyncClient) -> bool:
+    return "signoff_long_polls_waiting 1.0" in (await http.get("/metrics")).text
+
+
 async def test_wait_for_a_decision_made_meanwhile(
-    admin_async: AsyncSignoffClient, member_async: AsyncSignoffClient
+    live: LiveServer, admin_async: AsyncSignoffClient, member_async: AsyncSignoffClient
 ) -> None:
     created = await admin_async.create_approval("Wait for me", "d", "high")
 
     async def human() -> None:
-        await asyncio.sleep(0.3)  # a person reading the request, not a readiness wait
+        # Decides while the client waits: once the server holds its long poll.
+        async with httpx.AsyncClient(base_url=live.base_url) as http, asyncio.timeout(10):
+            # Another process's gauge: nothing here to await but a new look.
+            while not await holds_a_long_poll(http):  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
         await member_async.decide(created.id, "approve")
 
     started = time.monotonic()

@@ -19,6 +19,7 @@ from signoff.storage import QueryRunner
 from signoff.webhooks.repository import WebhookRepository
 from signoff.webhooks.service import (
     DecisionFacts,
+    FirstAttempts,
     Outbox,
     enqueue_decision_callback,
     enqueue_decision_callbacks,
@@ -91,10 +92,13 @@ class UnitOfWork:
         self.callbacks = DecisionCallbacks(self.webhooks)
         self.notifications = RequestNotifications(NotificationRepository(session, dialect))
         self.changes: list[RequestChange] = []
+        # Once committed: what became of the callbacks it wrote (``AppContext.transaction``
+        # starts their attempt 1; an answer's ``callback_delivered`` reads it here).
+        self.first_attempts = FirstAttempts()
 
     @property
     def outbox(self) -> Outbox:
-        """Callbacks this transaction wrote; after the commit, deliver or hand them off."""
+        """Callbacks this transaction wrote, held by it until it commits."""
         return self._outbox
 
     def request_changed(self, org_id: uuid.UUID, request_id: uuid.UUID, *, final: bool) -> None:

@@ -36,8 +36,6 @@ from signoff.approvals.record import (
     StepRecord,
     VoteRecord,
     columns_of,
-    new_row,
-    record_written,
     request_columns,
 )
 from signoff.auth.principal import PrincipalCheck
@@ -62,9 +60,8 @@ from signoff.storage import (
 )
 
 # The reads of every get and decide: built once, since building a statement (and its cache
-# key) costs more than SQLite takes to answer it (``make bench``, scenarios get and decide;
-# docs/engineering-log.md, *The first round*). Each answers ``RequestRecord``s, built
-# straight from the rows.
+# key) costs more than SQLite takes to answer it (``make bench``, scenarios get and
+# decide). Each answers ``RequestRecord``s, built straight from the rows.
 _REQUEST_FOR_UPDATE = PreparedQuery(
     select(*request_columns())
     .where(
@@ -496,12 +493,14 @@ class ApprovalRepository:
 
     async def insert_unless_key_taken(
         self,
-        values: dict[str, Any],
-        created_event: Callable[[RequestRecord], NewEvent],
+        row: dict[str, Any],
+        record: RequestRecord,
+        event: NewEvent,
         check: PrincipalCheck | None = None,
     ) -> RequestRecord | None:
-        """Insert a request and the audit event ``created_event`` makes of it; the row as
-        written, or None (and no event) if its idempotency key is already taken in the org.
+        """Insert a request (``row``, every column; ``record``, the same as a record) and
+        its ``request.created`` audit ``event``; the row as written, or None (and no
+        event) if its idempotency key is already taken in the org.
 
         ``ON CONFLICT DO NOTHING`` against the unique (org_id, idempotency_key) constraint:
         of concurrent creates with one key exactly one inserts, on both databases. On
@@ -514,14 +513,12 @@ class ApprovalRepository:
         this write transaction (``_LAST_NUMBER``). The unique (org_id, number) index
         stands behind both.
         """
-        row = new_row(values)
         if self.dialect != "postgresql":
             last = await execute_in(self.session, _LAST_NUMBER, {"org_id": row["org_id"]})
             row["number"] = (last[0].issued if last else 0) + 1
+            record = record._replace(number=row["number"])
         # The new row is what was written: the values read back as written (UTC
         # timestamps, the same JSON); on PostgreSQL, its number once the insert drew it.
-        record = record_written(row)
-        event = created_event(record)
         if self.dialect == "postgresql":
             params = {
                 **row,
@@ -781,7 +778,7 @@ class ApprovalRepository:
     async def add_event(self, event: AuditEvent | NewEvent) -> None:
         """Written at once with a prepared insert: every create and decision writes one,
         and the ORM's unit-of-work flush cost more than the insert itself (``make bench``,
-        scenarios create and decide; docs/engineering-log.md, *The first round*)."""
+        scenarios create and decide)."""
         values = _new_row_values(event, _INSERT_EVENT)
         values["data"] = event.data if event.data is not None else {}
         await queue_write(self.session, _INSERT_EVENT, values)

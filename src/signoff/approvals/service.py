@@ -22,7 +22,7 @@ import orjson
 from signoff.approvals import effects, state
 from signoff.approvals.listing import ListFilters, read_page
 from signoff.approvals.record import RequestRecord, StepRecord, VoteRecord
-from signoff.approvals.repository import ApprovalReads, ApprovalRepository, NewEvent
+from signoff.approvals.repository import ApprovalReads, ApprovalRepository
 from signoff.approvals.schemas import (
     CreateApprovalRequest,
     DecideApprovalRequest,
@@ -70,8 +70,10 @@ async def create_request(
 ) -> CreateResult:
     """Create a request, or return the org's earlier one with the same idempotency key.
 
-    Columns not named here take the table's defaults (``record.new_row``). ``check``: the
-    principal came from memory; the insert confirms it (``PrincipalCheck``)."""
+    The state machine answers what a create causes (``state.Create``) and
+    ``effects.apply_create`` writes it. Columns not named here take the table's defaults
+    (``record.new_row``). ``check``: the principal came from memory; the insert confirms
+    it (``PrincipalCheck``)."""
     values: dict[str, Any] = {
         "id": new_id(),
         "org_id": principal.org_id,
@@ -95,24 +97,18 @@ async def create_request(
         "created_at": now,
         "updated_at": now,
     }
-    repo = uow.approvals
-
-    def created_event(record: RequestRecord) -> NewEvent:
-        data = {"title": record.title, "priority": record.priority, "source": record.source}
-        return effects.event(record, "request.created", principal.user_id, now, data)
-
-    created = await repo.insert_unless_key_taken(values, created_event, check)
+    action = state.Create(principal.actor, payload.title, payload.priority, payload.source)
+    transition = state.apply(None, action, now)
+    author = effects.Author(principal.user_id, principal.user_email, principal.user_name)
+    created = await effects.apply_create(uow, values, transition, author, now, check)
     if created is None:
         assert payload.idempotency_key is not None  # only a key can conflict
-        existing = await repo.find_by_idempotency_key(principal.org_id, payload.idempotency_key)
+        existing = await uow.approvals.find_by_idempotency_key(
+            principal.org_id, payload.idempotency_key
+        )
         if existing is None:  # pragma: no cover - the conflicting row cannot vanish
             raise NotFound("The request holding this idempotency key no longer exists.")
         return CreateResult(existing, created=False)
-    uow.request_changed(created.org_id, created.id, final=False)
-    # One plan row in this transaction where the org can notify (on PostgreSQL written
-    # by the insert's own statement); a worker plans and sends after the commit.
-    if not repo.plans_with_insert:
-        await uow.notifications.request_created(created, now)
     return CreateResult(created, created=True)
 
 

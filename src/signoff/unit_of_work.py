@@ -10,9 +10,13 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.approvals.record import RequestRecord
-from signoff.approvals.repository import ApprovalRepository
+from signoff.approvals.repository import ApprovalRepository, CreatedPlan
 from signoff.notifications import service as notifications
-from signoff.notifications.repository import NotificationRepository
+from signoff.notifications.repository import (
+    NotificationRepository,
+    created_plan_from,
+    plans_written,
+)
 from signoff.oauth.repository import OAuthRepository
 from signoff.orgs.repository import OrgRepository
 from signoff.storage import QueryRunner
@@ -24,6 +28,9 @@ from signoff.webhooks.service import (
     enqueue_decision_callback,
     enqueue_decision_callbacks,
 )
+
+# How a PostgreSQL create writes its notification plan row, in its own statement.
+CREATED_PLAN = CreatedPlan(created_plan_from, plans_written)
 
 
 @dataclass(frozen=True)
@@ -85,7 +92,7 @@ class UnitOfWork:
         self.session = session
         self._outbox = outbox
         self.dialect = dialect
-        self.approvals = ApprovalRepository(session, dialect, queries)
+        self.approvals = ApprovalRepository(session, dialect, queries, CREATED_PLAN)
         self.orgs = OrgRepository(session)
         self.webhooks = WebhookRepository(session, dialect)
         self.oauth = OAuthRepository(session)

@@ -27,7 +27,7 @@ from signoff.orgs.repository import PrincipalsByKey
 from signoff.ratelimit.limiter import RateLimiter
 from signoff.storage import Database, ListenHub, Notifier, notifies_left_to_caller
 from signoff.unit_of_work import RequestChange, UnitOfWork
-from signoff.webhooks.dispatcher import WebhookDispatcher
+from signoff.webhooks.dispatcher import FirstAttempt, FirstAttemptPolicy, WebhookDispatcher
 from signoff.webhooks.service import outbox_of, start_outbox
 
 # Where PostgreSQL announces a request's change of status (migration 0011's trigger).
@@ -99,8 +99,15 @@ class AppContext:
         )
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[UnitOfWork]:
-        """A write transaction, committed when the block ends without an exception."""
+    async def transaction(
+        self, first_attempt: FirstAttemptPolicy = FirstAttempt.NOW
+    ) -> AsyncIterator[UnitOfWork]:
+        """A write transaction, committed when the block ends without an exception.
+
+        What must follow the commit happens here, once, and only for a commit: watchers
+        of the changed requests are woken, the notification sender too, and the callbacks
+        the transaction wrote get their attempt 1 as ``first_attempt`` says (its outcome
+        in ``uow.first_attempts``). A rolled-back transaction's callbacks are never sent."""
         async with self.db.write_transaction() as session:
             # Callbacks written by this transaction are held by it for this long.
             outbox = start_outbox(session, self.settings.delivery_lease_seconds)
@@ -125,6 +132,8 @@ class AppContext:
             self.notifications.wakeup.set()  # committed: send them now
         if self.notifier is not None and notifies_left:
             self._tell_other_processes(uow.changes, wrote_notifications)
+        if uow.outbox.claimed:
+            uow.first_attempts = await self.webhooks.after_commit(uow.outbox, first_attempt)
 
     def _tell_other_processes(
         self, changes: Sequence[RequestChange], wrote_notifications: bool

@@ -10,19 +10,27 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.approvals.record import RequestRecord
-from signoff.approvals.repository import ApprovalRepository
+from signoff.approvals.repository import ApprovalRepository, CreatedPlan
 from signoff.notifications import service as notifications
-from signoff.notifications.repository import NotificationRepository
+from signoff.notifications.repository import (
+    NotificationRepository,
+    created_plan_from,
+    plans_written,
+)
 from signoff.oauth.repository import OAuthRepository
 from signoff.orgs.repository import OrgRepository
 from signoff.storage import QueryRunner
 from signoff.webhooks.repository import WebhookRepository
 from signoff.webhooks.service import (
     DecisionFacts,
+    FirstAttempts,
     Outbox,
     enqueue_decision_callback,
     enqueue_decision_callbacks,
 )
+
+# How a PostgreSQL create writes its notification plan row, in its own statement.
+CREATED_PLAN = CreatedPlan(created_plan_from, plans_written)
 
 
 @dataclass(frozen=True)
@@ -84,17 +92,20 @@ class UnitOfWork:
         self.session = session
         self._outbox = outbox
         self.dialect = dialect
-        self.approvals = ApprovalRepository(session, dialect, queries)
+        self.approvals = ApprovalRepository(session, dialect, queries, CREATED_PLAN)
         self.orgs = OrgRepository(session)
         self.webhooks = WebhookRepository(session, dialect)
         self.oauth = OAuthRepository(session)
         self.callbacks = DecisionCallbacks(self.webhooks)
         self.notifications = RequestNotifications(NotificationRepository(session, dialect))
         self.changes: list[RequestChange] = []
+        # Once committed: what became of the callbacks it wrote (``AppContext.transaction``
+        # starts their attempt 1; an answer's ``callback_delivered`` reads it here).
+        self.first_attempts = FirstAttempts()
 
     @property
     def outbox(self) -> Outbox:
-        """Callbacks this transaction wrote; after the commit, deliver or hand them off."""
+        """Callbacks this transaction wrote, held by it until it commits."""
         return self._outbox
 
     def request_changed(self, org_id: uuid.UUID, request_id: uuid.UUID, *, final: bool) -> None:

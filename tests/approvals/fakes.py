@@ -62,6 +62,22 @@ class FakeApprovals:
     comments: list[Comment] = field(default_factory=list)
     events: list[NewEvent] = field(default_factory=list)
     flushes: int = 0
+    # Creates: the rows inserted, and the idempotency keys taken (by org).
+    inserted: list[RequestRecord] = field(default_factory=list)
+    keys: set[tuple[uuid.UUID, str]] = field(default_factory=set)
+    plans_with_insert: bool = False
+
+    async def insert_unless_key_taken(
+        self, row: dict[str, Any], record: RequestRecord, event: NewEvent, check: Any = None
+    ) -> RequestRecord | None:
+        key = row.get("idempotency_key")
+        if key is not None:
+            if (row["org_id"], key) in self.keys:
+                return None
+            self.keys.add((row["org_id"], key))
+        self.inserted.append(record)
+        self.events.append(event)
+        return record
 
     async def update_if_pending(
         self, request_id: uuid.UUID, values: dict[str, Any], refusal: Callable[[], Exception]
@@ -127,6 +143,10 @@ class FakeNotifications:
     # The approvers told, per opening.
     opened_approvers: list[tuple[uuid.UUID, ...]] = field(default_factory=list)
     stopped_for: list[uuid.UUID] = field(default_factory=list)
+    created_for: list[uuid.UUID] = field(default_factory=list)
+
+    async def request_created(self, request: RequestRecord, now: datetime) -> None:
+        self.created_for.append(request.id)
 
     async def steps_opened(self, request: RequestRecord, approver_ids: Any, now: datetime) -> None:
         self.steps_opened_for.append(request.id)

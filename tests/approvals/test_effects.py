@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from signoff.approvals import state
-from signoff.approvals.effects import Author, apply_transition, apply_transitions
+from signoff.approvals.effects import Author, apply_create, apply_transition, apply_transitions
 from signoff.approvals.state import Actor, RequestView, StepSpec, StepView
 from signoff.errors import Forbidden, StepsLocked, ValidationFailed
 from tests.approvals.fakes import NOW, FakeUnitOfWork, pending_request
@@ -235,3 +235,58 @@ def test_who_may_configure_steps_and_how_many() -> None:
     voted = RequestView("pending", 3, connection_id=connection, voters=frozenset({BOB.user_id}))
     with pytest.raises(StepsLocked):
         state.apply(voted, state.ConfigureSteps(actor(ADMIN, admin=True), two), NOW)
+
+
+def _new_values(key: str | None = None) -> dict[str, object]:
+    return {
+        "id": uuid.uuid4(),
+        "org_id": ORG,
+        "connection_id": uuid.uuid4(),
+        "title": "Deploy",
+        "description": "d",
+        "priority": "high",
+        "source": "ci",
+        "idempotency_key": key,
+        "created_at": NOW,
+        "updated_at": NOW,
+    }
+
+
+ORG = uuid.uuid4()
+
+
+async def test_a_create_writes_its_row_event_notification_plan_and_signal() -> None:
+    transition = state.apply(None, state.Create(actor(ALICE), "Deploy", "high", "ci"), NOW)
+    uow = FakeUnitOfWork()
+    values = _new_values()
+    created = await apply_create(uow, values, transition, ALICE, NOW)
+
+    assert created is not None and created.id == values["id"] and created.status == "pending"
+    assert uow.approvals.inserted == [created]
+    [event] = uow.approvals.events
+    assert (event.type, event.actor_id, event.request_id) == (
+        "request.created",
+        ALICE.user_id,
+        created.id,
+    )
+    assert event.data == {"title": "Deploy", "priority": "high", "source": "ci"}
+    assert uow.notifications.created_for == [created.id]
+    assert [(c.request_id, c.final) for c in uow.changes] == [(created.id, False)]
+
+
+async def test_a_create_the_storage_plans_itself_writes_no_second_plan() -> None:
+    transition = state.apply(None, state.Create(actor(ALICE), "Deploy", "high"), NOW)
+    uow = FakeUnitOfWork()
+    uow.approvals.plans_with_insert = True  # PostgreSQL: in the insert's own statement
+    assert await apply_create(uow, _new_values(), transition, ALICE, NOW) is not None
+    assert uow.notifications.created_for == []
+
+
+async def test_a_create_whose_key_is_taken_writes_nothing_more() -> None:
+    transition = state.apply(None, state.Create(actor(ALICE), "Deploy", "high"), NOW)
+    uow = FakeUnitOfWork()
+    assert await apply_create(uow, _new_values("k"), transition, ALICE, NOW) is not None
+    first = (list(uow.approvals.events), list(uow.notifications.created_for), list(uow.changes))
+
+    assert await apply_create(uow, _new_values("k"), transition, ALICE, NOW) is None
+    assert (uow.approvals.events, uow.notifications.created_for, uow.changes) == first

@@ -7,6 +7,7 @@ it again (``approvals.service.cancel_all_pending``).
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections import Counter
@@ -31,6 +32,7 @@ from signoff.config import get_settings
 from signoff.context import AppContext
 from signoff.models import ApprovalRequest, Organization, WebhookDelivery
 from signoff.unit_of_work import UnitOfWork
+from signoff.webhooks.dispatcher import FirstAttempt
 from tests.conftest import SECRET_KEY, Org, create_approval
 
 
@@ -45,7 +47,7 @@ async def _create(
     assert principal is not None
     body: dict[str, Any] = {"title": "t", "description": "d", "priority": "low"}
     if callback:
-        # Never dialled: these tests deliver nothing, they look at the outbox.
+        # Never dialled: these tests hand the callbacks to workers, none of which runs.
         body["callback_url"] = f"http://127.0.0.1:{free_port()}/hook"
     ids = []
     async with ctx.transaction() as uow:
@@ -85,7 +87,7 @@ async def _deliveries_per_request(ctx: AppContext, org_id: uuid.UUID) -> Counter
 
 
 class Batches:
-    """The ``committed`` hook: notes each batch, and what its transaction put in the outbox."""
+    """The ``committed`` hook: notes each batch, and the callbacks its transaction wrote."""
 
     def __init__(self) -> None:
         self.sizes: list[int] = []
@@ -94,9 +96,13 @@ class Batches:
 
     async def committed(self, uow: UnitOfWork, results: list[TransitionResult]) -> None:
         self.sizes.append(len(results))
-        self.callbacks.append(len(uow.outbox.claimed))
+        self.callbacks.append(uow.first_attempts.handed_off)
         self.ids.append({r.request.id for r in results})
-        uow.outbox.claimed.clear()
+
+
+def _to_workers(ctx: AppContext) -> Any:
+    """The batches' transactions, handing their callbacks to the (absent) workers."""
+    return functools.partial(ctx.transaction, FirstAttempt.BY_WORKERS)
 
 
 def _org_id(org: Org) -> uuid.UUID:
@@ -115,7 +121,7 @@ async def test_every_pending_request_is_cancelled_batch_by_batch_with_its_callba
     batches = Batches()
 
     cancelled = await approvals_service.cancel_all_pending(
-        ctx.transaction, org_id, None, batches.committed, batch_size=3
+        _to_workers(ctx), org_id, None, batches.committed, batch_size=3
     )
 
     assert cancelled == 7
@@ -138,9 +144,9 @@ async def test_a_stop_cut_short_leaves_the_rest_pending_and_running_it_again_fin
 
     with pytest.raises(Crash):
         await approvals_service.cancel_all_pending(
-            ctx.transaction, org_id, None, crash_after_first, batch_size=3
+            _to_workers(ctx), org_id, None, crash_after_first, batch_size=3
         )
-    # The first batch is committed with its callbacks (held by a lease that runs out, so a
+    # The first batch is committed with its callbacks (handed to the workers, so a
     # worker sends them); the rest is still pending, in plain sight; the stop is still on.
     assert await _statuses(ctx, org_id) == Counter({"cancelled": 3, "pending": 4})
     assert sum((await _deliveries_per_request(ctx, org_id)).values()) == 3
@@ -150,7 +156,7 @@ async def test_a_stop_cut_short_leaves_the_rest_pending_and_running_it_again_fin
 
     batches = Batches()
     again = await approvals_service.cancel_all_pending(
-        ctx.transaction, org_id, None, batches.committed, batch_size=3
+        _to_workers(ctx), org_id, None, batches.committed, batch_size=3
     )
     assert again == 4
     assert batches.sizes == [3, 1]
@@ -177,7 +183,7 @@ async def test_a_request_settled_between_batches_is_not_cancelled_twice(
                 await approvals_service.cancel_pending(other, org_id, None, settled, utcnow())
 
     cancelled = await approvals_service.cancel_all_pending(
-        ctx.transaction, org_id, None, committed, batch_size=2
+        _to_workers(ctx), org_id, None, committed, batch_size=2
     )
 
     assert cancelled == 4
@@ -202,7 +208,7 @@ async def test_a_request_created_while_the_stop_runs_is_cancelled_too(
             late.extend(await _create(ctx, org, 1))
 
     cancelled = await approvals_service.cancel_all_pending(
-        ctx.transaction, org_id, None, committed, batch_size=2
+        _to_workers(ctx), org_id, None, committed, batch_size=2
     )
 
     assert cancelled == 4

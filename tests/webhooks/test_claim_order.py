@@ -48,7 +48,10 @@ async def _due_deliveries(ctx: AppContext, org: Org, urls: list[str]) -> dict[uu
             )
             ids.append(created.request.id)
         await approvals_service.cancel_pending(uow, org_id, None, ids, utcnow())
-    claimed = list(uow.outbox.claimed)
+        # Kept held by this transaction's claim, as if the process stopped at the commit:
+        # no attempt 1 is started.
+        claimed = list(uow.outbox.claimed)
+        uow.outbox.claimed.clear()
     start = utcnow() - timedelta(seconds=len(urls) + 1)
     async with ctx.transaction() as uow:
         for index, delivery in enumerate(claimed):

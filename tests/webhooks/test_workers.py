@@ -31,6 +31,7 @@ from signoff.common.ids import parse_id
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.models import WebhookAttempt, WebhookDelivery
+from signoff.webhooks.dispatcher import FirstAttempt
 from tests.conftest import SECRET_KEY, Org, create_approval, eventually
 
 WORKER_SETTINGS = {
@@ -190,13 +191,13 @@ async def test_a_notification_wakes_an_idle_postgres_worker_at_once(
         payload = CreateApprovalRequest.model_validate(
             {"title": "t", "description": "d", "priority": "low", "callback_url": receiver.url}
         )
-        async with ctx.transaction() as uow:
+        started = time.monotonic()
+        # Handed off as it commits, with NOTIFY.
+        async with ctx.transaction(FirstAttempt.BY_WORKERS) as uow:
             await approvals_service.create_request(uow, principal, payload, ctx.box, utcnow())
             await approvals_service.cancel_pending(
                 uow, org_id, None, await uow.approvals.pending_ids(org_id), utcnow()
             )
-        started = time.monotonic()
-        await ctx.webhooks.hand_off(uow.outbox)  # commits with NOTIFY
         await receiver.wait_for(1, timeout=10)
         assert time.monotonic() - started < 1.0
 
@@ -223,18 +224,18 @@ async def test_two_workers_drain_a_thousand_deliveries_each_exactly_once(
             payload = CreateApprovalRequest.model_validate(
                 {"title": "t", "description": "d", "priority": "low", "callback_url": receiver.url}
             )
-            async with ctx.transaction() as uow:
+            # All in one transaction, handed off as it commits (due now; NOTIFY wakes both
+            # workers): the workers compete for it.
+            async with ctx.transaction(FirstAttempt.BY_WORKERS) as uow:
                 for _ in range(total):
                     await approvals_service.create_request(
                         uow, principal, payload, ctx.box, utcnow()
                     )
-                # All in one transaction, handed off at once: the workers compete for it.
                 cancelled = await approvals_service.cancel_pending(
                     uow, org_id, None, await uow.approvals.pending_ids(org_id), utcnow()
                 )
-            assert len(cancelled) == total
             started = time.monotonic()
-            await ctx.webhooks.hand_off(uow.outbox)  # due now; NOTIFY wakes both workers
+            assert len(cancelled) == total
             await receiver.wait_for(total, timeout=60)
             drained = time.monotonic() - started
             # Every attempt recorded: nothing is left for either worker to send again.

@@ -3,9 +3,12 @@
 ``state.apply`` answers a ``Transition`` whose ``effects`` list everything the change
 causes, in order. ``apply_transition`` writes them over the unit of work, in the caller's
 transaction: the request's new state, the vote, step changes, the comment, audit events,
-the callback's outbox row, and the signal that wakes long polls and live pages once the
-transaction commits. A new consequence of a decision is a new effect in ``state.py`` and a
-new case here, nowhere else.
+the callback's outbox row, the notifications' plan rows, and the signal that wakes long
+polls and live pages once the transaction commits; ``apply_create`` writes a create's
+(the row, its event, its notification plan); ``apply_transitions`` a batch's. Each effect
+is dispatched in one place, ``_dispatch``, to a sink that writes it at once or gathers it
+to be written together. A new consequence of a create or a decision is a new effect in
+``state.py`` and a new case here, nowhere else.
 
 It needs only the ``EffectsUnitOfWork`` protocol, so ``tests/approvals/test_effects.py``
 applies transitions to an in-memory fake in milliseconds.
@@ -21,8 +24,9 @@ from typing import Any, Protocol
 
 from signoff import metrics
 from signoff.approvals import state
-from signoff.approvals.record import RequestRecord, StepRecord
+from signoff.approvals.record import RequestRecord, StepRecord, new_row, record_written
 from signoff.approvals.repository import NewEvent, NewVote
+from signoff.auth.principal import PrincipalCheck
 from signoff.common.ids import new_id
 from signoff.errors import RequestNotPending
 from signoff.models import Comment
@@ -41,6 +45,17 @@ class Author:
 
 class ApprovalWrites(Protocol):
     """What applying a transition writes of a request (``ApprovalRepository``)."""
+
+    async def insert_unless_key_taken(
+        self,
+        row: dict[str, Any],
+        record: RequestRecord,
+        event: NewEvent,
+        check: PrincipalCheck | None = None,
+    ) -> RequestRecord | None: ...
+
+    @property
+    def plans_with_insert(self) -> bool: ...
 
     async def update_if_pending(
         self, request_id: uuid.UUID, values: dict[str, Any], refusal: Callable[[], Exception]
@@ -86,6 +101,8 @@ class CallbackOutbox(Protocol):
 class NotificationOutbox(Protocol):
     """Where the notifications a change causes are written (notifications domain)."""
 
+    async def request_created(self, request: RequestRecord, now: datetime) -> None: ...
+
     async def steps_opened(
         self, request: RequestRecord, approver_ids: Sequence[uuid.UUID], now: datetime
     ) -> None: ...
@@ -118,13 +135,46 @@ async def apply_transition(
 ) -> RequestRecord:
     """Write every effect of ``transition`` on the locked request ``row``, in order; the
     request as it now is."""
+    sink = _WriteNow(uow, now)
     for effect in transition.effects:
-        row = await _apply(uow, row, effect, author, now)
+        row = await _dispatch(sink, row, effect, author, now)
     await uow.approvals.flush()
     # Counted once written: a decision whose writes were refused (a lost race) is not.
     if transition.is_final:
         metrics.count_decision(transition.status)
     return row
+
+
+async def apply_create(
+    uow: EffectsUnitOfWork,
+    values: dict[str, Any],
+    transition: state.Transition,
+    author: Author,
+    now: datetime,
+    check: PrincipalCheck | None = None,
+) -> RequestRecord | None:
+    """Write the effects of a create (``state.Create``) of a request of ``values`` (by
+    column; the others take their defaults): the request as written, or None, having
+    written nothing, if the org's request with its idempotency key exists.
+
+    The row, its event and its notification plan go to the storage together, which
+    writes them as it writes a create best (on PostgreSQL one statement,
+    ``ApprovalRepository.insert_unless_key_taken``). ``check``: the principal came from
+    memory; the insert confirms it (``PrincipalCheck``)."""
+    row = new_row(values)
+    record = record_written(row)
+    gathered = _Gathered()
+    for effect in transition.effects:
+        record = await _dispatch(gathered, record, effect, author, now)
+    (created_event,) = gathered.events
+    created = await uow.approvals.insert_unless_key_taken(row, record, created_event, check)
+    if created is None:
+        return None
+    if gathered.created_plans and not uow.approvals.plans_with_insert:
+        await uow.notifications.request_created(created, now)
+    for org_id, request_id, final in gathered.changes:
+        uow.request_changed(org_id, request_id, final=final)
+    return created
 
 
 # The effects whose writes are all queued (``storage.queue_write``) and read nothing:
@@ -165,19 +215,6 @@ _BATCHED_EFFECTS = (
 )
 
 
-@dataclass
-class _BatchWrites:
-    """What a batch of transitions writes, gathered effect by effect, in each request's
-    order of effects."""
-
-    updates: list[tuple[uuid.UUID, dict[str, Any]]] = field(default_factory=list)
-    events: list[NewEvent] = field(default_factory=list)
-    callbacks: list[DecisionFacts] = field(default_factory=list)
-    left_pending: list[uuid.UUID] = field(default_factory=list)
-    changes: list[tuple[uuid.UUID, uuid.UUID, bool]] = field(default_factory=list)
-    decisions: list[str] = field(default_factory=list)
-
-
 async def apply_transitions(
     uow: EffectsUnitOfWork,
     items: Sequence[tuple[RequestRecord, state.Transition]],
@@ -191,69 +228,77 @@ async def apply_transitions(
     Raises ``RequestNotPending``, having written part of the batch, if any request was no
     longer pending: the caller's savepoint undoes the batch (the row locks make that
     unreachable, as for ``apply_transition``)."""
-    writes = _BatchWrites()
+    gathered = _Gathered()
     results: list[RequestRecord] = []
-    for row, transition in items:
+    for locked, transition in items:
+        row = locked
         if all(isinstance(effect, _BATCHED_EFFECTS) for effect in transition.effects):
-            results.append(_gather(writes, row, transition, author, now))
+            for effect in transition.effects:
+                row = await _dispatch(gathered, row, effect, author, now)
+            results.append(row)
         else:
             results.append(await apply_transition(uow, row, transition, author, now))
-    if await uow.approvals.update_many_if_pending(writes.updates) != len(writes.updates):
+    if await uow.approvals.update_many_if_pending(gathered.updates) != len(gathered.updates):
         raise RequestNotPending("pending")
-    await uow.approvals.add_events(writes.events)
-    if writes.callbacks:
-        await uow.callbacks.enqueue_many(writes.callbacks, now)
-    if writes.left_pending:
-        await uow.notifications.left_pending_many(writes.left_pending, now)
-    for org_id, request_id, final in writes.changes:
+    await uow.approvals.add_events(gathered.events)
+    if gathered.callbacks:
+        await uow.callbacks.enqueue_many(gathered.callbacks, now)
+    if gathered.left_pending_ids:
+        await uow.notifications.left_pending_many(gathered.left_pending_ids, now)
+    for org_id, request_id, final in gathered.changes:
         uow.request_changed(org_id, request_id, final=final)
     await uow.approvals.flush()
-    for outcome in writes.decisions:
+    for outcome in gathered.decisions:
         metrics.count_decision(outcome)
     return results
 
 
-def _gather(
-    writes: _BatchWrites,
-    row: RequestRecord,
-    transition: state.Transition,
-    author: Author | None,
-    now: datetime,
-) -> RequestRecord:
-    """Note what each effect of ``transition`` writes (as ``_apply`` writes it); the
-    request as it will be."""
-    actor_id = author.user_id if author else None
-    for effect in transition.effects:
-        match effect:
-            case state.UpdateRequest():
-                values = _request_values(row, effect, author, now)
-                writes.updates.append((row.id, values))
-                if effect.status in state.TERMINAL_STATUSES:
-                    writes.decisions.append(effect.status)
-                row = row._replace(**values)
-            case state.WriteEvent():
-                writes.events.append(event(row, effect.type, actor_id, now, dict(effect.data)))
-            case state.SendCallback():
-                writes.callbacks.append(_decision_facts(row, author, effect.comment))
-            case state.StopReminders():
-                writes.left_pending.append(row.id)
-            case state.PublishChange():
-                writes.changes.append((row.org_id, row.id, effect.final))
-    return row
+# ---- what each effect writes: one dispatcher, two ways of writing ----
 
 
-async def _apply(
-    uow: EffectsUnitOfWork,
+class _Sink(Protocol):
+    """Where the writes of effects go: at once, one by one (``_WriteNow``), or gathered
+    to be written together (``_Gathered``)."""
+
+    async def update(self, row: RequestRecord, values: dict[str, Any]) -> None: ...
+
+    async def vote(self, vote: NewVote) -> None: ...
+
+    async def change_step(self, step_id: uuid.UUID, values: dict[str, Any]) -> None: ...
+
+    async def replace_steps(self, row: RequestRecord, steps: Sequence[StepRecord]) -> None: ...
+
+    async def comment(self, comment: Comment) -> None: ...
+
+    async def event(self, event: NewEvent) -> None: ...
+
+    async def callback(self, facts: DecisionFacts) -> None: ...
+
+    async def created(self, row: RequestRecord) -> None: ...
+
+    async def steps_opened(self, row: RequestRecord, approver_ids: Sequence[uuid.UUID]) -> None: ...
+
+    async def left_pending(self, row: RequestRecord) -> None: ...
+
+    def publish(self, row: RequestRecord, final: bool) -> None: ...
+
+
+async def _dispatch(
+    sink: _Sink,
     row: RequestRecord,
     effect: state.Effect,
     author: Author | None,
     now: datetime,
 ) -> RequestRecord:
-    """Write one effect; the request as it is after it."""
+    """Write one effect to ``sink``; the request as it is after it."""
     actor_id = author.user_id if author else None
     match effect:
+        case state.InsertRequest():
+            pass  # the row is the create's own (``apply_create``)
         case state.UpdateRequest():
-            return await _update_request(uow.approvals, row, effect, author, now)
+            values = _request_values(row, effect, author, now)
+            await sink.update(row, values)
+            return row._replace(**values)
         case state.RecordVote():
             assert author is not None  # only people vote
             vote = NewVote(
@@ -264,40 +309,127 @@ async def _apply(
                 comment=effect.comment,
                 created_at=now,
             )
-            await uow.approvals.add_vote(vote)
+            await sink.vote(vote)
         case state.ChangeStep():
-            await uow.approvals.update_step(effect.step_id, **_step_values(effect, author, now))
+            await sink.change_step(effect.step_id, _step_values(effect, author, now))
         case state.ReplaceSteps():
-            steps = [_new_step(row.id, spec, now) for spec in effect.steps]
-            await uow.approvals.replace_steps(row.id, steps, replacing=row.has_steps)
+            await sink.replace_steps(row, [_new_step(row.id, spec, now) for spec in effect.steps])
         case state.AddComment():
             assert author is not None  # only people comment
-            row, _ = await add_comment(uow.approvals, row, author.user_id, effect.body, now)
+            comment, comment_event = _comment(row, author.user_id, effect.body, now)
+            await sink.comment(comment)
+            await sink.event(comment_event)
+            return row._replace(comments_count=row.comments_count + 1)
         case state.WriteEvent():
-            await uow.approvals.add_event(event(row, effect.type, actor_id, now, dict(effect.data)))
+            await sink.event(event(row, effect.type, actor_id, now, dict(effect.data)))
         case state.SendCallback():
-            await uow.callbacks.enqueue(_decision_facts(row, author, effect.comment), now)
+            await sink.callback(_decision_facts(row, author, effect.comment))
+        case state.NotifyCreated():
+            await sink.created(row)
         case state.NotifyStepsOpened():
-            await uow.notifications.steps_opened(row, effect.approver_ids, now)
+            await sink.steps_opened(row, effect.approver_ids)
         case state.StopReminders():
-            await uow.notifications.left_pending(row.id, now)
+            await sink.left_pending(row)
         case state.PublishChange():
-            uow.request_changed(row.org_id, row.id, final=effect.final)
+            sink.publish(row, effect.final)
     return row
 
 
-async def _update_request(
-    approvals: ApprovalWrites,
-    row: RequestRecord,
-    effect: state.UpdateRequest,
-    author: Author | None,
-    now: datetime,
-) -> RequestRecord:
-    values = _request_values(row, effect, author, now)
-    # The row lock (PostgreSQL) or the write lock (SQLite) makes the refusal unreachable;
-    # should it ever happen, refusing is right and the transaction writes nothing.
-    await approvals.update_if_pending(row.id, values, lambda: RequestNotPending(row.status))
-    return row._replace(**values)
+class _WriteNow:
+    """Each write made at once over the unit of work (most are queued by the storage and
+    go out together before the next read or the commit)."""
+
+    def __init__(self, uow: EffectsUnitOfWork, now: datetime) -> None:
+        self.uow = uow
+        self.now = now
+
+    async def update(self, row: RequestRecord, values: dict[str, Any]) -> None:
+        # The row lock (PostgreSQL) or the write lock (SQLite) makes the refusal
+        # unreachable; should it ever happen, refusing is right and nothing is written.
+        status = row.status
+        await self.uow.approvals.update_if_pending(
+            row.id, values, lambda: RequestNotPending(status)
+        )
+
+    async def vote(self, vote: NewVote) -> None:
+        await self.uow.approvals.add_vote(vote)
+
+    async def change_step(self, step_id: uuid.UUID, values: dict[str, Any]) -> None:
+        await self.uow.approvals.update_step(step_id, **values)
+
+    async def replace_steps(self, row: RequestRecord, steps: Sequence[StepRecord]) -> None:
+        await self.uow.approvals.replace_steps(row.id, steps, replacing=row.has_steps)
+
+    async def comment(self, comment: Comment) -> None:
+        await self.uow.approvals.add_comment(comment)
+
+    async def event(self, event: NewEvent) -> None:
+        await self.uow.approvals.add_event(event)
+
+    async def callback(self, facts: DecisionFacts) -> None:
+        await self.uow.callbacks.enqueue(facts, self.now)
+
+    async def created(self, row: RequestRecord) -> None:
+        await self.uow.notifications.request_created(row, self.now)
+
+    async def steps_opened(self, row: RequestRecord, approver_ids: Sequence[uuid.UUID]) -> None:
+        await self.uow.notifications.steps_opened(row, approver_ids, self.now)
+
+    async def left_pending(self, row: RequestRecord) -> None:
+        await self.uow.notifications.left_pending(row.id, self.now)
+
+    def publish(self, row: RequestRecord, final: bool) -> None:
+        self.uow.request_changed(row.org_id, row.id, final=final)
+
+
+@dataclass
+class _Gathered:
+    """The writes of effects, gathered effect by effect in each request's order of
+    effects, to be written together: a batch of transitions (``apply_transitions``), or a
+    create (``apply_create``). Only the effects those hold have a place here."""
+
+    updates: list[tuple[uuid.UUID, dict[str, Any]]] = field(default_factory=list)
+    events: list[NewEvent] = field(default_factory=list)
+    callbacks: list[DecisionFacts] = field(default_factory=list)
+    created_plans: list[uuid.UUID] = field(default_factory=list)
+    left_pending_ids: list[uuid.UUID] = field(default_factory=list)
+    changes: list[tuple[uuid.UUID, uuid.UUID, bool]] = field(default_factory=list)
+    decisions: list[str] = field(default_factory=list)
+
+    async def update(self, row: RequestRecord, values: dict[str, Any]) -> None:
+        self.updates.append((row.id, values))
+        if values["status"] in state.TERMINAL_STATUSES:
+            self.decisions.append(values["status"])
+
+    async def event(self, event: NewEvent) -> None:
+        self.events.append(event)
+
+    async def callback(self, facts: DecisionFacts) -> None:
+        self.callbacks.append(facts)
+
+    async def created(self, row: RequestRecord) -> None:
+        self.created_plans.append(row.id)
+
+    async def left_pending(self, row: RequestRecord) -> None:
+        self.left_pending_ids.append(row.id)
+
+    def publish(self, row: RequestRecord, final: bool) -> None:
+        self.changes.append((row.org_id, row.id, final))
+
+    async def vote(self, vote: NewVote) -> None:
+        raise AssertionError("a vote is written on its own")
+
+    async def change_step(self, step_id: uuid.UUID, values: dict[str, Any]) -> None:
+        raise AssertionError("a step is written on its own")
+
+    async def replace_steps(self, row: RequestRecord, steps: Sequence[StepRecord]) -> None:
+        raise AssertionError("a chain is written on its own")
+
+    async def comment(self, comment: Comment) -> None:
+        raise AssertionError("a comment is written on its own")
+
+    async def steps_opened(self, row: RequestRecord, approver_ids: Sequence[uuid.UUID]) -> None:
+        raise AssertionError("opened steps are written on their own")
 
 
 def _request_values(
@@ -394,8 +526,18 @@ def step_as_written(
 async def add_comment(
     approvals: ApprovalWrites, row: RequestRecord, user_id: uuid.UUID, body: str, now: datetime
 ) -> tuple[RequestRecord, Comment]:
-    """A comment and its audit event (a decision's comment, or one added on its own); the
+    """A comment and its audit event (one added on its own, outside a transition); the
     request as it now is, and the comment."""
+    comment, comment_event = _comment(row, user_id, body, now)
+    await approvals.add_comment(comment)
+    await approvals.add_event(comment_event)
+    return row._replace(comments_count=row.comments_count + 1), comment
+
+
+def _comment(
+    row: RequestRecord, user_id: uuid.UUID, body: str, now: datetime
+) -> tuple[Comment, NewEvent]:
+    """A comment on ``row`` and its audit event."""
     comment = Comment(
         id=new_id(),
         org_id=row.org_id,
@@ -404,10 +546,8 @@ async def add_comment(
         body=body,
         created_at=now,
     )
-    await approvals.add_comment(comment)
     data = {"comment_id": str(comment.id), "body": body}
-    await approvals.add_event(event(row, "comment.created", user_id, now, data))
-    return row._replace(comments_count=row.comments_count + 1), comment
+    return comment, event(row, "comment.created", user_id, now, data)
 
 
 def event(

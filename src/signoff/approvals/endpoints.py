@@ -70,7 +70,7 @@ from signoff.errors import (
     RequestNotPending,
     ValidationFailed,
 )
-from signoff.webhooks.service import all_succeeded, check_callback_url
+from signoff.webhooks.service import check_callback_url
 
 router = APIRouter(prefix="/api/v1", tags=["approvals"], route_class=LeanRoute)
 
@@ -300,8 +300,8 @@ async def decide_approval(request: Request, request_id: UuidPath, principal: Wri
     async with ctx.transaction() as uow:
         result = await service.decide(uow, principal, rid, payload, now, check)
     body = request_to_dict(result.request, now)
-    # Attempt 1 runs now that the decision is committed; the answer reports its outcome.
-    body["callback_delivered"] = all_succeeded(await ctx.webhooks.deliver_outbox(uow.outbox))
+    # Attempt 1 ran once the decision committed; the answer reports its outcome.
+    body["callback_delivered"] = uow.first_attempts.delivered
     return json_response(body)
 
 
@@ -320,7 +320,7 @@ async def cancel_approval(request: Request, request_id: UuidPath, principal: Wri
     async with ctx.transaction() as uow:
         result = await service.cancel(uow, principal, rid, now)
     body = request_to_dict(result.request, now)
-    body["callback_delivered"] = all_succeeded(await ctx.webhooks.deliver_outbox(uow.outbox))
+    body["callback_delivered"] = uow.first_attempts.delivered
     return json_response(body)
 
 

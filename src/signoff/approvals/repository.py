@@ -29,6 +29,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.dml import Insert
 
 from signoff.approvals.record import (
     COLUMNS,
@@ -36,15 +37,12 @@ from signoff.approvals.record import (
     StepRecord,
     VoteRecord,
     columns_of,
-    new_row,
-    record_written,
     request_columns,
 )
 from signoff.auth.principal import PrincipalCheck
 from signoff.common.ids import new_id
 from signoff.common.time import utcnow
 from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, User, Vote
-from signoff.notifications.repository import WROTE_NOTIFICATIONS, created_plan_from
 from signoff.orgs.repository import principal_guard, principal_guard_params
 from signoff.storage import (
     PreparedQuery,
@@ -62,9 +60,8 @@ from signoff.storage import (
 )
 
 # The reads of every get and decide: built once, since building a statement (and its cache
-# key) costs more than SQLite takes to answer it (``make bench``, scenarios get and decide;
-# docs/engineering-log.md, *The first round*). Each answers ``RequestRecord``s, built
-# straight from the rows.
+# key) costs more than SQLite takes to answer it (``make bench``, scenarios get and
+# decide). Each answers ``RequestRecord``s, built straight from the rows.
 _REQUEST_FOR_UPDATE = PreparedQuery(
     select(*request_columns())
     .where(
@@ -125,12 +122,26 @@ _LAST_NUMBER = PreparedQuery(
 )
 
 
-def _create_alone(*, guarded: bool) -> PreparedQuery:
+@dataclass(frozen=True)
+class CreatedPlan:
+    """How a create's notification plan row is written on PostgreSQL, as a part of the
+    create's own statement (the notifications domain's, given by the unit of work):
+    ``insert_from`` the insert of it from the created request's ``RETURNING id,
+    org_id``, made only where its org can notify; ``written`` marks the session once one
+    was (the sender is woken after the commit). Both module-level functions: the
+    statement is built once for them."""
+
+    insert_from: Callable[[Any], Insert]
+    written: Callable[[AsyncSession], None]
+
+
+@functools.cache
+def _create_alone(guarded: bool, plan_from: Callable[[Any], Insert]) -> PreparedQuery:
     """PostgreSQL: everything a create writes, in one statement that is its own
     transaction (autocommit: no ``BEGIN`` and ``COMMIT`` round trips): the request, its
-    ``request.created`` event and its notification plan row (where the org can notify:
-    ``notifications.repository.can_notify``), each inserted from the
-    request's ``RETURNING``, so a create whose idempotency key is taken writes none.
+    ``request.created`` event and its notification plan row (``plan_from``, where the org
+    can notify), each inserted from the request's ``RETURNING``, so a create whose
+    idempotency key is taken writes none.
 
     ``guarded``: the principal came from memory, and the statement writes only while
     ``principal_guard`` holds (a revoked key writes nothing). It answers
@@ -175,7 +186,7 @@ def _create_alone(*, guarded: bool) -> PreparedQuery:
         .returning(literal_column("1").label("one"))
         .cte("events")
     )
-    plans = created_plan_from(created).returning(literal_column("1").label("one")).cte("plans")
+    plans = plan_from(created).returning(literal_column("1").label("one")).cte("plans")
 
     def count(cte: Any, label: str) -> Any:
         return select(func.count()).select_from(cte).scalar_subquery().label(label)
@@ -189,9 +200,6 @@ def _create_alone(*, guarded: bool) -> PreparedQuery:
             select(func.max(created.c.number)).scalar_subquery().label("number"),
         )
     )
-
-
-_CREATE_ALONE = {guarded: _create_alone(guarded=guarded) for guarded in (False, True)}
 
 
 # A decision's writes and reads, run by every decide (prepared.py).
@@ -417,13 +425,20 @@ def _confirmed(row: Any, check: PrincipalCheck) -> RequestRecord | None:
 
 class ApprovalRepository:
     def __init__(
-        self, session: AsyncSession, dialect: str, queries: QueryRunner | None = None
+        self,
+        session: AsyncSession,
+        dialect: str,
+        queries: QueryRunner | None = None,
+        created_plan: CreatedPlan | None = None,
     ) -> None:
         """``queries``: where a PostgreSQL create that is its transaction's one write runs
-        in autocommit (``insert_unless_key_taken``); without it, in the session."""
+        in autocommit (``insert_unless_key_taken``); without it, in the session.
+        ``created_plan``: how a create writes its notification plan row with it (a
+        transaction that creates nothing needs none)."""
         self.session = session
         self.dialect = dialect
         self.queries = queries
+        self._created_plan = created_plan
         # Requests whose compare-and-set names the row version read (``unless_changed``).
         self._expected_versions: dict[uuid.UUID, str] = {}
         # The chains ``replace_steps`` wrote, by request (``chain_written``).
@@ -490,18 +505,20 @@ class ApprovalRepository:
     def plans_with_insert(self) -> bool:
         """Whether ``insert_unless_key_taken`` writes the new request's notification plan
         row itself (PostgreSQL: in its one statement)."""
-        return self.dialect == "postgresql"
+        return self.dialect == "postgresql" and self._created_plan is not None
 
     # ---- requests ----
 
     async def insert_unless_key_taken(
         self,
-        values: dict[str, Any],
-        created_event: Callable[[RequestRecord], NewEvent],
+        row: dict[str, Any],
+        record: RequestRecord,
+        event: NewEvent,
         check: PrincipalCheck | None = None,
     ) -> RequestRecord | None:
-        """Insert a request and the audit event ``created_event`` makes of it; the row as
-        written, or None (and no event) if its idempotency key is already taken in the org.
+        """Insert a request (``row``, every column; ``record``, the same as a record) and
+        its ``request.created`` audit ``event``; the row as written, or None (and no
+        event) if its idempotency key is already taken in the org.
 
         ``ON CONFLICT DO NOTHING`` against the unique (org_id, idempotency_key) constraint:
         of concurrent creates with one key exactly one inserts, on both databases. On
@@ -514,14 +531,12 @@ class ApprovalRepository:
         this write transaction (``_LAST_NUMBER``). The unique (org_id, number) index
         stands behind both.
         """
-        row = new_row(values)
         if self.dialect != "postgresql":
             last = await execute_in(self.session, _LAST_NUMBER, {"org_id": row["org_id"]})
             row["number"] = (last[0].issued if last else 0) + 1
+            record = record._replace(number=row["number"])
         # The new row is what was written: the values read back as written (UTC
         # timestamps, the same JSON); on PostgreSQL, its number once the insert drew it.
-        record = record_written(row)
-        event = created_event(record)
         if self.dialect == "postgresql":
             params = {
                 **row,
@@ -537,7 +552,8 @@ class ApprovalRepository:
             if guarded:
                 assert check is not None
                 params |= principal_guard_params(check)
-            query = _CREATE_ALONE[guarded]
+            assert self._created_plan is not None  # ``plans_with_insert``
+            query = _create_alone(guarded, self._created_plan.insert_from)
             (written,) = await execute_alone(self.session, self.queries, query, params)
             if guarded:
                 assert check is not None
@@ -545,7 +561,7 @@ class ApprovalRepository:
             if not written.requests:
                 return None
             if written.plans:  # its org can notify: the sender is woken
-                self.session.info[WROTE_NOTIFICATIONS] = True
+                self._created_plan.written(self.session)
             return record._replace(number=written.number)
         if not await count_in(self.session, _INSERT_REQUEST[self.dialect], row):
             return None
@@ -781,7 +797,7 @@ class ApprovalRepository:
     async def add_event(self, event: AuditEvent | NewEvent) -> None:
         """Written at once with a prepared insert: every create and decision writes one,
         and the ORM's unit-of-work flush cost more than the insert itself (``make bench``,
-        scenarios create and decide; docs/engineering-log.md, *The first round*)."""
+        scenarios create and decide)."""
         values = _new_row_values(event, _INSERT_EVENT)
         values["data"] = event.data if event.data is not None else {}
         await queue_write(self.session, _INSERT_EVENT, values)

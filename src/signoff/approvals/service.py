@@ -15,14 +15,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import orjson
 
 from signoff.approvals import effects, state
 from signoff.approvals.listing import ListFilters, read_page
 from signoff.approvals.record import RequestRecord, StepRecord, VoteRecord
-from signoff.approvals.repository import ApprovalReads, ApprovalRepository, NewEvent
+from signoff.approvals.repository import ApprovalReads, ApprovalRepository
 from signoff.approvals.schemas import (
     CreateApprovalRequest,
     DecideApprovalRequest,
@@ -56,6 +56,8 @@ class CreateResult:
 class TransitionResult:
     request: RequestRecord
     transition: state.Transition
+    # A step vote's step, as written.
+    step: StepRecord | None = None
 
 
 async def create_request(
@@ -68,8 +70,10 @@ async def create_request(
 ) -> CreateResult:
     """Create a request, or return the org's earlier one with the same idempotency key.
 
-    Columns not named here take the table's defaults (``record.new_row``). ``check``: the
-    principal came from memory; the insert confirms it (``PrincipalCheck``)."""
+    The state machine answers what a create causes (``state.Create``) and
+    ``effects.apply_create`` writes it. Columns not named here take the table's defaults
+    (``record.new_row``). ``check``: the principal came from memory; the insert confirms
+    it (``PrincipalCheck``)."""
     values: dict[str, Any] = {
         "id": new_id(),
         "org_id": principal.org_id,
@@ -93,24 +97,18 @@ async def create_request(
         "created_at": now,
         "updated_at": now,
     }
-    repo = uow.approvals
-
-    def created_event(record: RequestRecord) -> NewEvent:
-        data = {"title": record.title, "priority": record.priority, "source": record.source}
-        return effects.event(record, "request.created", principal.user_id, now, data)
-
-    created = await repo.insert_unless_key_taken(values, created_event, check)
+    action = state.Create(principal.actor, payload.title, payload.priority, payload.source)
+    transition = state.apply(None, action, now)
+    author = effects.Author(principal.user_id, principal.user_email, principal.user_name)
+    created = await effects.apply_create(uow, values, transition, author, now, check)
     if created is None:
         assert payload.idempotency_key is not None  # only a key can conflict
-        existing = await repo.find_by_idempotency_key(principal.org_id, payload.idempotency_key)
+        existing = await uow.approvals.find_by_idempotency_key(
+            principal.org_id, payload.idempotency_key
+        )
         if existing is None:  # pragma: no cover - the conflicting row cannot vanish
             raise NotFound("The request holding this idempotency key no longer exists.")
         return CreateResult(existing, created=False)
-    uow.request_changed(created.org_id, created.id, final=False)
-    # One plan row in this transaction where the org can notify (on PostgreSQL written
-    # by the insert's own statement); a worker plans and sends after the commit.
-    if not repo.plans_with_insert:
-        await uow.notifications.request_created(created, now)
     return CreateResult(created, created=True)
 
 
@@ -166,7 +164,58 @@ async def list_requests(
     )
 
 
+# What a decision is cast on: the request itself (count-based, or an admin's override of
+# a chain), one step of its chain (by its id), or the step awaiting the deciding person if
+# the chain has one, else the request itself.
+DecisionTarget = uuid.UUID | Literal["request", "my_step"]
+
+
 async def decide(
+    uow: UnitOfWork,
+    principal: OrgMember,
+    request_id: uuid.UUID,
+    payload: DecideApprovalRequest,
+    now: datetime,
+    check: PrincipalCheck | None = None,
+    *,
+    on: DecisionTarget = "request",
+) -> TransitionResult:
+    """An approve or reject, however it is made: ``PATCH /approvals/:id`` decides the
+    request, ``PATCH .../steps/:id`` votes that step, and a person deciding from the
+    dashboard, a mail link or Slack votes ``"my_step"``. ``check``: the principal came
+    from memory; the first read confirms it (``PrincipalCheck``)."""
+    if on == "my_step":
+        on = await _step_awaiting(uow.approvals, principal, request_id) or "request"
+    if isinstance(on, uuid.UUID):
+        return await _vote_step(uow, principal, request_id, on, payload, now, check)
+    return await _decide_request(uow, principal, request_id, payload, now, check)
+
+
+async def _step_awaiting(
+    repo: ApprovalRepository, member: OrgMember, request_id: uuid.UUID
+) -> uuid.UUID | None:
+    """The step of the request's chain that awaits ``member``'s vote, if any."""
+    row = await get_request(repo, member, request_id)
+    if not row.has_steps:
+        return None
+    step = votable_step(await repo.list_steps(row.id), member.user_id, row.is_sequential)
+    return step.id if step is not None else None
+
+
+def votable_step(
+    steps: Sequence[StepRecord], user_id: uuid.UUID, sequential: bool
+) -> StepRecord | None:
+    """The pending step of ``steps`` assigned to ``user_id`` that may be voted now (a
+    sequential chain's earlier steps all approved)."""
+    for step in steps:
+        if step.approver_id == user_id and step.status == "pending":
+            earlier = [s for s in steps if s.step_order < step.step_order]
+            if not sequential or all(s.status == "approved" for s in earlier):
+                return step
+    return None
+
+
+async def _decide_request(
     uow: UnitOfWork,
     principal: OrgMember,
     request_id: uuid.UUID,
@@ -298,7 +347,7 @@ async def cancel_all_pending(
     transaction: Callable[[], AbstractAsyncContextManager[UnitOfWork]],
     org_id: uuid.UUID,
     principal: OrgMember | None,
-    committed: Callable[[UnitOfWork, list[TransitionResult]], Awaitable[None]],
+    committed: Callable[[UnitOfWork, list[TransitionResult]], Awaitable[None]] | None = None,
     *,
     poisoned: PoisonedRows | None = None,
     batch_size: int | None = None,
@@ -309,11 +358,11 @@ async def cancel_all_pending(
 
     The caller has committed the org's emergency stop first, so no request of the org is
     created or decided meanwhile. Each batch commits its cancellations with their
-    callbacks (the outbox), then ``committed(uow, results)`` runs: the caller delivers or
-    hands off that batch's callbacks. A crash part-way leaves the stop on and the rest
-    still pending, visibly; running the stop again cancels the rest. Requests are listed
-    again once the list is done, in case one was created just before the stop (a caller
-    authenticated before it), until none is left that was not tried.
+    callbacks (the outbox), whose attempt 1 the ``transaction`` starts as its caller
+    chose; then ``committed(uow, results)``, if given, runs. A crash part-way leaves the
+    stop on and the rest still pending, visibly; running the stop again cancels the rest.
+    Requests are listed again once the list is done, in case one was created just before
+    the stop (a caller authenticated before it), until none is left that was not tried.
 
     ``principal`` is None when the operator's CLI does it: no user decided.
     """
@@ -331,7 +380,8 @@ async def cancel_all_pending(
             async with transaction() as uow:
                 results = await cancel_pending(uow, org_id, principal, batch, clock(), poisoned)
             cancelled += len(results)
-            await committed(uow, results)
+            if committed is not None:
+                await committed(uow, results)
 
 
 async def cancel_pending(
@@ -459,13 +509,6 @@ async def list_events(
 StepSpec = state.StepSpec
 
 
-@dataclass(frozen=True)
-class StepVoteResult:
-    request: RequestRecord
-    step: StepRecord
-    transition: state.Transition
-
-
 async def set_steps(
     uow: UnitOfWork,
     principal: Principal,
@@ -541,7 +584,7 @@ async def list_steps(
     return await repo.list_steps(request_id)
 
 
-async def vote_step(
+async def _vote_step(
     uow: UnitOfWork,
     principal: OrgMember,
     request_id: uuid.UUID,
@@ -549,8 +592,8 @@ async def vote_step(
     payload: DecideApprovalRequest,
     now: datetime,
     check: PrincipalCheck | None = None,
-) -> StepVoteResult:
-    """A vote on one step of the chain. ``check``: as ``set_steps``'s."""
+) -> TransitionResult:
+    """A vote on one step of the chain."""
     action = state.VoteStep(
         principal.actor, step_id, payload.decision, payload.comment, payload.source, _via(payload)
     )
@@ -561,12 +604,12 @@ async def vote_step(
             # The state machine found the step in this chain.
             (voted,) = (step for step in steps if step.id == step_id)
             written = effects.step_as_written(voted, result.transition, author_of(principal), now)
-            return StepVoteResult(result.request, written, result.transition)
+            return TransitionResult(result.request, result.transition, written)
     row = await _get_locked(uow.approvals, principal, request_id, check)
     result = await _transition(uow, row, action, principal, now)
     step = await uow.approvals.get_step(row.id, step_id)
     assert step is not None  # the state machine found it in the locked chain
-    return StepVoteResult(result.request, step, result.transition)
+    return TransitionResult(result.request, result.transition, step)
 
 
 async def steps_and_votes(

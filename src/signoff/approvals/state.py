@@ -1,12 +1,14 @@
 """The one gate for status changes of an approval request.
 
 ``apply(request, action, now)`` is a pure function: it sees a snapshot of the request (its
-votes and steps included), an action and the clock, and answers with the ``Transition`` to
-make or raises the typed refusal (an ``AppError``) the caller must get. It does no I/O, so
+votes and steps included; None for a ``Create``), an action and the clock, and answers
+with the ``Transition`` to make or raises the typed refusal (an ``AppError``) the caller
+must get. It does no I/O, so
 every (status, action) pair is tested exhaustively in milliseconds; the service applies
 the transition to the database and dispatches its side effects in one place.
 
 Rules (decisions.md sections 2 and 3):
+- A request is created pending, with no approvals yet.
 - Only a pending request changes; approved, rejected, cancelled and expired are final.
 - A pending request past ``expires_at`` *is* expired for every read and write, whether or
   not the sweep has marked it yet.
@@ -20,8 +22,8 @@ Rules (decisions.md sections 2 and 3):
   pending and nobody has voted; only an admin may configure fewer steps than the request
   needs approvals now.
 
-Every transition lists what it causes, in order, as ``effects``: the request's new
-state, the vote, step changes, the comment, audit events, the callback, the
+Every transition lists what it causes, in order, as ``effects``: the new request's row,
+or the request's new state, the vote, step changes, the comment, audit events, the callback, the
 notifications and the live-update signal. ``approvals/effects.py`` applies them over
 the unit of work; nothing else writes a consequence of a status change.
 """
@@ -101,6 +103,18 @@ class RequestView:
 
 
 @dataclass(frozen=True)
+class Create:
+    """A new request (``POST /approvals``), its fields validated already. Nothing
+    refuses it here: who may create is the caller's to check, and an idempotency key
+    already taken is found by the write itself (``InsertRequest``)."""
+
+    actor: Actor
+    title: str
+    priority: str
+    source: str | None = None
+
+
+@dataclass(frozen=True)
 class Decide:
     """A request-level approve or reject (``PATCH /approvals/:id``)."""
 
@@ -147,10 +161,11 @@ class Expire:
     """The clock passed ``expires_at``; applied by the sweep (or lazily by a write)."""
 
 
-Action = Decide | VoteStep | Cancel | Expire | ConfigureSteps
+Action = Create | Decide | VoteStep | Cancel | Expire | ConfigureSteps
 
 # What the audit trail records for a transition; see ``Transition.event``.
 EventType = Literal[
+    "request.created",
     "request.vote_recorded",
     "request.approved",
     "request.rejected",
@@ -165,6 +180,12 @@ StepChanges = tuple[tuple[uuid.UUID, StepStatus], ...]
 
 
 # ---- what a transition causes (applied by approvals/effects.py, in this order) ----
+
+
+@dataclass(frozen=True)
+class InsertRequest:
+    """Write the new request's row, unless the org's request with its idempotency key
+    exists: then nothing that follows is written, and the caller answers with that one."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +237,12 @@ class SendCallback:
 
 
 @dataclass(frozen=True)
+class NotifyCreated:
+    """Tell whom the routing rules name of the new request, from the outbox: one plan
+    row, written only where its org can notify anyone; a worker plans and sends."""
+
+
+@dataclass(frozen=True)
 class NotifyStepsOpened:
     """Tell the approvers of the steps now open (routing rules), from the outbox.
 
@@ -239,13 +266,15 @@ class PublishChange:
 
 
 Effect = (
-    UpdateRequest
+    InsertRequest
+    | UpdateRequest
     | RecordVote
     | ChangeStep
     | ReplaceSteps
     | AddComment
     | WriteEvent
     | SendCallback
+    | NotifyCreated
     | NotifyStepsOpened
     | StopReminders
     | PublishChange
@@ -281,11 +310,34 @@ def is_past_expiry(expires_at: datetime | None, now: datetime) -> bool:
     return expires_at is not None and now >= expires_at
 
 
-def apply(request: RequestView, action: Action, now: datetime) -> Transition:
+def apply(request: RequestView | None, action: Action, now: datetime) -> Transition:
     """The transition ``action`` makes on ``request`` at ``now``, with its effects, or
-    raise its refusal."""
+    raise its refusal. ``request`` is None for a ``Create`` only: the one action on a
+    request that does not exist yet."""
+    if isinstance(action, Create):
+        if request is not None:
+            raise Conflict("The request exists already.")
+        return _create(action)
+    if request is None:
+        raise NotFound("No approval request with this id.")
     transition = _decide_transition(request, action, now)
     return replace(transition, effects=_effects(request, action, transition))
+
+
+def _create(action: Create) -> Transition:
+    """A new request: pending, no approvals; its row, its event, its notifications."""
+    data = {"title": action.title, "priority": action.priority, "source": action.source}
+    return Transition(
+        "pending",
+        0,
+        "request.created",
+        effects=(
+            InsertRequest(),
+            WriteEvent("request.created", data),
+            NotifyCreated(),
+            PublishChange(final=False),
+        ),
+    )
 
 
 def _decide_transition(request: RequestView, action: Action, now: datetime) -> Transition:
@@ -293,6 +345,7 @@ def _decide_transition(request: RequestView, action: Action, now: datetime) -> T
         return _expire(request, now)
     if isinstance(action, ConfigureSteps):
         return _configure_steps(request, action, now)
+    assert not isinstance(action, Create)  # answered by ``apply``
     _check_owner_authority(request, action)
     if isinstance(action, VoteStep):
         # Who may vote is checked before the request's state, so the answer to a stranger

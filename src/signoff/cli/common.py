@@ -76,9 +76,11 @@ def run_in_transaction(action: Callable[[AppContext, UnitOfWork], Awaitable[T]])
     """Run one use case in one committed transaction, as the CLI's unit of work."""
 
     async def in_transaction(ctx: AppContext) -> T:
+        # Attempt 1 of the callbacks of transitions it commits is made at once, as the
+        # API makes it; the workers retry what fails (decisions.md section 9).
         async with ctx.transaction() as uow:
             result = await action(ctx, uow)
-        await _deliver_callbacks(ctx, uow)
+        report_first_attempts(uow.first_attempts.made, handed_off=uow.first_attempts.handed_off)
         return result
 
     return run_with_context(in_transaction)
@@ -99,12 +101,6 @@ def run_with_context(action: Callable[[AppContext], Awaitable[T]]) -> T:
         return asyncio.run(main())
     except AppError as exc:
         raise fail(exc.message) from None
-
-
-async def _deliver_callbacks(ctx: AppContext, uow: UnitOfWork) -> None:
-    """Attempt 1 of the callbacks of transitions just committed, as the API makes it;
-    the workers retry what fails (decisions.md section 9)."""
-    report_first_attempts(await ctx.webhooks.deliver_outbox(uow.outbox), handed_off=0)
 
 
 def report_first_attempts(outcomes: list[RecordedAttempt | None], handed_off: int) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import functools
 from typing import Annotated
 
 import typer
@@ -20,36 +20,7 @@ from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.models import Organization
 from signoff.orgs import service as orgs_service
-from signoff.unit_of_work import UnitOfWork
-from signoff.webhooks.service import Outbox, RecordedAttempt
-
-
-class _FirstAttempts:
-    """Attempt 1 of the callbacks of transitions committed batch by batch (the emergency
-    stop's cancellations): made while the next batches commit, at most one worker's
-    concurrency of them from here; the rest go to the delivery workers at once."""
-
-    def __init__(self, ctx: AppContext) -> None:
-        self.ctx = ctx
-        self.budget = ctx.settings.delivery_concurrency
-        self.handed_off = 0
-        self.tasks: list[asyncio.Task[list[RecordedAttempt | None]]] = []
-
-    async def committed(self, uow: UnitOfWork, _: object) -> None:
-        outbox = uow.outbox
-        now, later = outbox.claimed[: self.budget], outbox.claimed[self.budget :]
-        if later:
-            self.handed_off += len(later)
-            await self.ctx.webhooks.hand_off(Outbox(token=outbox.token, claimed=later))
-        if now:
-            self.budget -= len(now)
-            attempt = self.ctx.webhooks.deliver_outbox(Outbox(token=outbox.token, claimed=now))
-            self.tasks.append(asyncio.create_task(attempt))
-        outbox.claimed.clear()
-
-    async def report(self) -> None:
-        outcomes = [o for batch in await asyncio.gather(*self.tasks) for o in batch]
-        report_first_attempts(outcomes, handed_off=self.handed_off)
+from signoff.webhooks.dispatcher import FirstAttemptsInBackground
 
 
 def emergency_stop(
@@ -72,12 +43,15 @@ def emergency_stop(
             await uow.orgs.set_emergency_stop(org_row.id, active, None, utcnow())
         if not (active and cancel_pending):
             return org_row, 0
-        attempts = _FirstAttempts(ctx)
+        # Attempt 1 of the cancellations' callbacks is made from here while the next
+        # batches commit, at most one worker's concurrency of them; the rest go to the
+        # delivery workers at once.
+        attempts = FirstAttemptsInBackground(ctx.settings.delivery_concurrency)
         # The operator acts for no user: the cancellations carry no decided_by.
         cancelled = await approvals_service.cancel_all_pending(
-            ctx.transaction, org_row.id, None, attempts.committed
+            functools.partial(ctx.transaction, attempts), org_row.id, None
         )
-        await attempts.report()
+        report_first_attempts(await attempts.outcomes(), handed_off=attempts.handed_off)
         return org_row, cancelled
 
     org_row, cancelled = run_with_context(action)

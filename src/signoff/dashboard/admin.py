@@ -10,6 +10,7 @@ nothing stores it to show it again.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlencode
@@ -20,7 +21,6 @@ from starlette.responses import Response
 
 from signoff.approvals import service as approvals
 from signoff.approvals.schemas import DecideApprovalRequest
-from signoff.approvals.service import TransitionResult
 from signoff.common.http import context_of
 from signoff.common.time import utcnow
 from signoff.common.validation import validate_model
@@ -40,6 +40,7 @@ from signoff.invitations import service as invitations
 from signoff.models import Connection, User
 from signoff.oauth.service import IssuedClient
 from signoff.unit_of_work import UnitOfWork
+from signoff.webhooks.dispatcher import FirstAttempt
 
 router = APIRouter(include_in_schema=False)
 Admin = Depends(require_admin)
@@ -542,12 +543,12 @@ async def set_stop(request: Request, viewer: Viewer = Admin) -> Response:
         await admin.set_stop(uow, viewer.member, active, utcnow())
     cancelled = 0
     if active and fields.get("cancel_pending") == "yes":
-
-        async def committed(batch: UnitOfWork, results: list[TransitionResult]) -> None:
-            await ctx.webhooks.hand_off(batch.outbox)
-
+        # One cancellation callback per request, committed with it; workers send them.
         cancelled = await approvals.cancel_all_pending(
-            ctx.transaction, viewer.org.id, viewer.member, committed, poisoned=ctx.poisoned
+            functools.partial(ctx.transaction, FirstAttempt.BY_WORKERS),
+            viewer.org.id,
+            viewer.member,
+            poisoned=ctx.poisoned,
         )
     if not active:
         return redirect(back, flash="The emergency stop is off: requests flow again.")
@@ -620,6 +621,5 @@ async def override(request: Request, request_id: str, viewer: Viewer = Admin) ->
         return redirect(back, flash="Someone decided this request before you.", kind="info")
     except AppError as exc:
         return _failed(back, exc)
-    await ctx.webhooks.deliver_outbox(uow.outbox)
     verb = "approved" if payload.decision == "approve" else "rejected"
     return redirect(back, flash=f"You overrode the chain: the request is {verb}.")

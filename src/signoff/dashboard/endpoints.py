@@ -17,6 +17,7 @@ from fastapi import APIRouter, Depends, FastAPI
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from signoff.approvals import service as approvals_service
 from signoff.approvals.schemas import AddComment, DecideApprovalRequest
 from signoff.common.http import context_of
 from signoff.common.ids import parse_id
@@ -50,7 +51,6 @@ from signoff.dashboard.web import (
 from signoff.errors import AppError, Conflict, RequestNotPending, ValidationFailed
 from signoff.oauth import service as oauth_service
 from signoff.oauth.endpoints import CHOOSE_PASSWORD_PATH, SESSION_COOKIE, set_session_cookie
-from signoff.webhooks.service import all_succeeded
 
 router = APIRouter(include_in_schema=False)
 User = Depends(require_user)
@@ -393,7 +393,9 @@ async def decide(request: Request, request_id: str, viewer: Viewer = User) -> Re
         return redirect(back, flash=_field_errors(exc), kind="error")
     try:
         async with ctx.transaction() as uow:
-            decision = await service.decide(uow, viewer.member, rid, payload, utcnow())
+            result = await approvals_service.decide(
+                uow, viewer.member, rid, payload, utcnow(), on="my_step"
+            )
     except RequestNotPending:
         # Someone else decided meanwhile: the page says who and when.
         return redirect(back, flash="Someone decided this request before you.", kind="info")
@@ -401,11 +403,12 @@ async def decide(request: Request, request_id: str, viewer: Viewer = User) -> Re
         if exc.status_code == 404:
             raise not_found("This request") from None
         return redirect(back, flash=exc.message, kind="error")
-    # Long polls and live pages were told as the transaction committed (effects.py).
-    callback = all_succeeded(await ctx.webhooks.deliver_outbox(uow.outbox))
+    # Long polls and live pages were told, and the callback attempted, at the commit.
+    callback = uow.first_attempts.delivered
     verb = "approved" if payload.decision == "approve" else "rejected"
-    message = f"You {verb} this request." if decision.final else "Your vote is recorded."
-    if decision.final and callback:
+    final = result.transition.is_final
+    message = f"You {verb} this request." if final else "Your vote is recorded."
+    if final and callback:
         message += " The caller has been told."
     return redirect(back, flash=message)
 

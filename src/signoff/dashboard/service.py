@@ -28,7 +28,6 @@ from signoff.approvals.listing import (
 from signoff.approvals.presenters import request_to_dict
 from signoff.approvals.record import StepRecord, VoteRecord
 from signoff.approvals.repository import ApprovalRepository
-from signoff.approvals.schemas import DecideApprovalRequest
 from signoff.auth.principal import OrgMember
 from signoff.auth.secrets import hash_password, verify_password
 from signoff.common.time import utcnow
@@ -396,23 +395,12 @@ async def request_page(uow: UnitOfWork, member: OrgMember, request_id: uuid.UUID
     )
     page.already_voted = any(v.user_id == member.user_id and v.step_id is None for v in votes)
     if body["status"] == "pending":
-        page.my_step = _votable_step(steps, member.user_id, row.is_sequential)
+        page.my_step = approvals.votable_step(steps, member.user_id, row.is_sequential)
         if steps:
             page.can_decide = page.my_step is not None or member.is_admin
         else:
             page.can_decide = not page.already_voted
     return page
-
-
-def _votable_step(
-    steps: Sequence[StepRecord], user_id: uuid.UUID, sequential: bool
-) -> StepRecord | None:
-    for step in steps:
-        if step.approver_id == user_id and step.status == "pending":
-            earlier = [s for s in steps if s.step_order < step.step_order]
-            if not sequential or all(s.status == "approved" for s in earlier):
-                return step
-    return None
 
 
 def metadata_tree(value: Any, depth: int = 0, key: str = "") -> Any:
@@ -430,34 +418,6 @@ def metadata_tree(value: Any, depth: int = 0, key: str = "") -> Any:
     else:
         shown = orjson.dumps(value).decode() if not isinstance(value, str) else value
         yield depth, key, shown
-
-
-@dataclass(frozen=True)
-class Decision:
-    request_id: uuid.UUID
-    final: bool
-
-
-async def decide(
-    uow: UnitOfWork,
-    member: OrgMember,
-    request_id: uuid.UUID,
-    payload: DecideApprovalRequest,
-    now: datetime,
-) -> Decision:
-    """The person's vote or decision, through the API's own services: their votable step
-    of a chain (``vote_step``), else the request itself (``decide``: count-based, or an
-    admin's override of a chain)."""
-    row = await approvals.get_request(uow.approvals, member, request_id)
-    step = None
-    if row.has_steps:
-        steps = await uow.approvals.list_steps(row.id)
-        step = _votable_step(steps, member.user_id, row.is_sequential)
-    if step is not None:
-        result = await approvals.vote_step(uow, member, request_id, step.id, payload, now)
-        return Decision(request_id, result.transition.is_final)
-    decided = await approvals.decide(uow, member, request_id, payload, now)
-    return Decision(request_id, decided.transition.is_final)
 
 
 async def add_comment(

@@ -34,7 +34,6 @@ from signoff.notifications import links, messages, routing_form, service, slack
 from signoff.notifications.repository import NotificationRepository
 from signoff.notifications.routing import RoutingDocument
 from signoff.notifications.schemas import NotificationListOut, RoutingOut
-from signoff.webhooks.service import all_succeeded
 
 router = APIRouter(prefix="/api/v1", tags=["notifications"], route_class=LeanRoute)
 pages = APIRouter(include_in_schema=False)
@@ -233,7 +232,7 @@ async def link_confirm(request: Request, token: str) -> Response:
         ) from None
     if view.state != "ready" or view.request is None:
         return await _link_page(request, view, viewer, token)
-    callback = all_succeeded(await ctx.webhooks.deliver_outbox(uow.outbox))
+    callback = uow.first_attempts.delivered
     verb = "approved" if view.link and view.link.decision == "approve" else "rejected"
     message = f"You {verb} this request." + (" The caller has been told." if callback else "")
     if viewer is not None:

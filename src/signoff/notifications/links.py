@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
+from signoff.approvals import service as approvals
 from signoff.approvals.schemas import RelayedDecision
 from signoff.auth.principal import OrgMember
-from signoff.dashboard import service as dashboard
 from signoff.models import ApprovalRequest, Organization
 from signoff.models.notifications import DecisionLink
 from signoff.notifications.repository import NotificationRepository
@@ -141,7 +141,7 @@ async def use_link(
     if not await repo.use_link(link.id, now):
         return _with(view, "used")  # another click won the race
     payload = RelayedDecision(decision=link.decision, via=link.via)
-    await dashboard.decide(uow, member, link.request_id, payload, now)
+    await approvals.decide(uow, member, link.request_id, payload, now, on="my_step")
     return view
 
 

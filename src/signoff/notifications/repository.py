@@ -120,7 +120,7 @@ def created_plan_from(created: Any) -> Insert:
     of that statement, written only where its org ``can_notify``: ``created`` is its
     ``RETURNING id, org_id`` (PostgreSQL's one-statement create,
     ``approvals/repository.py``). Parameters ``plan_id`` and ``plan_created_at``; the
-    caller marks the session with ``WROTE_NOTIFICATIONS`` if a row was written."""
+    caller marks the session (``plans_written``) if a row was written."""
     return _plan_insert(
         created.c.org_id,
         _param("plan_id", "id"),
@@ -129,6 +129,11 @@ def created_plan_from(created: Any) -> Insert:
         null(),
         _param("plan_created_at", "created_at"),
     )
+
+
+def plans_written(session: AsyncSession) -> None:
+    """The transaction wrote plan rows: the sender is woken once it commits."""
+    session.info[WROTE_NOTIFICATIONS] = True
 
 
 @dataclass(frozen=True)

@@ -29,12 +29,12 @@ from urllib.parse import parse_qs
 import httpx
 import orjson
 
+from signoff.approvals import service as approvals
 from signoff.approvals.schemas import RelayedDecision
 from signoff.auth.principal import OrgMember
 from signoff.common.ids import parse_id
 from signoff.common.time import utcnow
 from signoff.context import AppContext
-from signoff.dashboard import service as dashboard
 from signoff.errors import AppError, RequestNotPending
 from signoff.models import Organization
 from signoff.notifications import messages, service
@@ -128,7 +128,9 @@ async def handle_press(ctx: AppContext, app: SlackApp, press: Press) -> None:
         now = utcnow()
         try:
             async with ctx.transaction() as uow:
-                decision = await dashboard.decide(uow, member, press.request_id, payload, now)
+                decided = await approvals.decide(
+                    uow, member, press.request_id, payload, now, on="my_step"
+                )
         except RequestNotPending:
             await _respond(ctx, press, _ephemeral("This request was decided already."))
             return
@@ -136,9 +138,9 @@ async def handle_press(ctx: AppContext, app: SlackApp, press: Press) -> None:
             refusal = f"You may not decide this: {messages.slack_escape(exc.message)}"
             await _respond(ctx, press, _ephemeral(refusal))
             return
-        # Long polls and live pages were told at the commit (the transition's effects).
-        await ctx.webhooks.deliver_outbox(uow.outbox)
-        await _respond(ctx, press, await _decided_message(ctx, app, press, member, decision.final))
+        # Long polls and live pages were told, and the callback attempted, at the commit.
+        final = decided.transition.is_final
+        await _respond(ctx, press, await _decided_message(ctx, app, press, member, final))
     except Exception:
         logger.exception("slack interaction on request %s failed", press.request_id)
 

@@ -4,6 +4,7 @@ connection to another owner."""
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends
@@ -12,7 +13,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from signoff.approvals import service as approvals_service
-from signoff.approvals.service import TransitionResult
 from signoff.auth.principal import Principal
 from signoff.common.http import (
     context_of,
@@ -28,7 +28,7 @@ from signoff.common.validation import parse_json_body
 from signoff.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from signoff.orgs import service as orgs_service
 from signoff.orgs.schemas import ConnectionOut, TransferConnectionIn, connection_to_dict
-from signoff.unit_of_work import UnitOfWork
+from signoff.webhooks.dispatcher import FirstAttempt
 
 router = APIRouter(prefix="/api/v1", tags=["account"], route_class=LeanRoute)
 
@@ -147,13 +147,12 @@ async def put_emergency_stop(
         )
     cancelled = 0
     if payload.active and payload.cancel_pending:
-
-        async def committed(batch: UnitOfWork, results: list[TransitionResult]) -> None:
-            # One cancellation callback per request, committed with it; workers send them.
-            await ctx.webhooks.hand_off(batch.outbox)
-
+        # One cancellation callback per request, committed with it; workers send them.
         cancelled = await approvals_service.cancel_all_pending(
-            ctx.transaction, principal.org_id, principal, committed, poisoned=ctx.poisoned
+            functools.partial(ctx.transaction, FirstAttempt.BY_WORKERS),
+            principal.org_id,
+            principal,
+            poisoned=ctx.poisoned,
         )
     return json_response(
         {

@@ -35,7 +35,6 @@ from signoff.errors import (
     ValidationFailed,
 )
 from signoff.steps.schemas import ConfiguredStepListOut, SetSteps, StepListOut, StepVoteOut
-from signoff.webhooks.service import all_succeeded
 
 router = APIRouter(prefix="/api/v1", tags=["steps"], route_class=LeanRoute)
 
@@ -117,9 +116,10 @@ async def vote_step(
     payload = await parse_json_body(request, DecideApprovalRequest, ctx.settings)
     check = principal_check_of(request)
     async with ctx.transaction() as uow:
-        result = await service.vote_step(uow, principal, rid, sid, payload, utcnow(), check)
-    # The vote that decides the request makes attempt 1 of its callback, as PATCH does.
-    callback_delivered = all_succeeded(await ctx.webhooks.deliver_outbox(uow.outbox))
+        result = await service.decide(uow, principal, rid, payload, utcnow(), check, on=sid)
+    assert result.step is not None  # a step vote answers its step
+    # The vote that decides the request made attempt 1 of its callback, as PATCH does.
+    callback_delivered = uow.first_attempts.delivered
     return json_response(
         {
             **step_to_dict(result.step),

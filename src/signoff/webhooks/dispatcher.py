@@ -14,6 +14,7 @@ make attempt 1 of their own decisions; workers (``worker/deliveries.py``) claim 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 import uuid
@@ -39,7 +40,13 @@ from signoff.webhooks import service
 from signoff.webhooks.delivery import AttemptResult, ClientPool, send_attempt
 from signoff.webhooks.receivers import ReceiverRecord
 from signoff.webhooks.repository import WebhookRepository
-from signoff.webhooks.service import ClaimedDelivery, Outbox, RecordedAttempt, RetrySchedule
+from signoff.webhooks.service import (
+    ClaimedDelivery,
+    FirstAttempts,
+    Outbox,
+    RecordedAttempt,
+    RetrySchedule,
+)
 from signoff.webhooks.signing import signed_headers
 from signoff.webhooks.urlpolicy import AddressPolicy
 
@@ -102,6 +109,36 @@ class _RecordBatcher:
                 for (_, future), outcome in zip(batch, outcomes, strict=True):
                     if not future.done():
                         future.set_result(outcome)
+
+
+class FirstAttempt(enum.Enum):
+    """When the callbacks a committed transaction wrote get their attempt 1."""
+
+    # Made by this process right after the commit, awaited: the caller's answer reports
+    # its outcome (``callback_delivered``).
+    NOW = "now"
+    # Handed to the delivery workers, due at once: a batch (the expiry sweep, the
+    # emergency stop) does not wait on receivers.
+    BY_WORKERS = "by_workers"
+
+
+@dataclass
+class FirstAttemptsInBackground:
+    """Attempt 1 made by this process without waiting for it, ``budget`` of them at most
+    over every transaction that shares this policy; the rest go to the delivery workers
+    (the CLI's emergency stop: attempts run while the next batches commit)."""
+
+    budget: int
+    handed_off: int = 0
+    tasks: list[asyncio.Task[FirstAttempts]] = field(default_factory=list)
+
+    async def outcomes(self) -> list[RecordedAttempt | None]:
+        """The attempts started so far, once all have ended."""
+        done = await asyncio.gather(*self.tasks)
+        return [attempt for attempts in done for attempt in attempts.made]
+
+
+FirstAttemptPolicy = FirstAttempt | FirstAttemptsInBackground
 
 
 class WebhookDispatcher:
@@ -254,31 +291,52 @@ class WebhookDispatcher:
         if until is None or asyncio.get_running_loop().time() + seconds < until:
             self.wakeup.set()
 
-    async def deliver_outbox(self, outbox: Outbox) -> list[RecordedAttempt | None]:
-        """Attempt 1 of every delivery a committed transaction wrote, concurrently."""
+    async def after_commit(self, outbox: Outbox, how: FirstAttemptPolicy) -> FirstAttempts:
+        """Start attempt 1 of every delivery a committed transaction wrote, as ``how``
+        says (``AppContext.transaction`` calls it, once per transaction)."""
         claimed = list(outbox.claimed)
         outbox.claimed.clear()
         if not claimed:
-            return []
+            return FirstAttempts()
+        if how is FirstAttempt.BY_WORKERS:
+            await self._hand_off(outbox.token, claimed)
+            return FirstAttempts(handed_off=len(claimed))
+        if isinstance(how, FirstAttemptsInBackground):
+            return await self._in_background(outbox.token, claimed, how)
+        return await self._attempt_now(outbox.token, claimed)
+
+    async def _attempt_now(self, token: uuid.UUID, claimed: list[ClaimedDelivery]) -> FirstAttempts:
+        """Attempt 1 of every delivery, concurrently, awaited."""
         if len(claimed) == 1:
             # Batched: under load, the records of concurrent decisions share a transaction.
-            return [await self.attempt(claimed[0], batched=True)]
-        # A large batch (an emergency stop) is not all attempted from here at once: what
-        # exceeds one worker's concurrency goes to the workers straight away.
+            return FirstAttempts([await self.attempt(claimed[0], batched=True)])
+        # A large batch is not all attempted from here at once: what exceeds one worker's
+        # concurrency goes to the workers straight away.
         now_count = self.settings.delivery_concurrency
-        if len(claimed) > now_count:
-            await self.hand_off(Outbox(token=outbox.token, claimed=claimed[now_count:]))
-            claimed = claimed[:now_count]
-        return list(await asyncio.gather(*(self.attempt(c, batched=True) for c in claimed)))
+        later = claimed[now_count:]
+        if later:
+            await self._hand_off(token, later)
+        made = await asyncio.gather(*(self.attempt(c, batched=True) for c in claimed[:now_count]))
+        return FirstAttempts(list(made), handed_off=len(later))
 
-    async def hand_off(self, outbox: Outbox) -> None:
+    async def _in_background(
+        self, token: uuid.UUID, claimed: list[ClaimedDelivery], how: FirstAttemptsInBackground
+    ) -> FirstAttempts:
+        """Attempt 1 of what ``how``'s budget still allows, started and not awaited; the
+        rest handed to the workers."""
+        now, later = claimed[: how.budget], claimed[how.budget :]
+        if later:
+            how.handed_off += len(later)
+            await self._hand_off(token, later)
+        if now:
+            how.budget -= len(now)
+            how.tasks.append(asyncio.create_task(self._attempt_now(token, now)))
+        return FirstAttempts(handed_off=len(later), in_background=len(now))
+
+    async def _hand_off(self, token: uuid.UUID, claimed: Sequence[ClaimedDelivery]) -> None:
         """Give a committed transaction's deliveries to the workers, due at once."""
-        claimed = list(outbox.claimed)
-        outbox.claimed.clear()
-        if not claimed:
-            return
         async with self._transaction() as repo:
-            await repo.release([c.id for c in claimed], outbox.token, self.clock())
+            await repo.release([c.id for c in claimed], token, self.clock())
             await repo.notify_workers()
         self.wakeup.set()
 

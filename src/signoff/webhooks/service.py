@@ -5,11 +5,12 @@ The outbox
 ``enqueue_decision_callback`` is called by ``approvals.effects`` for every final
 transition of a request with a ``callback_url`` (its ``SendCallback`` effect): the
 delivery row (its id, exact body bytes, URL and encrypted headers) is written in the
-transaction of the state change, *claimed* by that transaction with a lease. After the
-commit the caller either makes attempt 1 itself at once (decide and cancel: its outcome
-is ``callback_delivered``) or hands the deliveries over to the workers (batches: the
-expiry sweep, the emergency stop). If the process dies in between, the lease runs out
-and any worker takes over.
+transaction of the state change, *claimed* by that transaction with a lease. Once it
+commits, the unit of work (``AppContext.transaction``) starts attempt 1, as the
+transaction's caller chose (``dispatcher.FirstAttempt``): at once, its outcome being
+``callback_delivered`` (decide and cancel), or by the workers (batches: the expiry
+sweep, the emergency stop). If the process dies in between, the lease runs out and any
+worker takes over.
 """
 
 from __future__ import annotations
@@ -126,6 +127,28 @@ class RecordedAttempt:
 def all_succeeded(attempts: Sequence[RecordedAttempt | None]) -> bool:
     """``callback_delivered``: there was a callback and its first attempt succeeded."""
     return bool(attempts) and all(a is not None and a.result.success for a in attempts)
+
+
+@dataclass(frozen=True)
+class FirstAttempts:
+    """What became of the callbacks a committed transaction wrote (``UnitOfWork.
+    first_attempts``): attempt 1 made at once, in the order written, and how many went to
+    the delivery workers instead."""
+
+    made: list[RecordedAttempt | None] = field(default_factory=list)
+    handed_off: int = 0
+    # Started without waiting for them (``dispatcher.FirstAttemptsInBackground``).
+    in_background: int = 0
+
+    @property
+    def delivered(self) -> bool:
+        """``callback_delivered``: there was a callback and its attempt 1 succeeded."""
+        return all_succeeded(self.made)
+
+    @property
+    def count(self) -> int:
+        """The callbacks the transaction wrote."""
+        return len(self.made) + self.handed_off + self.in_background
 
 
 # ---- payloads ----

@@ -16,6 +16,7 @@ from signoff.approvals import service
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.logs import request_id_scope
+from signoff.webhooks.dispatcher import FirstAttempt
 
 logger = logging.getLogger(__name__)
 # Requests expired per transaction. On SQLite the batch holds the one writer, and in
@@ -34,10 +35,9 @@ async def sweep_expired_once(ctx: AppContext) -> int:
     parked_before = ctx.poisoned.counts[service.EXPIRY_JOB]
     # One id per batch: its log lines and the expiry callbacks it writes share it.
     with request_id_scope():
-        async with ctx.transaction() as uow:
+        # The expiry callbacks commit with the expiries; the delivery workers send them.
+        async with ctx.transaction(FirstAttempt.BY_WORKERS) as uow:
             results = await service.expire_due(uow, utcnow(), batch_size(ctx), ctx.poisoned)
-    # The expiry callbacks committed with the expiries; the delivery workers send them.
-    await ctx.webhooks.hand_off(uow.outbox)
     return len(results) + ctx.poisoned.counts[service.EXPIRY_JOB] - parked_before
 
 

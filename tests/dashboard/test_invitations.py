@@ -10,14 +10,13 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from bench.mailserver import Mail, MailBox, smtp_server
+from bench.mailserver import Mail, MailBox
 from sqlalchemy import select, update
 
 from signoff.common.time import utcnow
@@ -26,19 +25,11 @@ from signoff.models import PasswordLink, User
 from tests.conftest import Org
 from tests.dashboard.support import browser_client, post_form, sign_in, signed_in
 from tests.helpers import NO_SWEEP
+from tests.notifications.support import mailbox, smtp
+
+__all__ = ["mailbox", "smtp"]  # fixtures of tests/notifications/support.py
 
 NEW_PASSWORD = "a phrase of my own choosing"
-
-
-@pytest.fixture
-async def smtp() -> AsyncIterator[tuple[MailBox, str]]:
-    async with smtp_server() as server:
-        yield server
-
-
-@pytest.fixture
-def mailbox(smtp: tuple[MailBox, str]) -> MailBox:
-    return smtp[0]
 
 
 @pytest.fixture

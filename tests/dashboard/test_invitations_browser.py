@@ -6,11 +6,10 @@ user result and of that page at desktop and phone widths, under test-artifacts/.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from bench.mailserver import MailBox, smtp_server
+from bench.mailserver import MailBox
 
 from tests.dashboard import test_browser as user_side
 from tests.dashboard.test_browser import (
@@ -23,19 +22,15 @@ from tests.dashboard.test_browser import (
     sign_in,
 )
 from tests.helpers import NO_SWEEP
+from tests.notifications.support import mailbox, smtp
 
 chromium = user_side.chromium
 server = user_side.server
 site = user_side.site
 
+__all__ = ["mailbox", "smtp"]  # fixtures of tests/notifications/support.py
+
 NEW_PASSWORD = "a phrase of my own choosing"
-
-
-@pytest.fixture
-async def smtp() -> AsyncIterator[tuple[MailBox, str]]:
-    # In the test's event loop: it serves while the test awaits the browser.
-    async with smtp_server() as server:
-        yield server
 
 
 @pytest.fixture

@@ -3,24 +3,14 @@ and the app without its background loops (the tests run the sender's rounds)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.notifications.support import MailBox, smtp_server
+from tests.notifications.support import MailBox, mailbox, smtp
 
-
-@pytest.fixture
-async def smtp() -> AsyncIterator[tuple[MailBox, str]]:
-    async with smtp_server() as server:
-        yield server
-
-
-@pytest.fixture
-def mailbox(smtp: tuple[MailBox, str]) -> MailBox:
-    return smtp[0]
+__all__ = ["mailbox", "smtp"]  # fixtures, shared with the invitation tests
 
 
 @pytest.fixture

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 from bench.mailserver import Mail, MailBox, smtp_server
 
 __all__ = ["Mail", "MailBox", "smtp_server"]
@@ -104,3 +106,16 @@ def check_discord_message(payload: dict[str, Any]) -> None:
             total += len(field["name"]) + len(field["value"])
         assert total <= 6000
     assert payload["allowed_mentions"] == {"parse": []}
+
+
+# A loopback SMTP server and its mailbox, as fixtures: imported by the test modules and
+# conftest files that need them (the notification tests, the invitation tests).
+@pytest.fixture
+async def smtp() -> AsyncIterator[tuple[MailBox, str]]:
+    async with smtp_server() as server:
+        yield server
+
+
+@pytest.fixture
+def mailbox(smtp: tuple[MailBox, str]) -> MailBox:
+    return smtp[0]

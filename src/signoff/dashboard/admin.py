@@ -269,6 +269,20 @@ async def add_user(request: Request, viewer: Viewer = Admin) -> Response:
     )
     if isinstance(done, Response):
         return done
+    return await _handed(
+        request,
+        viewer,
+        done,
+        title=f"{done.user.name} can sign in",
+        lead=f"Send {done.user.email} this initial password over a channel you trust. "
+        "When they first sign in, they must choose their own. It is shown once.",
+    )
+
+
+async def _handed(
+    request: Request, viewer: Viewer, done: admin.Handed, *, title: str, lead: str
+) -> Response:
+    """The mailed link's page, or the generated password shown once."""
     if done.link is not None:
         return await _link_mailed(request, viewer, done.link)
     return await render(
@@ -276,9 +290,8 @@ async def add_user(request: Request, viewer: Viewer = Admin) -> Response:
         "admin_secret.html",
         viewer,
         back="/admin/users",
-        title=f"{done.user.name} can sign in",
-        lead=f"Send {done.user.email} this initial password over a channel you trust. "
-        "When they first sign in, they must choose their own. It is shown once.",
+        title=title,
+        lead=lead,
         secrets=[("Password", "password", done.password)],
     )
 
@@ -383,18 +396,14 @@ async def reset_password(request: Request, user_id: str, viewer: Viewer = Admin)
     )
     if isinstance(done, Response):
         return done
-    if done.link is not None:
-        return await _link_mailed(request, viewer, done.link)
-    return await render(
+    return await _handed(
         request,
-        "admin_secret.html",
         viewer,
-        back="/admin/users",
+        done,
         title=f"New password for {done.user.name}",
         lead="Their old password no longer works and their sessions have ended. Send them "
         "this password over a channel you trust; when they next sign in, they must choose "
         "their own. It is shown once.",
-        secrets=[("Password", "password", done.password)],
     )
 
 

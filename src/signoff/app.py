@@ -29,8 +29,8 @@ from signoff.errors import AppError, MethodNotAllowed, NotFound, ServiceUnavaila
 from signoff.logs import RequestIdMiddleware
 from signoff.metrics import HTTP_STATS
 from signoff.middleware import ApiGuard, BodySizeLimit, StripTrailingSlash
-from signoff.notifications.endpoints import pages as notification_pages
-from signoff.notifications.endpoints import router as notifications_router
+from signoff.notifications.api import pages as notification_pages
+from signoff.notifications.api import router as notifications_router
 from signoff.oauth.endpoints import api_router as oauth_api_router
 from signoff.oauth.endpoints import router as oauth_router
 from signoff.openapi import install_docs

@@ -18,9 +18,9 @@ from signoff.common.watchers import Watchers
 from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.dashboard.live import OrgSignals
-from signoff.notifications.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
-from signoff.notifications.repository import WROTE_NOTIFICATIONS
-from signoff.notifications.sender import NotificationSender
+from signoff.notifications.planning.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
+from signoff.notifications.planning.repository import WROTE_NOTIFICATIONS
+from signoff.notifications.sending.sender import NotificationSender
 from signoff.oauth.credentials import hash_token, looks_like_access_token
 from signoff.orgs.last_used import ConnectionUse
 from signoff.orgs.repository import PrincipalsByKey

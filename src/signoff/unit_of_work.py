@@ -11,8 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.approvals.record import RequestRecord
 from signoff.approvals.repository import ApprovalRepository, CreatedPlan
-from signoff.notifications import service as notifications
-from signoff.notifications.repository import (
+from signoff.notifications.planning import service as notifications
+from signoff.notifications.planning.repository import (
     NotificationRepository,
     created_plan_from,
     plans_written,

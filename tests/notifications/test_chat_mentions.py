@@ -16,8 +16,8 @@ from bench.receiver import Received, Receiver
 
 from signoff.common.time import utcnow
 from signoff.context import AppContext
-from signoff.notifications import messages
-from signoff.notifications.routing import RequestFacts
+from signoff.notifications.routing.document import RequestFacts
+from signoff.notifications.sending import messages
 from tests.conftest import Org, create_approval
 from tests.notifications.support import (
     check_discord_message,

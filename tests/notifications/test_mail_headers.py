@@ -13,7 +13,7 @@ import pytest
 
 from signoff.auth.principal import OrgMember
 from signoff.context import AppContext
-from signoff.notifications import messages
+from signoff.notifications.sending import messages
 from tests.conftest import Org, create_approval
 from tests.notifications.support import Mail, MailBox
 from tests.notifications.test_schedule import Clock, put

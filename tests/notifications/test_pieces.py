@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from signoff.context import AppContext
 from signoff.models import Notification, NotificationAttempt
-from signoff.notifications import sender as sender_module
+from signoff.notifications.sending import sender as sender_module
 from tests.conftest import Org, create_approval
 from tests.notifications.support import check_slack_message
 from tests.notifications.test_schedule import Clock

@@ -24,10 +24,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.context import AppContext
-from signoff.notifications import service
-from signoff.notifications.messages import KIND_HEADLINES
-from signoff.notifications.repository import NotificationRepository
-from signoff.notifications.sender import PLAN_LIMIT
+from signoff.notifications.planning import service
+from signoff.notifications.planning.repository import NotificationRepository
+from signoff.notifications.sending.messages import KIND_HEADLINES
+from signoff.notifications.sending.sender import PLAN_LIMIT
 from signoff.storage.asyncpg_shape import asyncpg_dsn
 from tests.conftest import Org, create_approval, eventually
 from tests.notifications.support import MailBox

@@ -18,10 +18,10 @@ from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.context import AppContext
 from signoff.models.notifications import NotificationPlan
-from signoff.notifications import service
-from signoff.notifications.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
-from signoff.notifications.repository import NotificationRepository
-from signoff.notifications.sender import PLAN_LIMIT
+from signoff.notifications.planning import service
+from signoff.notifications.planning.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
+from signoff.notifications.planning.repository import NotificationRepository
+from signoff.notifications.sending.sender import PLAN_LIMIT
 from signoff.storage import Notifier
 from tests.conftest import Org, create_approval, eventually
 from tests.notifications.support import CHANNEL_MATCHING_NOTHING, MailBox

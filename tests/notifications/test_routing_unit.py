@@ -11,7 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 from signoff.errors import ValidationFailed
-from signoff.notifications.routing import (
+from signoff.notifications.planning.service import mask_secret, parse_document
+from signoff.notifications.routing.document import (
     Member,
     RequestFacts,
     RoutingDocument,
@@ -23,7 +24,6 @@ from signoff.notifications.routing import (
     plan_chat_messages,
     schedule,
 )
-from signoff.notifications.service import mask_secret, parse_document
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 
@@ -189,7 +189,7 @@ def test_secrets_are_masked_beyond_use() -> None:
     ],
 )
 def test_smtp_urls(url: str, expected: tuple[object, ...]) -> None:
-    from signoff.notifications.channels import SmtpServer
+    from signoff.notifications.sending.channels import SmtpServer
 
     server = SmtpServer.from_url(url)
     assert (
@@ -203,7 +203,7 @@ def test_smtp_urls(url: str, expected: tuple[object, ...]) -> None:
 
 
 def test_an_smtp_url_must_be_one() -> None:
-    from signoff.notifications.channels import SmtpServer
+    from signoff.notifications.sending.channels import SmtpServer
 
     with pytest.raises(ValueError, match="SIGNOFF_SMTP_URL"):
         SmtpServer.from_url("http://mail.acme")

@@ -356,7 +356,7 @@ async def test_a_plan_that_cannot_be_planned_is_parked_and_holds_up_nothing(
     and the parked plan is planned once the fault is gone and its wait is over."""
     import time
 
-    from signoff.notifications import service
+    from signoff.notifications.planning import service
 
     await put(api, org, {"audience": "admins"})
     poisoned = await create_approval(api, org.member, title="Cannot be planned")

@@ -17,7 +17,7 @@ from sqlalchemy import update
 
 from signoff.context import AppContext
 from signoff.models import User
-from signoff.notifications.slack import slack_signature
+from signoff.notifications.decisions.slack import slack_signature
 from tests.conftest import Org, create_approval
 from tests.notifications.support import MailBox, check_slack_message, slack_buttons
 

@@ -19,7 +19,7 @@ from signoff.approvals.repository import ApprovalRepository
 from signoff.config import Settings
 from signoff.context import REQUEST_CHANNEL, AppContext
 from signoff.models import Vote
-from signoff.notifications.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
+from signoff.notifications.planning.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
 from signoff.storage import Notifier
 from tests.conftest import Org, create_approval, eventually
 from tests.notifications.support import CHANNEL_MATCHING_NOTHING

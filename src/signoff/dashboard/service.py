@@ -34,8 +34,8 @@ from signoff.common.time import utcnow
 from signoff.errors import Conflict, NotFound, ValidationFailed
 from signoff.models import AuditEvent, Comment, OAuthClient, User
 from signoff.models.webhooks import WebhookAttempt
-from signoff.notifications.repository import NotificationRepository
-from signoff.notifications.service import NotificationLine, notification_log
+from signoff.notifications.planning.repository import NotificationRepository
+from signoff.notifications.planning.service import NotificationLine, notification_log
 from signoff.oauth import credentials
 from signoff.oauth.repository import OAuthRepository
 from signoff.orgs import service as orgs

@@ -25,7 +25,7 @@ from signoff.errors import NotFound, ValidationFailed
 from signoff.invitations.mail import LinkMail, Purpose, link_message, message_id_domain
 from signoff.invitations.repository import PasswordLinkRepository
 from signoff.models import PasswordLink, User
-from signoff.notifications.channels import SmtpServer, send_mail
+from signoff.notifications.sending.channels import SmtpServer, send_mail
 from signoff.oauth import credentials
 from signoff.orgs.service import MIN_PASSWORD_LENGTH
 from signoff.unit_of_work import UnitOfWork

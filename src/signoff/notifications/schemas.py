@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from signoff.notifications.routing import RoutingDocument, RoutingWarning
+from signoff.notifications.routing.document import RoutingDocument, RoutingWarning
 
 
 class NotificationOut(BaseModel):

@@ -14,8 +14,8 @@ import asyncio
 import logging
 
 from signoff.context import AppContext
-from signoff.notifications.repository import NOTIFY_CHANNEL
-from signoff.notifications.sender import CLAIM_LIMIT, NotificationSender
+from signoff.notifications.planning.repository import NOTIFY_CHANNEL
+from signoff.notifications.sending.sender import CLAIM_LIMIT, NotificationSender
 from signoff.worker.deliveries import ERROR_BACKOFF_SECONDS, LISTENING_POLL_SECONDS, _wait_either
 
 logger = logging.getLogger(__name__)

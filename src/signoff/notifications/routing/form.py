@@ -16,7 +16,7 @@ from typing import Any, get_args
 
 import orjson
 
-from signoff.notifications.routing import (
+from signoff.notifications.routing.document import (
     MAX_CHANNELS,
     MAX_RULES,
     ChannelType,

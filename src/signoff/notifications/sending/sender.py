@@ -43,15 +43,16 @@ from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.models.notifications import NotificationChannel
-from signoff.notifications import messages, service
-from signoff.notifications.channels import HttpChannels, SmtpServer, send_mail
-from signoff.notifications.repository import (
+from signoff.notifications.planning import service
+from signoff.notifications.planning.repository import (
     SCHEDULED_KINDS,
     ClaimedNotification,
     ClaimedRow,
     NotificationRepository,
 )
-from signoff.notifications.routing import CHAT_TYPES, RequestFacts, plan_chat_messages
+from signoff.notifications.routing.document import CHAT_TYPES, RequestFacts, plan_chat_messages
+from signoff.notifications.sending import messages
+from signoff.notifications.sending.channels import HttpChannels, SmtpServer, send_mail
 from signoff.storage import Database
 from signoff.webhooks.delivery import AttemptResult, ClientPool
 from signoff.webhooks.urlpolicy import AddressPolicy

@@ -18,9 +18,9 @@ from signoff.approvals.schemas import RelayedDecision
 from signoff.auth.principal import OrgMember
 from signoff.models import ApprovalRequest, Organization
 from signoff.models.notifications import DecisionLink
-from signoff.notifications.repository import NotificationRepository
-from signoff.notifications.routing import RequestFacts
-from signoff.notifications.service import hash_link_token
+from signoff.notifications.planning.repository import NotificationRepository
+from signoff.notifications.planning.service import hash_link_token
+from signoff.notifications.routing.document import RequestFacts
 from signoff.unit_of_work import UnitOfWork
 
 LinkState = Literal[

@@ -44,8 +44,12 @@ from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.errors import Forbidden, NotFound, ValidationFailed
 from signoff.models.notifications import DecisionLink, NotificationChannel
-from signoff.notifications.repository import ChannelRef, NotificationRepository, WaitingPlan
-from signoff.notifications.routing import (
+from signoff.notifications.planning.repository import (
+    ChannelRef,
+    NotificationRepository,
+    WaitingPlan,
+)
+from signoff.notifications.routing.document import (
     MASK,
     SECRET_KEYS,
     Audience,

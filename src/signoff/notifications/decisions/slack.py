@@ -37,9 +37,14 @@ from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.errors import AppError, RequestNotPending
 from signoff.models import Organization
-from signoff.notifications import messages, service
-from signoff.notifications.repository import NotificationRepository
-from signoff.notifications.routing import RequestFacts, RoutingDocument, first_matching_rule
+from signoff.notifications.planning import service
+from signoff.notifications.planning.repository import NotificationRepository
+from signoff.notifications.routing.document import (
+    RequestFacts,
+    RoutingDocument,
+    first_matching_rule,
+)
+from signoff.notifications.sending import messages
 from signoff.webhooks.delivery import build_transport
 
 logger = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from email.utils import format_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from signoff.notifications.routing import RequestFacts
+from signoff.notifications.routing.document import RequestFacts
 
 KIND_HEADLINES = {
     "created": "Approval requested",

@@ -40,7 +40,7 @@ from signoff.models.notifications import (
     NotificationPlan,
     RoutingConfig,
 )
-from signoff.notifications.routing import Member, RequestFacts
+from signoff.notifications.routing.document import Member, RequestFacts
 from signoff.storage import PreparedQuery, execute_in, not_among, queue_write, savepoint
 
 NOTIFY_CHANNEL = "signoff_notifications"

@@ -30,10 +30,13 @@ from signoff.errors import (
     Unauthorized,
     ValidationFailed,
 )
-from signoff.notifications import links, messages, routing_form, service, slack
-from signoff.notifications.repository import NotificationRepository
-from signoff.notifications.routing import RoutingDocument
+from signoff.notifications.decisions import links, slack
+from signoff.notifications.planning import service
+from signoff.notifications.planning.repository import NotificationRepository
+from signoff.notifications.routing import form as routing_form
+from signoff.notifications.routing.document import RoutingDocument
 from signoff.notifications.schemas import NotificationListOut, RoutingOut
+from signoff.notifications.sending import messages
 
 router = APIRouter(prefix="/api/v1", tags=["notifications"], route_class=LeanRoute)
 pages = APIRouter(include_in_schema=False)

@@ -1,0 +1,2 @@
+"""Sending: the claimed notification rows rendered into messages and sent on their
+channels (mail, Slack, Teams, Discord, signed webhooks), with retries."""

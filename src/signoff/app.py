@@ -29,8 +29,9 @@ from signoff.errors import AppError, MethodNotAllowed, NotFound, ServiceUnavaila
 from signoff.logs import RequestIdMiddleware
 from signoff.metrics import HTTP_STATS
 from signoff.middleware import ApiGuard, BodySizeLimit, StripTrailingSlash
-from signoff.notifications.api import pages as notification_pages
-from signoff.notifications.api import router as notifications_router
+from signoff.notifications.endpoints import router as notifications_router
+from signoff.notifications.pages import pages as notification_pages
+from signoff.notifications.slack_webhook import webhook as slack_webhook
 from signoff.oauth.endpoints import api_router as oauth_api_router
 from signoff.oauth.endpoints import router as oauth_router
 from signoff.openapi import install_docs
@@ -214,6 +215,7 @@ def create_app(
         webhooks_router,
         notifications_router,
         notification_pages,
+        slack_webhook,
     )
     if settings.compat_legacy_clients:
         _add_routes(app, legacy_clients_router)

@@ -12,11 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from signoff.approvals.record import RequestRecord
 from signoff.approvals.repository import ApprovalRepository, CreatedPlan
 from signoff.notifications.planning import service as notifications
-from signoff.notifications.planning.repository import (
-    NotificationRepository,
-    created_plan_from,
-    plans_written,
-)
+from signoff.notifications.planning.repository import created_plan_from, plans_written
+from signoff.notifications.repository import NotificationRepository
 from signoff.oauth.repository import OAuthRepository
 from signoff.orgs.repository import OrgRepository
 from signoff.storage import QueryRunner

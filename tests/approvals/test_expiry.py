@@ -16,7 +16,7 @@ from signoff.common.poison import PoisonedRows
 from signoff.common.time import format_timestamp, utcnow
 from signoff.context import AppContext
 from signoff.notifications.planning import service as notifications
-from signoff.notifications.planning.repository import NotificationRepository
+from signoff.notifications.repository import NotificationRepository
 from signoff.worker.sweeper import sweep_expired_once
 from tests.conftest import Org, assert_error, create_approval
 from tests.helpers import (

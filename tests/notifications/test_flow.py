@@ -220,8 +220,8 @@ async def test_secrets_are_masked_and_kept_when_sent_back_masked(
     again = await put_routing(api, org, raw.json())
     assert again == raw.json()
     async with ctx.reading() as uow:
-        from signoff.notifications.planning.repository import NotificationRepository
-        from signoff.notifications.planning.service import channel_settings
+        from signoff.notifications.repository import NotificationRepository
+        from signoff.notifications.routing.service import channel_settings
 
         channels = await NotificationRepository(uow.session, uow.dialect).channels(
             __import__("uuid").UUID(org.id)

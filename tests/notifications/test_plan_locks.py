@@ -25,7 +25,7 @@ from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.notifications.planning import service
-from signoff.notifications.planning.repository import NotificationRepository
+from signoff.notifications.repository import NotificationRepository
 from signoff.notifications.sending.messages import KIND_HEADLINES
 from signoff.notifications.sending.sender import PLAN_LIMIT
 from signoff.storage.asyncpg_shape import asyncpg_dsn

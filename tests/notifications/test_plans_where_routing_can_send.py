@@ -1,5 +1,5 @@
 """A change writes its notification plan row only where its org can notify anyone (it has
-a channel: ``notifications/repository.can_notify``), decided by the writing statement;
+a channel: ``notifications/planning/repository.can_notify``), decided by the writing statement;
 and the notification workers are woken after its commit only if it wrote one. A request
 is planned under the routing in force when it was created, or its step opened."""
 
@@ -20,7 +20,7 @@ from signoff.context import AppContext
 from signoff.models.notifications import NotificationPlan
 from signoff.notifications.planning import service
 from signoff.notifications.planning.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
-from signoff.notifications.planning.repository import NotificationRepository
+from signoff.notifications.repository import NotificationRepository
 from signoff.notifications.sending.sender import PLAN_LIMIT
 from signoff.storage import Notifier
 from tests.conftest import Org, create_approval, eventually

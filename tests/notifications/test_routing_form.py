@@ -261,8 +261,8 @@ async def test_a_renamed_channel_keeps_its_secret_and_its_rules_follow(
     assert rule["expiry_warning"] == {"at_fraction": 0.5}
     assert rule["require_sign_in_for_critical"] is False
     async with ctx.reading() as uow:
-        from signoff.notifications.planning.repository import NotificationRepository
-        from signoff.notifications.planning.service import channel_settings
+        from signoff.notifications.repository import NotificationRepository
+        from signoff.notifications.routing.service import channel_settings
 
         repo = NotificationRepository(uow.session, uow.dialect)
         [channel] = await repo.channels(__import__("uuid").UUID(org.id))

@@ -11,7 +11,6 @@ import pytest
 from pydantic import ValidationError
 
 from signoff.errors import ValidationFailed
-from signoff.notifications.planning.service import mask_secret, parse_document
 from signoff.notifications.routing.document import (
     Member,
     RequestFacts,
@@ -24,6 +23,7 @@ from signoff.notifications.routing.document import (
     plan_chat_messages,
     schedule,
 )
+from signoff.notifications.routing.service import mask_secret, parse_document
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 

@@ -12,6 +12,8 @@ from typing import Any, cast
 
 from sqlalchemy import (
     Integer,
+    Row,
+    Select,
     String,
     Table,
     Uuid,
@@ -641,8 +643,8 @@ class ApprovalRepository:
         SKIP LOCKED lets several workers sweep at once on PostgreSQL without waiting on or
         double-processing each other's rows. It passes over any row another transaction
         holds, not only a sweep's: a decision's, or the notification planner's share lock
-        (``NotificationRepository.lock_pending``: the request must not change until
-        its reminders are written). Such a row is left to a later sweep.
+        (``share_lock_pending``: the request must not change until its reminders are
+        written). Such a row is left to a later sweep.
         """
         statement = (
             select(*request_columns())
@@ -838,6 +840,87 @@ class ApprovalRepository:
         if has_unflushed_changes(self.session):
             await self.session.flush()
         await send_queued_writes(self.session)
+
+    # ---- the requests notifications tell of (``notifications/``) ----
+
+    async def notified_requests(self, request_ids: Collection[uuid.UUID]) -> Sequence[Row[Any]]:
+        """The requests' ``NOTIFIED_COLUMNS``, as they are now (not locked:
+        ``share_lock_pending``)."""
+        rows = await self.session.execute(
+            select(*NOTIFIED_COLUMNS).where(ApprovalRequest.id.in_(list(request_ids)))
+        )
+        return rows.all()
+
+    async def share_lock_pending(self, request_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
+        """Those of the requests still pending, share-locked until the transaction commits
+        (PostgreSQL): a decision on one waits for the rows planned for it to be written.
+        One that takes the request's lock then cancels its reminders; one without a lock
+        (one statement: ``approvals.service._without_lock``) cancels what its statement's
+        snapshot, taken before it waited, shows, which is not these: the sender voids
+        them when it claims them (``sender._split_decided``). A decision that came first
+        is seen here, and nothing is planned for it. (On SQLite the planning holds the
+        writer.)"""
+        rows = await self.session.execute(
+            select(ApprovalRequest.id)
+            .where(ApprovalRequest.id.in_(list(request_ids)), ApprovalRequest.status == "pending")
+            .with_for_update(read=True)
+        )
+        return set(rows.scalars())
+
+    async def pending_step_approvers(
+        self, request_ids: Collection[uuid.UUID]
+    ) -> set[tuple[uuid.UUID, uuid.UUID]]:
+        """(request, approver) of every step still waiting for its approver."""
+        if not request_ids:
+            return set()
+        rows = await self.session.execute(
+            select(ApprovalStep.request_id, ApprovalStep.approver_id).where(
+                ApprovalStep.request_id.in_(list(request_ids)), ApprovalStep.status == "pending"
+            )
+        )
+        return {(r.request_id, r.approver_id) for r in rows}
+
+    async def org_of_request(self, request_id: uuid.UUID) -> uuid.UUID | None:
+        return await self.session.scalar(
+            select(ApprovalRequest.org_id).where(ApprovalRequest.id == request_id)
+        )
+
+    async def find_in_org(self, org_id: uuid.UUID, request_id: uuid.UUID) -> ApprovalRequest | None:
+        """The request as an entity (a link's page shows what became of it)."""
+        return await self.session.scalar(
+            select(ApprovalRequest).where(
+                ApprovalRequest.id == request_id, ApprovalRequest.org_id == org_id
+            )
+        )
+
+
+# The columns a notification tells of its request (read by
+# ``notifications/routing/document.facts_of``), and its status, labelled as the entity's
+# attributes.
+NOTIFIED_COLUMNS = (
+    ApprovalRequest.id.label("id"),
+    ApprovalRequest.org_id,
+    ApprovalRequest.title,
+    ApprovalRequest.description,
+    ApprovalRequest.priority,
+    ApprovalRequest.action_type,
+    ApprovalRequest.source,
+    ApprovalRequest.metadata_.label("metadata_"),
+    ApprovalRequest.has_steps,
+    ApprovalRequest.created_at.label("created_at"),
+    ApprovalRequest.expires_at,
+    ApprovalRequest.number,
+    ApprovalRequest.status.label("status"),
+)
+
+
+def with_notified_request(query: Select[Any], request_id: Any) -> Select[Any]:
+    """``query`` with the ``NOTIFIED_COLUMNS`` of the request whose id is ``request_id`` (a
+    column of the query's table), joined: the sender reads its claimed rows and their
+    requests in one statement."""
+    return query.add_columns(*NOTIFIED_COLUMNS).join(
+        ApprovalRequest, ApprovalRequest.id == request_id
+    )
 
 
 def _new_row_values(item: object, insert: PreparedQuery) -> dict[str, Any]:

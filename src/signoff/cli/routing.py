@@ -13,8 +13,8 @@ from signoff.cli.common import err, out, run_in_transaction
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.errors import ValidationFailed
-from signoff.notifications.planning import service
-from signoff.notifications.planning.repository import NotificationRepository
+from signoff.notifications.repository import NotificationRepository
+from signoff.notifications.routing import service
 from signoff.orgs import service as orgs_service
 from signoff.unit_of_work import UnitOfWork
 

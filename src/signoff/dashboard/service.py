@@ -34,8 +34,8 @@ from signoff.common.time import utcnow
 from signoff.errors import Conflict, NotFound, ValidationFailed
 from signoff.models import AuditEvent, Comment, OAuthClient, User
 from signoff.models.webhooks import WebhookAttempt
-from signoff.notifications.planning.repository import NotificationRepository
 from signoff.notifications.planning.service import NotificationLine, notification_log
+from signoff.notifications.repository import NotificationRepository
 from signoff.oauth import credentials
 from signoff.oauth.repository import OAuthRepository
 from signoff.orgs import service as orgs
@@ -360,7 +360,7 @@ class RequestPage:
     events: Sequence[AuditEvent]
     attempts: Sequence[WebhookAttempt]
     names: dict[uuid.UUID, str]
-    # What was sent about it, to whom (notifications/service.notification_log).
+    # What was sent about it, to whom (notifications/planning/service.notification_log).
     notifications: Sequence[NotificationLine] = ()
     # The step this person may vote on now (chains), if any.
     my_step: StepRecord | None = None

@@ -1,6 +1,6 @@
 """The mail of an invitation or a password reset: a pure function from its facts to an
 ``EmailMessage``. It is sent by the notification channels' SMTP sender
-(``notifications/channels.send_mail``), the one SMTP client of signoff.
+(``notifications/sending/channels.send_mail``), the one SMTP client of signoff.
 
 Header values come from people's input (names, the org's name): each is folded to one
 line, since a line break in a header value makes the whole message unsendable.

@@ -31,7 +31,7 @@ NOTIFICATION_STATUSES = ("pending", "sent", "failed", "cancelled")
 
 
 class RoutingConfig(Base):
-    """An org's routing document, stored as validated (``notifications/routing.py``)."""
+    """An org's routing document, stored as validated (``notifications/routing/document.py``)."""
 
     __tablename__ = "routing_configs"
 
@@ -108,7 +108,7 @@ class NotificationPlan(Base):
     """A change whose notifications are still to be planned: written by the create (or the
     step opening) in its own transaction, the one cheap write it makes. A worker reads
     the routing rules, resolves the audience and writes the ``Notification`` rows, then
-    deletes this row, all in one transaction (``notifications/service.plan_waiting``).
+    deletes this row, all in one transaction (``notifications/planning/service.plan_waiting``).
 
     Planning is database work only, so the claim is the row lock that transaction holds
     (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, the write lock on SQLite): a worker killed

@@ -11,6 +11,7 @@ from sqlalchemy import (
     Boolean,
     ColumnElement,
     CursorResult,
+    Row,
     bindparam,
     delete,
     exists,
@@ -185,6 +186,16 @@ class OrgRepository:
             .order_by(User.created_at)
         )
         return result.all()
+
+    async def active_users(self, org_id: uuid.UUID) -> Sequence[Row[uuid.UUID, str, str, str]]:
+        """The org's users who may sign in (``id``, ``email``, ``name``, ``role``), by
+        e-mail: those notifications may tell."""
+        rows = await self.session.execute(
+            select(User.id, User.email, User.name, User.role)
+            .where(User.org_id == org_id, User.deactivated_at.is_(None))
+            .order_by(User.email)
+        )
+        return rows.all()
 
     async def find_user(self, user_id: uuid.UUID) -> User | None:
         return await self.session.get(User, user_id)

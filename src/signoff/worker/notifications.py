@@ -2,7 +2,7 @@
 
 Runs beside the delivery worker, inside ``signoff serve`` (unless ``--no-worker``) and in
 ``signoff worker``; any number may run against one database (claims are leased rows,
-``notifications/sender.py``). It wakes at once when this process commits notifications
+``notifications/sending/sender.py``). It wakes at once when this process commits notifications
 (``AppContext.transaction``), on PostgreSQL when any process does (``NOTIFY
 signoff_notifications``), and otherwise at the next due time, polling at most
 ``SIGNOFF_NOTIFICATION_POLL_INTERVAL_SECONDS`` apart for rows other SQLite processes wrote.

@@ -7,7 +7,7 @@ Create Date: 2026-11-25
 Planning a request's notifications (the routing rules, the channels, the org's members,
 one row per person and channel, the reminders) made every create with routing on about
 twice as slow as one without. The create now writes one ``notification_plans`` row in
-its transaction; a worker plans it (``notifications/service.plan_waiting``) and deletes
+its transaction; a worker plans it (``notifications/planning/service.plan_waiting``) and deletes
 it in one transaction. The table holds only what waits to be planned (usually nothing),
 so it has its primary key and no other index for the create to keep up.
 
@@ -29,7 +29,7 @@ down_revision = "0014"
 branch_labels = None
 depends_on = None
 
-# The channel notification workers listen on (``notifications/repository.NOTIFY_CHANNEL``),
+# The channel notification workers listen on (``notifications/planning/repository.NOTIFY_CHANNEL``),
 # kept here as written.
 NOTIFY_CHANNEL = "signoff_notifications"
 NOTIFY_ON_PLAN = [

@@ -5,7 +5,7 @@ Revises: 0019
 Create Date: 2026-11-26
 
 A change writes its notification plan row only where its org can notify anyone
-(``notifications/repository.can_notify``): the insert is ``INSERT ... SELECT ... WHERE
+(``notifications/planning/repository.can_notify``): the insert is ``INSERT ... SELECT ... WHERE
 EXISTS``, and for most orgs it writes nothing. A statement trigger (0015) fires for an
 insert of no rows too, so such a change still woke every listening worker (and, on a
 connection that notifies for itself, took the notification lock in its commit, 0019)

@@ -8,6 +8,8 @@ services as the API and the dashboard, recording ``via`` in the audit event.
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -16,16 +18,56 @@ from typing import Literal
 from signoff.approvals import service as approvals
 from signoff.approvals.schemas import RelayedDecision
 from signoff.auth.principal import OrgMember
-from signoff.models import ApprovalRequest, Organization
+from signoff.common.ids import new_id
+from signoff.models import ApprovalRequest
 from signoff.models.notifications import DecisionLink
-from signoff.notifications.planning.repository import NotificationRepository
-from signoff.notifications.planning.service import hash_link_token
-from signoff.notifications.routing.document import RequestFacts
+from signoff.notifications.repository import NotificationRepository
+from signoff.notifications.routing.document import RequestFacts, facts_of, link_expiry
 from signoff.unit_of_work import UnitOfWork
 
 LinkState = Literal[
     "ready", "unknown", "used", "expired", "decided", "sign_in", "foreign", "stopped"
 ]
+
+
+def hash_link_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class IssuedLinks:
+    approve: str
+    reject: str
+
+
+def issue_links(
+    repo: NotificationRepository,
+    request: RequestFacts,
+    user_id: uuid.UUID | None,
+    via: str,
+    require_sign_in: bool,
+    now: datetime,
+) -> IssuedLinks:
+    """A fresh approve and reject token for one message; only their hashes are kept."""
+    tokens = {decision: secrets.token_urlsafe(32) for decision in ("approve", "reject")}
+    repo.add_links(
+        [
+            DecisionLink(
+                id=new_id(),
+                token_hash=hash_link_token(token),
+                org_id=request.org_id,
+                request_id=request.id,
+                user_id=user_id,
+                decision=decision,
+                via=via,
+                require_sign_in=require_sign_in,
+                expires_at=link_expiry(request, now),
+                created_at=now,
+            )
+            for decision, token in tokens.items()
+        ]
+    )
+    return IssuedLinks(tokens["approve"], tokens["reject"])
 
 
 @dataclass(frozen=True)
@@ -70,12 +112,11 @@ async def inspect_link(
     link = await repo.find_link(hash_link_token(token)) if 20 <= len(token) <= 100 else None
     if link is None:
         return LinkView("unknown")
-    found = await repo.request_facts(link.org_id, link.request_id)
-    if found is None:
+    row = await repo.approvals.find_in_org(link.org_id, link.request_id)
+    if row is None:
         return LinkView("unknown")
-    facts, row = found
     view = LinkView(
-        "ready", link, facts, row.status, await _person_of(repo, link), _outcome_of(row)
+        "ready", link, facts_of(row), row.status, await _person_of(repo, link), _outcome_of(row)
     )
     if link.used_at is not None:
         return _with(view, "used")
@@ -83,7 +124,7 @@ async def inspect_link(
         return _with(view, "decided")
     if link.expires_at <= now:
         return _with(view, "expired")
-    org = await repo.session.get(Organization, link.org_id)
+    org = await repo.orgs.get_org(link.org_id)
     if emergency_stop or (org is not None and org.emergency_stop):
         return _with(view, "stopped")
     if viewer is not None and (
@@ -102,7 +143,7 @@ def _with(view: LinkView, state: LinkState) -> LinkView:
 async def _person_of(repo: NotificationRepository, link: DecisionLink) -> Person | None:
     if link.user_id is None:
         return None  # a channel's link: the vote is the signed-in person's
-    user = await repo.user_in_org(link.org_id, link.user_id)
+    user = await repo.orgs.get_user(link.org_id, link.user_id)
     return Person(user.name, user.email) if user is not None else None
 
 
@@ -148,8 +189,8 @@ async def use_link(
 async def _member_of_link(repo: NotificationRepository, link: DecisionLink) -> OrgMember | None:
     if link.user_id is None:
         return None
-    user = await repo.user_in_org(link.org_id, link.user_id)
-    org = await repo.session.get(Organization, link.org_id)
+    user = await repo.orgs.get_user(link.org_id, link.user_id)
+    org = await repo.orgs.get_org(link.org_id)
     if user is None or org is None or not user.is_active:
         return None
     return OrgMember.of(user, org)

@@ -22,8 +22,9 @@ import hashlib
 import hmac
 import logging
 import uuid
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 import httpx
@@ -34,20 +35,48 @@ from signoff.approvals.schemas import RelayedDecision
 from signoff.auth.principal import OrgMember
 from signoff.common.ids import parse_id
 from signoff.common.time import utcnow
-from signoff.context import AppContext
+from signoff.config import Settings
+from signoff.crypto import SecretBox
 from signoff.errors import AppError, RequestNotPending
-from signoff.models import Organization
-from signoff.notifications.planning import service
-from signoff.notifications.planning.repository import NotificationRepository
+from signoff.notifications.repository import NotificationRepository
 from signoff.notifications.routing.document import (
     RequestFacts,
     RoutingDocument,
+    facts_of,
     first_matching_rule,
 )
+from signoff.notifications.routing.service import channel_settings, load_document
 from signoff.notifications.sending import messages
+from signoff.unit_of_work import UnitOfWork
 from signoff.webhooks.delivery import build_transport
+from signoff.webhooks.urlpolicy import AddressPolicy
 
 logger = logging.getLogger(__name__)
+
+
+class _Callbacks(Protocol):
+    @property
+    def policy(self) -> AddressPolicy: ...
+
+
+class SlackHost(Protocol):
+    """What handling a press needs of the application (``AppContext`` is one): its
+    settings and secrets, transactions, and the callbacks' address policy, through which
+    Slack's API is reached."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def box(self) -> SecretBox: ...
+
+    @property
+    def webhooks(self) -> _Callbacks: ...
+
+    def reading(self) -> AbstractAsyncContextManager[UnitOfWork]: ...
+
+    def transaction(self) -> AbstractAsyncContextManager[UnitOfWork]: ...
+
 
 MAX_AGE_SECONDS = 300
 
@@ -95,25 +124,24 @@ class SlackApp:
 
 
 async def verified_app(
-    ctx: AppContext, press: Press, timestamp: str, signature: str, body: bytes
+    ctx: SlackHost, press: Press, timestamp: str, signature: str, body: bytes
 ) -> SlackApp | None:
     """The Slack app of the request's org whose signing secret signed this body."""
     async with ctx.reading() as uow:
-        repo = NotificationRepository(uow.session, uow.dialect)
-        org_id = await repo.org_of_request(press.request_id)
+        org_id = await uow.approvals.org_of_request(press.request_id)
         if org_id is None:
             return None
-        for channel in await repo.channels(org_id):
+        for channel in await NotificationRepository(uow.session, uow.dialect).channels(org_id):
             if channel.type != "slack":
                 continue
-            settings = service.channel_settings(ctx.box, channel)
+            settings = channel_settings(ctx.box, channel)
             secret = settings.get("signing_secret")
             if secret and hmac.compare_digest(slack_signature(secret, timestamp, body), signature):
                 return SlackApp(org_id, settings["bot_token"])
     return None
 
 
-async def handle_press(ctx: AppContext, app: SlackApp, press: Press) -> None:
+async def handle_press(ctx: SlackHost, app: SlackApp, press: Press) -> None:
     """After the acknowledgement: decide, then tell Slack (update or ephemeral)."""
     if press.decision not in ("approve", "reject"):
         return  # the Open button: Slack reports URL buttons too; nothing to do
@@ -151,7 +179,7 @@ async def handle_press(ctx: AppContext, app: SlackApp, press: Press) -> None:
 
 
 async def _decided_message(
-    ctx: AppContext, app: SlackApp, press: Press, member: OrgMember, final: bool
+    ctx: SlackHost, app: SlackApp, press: Press, member: OrgMember, final: bool
 ) -> dict[str, Any]:
     verb = "approved" if press.decision == "approve" else "rejected"
     name = messages.slack_escape(member.user_name)
@@ -161,12 +189,10 @@ async def _decided_message(
         else (f"*{name}* voted to {press.decision}; more approvals are needed.")
     )
     async with ctx.reading() as uow:
-        found = await NotificationRepository(uow.session, uow.dialect).request_facts(
-            app.org_id, press.request_id
-        )
+        found = await uow.approvals.find_in_org(app.org_id, press.request_id)
     assert found is not None
     links = messages.Links(_request_url(ctx, press), None, None)
-    item = messages.Item(found[0], "created", links)
+    item = messages.Item(facts_of(found), "created", links)
     return {
         "replace_original": True,
         "text": outcome,
@@ -179,7 +205,7 @@ def _ephemeral(text: str) -> dict[str, Any]:
     return {"response_type": "ephemeral", "replace_original": False, "text": text}
 
 
-def _request_url(ctx: AppContext, press: Press) -> str:
+def _request_url(ctx: SlackHost, press: Press) -> str:
     return f"{ctx.settings.public_url}/requests/{press.request_id}"
 
 
@@ -193,12 +219,11 @@ def needs_sign_in(document: RoutingDocument | None, request: RequestFacts) -> bo
     return rule is None or rule.require_sign_in_for_critical
 
 
-async def _needs_sign_in(ctx: AppContext, app: SlackApp, press: Press) -> bool:
+async def _needs_sign_in(ctx: SlackHost, app: SlackApp, press: Press) -> bool:
     async with ctx.reading() as uow:
-        repo = NotificationRepository(uow.session, uow.dialect)
-        found = await repo.request_facts(app.org_id, press.request_id)
-        document = await service.load_document(repo, app.org_id)
-    return found is not None and needs_sign_in(document, found[0])
+        found = await uow.approvals.find_in_org(app.org_id, press.request_id)
+        document = await load_document(NotificationRepository(uow.session, uow.dialect), app.org_id)
+    return found is not None and needs_sign_in(document, facts_of(found))
 
 
 def _sign_in_reply(url: str, press: Press) -> dict[str, Any]:
@@ -225,7 +250,7 @@ def _sign_in_reply(url: str, press: Press) -> dict[str, Any]:
     return reply
 
 
-def _client(ctx: AppContext) -> httpx.AsyncClient:
+def _client(ctx: SlackHost) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         transport=build_transport(ctx.webhooks.policy),
         timeout=ctx.settings.notification_timeout_seconds,
@@ -233,7 +258,7 @@ def _client(ctx: AppContext) -> httpx.AsyncClient:
     )
 
 
-async def _slack_email(ctx: AppContext, bot_token: str, user_id: str) -> str | None:
+async def _slack_email(ctx: SlackHost, bot_token: str, user_id: str) -> str | None:
     async with _client(ctx) as client:
         answer = await client.post(
             f"{ctx.settings.slack_api_url}/users.info",
@@ -247,17 +272,16 @@ async def _slack_email(ctx: AppContext, bot_token: str, user_id: str) -> str | N
     return str(email) if email else None
 
 
-async def _member_by_email(ctx: AppContext, org_id: uuid.UUID, email: str) -> OrgMember | None:
+async def _member_by_email(ctx: SlackHost, org_id: uuid.UUID, email: str) -> OrgMember | None:
     async with ctx.reading() as uow:
-        repo = NotificationRepository(uow.session, uow.dialect)
-        users = [u for u in await repo.find_user_by_email(email) if u.org_id == org_id]
-        org = await uow.session.get(Organization, org_id)
-    if not users or org is None:
+        # The org is known: its unique (org_id, email) index finds the person.
+        user = await uow.orgs.find_user_by_email(org_id, email)
+        org = await uow.orgs.get_org(org_id)
+    if user is None or user.deactivated_at is not None or org is None:
         return None
-    user = users[0]
     return OrgMember.of(user, org)
 
 
-async def _respond(ctx: AppContext, press: Press, message: dict[str, Any]) -> None:
+async def _respond(ctx: SlackHost, press: Press, message: dict[str, Any]) -> None:
     async with _client(ctx) as client:
         await client.post(press.response_url, json=message)

@@ -1,9 +1,5 @@
-"""Every query on routing documents, channels, notifications, attempts and links.
-
-Claims are the callback outbox's (``webhooks/repository.py``): one ``UPDATE ... WHERE id
-IN (SELECT ... due ... FOR UPDATE SKIP LOCKED) RETURNING`` statement; on SQLite the
-writer holds the database, so the statement is a claim by itself.
-"""
+"""Every query on the plan rows changes write, and on the notification rows planning makes
+of them (the outbox the sender claims from: ``sending/repository.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +8,7 @@ import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 from sqlalchemy import (
     ColumnElement,
@@ -31,25 +27,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.dml import Insert
 
 from signoff.common.ids import new_id
-from signoff.models import ApprovalRequest, ApprovalStep, User
-from signoff.models.notifications import (
-    DecisionLink,
-    Notification,
-    NotificationAttempt,
-    NotificationChannel,
-    NotificationPlan,
-    RoutingConfig,
-)
-from signoff.notifications.routing.document import Member, RequestFacts
-from signoff.storage import PreparedQuery, execute_in, not_among, queue_write, savepoint
+from signoff.models.notifications import Notification, NotificationChannel, NotificationPlan
+from signoff.storage import PreparedQuery, not_among, queue_write, savepoint
 
 NOTIFY_CHANNEL = "signoff_notifications"
 SCHEDULED_KINDS = ("reminder", "escalated", "expiry_warning")
-_ROUTING_RULES = PreparedQuery(
-    select(
-        RoutingConfig.document.label("document"), RoutingConfig.updated_at.label("updated_at")
-    ).where(RoutingConfig.org_id == bindparam("org_id"))
-)
 _NOTIFICATIONS: Table = Notification.__table__  # type: ignore[assignment]
 _CANCEL_SCHEDULED = PreparedQuery(
     update(_NOTIFICATIONS)
@@ -64,14 +46,6 @@ _CANCEL_SCHEDULED = PreparedQuery(
 # Set in a session's ``info`` when it wrote notifications: after its commit, the
 # process's sender is woken (``AppContext.transaction``).
 WROTE_NOTIFICATIONS = "signoff.notifications.written"
-
-
-@dataclass(frozen=True)
-class ChannelRef:
-    """What the create path needs of a channel: no secrets, nothing decrypted."""
-
-    id: uuid.UUID
-    type: str
 
 
 _NOTIFICATIONS = cast(Table, Notification.__table__)
@@ -112,7 +86,6 @@ _INSERT_PLAN = PreparedQuery(
         *(_param(column, column) for column in _PLAN_COLUMNS),
     )
 )
-_ATTEMPTS = cast(Table, NotificationAttempt.__table__)
 
 
 def created_plan_from(created: Any) -> Insert:
@@ -147,166 +120,11 @@ class WaitingPlan:
     created_at: datetime
 
 
-@dataclass(frozen=True)
-class PlannedRequest:
-    facts: RequestFacts
-    status: str
+class PlanQueries:
+    """Plans and the notification rows made of them (``NotificationRepository`` is one)."""
 
-
-class ClaimedNotification(NamedTuple):
-    """What a send needs of a claimed notification row."""
-
-    id: uuid.UUID
-    request_id: uuid.UUID
-    kind: str
-    recipient: str
-    recipient_user_id: uuid.UUID | None
-    require_sign_in: bool
-    attempts: int
-
-
-# Labelled apart from the request's columns (``_FACT_COLUMNS``), which share names.
-_CLAIMED_COLUMNS = tuple(
-    getattr(Notification, name).label(f"notification_{name}")
-    for name in ClaimedNotification._fields
-)
-
-
-@dataclass(frozen=True)
-class ClaimedRow:
-    notification: ClaimedNotification
-    channel: NotificationChannel
-    request: RequestFacts
-    request_status: str
-
-
-# The columns ``facts_of`` reads, and the request's status, labelled as the entity's
-# attributes.
-_FACT_COLUMNS = (
-    ApprovalRequest.id.label("id"),
-    ApprovalRequest.org_id,
-    ApprovalRequest.title,
-    ApprovalRequest.description,
-    ApprovalRequest.priority,
-    ApprovalRequest.action_type,
-    ApprovalRequest.source,
-    ApprovalRequest.metadata_.label("metadata_"),
-    ApprovalRequest.has_steps,
-    ApprovalRequest.created_at.label("created_at"),
-    ApprovalRequest.expires_at,
-    ApprovalRequest.number,
-    ApprovalRequest.status.label("status"),
-)
-
-
-def facts_of(row: Any) -> RequestFacts:
-    """A request's facts from any row with ``ApprovalRequest``'s fields."""
-    return RequestFacts(
-        id=row.id,
-        org_id=row.org_id,
-        title=row.title,
-        description=row.description,
-        priority=row.priority,
-        action_type=row.action_type,
-        source=row.source,
-        metadata=dict(row.metadata_ or {}),
-        has_steps=bool(row.has_steps),
-        created_at=row.created_at,
-        expires_at=row.expires_at,
-        number=row.number,
-    )
-
-
-class NotificationRepository:
-    def __init__(self, session: AsyncSession, dialect: str) -> None:
-        self.session = session
-        self.dialect = dialect
-
-    # ---- routing and channels ----
-
-    async def get_routing(self, org_id: uuid.UUID) -> RoutingConfig | None:
-        return await self.session.get(RoutingConfig, org_id)
-
-    async def save_routing(
-        self, org_id: uuid.UUID, document: dict[str, Any], user_id: uuid.UUID | None, now: datetime
-    ) -> None:
-        existing = await self.get_routing(org_id)
-        if existing is None:
-            self.session.add(
-                RoutingConfig(org_id=org_id, document=document, updated_at=now, updated_by=user_id)
-            )
-        else:
-            existing.document = document
-            existing.updated_at = now
-            existing.updated_by = user_id
-        await self.session.flush()
-
-    async def routing_rules(self, org_id: uuid.UUID) -> tuple[list[Any], datetime] | None:
-        """The org's stored rules and their version (when they last changed)."""
-        # Every create asks (``on_request_created``): a prepared read, past the ORM.
-        rows = await execute_in(self.session, _ROUTING_RULES, {"org_id": org_id})
-        return None if not rows else (list(rows[0].document.get("rules", [])), rows[0].updated_at)
-
-    async def channel_refs(self, org_id: uuid.UUID) -> dict[str, ChannelRef]:
-        rows = await self.session.execute(
-            select(
-                NotificationChannel.name, NotificationChannel.id, NotificationChannel.type
-            ).where(NotificationChannel.org_id == org_id)
-        )
-        return {name: ChannelRef(channel_id, kind) for name, channel_id, kind in rows}
-
-    async def channels(self, org_id: uuid.UUID) -> Sequence[NotificationChannel]:
-        result = await self.session.scalars(
-            select(NotificationChannel)
-            .where(NotificationChannel.org_id == org_id)
-            .order_by(NotificationChannel.name)
-        )
-        return result.all()
-
-    async def get_channel(self, channel_id: uuid.UUID) -> NotificationChannel | None:
-        return await self.session.get(NotificationChannel, channel_id)
-
-    async def add_channel(self, channel: NotificationChannel) -> None:
-        self.session.add(channel)
-
-    async def void_pending_of_channels(
-        self, channel_ids: Collection[uuid.UUID], now: datetime, reason: str
-    ) -> None:
-        """Cancel what the channels still had to send. A row a sender holds right now keeps
-        its claim: that sender records the send it is making (sent, or failed; a retry
-        leaves it cancelled), so the log says what happened."""
-        if channel_ids:
-            await self.session.execute(
-                update(Notification)
-                .where(
-                    Notification.channel_id.in_(list(channel_ids)),
-                    Notification.status == "pending",
-                )
-                .values(status="cancelled", updated_at=now, last_error=reason)
-                .execution_options(synchronize_session=False)
-            )
-
-    async def delete_channel(self, channel: NotificationChannel) -> None:
-        await self.session.delete(channel)
-
-    async def active_members(self, org_id: uuid.UUID) -> list[Member]:
-        rows = await self.session.execute(
-            select(User.id, User.email, User.name, User.role)
-            .where(User.org_id == org_id, User.deactivated_at.is_(None))
-            .order_by(User.email)
-        )
-        return [Member(r.id, r.email, r.name, r.role == "admin") for r in rows]
-
-    async def user_in_org(self, org_id: uuid.UUID, user_id: uuid.UUID) -> User | None:
-        return await self.session.scalar(
-            select(User).where(User.id == user_id, User.org_id == org_id)
-        )
-
-    async def find_user_by_email(self, email: str) -> Sequence[User]:
-        result = await self.session.scalars(
-            select(User).where(User.email == email, User.deactivated_at.is_(None))
-        )
-        return result.all()
+    session: AsyncSession
+    dialect: str
 
     # ---- plans (written by a change, planned by a worker) ----
 
@@ -378,44 +196,6 @@ class NotificationRepository:
         """A savepoint: what a block writes inside it is undone alone if the block raises."""
         return savepoint(self.session)
 
-    async def requests_to_plan(
-        self, request_ids: Collection[uuid.UUID]
-    ) -> dict[uuid.UUID, PlannedRequest]:
-        """The requests of plans, as they are now (not locked: ``lock_pending``)."""
-        rows = await self.session.execute(
-            select(*_FACT_COLUMNS).where(ApprovalRequest.id.in_(list(request_ids)))
-        )
-        return {r.id: PlannedRequest(facts_of(r), r.status) for r in rows}
-
-    async def lock_pending(self, request_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
-        """Those of the requests still pending, share-locked until the planning commits
-        (PostgreSQL): a decision on one waits for the rows planned for it to be written.
-        One that takes the request's lock then cancels its reminders; one without a lock
-        (one statement: ``approvals.service._without_lock``) cancels what its statement's
-        snapshot, taken before it waited, shows, which is not these: the sender voids
-        them when it claims them (``sender._split_decided``). A decision that came first
-        is seen here, and nothing is planned for it. (On SQLite the planning holds the
-        writer.)"""
-        rows = await self.session.execute(
-            select(ApprovalRequest.id)
-            .where(ApprovalRequest.id.in_(list(request_ids)), ApprovalRequest.status == "pending")
-            .with_for_update(read=True)
-        )
-        return set(rows.scalars())
-
-    async def pending_step_approvers(
-        self, request_ids: Collection[uuid.UUID]
-    ) -> set[tuple[uuid.UUID, uuid.UUID]]:
-        """(request, approver) of every step still waiting for its approver."""
-        if not request_ids:
-            return set()
-        rows = await self.session.execute(
-            select(ApprovalStep.request_id, ApprovalStep.approver_id).where(
-                ApprovalStep.request_id.in_(list(request_ids)), ApprovalStep.status == "pending"
-            )
-        )
-        return {(r.request_id, r.approver_id) for r in rows}
-
     # ---- the outbox ----
 
     async def insert_notifications(self, rows: Sequence[dict[str, Any]]) -> None:
@@ -449,143 +229,6 @@ class NotificationRepository:
             .execution_options(synchronize_session=False)
         )
 
-    async def claim_due(
-        self,
-        token: uuid.UUID,
-        now: datetime,
-        lease_until: datetime,
-        limit: int,
-        skip_channels: Collection[uuid.UUID] = (),
-    ) -> int:
-        """Lease up to ``limit`` due rows to ``token``; how many. Rows of ``skip_channels``
-        (chat channels that must wait for their interval) stay where they are.
-
-        One statement, whose candidates are a subquery: a digest's hundred ids never
-        travel to Python and back as a hundred parameters (on SQLite the writer, and the
-        event loop, were held while SQLAlchemy expanded and converted them)."""
-        candidates = (
-            select(Notification.id)
-            .where(
-                Notification.status == "pending",
-                Notification.due_at <= now,
-                *not_among(Notification.channel_id, skip_channels),
-            )
-            .order_by(Notification.due_at)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
-        )
-        result = await self.session.execute(
-            update(Notification)
-            .where(Notification.id.in_(candidates.scalar_subquery()))
-            .values(claim_token=token, due_at=lease_until, updated_at=now)
-            .execution_options(synchronize_session=False)
-        )
-        return int(result.rowcount)  # type: ignore[attr-defined]
-
-    async def claimed_piece(
-        self,
-        token: uuid.UUID,
-        lease_until: datetime,
-        after: uuid.UUID | None,
-        limit: int,
-        channels: dict[uuid.UUID, NotificationChannel],
-    ) -> tuple[list[ClaimedRow], uuid.UUID | None]:
-        """Up to ``limit`` rows that ``claim_due`` leased to ``token`` (until
-        ``lease_until``), with their requests' facts, by id after ``after``; and the last
-        id read, to go on from (None once there is no more). ``channels``: those already
-        read, by id; the piece adds the ones it needs.
-
-        In pieces because on SQLite a read runs on the event loop without a break, and
-        turning a digest's hundred rows into Python objects held it for several
-        milliseconds at a time; between pieces the API's requests get their turn."""
-        width = len(_CLAIMED_COLUMNS)
-        query = (
-            select(*_CLAIMED_COLUMNS, Notification.channel_id, *_FACT_COLUMNS)
-            .join(ApprovalRequest, ApprovalRequest.id == Notification.request_id)
-            .where(
-                # The claim moved them here: the pending rows' index finds them.
-                Notification.status == "pending",
-                Notification.due_at == lease_until,
-                Notification.claim_token == token,
-            )
-            .order_by(Notification.id)
-            .limit(limit)
-        )
-        if after is not None:
-            query = query.where(Notification.id > after)
-        rows = (await self.session.execute(query)).all()
-        missing = {row.channel_id for row in rows} - channels.keys()
-        if missing:
-            found = await self.session.scalars(
-                select(NotificationChannel).where(NotificationChannel.id.in_(list(missing)))
-            )
-            channels.update((c.id, c) for c in found)
-        claimed = [
-            ClaimedRow(
-                ClaimedNotification(*row[:width]),
-                channels[row.channel_id],
-                facts_of(row),
-                row.status,
-            )
-            for row in rows
-            if row.channel_id in channels
-        ]
-        return claimed, (rows[-1][0] if len(rows) == limit else None)
-
-    async def put_back(
-        self, ids: Collection[uuid.UUID], token: uuid.UUID, due_at: datetime
-    ) -> None:
-        """Release claimed rows unsent, due again at ``due_at`` (a digest's wait)."""
-        if ids:
-            await self.session.execute(
-                update(Notification)
-                .where(Notification.id.in_(list(ids)), Notification.claim_token == token)
-                .values(claim_token=None, due_at=due_at)
-                .execution_options(synchronize_session=False)
-            )
-
-    async def finish(
-        self, notification_id: uuid.UUID, token: uuid.UUID, values: dict[str, Any]
-    ) -> bool:
-        """Move a claimed row on, only for the holder of its claim."""
-        result = await self.session.execute(
-            update(Notification)
-            .where(Notification.id == notification_id, Notification.claim_token == token)
-            .values(**values)
-            .execution_options(synchronize_session=False)
-        )
-        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
-
-    async def finish_many(
-        self, ids: Collection[uuid.UUID], token: uuid.UUID, values: dict[str, Any]
-    ) -> set[uuid.UUID]:
-        """Move claimed rows on alike, only those this claim still holds; their ids."""
-        result = await self.session.execute(
-            update(Notification)
-            .where(Notification.id.in_(list(ids)), Notification.claim_token == token)
-            .values(**values)
-            .returning(Notification.id)
-            .execution_options(synchronize_session=False)
-        )
-        return set(result.scalars().all())
-
-    async def add_attempts(self, attempts: Sequence[dict[str, Any]]) -> None:
-        """One multi-row insert, past the ORM's unit of work: a digest's hundred attempts
-        are written by one statement."""
-        if attempts:
-            await self.session.execute(insert(_ATTEMPTS), list(attempts))
-
-    async def next_due_at(self, skip_channels: Collection[uuid.UUID] = ()) -> datetime | None:
-        return await self.session.scalar(
-            select(Notification.due_at)
-            .where(
-                Notification.status == "pending",
-                *not_among(Notification.channel_id, skip_channels),
-            )
-            .order_by(Notification.due_at)
-            .limit(1)
-        )
-
     async def list_for_request(self, request_id: uuid.UUID) -> Sequence[Notification]:
         """A request's notifications, each with its channel as it was when planned (the
         channel may have been renamed or removed since)."""
@@ -595,38 +238,3 @@ class NotificationRepository:
             .order_by(Notification.due_at, Notification.created_at)
         )
         return rows.all()
-
-    # ---- one-click links ----
-
-    def add_links(self, links: Sequence[DecisionLink]) -> None:
-        self.session.add_all(links)
-
-    async def find_link(self, token_hash: str) -> DecisionLink | None:
-        return await self.session.scalar(
-            select(DecisionLink).where(DecisionLink.token_hash == token_hash)
-        )
-
-    async def use_link(self, link_id: uuid.UUID, now: datetime) -> bool:
-        """Mark a link used; False if someone used it first (the compare-and-set)."""
-        result = await self.session.execute(
-            update(DecisionLink)
-            .where(DecisionLink.id == link_id, DecisionLink.used_at.is_(None))
-            .values(used_at=now)
-            .execution_options(synchronize_session=False)
-        )
-        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
-
-    async def org_of_request(self, request_id: uuid.UUID) -> uuid.UUID | None:
-        return await self.session.scalar(
-            select(ApprovalRequest.org_id).where(ApprovalRequest.id == request_id)
-        )
-
-    async def request_facts(
-        self, org_id: uuid.UUID, request_id: uuid.UUID
-    ) -> tuple[RequestFacts, Any] | None:
-        row = await self.session.scalar(
-            select(ApprovalRequest).where(
-                ApprovalRequest.id == request_id, ApprovalRequest.org_id == org_id
-            )
-        )
-        return None if row is None else (facts_of(row), row)

@@ -205,6 +205,24 @@ class RequestFacts:
     number: int | None = None
 
 
+def facts_of(row: Any) -> RequestFacts:
+    """A request's facts from any row with ``ApprovalRequest``'s fields."""
+    return RequestFacts(
+        id=row.id,
+        org_id=row.org_id,
+        title=row.title,
+        description=row.description,
+        priority=row.priority,
+        action_type=row.action_type,
+        source=row.source,
+        metadata=dict(row.metadata_ or {}),
+        has_steps=bool(row.has_steps),
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        number=row.number,
+    )
+
+
 @dataclass(frozen=True)
 class Member:
     id: uuid.UUID

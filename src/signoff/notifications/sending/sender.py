@@ -2,7 +2,7 @@
 
 A round is a few transactions' worth, the way callbacks are delivered
 (``webhooks/dispatcher.py``), and only the middle step talks to anyone outside:
-1. a claim, which first plans what changes left to plan (``service.plan_waiting``,
+1. a claim, which first plans what changes left to plan (``planning.plan_waiting``,
    transactions of their own: the rows of a create or of steps opening are written and
    their plans deleted, so a sender killed before a commit leaves those plans to the
    next), then leases due rows to this process (one statement), reads them, and, in one
@@ -43,16 +43,15 @@ from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.models.notifications import NotificationChannel
-from signoff.notifications.planning import service
-from signoff.notifications.planning.repository import (
-    SCHEDULED_KINDS,
-    ClaimedNotification,
-    ClaimedRow,
-    NotificationRepository,
-)
+from signoff.notifications.decisions.links import issue_links
+from signoff.notifications.planning import service as planning
+from signoff.notifications.planning.repository import SCHEDULED_KINDS
+from signoff.notifications.repository import NotificationRepository
 from signoff.notifications.routing.document import CHAT_TYPES, RequestFacts, plan_chat_messages
+from signoff.notifications.routing.service import channel_settings
 from signoff.notifications.sending import messages
 from signoff.notifications.sending.channels import HttpChannels, SmtpServer, send_mail
+from signoff.notifications.sending.repository import ClaimedNotification, ClaimedRow
 from signoff.storage import Database
 from signoff.webhooks.delivery import AttemptResult, ClientPool
 from signoff.webhooks.urlpolicy import AddressPolicy
@@ -158,7 +157,7 @@ class NotificationSender:
         Each step is a short turn of its own, not one transaction: in ``signoff serve`` on
         SQLite a writer's block, or a read, runs on the event loop without a break, and
         the API's creates waiting meanwhile go between the turns.
-        1. plan (``service.plan_waiting``);
+        1. plan (``planning.plan_waiting``);
         2. claim, one statement;
         3. read the claimed rows, in pieces, outside any write;
         4. only if some need it: void rows of decided requests, put back chat rows that
@@ -210,7 +209,7 @@ class NotificationSender:
             await self._api_quiet()
             async with self.db.write_transaction() as session:
                 repo = NotificationRepository(session, self.db.dialect)
-                piece = await service.plan_waiting(repo, now, PLAN_PIECE, self.poisoned)
+                piece = await planning.plan_waiting(repo, now, PLAN_PIECE, self.poisoned)
             planned += piece
             if piece < PLAN_PIECE:
                 break
@@ -299,7 +298,7 @@ class NotificationSender:
             return self._without_links(rows)
         [row] = rows
         n = row.notification
-        issued = service.issue_links(
+        issued = issue_links(
             repo, row.request, n.recipient_user_id, _via(row.channel.type), n.require_sign_in, now
         )
         links = messages.Links(
@@ -315,7 +314,7 @@ class NotificationSender:
         """``sample``: ``send_test``'s message, about no stored request."""
         row = message.rows[0]
         try:
-            settings = service.channel_settings(self.box, row.channel)
+            settings = channel_settings(self.box, row.channel)
             kind = row.channel.type
             if kind == "email":
                 if self.smtp is None:
@@ -462,7 +461,7 @@ class NotificationSender:
         may be told again (its rows were due, but not claimed)."""
         async with self.db.read_session() as session:
             repo = NotificationRepository(session, self.db.dialect)
-            if await repo.any_plan_waiting(self.poisoned.parked(service.PLAN_JOB)):
+            if await repo.any_plan_waiting(self.poisoned.parked(planning.PLAN_JOB)):
                 # New plans: at once. Plans the last round could not take are another
                 # sender's (PostgreSQL, locked): look again shortly rather than spin.
                 return 0.0 if self.planned_last_round else PLANS_WAITING_RECHECK_SECONDS
@@ -495,7 +494,7 @@ def _split_decided(rows: Sequence[ClaimedRow]) -> tuple[list[ClaimedRow], list[C
     (a create, a step opened) still go out. A reminder, escalation or warning of a
     request no longer pending is void on every channel, the webhook's too: the decision
     voids what is scheduled, but on PostgreSQL one that waited for the planning's lock
-    did not see the rows that planning wrote (``NotificationRepository.lock_pending``),
+    did not see the rows that planning wrote (``ApprovalRepository.share_lock_pending``),
     and this check is what stops them."""
     live: list[ClaimedRow] = []
     void: list[ClaimedRow] = []
@@ -522,4 +521,4 @@ def _sign_in_first(message: Outgoing) -> bool:
 
 def _interactive_slack(box: SecretBox, row: ClaimedRow) -> bool:
     """A Slack channel with the app configured decides in Slack, not by link."""
-    return row.channel.type == "slack" and "bot_token" in service.channel_settings(box, row.channel)
+    return row.channel.type == "slack" and "bot_token" in channel_settings(box, row.channel)

@@ -1,118 +1,31 @@
-"""Notification endpoints: the routing document (API), what a request's notifications
-did (API), the one-click confirmation pages, and Slack's interactivity endpoint."""
+"""The notifications' pages in the dashboard: the one-click links' confirmation pages
+and the routing editor (admins)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Annotated
 
 import yaml
 from fastapi import APIRouter, Depends
 from jinja2 import ChoiceLoader, FileSystemLoader
-from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from signoff.auth.principal import OrgMember, Principal
-from signoff.common.http import context_of, json_body_doc, json_response, path_id, require_scope
-from signoff.common.openapi import errors
-from signoff.common.routing import LeanRoute
+from signoff.auth.principal import OrgMember
+from signoff.common.http import context_of
 from signoff.common.time import utcnow
-from signoff.common.validation import read_json_object
 from signoff.context import AppContext
 from signoff.dashboard import web
-from signoff.errors import (
-    AppError,
-    Forbidden,
-    NotFound,
-    RequestNotPending,
-    Unauthorized,
-    ValidationFailed,
-)
-from signoff.notifications.decisions import links, slack
-from signoff.notifications.planning import service
-from signoff.notifications.planning.repository import NotificationRepository
+from signoff.errors import AppError, RequestNotPending, ValidationFailed
+from signoff.notifications.decisions import links
+from signoff.notifications.endpoints import routing_checks
+from signoff.notifications.repository import NotificationRepository
 from signoff.notifications.routing import form as routing_form
-from signoff.notifications.routing.document import RoutingDocument
-from signoff.notifications.schemas import NotificationListOut, RoutingOut
+from signoff.notifications.routing import service
 from signoff.notifications.sending import messages
 
-router = APIRouter(prefix="/api/v1", tags=["notifications"], route_class=LeanRoute)
 pages = APIRouter(include_in_schema=False)
-
-Reader = Annotated[Principal, Depends(require_scope("approvals:read"))]
-Writer = Annotated[Principal, Depends(require_scope("approvals:write"))]
 Admin = Depends(web.require_admin)
-
-
-# ---- the routing document ----
-
-
-@router.get(
-    "/routing",
-    response_model=RoutingOut,
-    summary="The organization's notification routing (admins)",
-    description="Channels (secrets masked) and the ordered rules; the first matching rule "
-    "applies. `warnings` names what cannot work yet on this server (an e-mail channel "
-    "while `SIGNOFF_SMTP_URL` is unset). 403 for non-admins.",
-    responses=errors(Forbidden),
-)
-async def get_routing(request: Request, principal: Reader) -> Response:
-    ctx = context_of(request)
-    service.require_admin(principal)
-    async with ctx.reading() as uow:
-        repo = NotificationRepository(uow.session, uow.dialect)
-        document = await service.read_routing(repo, ctx.box, principal.org_id)
-    return json_response(service.with_warnings(document, _checks(ctx)))
-
-
-def _checks(ctx: AppContext) -> service.RoutingChecks:
-    return service.RoutingChecks(ctx.webhooks.policy, bool(ctx.settings.smtp_url))
-
-
-@router.put(
-    "/routing",
-    response_model=RoutingOut,
-    openapi_extra=json_body_doc(RoutingDocument),
-    summary="Replace the organization's notification routing (admins)",
-    description="Validates the whole document and stores nothing unless all of it is right: "
-    "400 names every wrong field at once (`rules.0.channels.1`, `channels.ops.webhook_url`). "
-    "Channel URLs follow the callback URLs' policy (absolute http or https without "
-    "credentials; in production https only, and no host that is or resolves to a loopback, "
-    "private, link-local, shared or reserved address), checked here and again at each send. "
-    "A secret sent back masked, as GET shows it, keeps its stored value; `warnings` in the "
-    "body is ignored, and the answer's says what cannot work yet.",
-    responses=errors(ValidationFailed, Forbidden),
-)
-async def put_routing(request: Request, principal: Writer) -> Response:
-    ctx = context_of(request)
-    service.require_admin(principal)
-    data = await read_json_object(request)
-    async with ctx.transaction() as uow:
-        repo = NotificationRepository(uow.session, uow.dialect)
-        document = await service.write_routing(
-            repo, ctx.box, _checks(ctx), principal, principal.org_id, data, utcnow()
-        )
-    return json_response(document)
-
-
-@router.get(
-    "/approvals/{request_id}/notifications",
-    response_model=NotificationListOut,
-    summary="What was sent about a request, to whom, and how it went",
-    description="A worker plans a request's notifications after its create commits: they "
-    "appear here within moments (an empty list until then). Scheduled reminders appear as "
-    "`pending` until due; `cancelled` once the request was decided before they were.",
-    responses=errors(NotFound),
-)
-async def list_notifications(request: Request, request_id: str, principal: Reader) -> Response:
-    ctx = context_of(request)
-    rid = path_id(request_id)
-    async with ctx.reading() as uow:
-        repo = NotificationRepository(uow.session, uow.dialect)
-        rows = await service.notifications_of_request(repo, principal, rid)
-    return json_response({"data": rows})
 
 
 # ---- one-click confirmation pages ----
@@ -285,7 +198,7 @@ async def _routing_page(
         viewer,
         400 if refused else 200,
         document=document,
-        warnings=service.routing_warnings(document, _checks(ctx)),
+        warnings=service.routing_warnings(document, routing_checks(ctx)),
         form=form or routing_form.form_of(document),
         saved_names=list(document["channels"]),
         channel_types=routing_form.CHANNEL_TYPES,
@@ -350,7 +263,14 @@ async def _write(
     async with ctx.transaction() as uow:
         repo = NotificationRepository(uow.session, uow.dialect)
         await service.write_routing(
-            repo, ctx.box, _checks(ctx), viewer.member, viewer.org.id, data, utcnow(), renamed
+            repo,
+            ctx.box,
+            routing_checks(ctx),
+            viewer.member,
+            viewer.org.id,
+            data,
+            utcnow(),
+            renamed,
         )
         if blocked:
             raise ValidationFailed()
@@ -374,23 +294,3 @@ async def routing_test(request: Request, viewer: web.Viewer = Admin) -> Response
         flash=f"The test notification failed: {result.error or result.status_code}.",
         kind="error",
     )
-
-
-# ---- Slack interactivity ----
-
-
-@pages.post("/integrations/slack/interactions")
-async def slack_interactions(request: Request) -> Response:
-    """Verified, acknowledged at once (Slack waits 3 s), handled after the answer."""
-    ctx = context_of(request)
-    body = await request.body()
-    timestamp = request.headers.get("X-Slack-Request-Timestamp")
-    signature = request.headers.get("X-Slack-Signature", "")
-    if not slack.fresh(timestamp, time.time()):
-        raise Unauthorized("Stale or missing X-Slack-Request-Timestamp.")
-    assert timestamp is not None
-    press = slack.parse_press(body)
-    app = await slack.verified_app(ctx, press, timestamp, signature, body) if press else None
-    if press is None or app is None:
-        raise Unauthorized("The Slack signature does not match.")
-    return Response(status_code=200, background=BackgroundTask(slack.handle_press, ctx, app, press))

@@ -52,7 +52,7 @@ class AppContext:
     connection_use: ConnectionUse = field(init=False)
     # Wakes the dashboard's open pages of an org when one of its requests changes.
     live: OrgSignals = field(init=False)
-    # Notifications: claims, sends and records (notifications/sending/sender.py).
+    # Notifications: claims, sends and records (notifications/sender.py).
     notifications: NotificationSender = field(init=False)
     # PostgreSQL: tells other processes, after each commit, what it changed (migration 0019).
     notifier: Notifier | None = field(init=False)

@@ -31,11 +31,13 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from signoff.approvals.listing import count_waiting
+from signoff.approvals.previews import KIND_LABELS
 from signoff.auth.principal import OrgMember
 from signoff.common.http import context_of
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.dashboard.activity import describe_event
+from signoff.dashboard.previews import render_preview
 from signoff.models import DashboardSession, Organization, User
 from signoff.oauth import credentials
 
@@ -387,6 +389,8 @@ templates.filters.update(
     short_id=short_id,
 )
 templates.globals.update(
+    render_preview=render_preview,
+    preview_label=lambda kind: KIND_LABELS.get(kind, str(kind)),
     age=age,
     ago=ago,
     time_left=time_left,

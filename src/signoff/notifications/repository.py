@@ -195,6 +195,7 @@ _FACT_COLUMNS = (
     ApprovalRequest.created_at.label("created_at"),
     ApprovalRequest.expires_at,
     ApprovalRequest.number,
+    ApprovalRequest.preview,
     ApprovalRequest.status.label("status"),
 )
 
@@ -214,6 +215,7 @@ def facts_of(row: Any) -> RequestFacts:
         created_at=row.created_at,
         expires_at=row.expires_at,
         number=row.number,
+        preview=row.preview or None,
     )
 
 

@@ -247,3 +247,22 @@ async def test_a_big_json_preview_is_shown_as_text(
     )
     page = (await client.get(f"/requests/{created['id']}")).text
     assert "6,001 values: shown as text." in page and "<details" not in page
+
+
+@pytest.mark.parametrize(
+    ("kind", "content", "formatted"),
+    [
+        ("markdown", "# Heading\n\n" + "word " * 14_000, "<h3>Heading</h3>"),
+        ("sql", "SELECT 1;\n" * 7000, '<span class="tok-k">SELECT</span>'),
+        ("diff", "@@ -1,5000 +1,5000 @@\n" + "+added\n" * 5000, 'class="diff-add"'),
+    ],
+)
+async def test_previews_too_long_to_format_are_shown_as_written(
+    ctx: AppContext, client: httpx.AsyncClient, org: Org, kind: str, content: str, formatted: str
+) -> None:
+    await signed_in(ctx, client, org.member)
+    created = await create_approval(client, org.member, preview={"kind": kind, "content": content})
+    page = (await client.get(f"/requests/{created['id']}")).text
+    assert "Too long to format: shown as written." in page
+    assert formatted not in page
+    assert content.splitlines()[0] in page

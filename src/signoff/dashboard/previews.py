@@ -44,18 +44,38 @@ MAX_TREE_NODES = 5000
 OPEN_LEVELS = 2
 SMALL_TREE_NODES = 200
 LINK_SCHEMES = frozenset({"http", "https", "mailto"})
+# Past these, a preview is shown as written, unformatted: markdown and SQL are formatted
+# in pure Python at some microseconds a character (hostile markdown at far more), and a
+# diff's every line becomes a table row. Nobody reviews more line by line.
+MAX_FORMATTED_CHARS = 64 * 1024
+MAX_DIFF_LINES = 5000
+# Pages of the same request render its preview once per process: a preview never changes.
+CACHED_PREVIEWS = 32
 
 
 def render_preview(preview: dict[str, Any] | None) -> Markup:
-    """The preview's body for the request page ('' without one)."""
+    """The preview's body for the request page ('' without one). CPU-bound on a large
+    preview: the page renders it in a worker thread (``endpoints.request_page``)."""
     if not preview or not isinstance(preview.get("content"), str):
         return Markup("")
-    render = _RENDERERS.get(str(preview.get("kind")), render_text)
+    return _render(str(preview.get("kind")), preview["content"])
+
+
+@lru_cache(maxsize=CACHED_PREVIEWS)
+def _render(kind: str, content: str) -> Markup:
+    render = _RENDERERS.get(kind, render_text)
+    if kind == "diff":
+        too_long = content.count("\n") >= MAX_DIFF_LINES
+    else:
+        too_long = kind in ("markdown", "sql") and len(content) > MAX_FORMATTED_CHARS
+    if too_long:
+        note = Markup('<p class="help">Too long to format: shown as written.</p>')
+        return note + render_text(content)
     try:
-        return render(preview["content"])
+        return render(content)
     except PreviewError:
         # Stored before a rule it breaks existed: shown as it was written.
-        return render_text(preview["content"])
+        return render_text(content)
 
 
 def _box(tag: str, classes: str, inner: Markup | str) -> Markup:

@@ -37,7 +37,6 @@ from signoff.common.http import context_of
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.dashboard.activity import describe_event
-from signoff.dashboard.previews import render_preview
 from signoff.models import DashboardSession, Organization, User
 from signoff.oauth import credentials
 
@@ -389,7 +388,6 @@ templates.filters.update(
     short_id=short_id,
 )
 templates.globals.update(
-    render_preview=render_preview,
     preview_label=lambda kind: KIND_LABELS.get(kind, str(kind)),
     age=age,
     ago=ago,

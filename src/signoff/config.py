@@ -56,6 +56,8 @@ class Settings(BaseSettings):
     max_label_length: int = 100
     max_idempotency_key_length: int = 255
     max_metadata_bytes: int = 64 * 1024
+    # A request's preview (kind and content) as JSON; the body limit above bounds it too.
+    max_preview_bytes: int = Field(256 * 1024, ge=1024)
     # Objects and arrays inside one another in metadata (and in any body); deeper nesting
     # is refused at create, so nothing stored can fail to be encoded again.
     max_metadata_depth: int = Field(32, ge=1, le=200)

@@ -48,6 +48,8 @@ def pending_request(**fields: Any) -> RequestRecord:
         "has_steps": False,
         "auto_approved": False,
         "number": 1,
+        "preview": None,
+        "preview_hash": None,
     }
     values.update(fields)
     return RequestRecord(**values)

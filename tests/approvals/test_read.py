@@ -49,6 +49,9 @@ SINGLE_READ_FIELDS = {
     "auto_approved",
     # Its number in the org (#1234), as people name it.
     "number",
+    # What the approver is shown, and its hash (null without one).
+    "preview",
+    "preview_hash",
 }
 
 

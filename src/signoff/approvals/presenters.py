@@ -31,6 +31,7 @@ _CONVERT: dict[str, Callable[[Any], Any] | None] = {
     "time": format_timestamp,
     "flag": None,
     "object": _as_object,
+    "json": None,
     "plain": None,
 }
 # Each key of the answer, the index of its value in a RequestRecord, and its conversion.

@@ -47,6 +47,8 @@ class RequestRecord(NamedTuple):
     has_steps: bool
     auto_approved: bool
     number: int
+    preview: dict[str, Any] | None
+    preview_hash: str | None
 
 
 class StepRecord(NamedTuple):

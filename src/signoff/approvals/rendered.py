@@ -81,6 +81,8 @@ def _render_kind(render: _Renderer, kind: str, value: ColumnElement[Any]) -> Col
         return render.boolean(value)
     if kind == "object":
         return render.json_object_or_empty(value)
+    if kind == "json":
+        return render.json_or_null(value)
     return render.plain(value)
 
 
@@ -116,6 +118,11 @@ class _SQLite:
     def json_object_or_empty(value: _Column) -> ColumnElement[Any]:
         # A JSON null (how an absent value may be stored) reads as {} too.
         return func.json(func.coalesce(func.nullif(value, _sql("null")), _sql("{}")))
+
+    @staticmethod
+    def json_or_null(value: _Column) -> ColumnElement[Any]:
+        # json(NULL) is NULL, which json_object writes as null.
+        return func.json(value)
 
     @staticmethod
     def plain(value: _Column) -> ColumnElement[Any]:
@@ -165,6 +172,10 @@ class _PostgreSQL:
             ),
             Text,
         )
+
+    @staticmethod
+    def json_or_null(value: _Column) -> ColumnElement[Any]:
+        return _or_null(cast(value, Text))
 
     @staticmethod
     def plain(value: _Column) -> ColumnElement[Any]:

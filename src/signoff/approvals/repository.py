@@ -910,6 +910,7 @@ NOTIFIED_COLUMNS = (
     ApprovalRequest.created_at.label("created_at"),
     ApprovalRequest.expires_at,
     ApprovalRequest.number,
+    ApprovalRequest.preview,
     ApprovalRequest.status.label("status"),
 )
 

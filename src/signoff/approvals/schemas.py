@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from signoff.approvals.listing import ListFilters
+from signoff.approvals.previews import PreviewError, PreviewKind, check_content
 from signoff.approvals.shape import REQUEST_FIELDS, Priority
 from signoff.approvals.state import REQUEST_STATUSES
 from signoff.common.openapi import default_setting, query_parameter, schema_only
@@ -133,6 +134,34 @@ _CALLBACK_HEADERS = schema_only(
 _REQUIRED_APPROVALS = schema_only(minimum=1, maximum=default_setting("max_required_approvals"))
 
 
+class PreviewIn(BaseModel):
+    """What the approver should look at, shown on the request page by its kind."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    kind: PreviewKind = Field(
+        description="How the page shows `content`: `text` as written, `markdown` rendered "
+        "(raw HTML shown as text), `diff` a unified diff with added and removed lines "
+        "marked, `sql` highlighted, `json` a tree, `email` its From, To, Subject and body."
+    )
+    content: str = Field(
+        description="Always text. For `json`: a JSON text (no duplicate keys, no NaN, "
+        "nested at most 32 levels). For `email`: header lines (`From: ...`, `To: ...`, "
+        "`Subject: ...`, each once, other headers allowed), a blank line, then the body."
+    )
+
+    @field_validator("content")
+    @classmethod
+    def _content(cls, value: str, info: ValidationInfo) -> str:
+        kind = info.data.get("kind")
+        if kind is not None:
+            try:
+                check_content(kind, value, settings_from(info.context).max_metadata_depth)
+            except PreviewError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+
 class CreateApprovalRequest(BaseModel):
     """Body of ``POST /api/v1/approvals``."""
 
@@ -165,6 +194,12 @@ class CreateApprovalRequest(BaseModel):
         None,
         description="Passed through to the callback unchanged: at most 64 KiB as JSON, "
         "nested at most 32 levels deep, integers within 64 bits, no NUL characters.",
+    )
+    preview: PreviewIn | None = Field(
+        None,
+        description="What the approver should look at (a diff, an SQL statement, the mail "
+        "to be sent), shown on the request page by its kind and excerpted in notifications. "
+        "At most 256 KiB as JSON by default (`SIGNOFF_MAX_PREVIEW_BYTES`).",
     )
     expires_at: datetime | None = Field(None, description="RFC 3339 with a time zone; future.")
     required_approvals: Annotated[Count, _REQUIRED_APPROVALS] = Field(
@@ -238,6 +273,16 @@ class CreateApprovalRequest(BaseModel):
             raise ValueError(f"cannot be stored as JSON: {exc}") from None
         if size > settings.max_metadata_bytes:
             raise ValueError(f"must be at most {settings.max_metadata_bytes} bytes as JSON")
+        return value
+
+    @field_validator("preview")
+    @classmethod
+    def _preview(cls, value: PreviewIn | None, info: ValidationInfo) -> PreviewIn | None:
+        if value is None:
+            return None
+        limit = settings_from(info.context).max_preview_bytes
+        if len(orjson.dumps(value.model_dump())) > limit:
+            raise ValueError(f"must be at most {limit} bytes as JSON")
         return value
 
     @field_validator("callback_url")

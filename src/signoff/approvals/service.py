@@ -21,6 +21,7 @@ import orjson
 
 from signoff.approvals import effects, state
 from signoff.approvals.listing import ListFilters, read_page
+from signoff.approvals.previews import preview_hash
 from signoff.approvals.record import RequestRecord, StepRecord, VoteRecord
 from signoff.approvals.repository import ApprovalReads, ApprovalRepository
 from signoff.approvals.schemas import (
@@ -84,6 +85,7 @@ async def create_request(
         "action_type": payload.action_type,
         "source": payload.source,
         "metadata": payload.metadata or {},
+        **_preview_columns(payload),
         "callback_url": payload.callback_url,
         "callback_headers_encrypted": (
             box.encrypt(orjson.dumps(payload.callback_headers).decode())
@@ -110,6 +112,13 @@ async def create_request(
             raise NotFound("The request holding this idempotency key no longer exists.")
         return CreateResult(existing, created=False)
     return CreateResult(created, created=True)
+
+
+def _preview_columns(payload: CreateApprovalRequest) -> dict[str, Any]:
+    if payload.preview is None:
+        return {}
+    preview = {"kind": payload.preview.kind, "content": payload.preview.content}
+    return {"preview": preview, "preview_hash": preview_hash(preview)}
 
 
 async def find_replayed_request(

@@ -22,14 +22,24 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import BaseModel
+
+from signoff.approvals.previews import PreviewKind
 from signoff.approvals.state import RequestStatus
 
 Priority = Literal["low", "medium", "high", "critical"]
 
 # How a value is written in JSON: ``id`` a UUID as text, ``time`` RFC 3339 UTC with
 # milliseconds and ``Z``, ``flag`` a boolean, ``object`` a JSON object ({} when absent),
-# ``plain`` as stored (text and numbers).
-Kind = Literal["id", "time", "flag", "object", "plain"]
+# ``json`` a JSON value or null, ``plain`` as stored (text and numbers).
+Kind = Literal["id", "time", "flag", "object", "json", "plain"]
+
+
+class PreviewOut(BaseModel):
+    """A request's preview, as given at create."""
+
+    kind: PreviewKind
+    content: str
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,19 @@ REQUEST_FIELDS: tuple[RequestField, ...] = (
         dict[str, Any],
         "Passed through unchanged to the callback.",
         record_field="metadata_",
+    ),
+    RequestField(
+        "preview",
+        "json",
+        PreviewOut | None,
+        "What the approver is shown, as given at create; null without one.",
+    ),
+    RequestField(
+        "preview_hash",
+        "plain",
+        str | None,
+        '`"sha-256:"` and the unpadded base64url SHA-256 of the preview object in RFC 8785 '
+        "canonical form; null without a preview.",
     ),
     RequestField("callback_url", "plain", str | None, "Where the decision is POSTed."),
     RequestField("required_approvals", "plain", int, "Approvals needed (the steps, if any)."),

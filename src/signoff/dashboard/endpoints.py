@@ -27,6 +27,7 @@ from signoff.context import AppContext
 from signoff.dashboard import passwords, service
 from signoff.dashboard.admin import router as admin_router
 from signoff.dashboard.first_steps import FirstSteps, first_steps
+from signoff.dashboard.previews import render_preview
 from signoff.dashboard.web import (
     PAGE_HEADERS,
     STATIC,
@@ -365,11 +366,15 @@ async def request_page(request: Request, request_id: str, viewer: Viewer = User)
     except AppError:
         raise not_found("This request") from None
     intent = request.query_params.get("decide")
+    # Off the event loop: a large preview takes a while to format, and other pages
+    # must not wait for it.
+    preview = await asyncio.to_thread(render_preview, page.request["preview"])
     return await render(
         request,
         "request.html",
         viewer,
         r=page,
+        preview=preview,
         intent=intent if intent in ("approve", "reject") else None,
     )
 

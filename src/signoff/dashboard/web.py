@@ -31,6 +31,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from signoff.approvals.listing import count_waiting
+from signoff.approvals.previews import KIND_LABELS
 from signoff.auth.principal import OrgMember
 from signoff.common.http import context_of
 from signoff.common.time import utcnow
@@ -387,6 +388,7 @@ templates.filters.update(
     short_id=short_id,
 )
 templates.globals.update(
+    preview_label=lambda kind: KIND_LABELS.get(kind, str(kind)),
     age=age,
     ago=ago,
     time_left=time_left,

@@ -97,6 +97,10 @@ class ApprovalRequest(Base):
     # The request's number in its org, given by its create (``ApprovalRepository.
     # insert_unless_key_taken``): never shared by two requests of the org, never reused.
     number: Mapped[int] = mapped_column(Integer)
+    # What the approver should look at ({"kind", "content"}) and its hash, which a
+    # receipt can name (migration 0026).
+    preview: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    preview_hash: Mapped[str | None] = mapped_column(String(64), default=None)
 
 
 class Vote(Base):

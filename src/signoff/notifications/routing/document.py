@@ -203,6 +203,8 @@ class RequestFacts:
     expires_at: datetime | None
     # Its number in the org (``#1234``): None for the routing page's test sample.
     number: int | None = None
+    # What the approver should look at ({"kind", "content"}), if the request has one.
+    preview: dict[str, Any] | None = None
 
 
 def facts_of(row: Any) -> RequestFacts:
@@ -220,6 +222,7 @@ def facts_of(row: Any) -> RequestFacts:
         created_at=row.created_at,
         expires_at=row.expires_at,
         number=row.number,
+        preview=row.preview or None,
     )
 
 

@@ -26,6 +26,7 @@ from email.utils import format_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from signoff.approvals.previews import KIND_LABELS, excerpt
 from signoff.notifications.routing.document import RequestFacts
 
 KIND_HEADLINES = {
@@ -83,6 +84,22 @@ def _json_text(value: Any) -> str:
     import orjson
 
     return orjson.dumps(value).decode()
+
+
+@dataclass(frozen=True)
+class Excerpt:
+    """The first lines of a request's preview, as plain text, and what kind it is."""
+
+    label: str
+    text: str
+
+
+def preview_excerpt(request: RequestFacts) -> Excerpt | None:
+    text = excerpt(request.preview)
+    if text is None or request.preview is None:
+        return None
+    kind = str(request.preview.get("kind"))
+    return Excerpt(f"Preview ({KIND_LABELS.get(kind, kind)})", text)
 
 
 def facts(request: RequestFacts) -> list[tuple[str, str]]:
@@ -195,6 +212,10 @@ def _email_text(item: Item, headline: str) -> str:
     metadata = key_metadata(request)
     if metadata:
         lines += ["Details:"] + [f"  {k}: {v}" for k, v in metadata] + [""]
+    shown = preview_excerpt(request)
+    if shown:
+        lines += [f"{shown.label}:"] + [f"  {line}" for line in shown.text.split("\n")]
+        lines += [f"  (The whole preview is on the request's page: {links.open})", ""]
     if links.approve and links.reject:
         lines += [f"Approve: {links.approve}", f"Reject: {links.reject}"]
         lines += ["(Each link asks you to confirm before anything is decided.)", ""]
@@ -224,10 +245,26 @@ def _email_html(item: Item, headline: str) -> str:
         f'<h1 style="font-size:20px">{e(request.title)}</h1>'
         f"<table>{rows}</table>"
         f'<p style="white-space:pre-wrap">{e(request.description)}</p>'
+        f"{_email_html_excerpt(request, links.open)}"
         f"<p>{buttons}"
         f'<a href="{e(links.open)}">Open the request</a></p>'
         '<p style="color:#777;font-size:12px">Approve and Reject ask you to confirm '
         "before anything is decided.</p></body></html>"
+    )
+
+
+def _email_html_excerpt(request: RequestFacts, page: str) -> str:
+    shown = preview_excerpt(request)
+    if shown is None:
+        return ""
+    e = html.escape
+    return (
+        f'<p style="margin:16px 0 4px;font-weight:600">{e(shown.label)}</p>'
+        '<pre style="white-space:pre-wrap;background:#f1f3f6;border:1px solid #e3e6eb;'
+        'border-radius:6px;padding:10px 12px;font-size:13px;margin:0">'
+        f"{e(shown.text)}</pre>"
+        f'<p style="color:#555;font-size:13px;margin:4px 0 16px"><a href="{e(page)}">'
+        "See the whole preview</a></p>"
     )
 
 
@@ -331,12 +368,34 @@ def slack_blocks(
             "fields": fields,
         },
     ]
+    shown = preview_excerpt(request)
+    if shown:
+        blocks.append(_slack_excerpt(shown, item.links.open))
     if sign_in_first:
         blocks.append(
             {"type": "context", "elements": [{"type": "mrkdwn", "text": SIGN_IN_TO_DECIDE}]}
         )
     blocks.append(_slack_buttons(item, interactive, sign_in_first))
     return blocks
+
+
+def _no_fence(text: str) -> str:
+    """Backticks each followed by a zero-width space: the text reads the same, and no
+    run of them can close the code block it is shown in."""
+    return text.replace("`", "`" + ZERO_WIDTH_SPACE)
+
+
+def _slack_excerpt(shown: Excerpt, page: str) -> dict[str, Any]:
+    """The excerpt in a code block: escaped as every text is, and no run of backticks of
+    its own can end the block early."""
+    code = _slack_cut(slack_escape(_no_fence(shown.text)), 2800)
+    return {
+        "type": "section",
+        "text": {
+            "type": "mrkdwn",
+            "text": f"*{slack_escape(shown.label)}* · <{page}|see it whole>\n```{code}```",
+        },
+    }
 
 
 def slack_payload(
@@ -444,6 +503,17 @@ def teams_payload(items: Sequence[Item]) -> dict[str, Any]:
                 ],
             },
         ]
+        shown = preview_excerpt(request)
+        if shown:
+            body += [
+                {"type": "TextBlock", "text": shown.label, "weight": "Bolder", "wrap": True},
+                {
+                    "type": "TextBlock",
+                    "text": teams_text(shown.text),
+                    "fontType": "Monospace",
+                    "wrap": True,
+                },
+            ]
         actions = _teams_actions(item)
     else:
         body = [
@@ -504,7 +574,11 @@ def discord_payload(items: Sequence[Item]) -> dict[str, Any]:
                 "inline": True,
             }
             for n, v in facts(request) + key_metadata(request)
-        ][:24]
+        ][:23]
+        shown = preview_excerpt(request)
+        if shown:
+            code = _cut(discord_text(_no_fence(shown.text)), 1000)
+            fields.append({"name": shown.label, "value": f"```{code}```", "inline": False})
         fields.append({"name": "Decide", "value": " · ".join(actions), "inline": False})
         embeds.append(
             {

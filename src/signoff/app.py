@@ -9,6 +9,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
 from fastapi.exceptions import RequestValidationError
+from fastapi.telemetry import TelemetryConfig
+from opentelemetry import _logs, metrics, trace
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -162,6 +164,37 @@ def _add_routes(app: FastAPI, *routers: APIRouter) -> None:
     app.router.routes[:0] = [route for router in routers for route in router.routes]
 
 
+# The classes OpenTelemetry's API answers while no provider has been set up (FastAPI's own
+# test, ``fastapi.telemetry._api``): the API has no public "is it configured" query.
+_UNSET_PROVIDERS = frozenset(
+    {
+        ("opentelemetry.trace", "ProxyTracerProvider"),
+        ("opentelemetry.metrics._internal", "_ProxyMeterProvider"),
+        ("opentelemetry._logs._internal", "ProxyLoggerProvider"),
+    }
+)
+
+
+def _set_up(provider: object) -> bool:
+    kind = type(provider)
+    return (kind.__module__, kind.__name__) not in _UNSET_PROVIDERS
+
+
+def fastapi_telemetry() -> TelemetryConfig:
+    """FastAPI's own OpenTelemetry spans, metrics and logs, each on if its provider was set
+    up before the app is made (``opentelemetry-instrument signoff serve`` does so at
+    start), off otherwise.
+
+    Why: left on, FastAPI asks OpenTelemetry on every request whether each of the three
+    providers has been set up meanwhile, a share of every API call's CPU in a server
+    that sets none up. Asked once here instead."""
+    return {
+        "tracing": _set_up(trace.get_tracer_provider()),
+        "metrics": _set_up(metrics.get_meter_provider()),
+        "logs": _set_up(_logs.get_logger_provider()),
+    }
+
+
 def create_app(
     settings: Settings | None = None, *, ctx: AppContext | None = None, background: bool = True
 ) -> FastAPI:
@@ -201,6 +234,7 @@ def create_app(
         docs_url=None,
         redoc_url=None,
         lifespan=lifespan,
+        telemetry=fastapi_telemetry(),
     )
     app.state.ctx = ctx
     app.state.background = []

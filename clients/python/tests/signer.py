@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import warnings
 from typing import Any
 
@@ -52,6 +53,12 @@ def claims(**overrides: Any) -> dict[str, Any]:
         }
     ]
     return values
+
+
+def current_claims(**overrides: Any) -> dict[str, Any]:
+    """``claims()`` valid now by the real clock, for checks that read it (the clients)."""
+    now = int(time.time())
+    return claims(**{"iat": now, "nbf": now - 1, "exp": now + 900, **overrides})
 
 
 def sign(key: Any, payload: dict[str, Any] | None = None, **header: Any) -> str:

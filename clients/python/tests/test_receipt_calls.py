@@ -399,3 +399,49 @@ async def test_the_async_client_and_decorator(fake: FakeSignoff) -> None:
         with pytest.raises(ReceiptExpired):
             await greet("a")
         assert len(ran) == 1
+
+
+# ---- the MCP tools ----
+
+
+@pytest.mark.anyio
+async def test_mcp_tools_send_arguments_and_return_the_receipt(fake: FakeSignoff) -> None:
+    from mcp import Client
+
+    from signoff_client.mcp_server import build_server
+
+    http = httpx.AsyncClient(transport=httpx.MockTransport(fake.handle))
+    fake.approved_with = {"arguments": {"replicas": 2}, "arguments_edited": True}
+    async with (
+        AsyncSignoffClient("https://signoff.test", "gk_test", http_client=http) as client,
+        Client(build_server(lambda _ctx: client)) as mcp,
+    ):
+        tools = {tool.name: tool for tool in (await mcp.list_tools()).tools}
+        properties = tools["request_approval"].input_schema["properties"]
+        assert {"arguments", "arguments_schema", "preview"} <= set(properties)
+        asked = await mcp.call_tool(
+            "request_approval",
+            {
+                "title": "Scale web",
+                "description": "Peak hours",
+                "priority": "low",
+                "arguments": {"replicas": 3},
+                "arguments_schema": {"type": "object"},
+                "preview": {"kind": "text", "content": "web: 3 replicas"},
+            },
+        )
+        assert not asked.is_error, asked.content
+        body = fake.body("/api/v1/approvals")
+        assert body["arguments"] == {"replicas": 3}
+        assert body["arguments_schema"] == {"type": "object"}
+        assert body["preview"] == {"kind": "text", "content": "web: 3 replicas"}
+        for tool in ("wait_for_decision", "get_approval"):
+            result = await mcp.call_tool(tool, {"id": "req-1"})
+            answer = result.structured_content
+            assert answer is not None and answer["status"] == "approved", result.content
+            assert answer["arguments"] == {"replicas": 2} and answer["arguments_edited"]
+            assert answer["receipt"].count(".") == 2
+            assert "edited" in answer["next_step"]
+            assert (await client.verify_receipt(answer["receipt"])).arguments_hash == (
+                arguments_hash({"replicas": 2})
+            )

@@ -139,6 +139,17 @@ class _KeyCache:
         self.keys, self.fetched_at = keys, time.monotonic()
         return keys
 
+    def verify(self, token: str, checks: Mapping[str, Any]) -> Receipt | None:
+        """The receipt checked against the cached keys; None when they must be fetched
+        (none fresh, or the receipt's key is not among them: the server rotated)."""
+        keys = self.current()
+        if keys is None:
+            return None
+        try:
+            return verify_receipt(token, jwks=keys, **checks)
+        except UnknownReceiptKey:
+            return None
+
 
 def _connection_error(call: Call[Any], exc: httpx.TransportError) -> APIConnectionError:
     return APIConnectionError(f"{call.method} {call.path} failed: {exc!r}")
@@ -375,16 +386,9 @@ class SignoffClient:
     ) -> Receipt:
         """``verify_receipt`` against this server's keys, fetched again once if the
         receipt names a key the cached set lacks (the server rotated its keys)."""
-        keys = self._keys.current()
-        if keys is not None:
-            try:
-                return verify_receipt(
-                    token, jwks=keys, arguments=arguments, action_type=action_type
-                )
-            except UnknownReceiptKey:
-                pass
-        return verify_receipt(
-            token, jwks=self.jwks(refresh=True), arguments=arguments, action_type=action_type
+        checks: dict[str, Any] = {"arguments": arguments, "action_type": action_type}
+        return self._keys.verify(token, checks) or verify_receipt(
+            token, jwks=self.jwks(refresh=True), **checks
         )
 
     def redeem_receipt(self, token: str, arguments: Mapping[str, Any] | None = None) -> Redemption:
@@ -594,16 +598,10 @@ class AsyncSignoffClient:
         action_type: str | None = None,
     ) -> Receipt:
         """See ``SignoffClient.verify_receipt``."""
-        keys = self._keys.current()
-        if keys is not None:
-            try:
-                return verify_receipt(
-                    token, jwks=keys, arguments=arguments, action_type=action_type
-                )
-            except UnknownReceiptKey:
-                pass
-        keys = await self.jwks(refresh=True)
-        return verify_receipt(token, jwks=keys, arguments=arguments, action_type=action_type)
+        checks: dict[str, Any] = {"arguments": arguments, "action_type": action_type}
+        return self._keys.verify(token, checks) or verify_receipt(
+            token, jwks=await self.jwks(refresh=True), **checks
+        )
 
     async def redeem_receipt(
         self, token: str, arguments: Mapping[str, Any] | None = None

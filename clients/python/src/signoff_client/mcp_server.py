@@ -71,7 +71,7 @@ def summarize(approval: Approval) -> dict[str, Any]:
         "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
         "created_at": approval.created_at.isoformat(),
     }
-    if approval.arguments is not None:
+    if approval.arguments or approval.arguments_edited:
         summary["arguments"] = approval.arguments
         summary["arguments_hash"] = approval.arguments_hash
         summary["arguments_edited"] = approval.arguments_edited

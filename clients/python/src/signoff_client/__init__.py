@@ -6,6 +6,9 @@
         request = signoff.create_approval("Deploy v2", "Roll out billing", "high")
         decided = signoff.wait_for_decision(request.id, timeout=600)
 
+An approval with ``arguments`` yields a signed receipt: ``verify_receipt`` checks it
+offline, ``client.redeem_receipt`` spends it once (docs/receipts.md).
+
 See docs/clients.md in the signoff repository for the whole tour.
 """
 
@@ -17,14 +20,21 @@ from signoff_client._errors import (
     APIConnectionError,
     APIError,
     ApprovalRejected,
+    ArgumentsMismatch,
     Conflict,
     EmergencyStop,
     Forbidden,
     InsufficientScope,
+    InvalidReceipt,
     InvalidSignature,
     NotFound,
     PayloadTooLarge,
     RateLimited,
+    ReceiptExpired,
+    ReceiptRefused,
+    ReceiptUsedUp,
+    RedeemArgumentsMismatch,
+    RedeemExpired,
     RequestNotPending,
     ServerError,
     ServiceUnavailable,
@@ -33,6 +43,7 @@ from signoff_client._errors import (
     StepOutOfOrder,
     StepsLocked,
     Unauthorized,
+    UnknownReceiptKey,
     ValidationError,
     WaitTimeout,
 )
@@ -42,10 +53,12 @@ from signoff_client._models import (
     AuditEvent,
     Comment,
     Pagination,
+    Redemption,
     Step,
     StepVote,
     Vote,
 )
+from signoff_client._receipts import Receipt, arguments_hash, verify_receipt
 from signoff_client._webhooks import verify_webhook
 
 __all__ = [
@@ -55,6 +68,7 @@ __all__ = [
     "Approval",
     "ApprovalPage",
     "ApprovalRejected",
+    "ArgumentsMismatch",
     "AsyncSignoffClient",
     "AuditEvent",
     "Comment",
@@ -62,11 +76,19 @@ __all__ = [
     "EmergencyStop",
     "Forbidden",
     "InsufficientScope",
+    "InvalidReceipt",
     "InvalidSignature",
     "NotFound",
     "Pagination",
     "PayloadTooLarge",
     "RateLimited",
+    "Receipt",
+    "ReceiptExpired",
+    "ReceiptRefused",
+    "ReceiptUsedUp",
+    "RedeemArgumentsMismatch",
+    "RedeemExpired",
+    "Redemption",
     "RequestNotPending",
     "RetryPolicy",
     "ServerError",
@@ -79,10 +101,13 @@ __all__ = [
     "StepVote",
     "StepsLocked",
     "Unauthorized",
+    "UnknownReceiptKey",
     "ValidationError",
     "Vote",
     "WaitTimeout",
     "__version__",
+    "arguments_hash",
     "requires_approval",
+    "verify_receipt",
     "verify_webhook",
 ]

@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 import httpx
+from joserfc.jwk import KeySet
 
 from signoff_client._errors import (
     APIError,
@@ -26,11 +27,21 @@ from signoff_client._errors import (
     ValidationError,
     error_for,
 )
-from signoff_client._models import Approval, ApprovalPage, AuditEvent, Comment, Step, StepVote
+from signoff_client._models import (
+    Approval,
+    ApprovalPage,
+    AuditEvent,
+    Comment,
+    Redemption,
+    Step,
+    StepVote,
+)
+from signoff_client._receipts import key_set
 
 T = TypeVar("T")
 
 API = "/api/v1"
+JWKS_PATH = "/.well-known/jwks.json"
 # The longest ``?wait=`` signoff accepts by default; lowered when a server says less.
 DEFAULT_LONG_POLL_SECONDS = 60.0
 LIST_PAGE_SIZE = 100
@@ -105,6 +116,10 @@ def create_approval(
     idempotency_key: str | bool | None = None,
     source: str | None = None,
     is_sequential: bool | None = None,
+    arguments: Mapping[str, Any] | None = None,
+    arguments_schema: Mapping[str, Any] | None = None,
+    preview: Mapping[str, Any] | None = None,
+    receipt_ttl_seconds: int | None = None,
 ) -> Call[Approval]:
     if idempotency_key is True:
         idempotency_key = new_idempotency_key()
@@ -123,6 +138,10 @@ def create_approval(
             "idempotency_key": key,
             "source": source,
             "is_sequential": is_sequential,
+            "arguments": _object(arguments),
+            "arguments_schema": _object(arguments_schema),
+            "preview": _object(preview),
+            "receipt_ttl_seconds": receipt_ttl_seconds,
         }
     )
     # A repeated create with the same key answers with the first request: safe to resend.
@@ -151,9 +170,20 @@ def list_page(filters: Mapping[str, Any], page: int) -> Call[ApprovalPage]:
 
 
 def decide(
-    approval_id: str, decision: str, comment: str | None = None, source: str | None = None
+    approval_id: str,
+    decision: str,
+    comment: str | None = None,
+    source: str | None = None,
+    arguments: Mapping[str, Any] | None = None,
 ) -> Call[Approval]:
-    body = _without_none({"decision": decision, "comment": comment, "source": source})
+    body = _without_none(
+        {
+            "decision": decision,
+            "comment": comment,
+            "source": source,
+            "arguments": _object(arguments),
+        }
+    )
     return Call("PATCH", f"{API}/approvals/{_id(approval_id)}", Approval.model_validate, body)
 
 
@@ -190,11 +220,34 @@ def set_steps(approval_id: str, steps: Sequence[str | Mapping[str, Any]]) -> Cal
 
 
 def vote_step(
-    approval_id: str, step_id: str, decision: str, comment: str | None = None
+    approval_id: str,
+    step_id: str,
+    decision: str,
+    comment: str | None = None,
+    arguments: Mapping[str, Any] | None = None,
 ) -> Call[StepVote]:
     path = f"{API}/approvals/{_id(approval_id)}/steps/{_id(step_id)}"
-    body = _without_none({"decision": decision, "comment": comment})
+    body = _without_none(
+        {"decision": decision, "comment": comment, "arguments": _object(arguments)}
+    )
     return Call("PATCH", path, StepVote.model_validate, body)
+
+
+def jwks() -> Call[KeySet]:
+    """The server's public receipt keys (public, outside the API's prefix)."""
+    return Call("GET", JWKS_PATH, key_set, idempotent=True)
+
+
+def redeem_receipt(token: str, arguments: Mapping[str, Any] | None = None) -> Call[Redemption]:
+    body: dict[str, Any] = {"receipt": token}
+    if arguments is not None:
+        body["arguments"] = dict(arguments)
+    # Never resent after it may have reached the server: a redeem spends a use.
+    return Call("POST", f"{API}/receipts/redeem", Redemption.model_validate, body)
+
+
+def _object(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return dict(value) if value is not None else None
 
 
 def _step(position: int, step: str | Mapping[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx
+from joserfc.jwk import KeySet
 
 from signoff_client import _calls as calls
 from signoff_client._calls import Call, RetryPolicy
@@ -24,15 +25,20 @@ from signoff_client._errors import (
     EmergencyStop,
     RateLimited,
     ServerError,
+    UnknownReceiptKey,
     WaitTimeout,
 )
-from signoff_client._models import Approval, AuditEvent, Comment, Step, StepVote
+from signoff_client._models import Approval, AuditEvent, Comment, Redemption, Step, StepVote
+from signoff_client._receipts import Receipt, verify_receipt
 
 __version__ = "0.1.0"
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_WAIT_SECONDS = 300.0
+# How long a fetched key set is trusted before it is fetched again. A receipt signed by a
+# key not in it yet (after a rotation) fetches it again at once.
+JWKS_TTL_SECONDS = 300.0
 USER_AGENT = f"signoff-client/{__version__}"
 
 
@@ -116,6 +122,35 @@ class _DecisionWait:
         )
 
 
+class _KeyCache:
+    """The server's receipt keys, as last fetched, and whether they are still fresh."""
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self.keys: KeySet | None = None
+        self.fetched_at = 0.0
+
+    def current(self) -> KeySet | None:
+        if self.keys is not None and time.monotonic() - self.fetched_at < self.ttl:
+            return self.keys
+        return None
+
+    def store(self, keys: KeySet) -> KeySet:
+        self.keys, self.fetched_at = keys, time.monotonic()
+        return keys
+
+    def verify(self, token: str, checks: Mapping[str, Any]) -> Receipt | None:
+        """The receipt checked against the cached keys; None when they must be fetched
+        (none fresh, or the receipt's key is not among them: the server rotated)."""
+        keys = self.current()
+        if keys is None:
+            return None
+        try:
+            return verify_receipt(token, jwks=keys, **checks)
+        except UnknownReceiptKey:
+            return None
+
+
 def _connection_error(call: Call[Any], exc: httpx.TransportError) -> APIConnectionError:
     return APIConnectionError(f"{call.method} {call.path} failed: {exc!r}")
 
@@ -151,6 +186,7 @@ class SignoffClient:
         self._settings = _Settings(base_url, api_key, oauth_token, timeout, retries)
         self._http = http_client or httpx.Client()
         self._owns_http = http_client is None
+        self._keys = _KeyCache(JWKS_TTL_SECONDS)
 
     @classmethod
     def from_env(cls, **options: Any) -> SignoffClient:
@@ -210,9 +246,18 @@ class SignoffClient:
         idempotency_key: str | bool | None = None,
         source: str | None = None,
         is_sequential: bool | None = None,
+        arguments: Mapping[str, Any] | None = None,
+        arguments_schema: Mapping[str, Any] | None = None,
+        preview: Mapping[str, Any] | None = None,
+        receipt_ttl_seconds: int | None = None,
     ) -> Approval:
         """Create a request. ``idempotency_key=True`` has the client generate a key, which
-        makes the create safe to retry; without a key a failed create is never resent."""
+        makes the create safe to retry; without a key a failed create is never resent.
+
+        ``arguments`` (a JSON object) are the exact parameters the action will run with:
+        the receipt issued on approval names their hash. With ``arguments_schema`` (JSON
+        Schema) approvers may edit them. ``preview`` is ``{"kind", "content"}``, what the
+        approver looks at; ``receipt_ttl_seconds`` how long the receipt is valid."""
         return self._send(
             calls.create_approval(
                 title,
@@ -227,6 +272,10 @@ class SignoffClient:
                 idempotency_key=idempotency_key,
                 source=source,
                 is_sequential=is_sequential,
+                arguments=arguments,
+                arguments_schema=arguments_schema,
+                preview=preview,
+                receipt_ttl_seconds=receipt_ttl_seconds,
             )
         )
 
@@ -256,9 +305,11 @@ class SignoffClient:
         comment: str | None = None,
         *,
         source: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
     ) -> Approval:
-        """``decision``: ``"approve"`` or ``"reject"``."""
-        return self._send(calls.decide(approval_id, decision, comment, source))
+        """``decision``: ``"approve"`` or ``"reject"``. ``arguments`` beside an approve
+        edits them (only on a request with an ``arguments_schema``)."""
+        return self._send(calls.decide(approval_id, decision, comment, source, arguments))
 
     def cancel(self, approval_id: str) -> Approval:
         return self._send(calls.cancel(approval_id))
@@ -291,14 +342,24 @@ class SignoffClient:
         return self._send(calls.set_steps(approval_id, steps))
 
     def vote_step(
-        self, approval_id: str, step_id: str, decision: str, comment: str | None = None
+        self,
+        approval_id: str,
+        step_id: str,
+        decision: str,
+        comment: str | None = None,
+        *,
+        arguments: Mapping[str, Any] | None = None,
     ) -> StepVote:
-        return self._send(calls.vote_step(approval_id, step_id, decision, comment))
+        return self._send(calls.vote_step(approval_id, step_id, decision, comment, arguments))
 
     def wait_for_decision(
         self, approval_id: str, timeout: float = DEFAULT_WAIT_SECONDS
     ) -> Approval:
-        """The request once it has left pending; ``WaitTimeout`` after ``timeout`` seconds."""
+        """The request once it has left pending; ``WaitTimeout`` after ``timeout`` seconds.
+
+        Approved by a server that issues receipts, it carries ``receipt`` (check it with
+        ``verify_receipt``, spend it with ``redeem_receipt``) and the final ``arguments``
+        (``arguments_edited`` when an approver changed them)."""
         wait = _DecisionWait(self._settings, approval_id, timeout)
         while True:
             outcome: Approval | APIConnectionError | APIError
@@ -309,6 +370,33 @@ class SignoffClient:
             if isinstance(outcome, Approval) and outcome.is_final:
                 return outcome
             time.sleep(wait.pause_after(outcome))
+
+    def jwks(self, *, refresh: bool = False) -> KeySet:
+        """The server's receipt keys (``/.well-known/jwks.json``), cached for a few minutes;
+        ``refresh=True`` fetches them again."""
+        keys = None if refresh else self._keys.current()
+        return keys or self._keys.store(self._send(calls.jwks()))
+
+    def verify_receipt(
+        self,
+        token: str,
+        *,
+        arguments: Mapping[str, Any] | None = None,
+        action_type: str | None = None,
+    ) -> Receipt:
+        """``verify_receipt`` against this server's keys, fetched again once if the
+        receipt names a key the cached set lacks (the server rotated its keys)."""
+        checks: dict[str, Any] = {"arguments": arguments, "action_type": action_type}
+        return self._keys.verify(token, checks) or verify_receipt(
+            token, jwks=self.jwks(refresh=True), **checks
+        )
+
+    def redeem_receipt(self, token: str, arguments: Mapping[str, Any] | None = None) -> Redemption:
+        """Spend one use of a receipt, just before acting. With ``arguments`` the server
+        also checks they are the approved ones. Refusals are ``InvalidReceipt`` errors:
+        ``ReceiptUsedUp`` (409), ``RedeemExpired`` (410), ``RedeemArgumentsMismatch`` and
+        ``ReceiptRefused`` (400); another organization's receipt is ``NotFound``."""
+        return self._send(calls.redeem_receipt(token, arguments))
 
 
 class AsyncSignoffClient:
@@ -330,6 +418,7 @@ class AsyncSignoffClient:
         self._settings = _Settings(base_url, api_key, oauth_token, timeout, retries)
         self._http = http_client or httpx.AsyncClient()
         self._owns_http = http_client is None
+        self._keys = _KeyCache(JWKS_TTL_SECONDS)
 
     @classmethod
     def from_env(cls, **options: Any) -> AsyncSignoffClient:
@@ -389,6 +478,10 @@ class AsyncSignoffClient:
         idempotency_key: str | bool | None = None,
         source: str | None = None,
         is_sequential: bool | None = None,
+        arguments: Mapping[str, Any] | None = None,
+        arguments_schema: Mapping[str, Any] | None = None,
+        preview: Mapping[str, Any] | None = None,
+        receipt_ttl_seconds: int | None = None,
     ) -> Approval:
         """See ``SignoffClient.create_approval``."""
         return await self._send(
@@ -405,6 +498,10 @@ class AsyncSignoffClient:
                 idempotency_key=idempotency_key,
                 source=source,
                 is_sequential=is_sequential,
+                arguments=arguments,
+                arguments_schema=arguments_schema,
+                preview=preview,
+                receipt_ttl_seconds=receipt_ttl_seconds,
             )
         )
 
@@ -432,8 +529,9 @@ class AsyncSignoffClient:
         comment: str | None = None,
         *,
         source: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
     ) -> Approval:
-        return await self._send(calls.decide(approval_id, decision, comment, source))
+        return await self._send(calls.decide(approval_id, decision, comment, source, arguments))
 
     async def cancel(self, approval_id: str) -> Approval:
         return await self._send(calls.cancel(approval_id))
@@ -462,9 +560,15 @@ class AsyncSignoffClient:
         return await self._send(calls.set_steps(approval_id, steps))
 
     async def vote_step(
-        self, approval_id: str, step_id: str, decision: str, comment: str | None = None
+        self,
+        approval_id: str,
+        step_id: str,
+        decision: str,
+        comment: str | None = None,
+        *,
+        arguments: Mapping[str, Any] | None = None,
     ) -> StepVote:
-        return await self._send(calls.vote_step(approval_id, step_id, decision, comment))
+        return await self._send(calls.vote_step(approval_id, step_id, decision, comment, arguments))
 
     async def wait_for_decision(
         self, approval_id: str, timeout: float = DEFAULT_WAIT_SECONDS
@@ -480,6 +584,30 @@ class AsyncSignoffClient:
             if isinstance(outcome, Approval) and outcome.is_final:
                 return outcome
             await asyncio.sleep(wait.pause_after(outcome))
+
+    async def jwks(self, *, refresh: bool = False) -> KeySet:
+        """See ``SignoffClient.jwks``."""
+        keys = None if refresh else self._keys.current()
+        return keys or self._keys.store(await self._send(calls.jwks()))
+
+    async def verify_receipt(
+        self,
+        token: str,
+        *,
+        arguments: Mapping[str, Any] | None = None,
+        action_type: str | None = None,
+    ) -> Receipt:
+        """See ``SignoffClient.verify_receipt``."""
+        checks: dict[str, Any] = {"arguments": arguments, "action_type": action_type}
+        return self._keys.verify(token, checks) or verify_receipt(
+            token, jwks=await self.jwks(refresh=True), **checks
+        )
+
+    async def redeem_receipt(
+        self, token: str, arguments: Mapping[str, Any] | None = None
+    ) -> Redemption:
+        """See ``SignoffClient.redeem_receipt``."""
+        return await self._send(calls.redeem_receipt(token, arguments))
 
 
 def _env_options() -> dict[str, Any]:

@@ -17,6 +17,15 @@ The hierarchy, in the manner of httpx's own::
     +-- WaitTimeout                 no decision within the time given
     +-- ApprovalRejected            ``@requires_approval``: not approved
     +-- InvalidSignature            ``verify_webhook``: not a genuine callback
+    +-- InvalidReceipt              a receipt not to act on (``verify_receipt``, redeem)
+        +-- ReceiptExpired          past its ``exp``
+        +-- ArgumentsMismatch       other arguments than the ones approved
+        +-- UnknownReceiptKey       its ``kid`` is not in the key set
+
+The redeem call's refusals are both an ``APIError`` (status, code) and an
+``InvalidReceipt``: ``ReceiptRefused`` (400 RECEIPT_INVALID), ``ReceiptUsedUp`` (409),
+``RedeemExpired`` (410, a ``ReceiptExpired``) and ``RedeemArgumentsMismatch`` (400, an
+``ArgumentsMismatch``). ``except InvalidReceipt`` catches every receipt problem.
 """
 
 from __future__ import annotations
@@ -191,6 +200,46 @@ class InvalidSignature(SignoffError):
     """The callback's signature (or its timestamp) does not check out."""
 
 
+class InvalidReceipt(SignoffError):
+    """The receipt is not one to act on: malformed, forged, for something else, or spent."""
+
+
+class ReceiptExpired(InvalidReceipt):
+    """The receipt is past its ``exp``: ask for approval again."""
+
+
+class ArgumentsMismatch(InvalidReceipt):
+    """The arguments at hand are not the ones the receipt approved."""
+
+
+class UnknownReceiptKey(InvalidReceipt):
+    """The receipt names a key (``kid``) the key set does not have."""
+
+
+class ReceiptRefused(APIError, InvalidReceipt):
+    """The server refused to redeem the receipt: its signature, type or algorithm."""
+
+    status_code = 400
+    default_code = "RECEIPT_INVALID"
+
+
+class ReceiptUsedUp(ReceiptRefused, Conflict):
+    """The receipt has been redeemed as many times as it allows."""
+
+    status_code = 409
+    default_code = "RECEIPT_USED_UP"
+
+
+class RedeemExpired(ReceiptRefused, ReceiptExpired):
+    status_code = 410
+    default_code = "RECEIPT_EXPIRED"
+
+
+class RedeemArgumentsMismatch(ReceiptRefused, ArgumentsMismatch):
+    status_code = 400
+    default_code = "ARGUMENTS_MISMATCH"
+
+
 _BY_CODE: dict[str, type[APIError]] = {
     cls.default_code: cls
     for cls in (
@@ -209,6 +258,10 @@ _BY_CODE: dict[str, type[APIError]] = {
         RateLimited,
         EmergencyStop,
         ServiceUnavailable,
+        ReceiptRefused,
+        ReceiptUsedUp,
+        RedeemExpired,
+        RedeemArgumentsMismatch,
     )
 }
 _BY_STATUS: dict[int, type[APIError]] = {

@@ -76,6 +76,18 @@ class Approval(_Model):
     steps: list[Step] | None = None
     votes: list[Vote] | None = None
     callback_delivered: bool | None = None
+    # What will run, and what was approved to run. A server without receipts sends none
+    # of these: ``arguments`` is then None and ``receipt_issued`` False.
+    arguments: dict[str, Any] | None = None
+    arguments_schema: dict[str, Any] | None = None
+    arguments_hash: str | None = None
+    arguments_edited: bool = False
+    preview: dict[str, Any] | None = None
+    # The signed receipt (a compact JWS), once approved, for the creating connection and
+    # admins; other members only see ``receipt_issued``.
+    receipt: str | None = None
+    receipt_issued: bool = False
+    receipt_uses: int | None = None
 
     @property
     def is_final(self) -> bool:
@@ -114,6 +126,15 @@ class AuditEvent(_Model):
     request_id: str | None = None
     actor_id: str | None = None
     data: dict[str, Any] = Field(default_factory=dict)
+
+
+class Redemption(_Model):
+    """A receipt redeemed: ``uses_left`` more redeems are allowed (0 for a single use)."""
+
+    request_id: str
+    jti: str
+    uses_left: int
+    redeemed_at: datetime
 
 
 class Pagination(_Model):

@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from signoff_client._client import AsyncSignoffClient, __version__
 from signoff_client._errors import APIConnectionError, APIError, WaitTimeout
@@ -44,8 +44,18 @@ INSTRUCTIONS = (
 )
 
 Priority = Literal["low", "medium", "high", "critical"]
+PreviewKind = Literal["text", "markdown", "diff", "sql", "json", "email"]
 Status = Literal["pending", "approved", "rejected", "cancelled", "expired"]
 ApprovalId = Annotated[str, Field(description="The approval request's id (a UUID).")]
+
+
+class Preview(BaseModel):
+    """What the approver should look at before deciding."""
+
+    kind: Annotated[PreviewKind, Field(description="How the content is shown.")]
+    content: Annotated[
+        str, Field(description="The diff, SQL statement, mail, text... exactly as it will run.")
+    ]
 
 
 def summarize(approval: Approval) -> dict[str, Any]:
@@ -61,9 +71,22 @@ def summarize(approval: Approval) -> dict[str, Any]:
         "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
         "created_at": approval.created_at.isoformat(),
     }
+    if approval.arguments or approval.arguments_edited:
+        summary["arguments"] = approval.arguments
+        summary["arguments_hash"] = approval.arguments_hash
+        summary["arguments_edited"] = approval.arguments_edited
+    if approval.receipt:
+        summary["receipt"] = approval.receipt
+    elif approval.receipt_issued:
+        summary["receipt_issued"] = True
     if not approval.is_final:
         summary["next_step"] = (
             "Not decided yet: do not act. Call wait_for_decision with this id to wait."
+        )
+    elif approval.is_approved and approval.arguments_edited:
+        summary["next_step"] = (
+            "Approved with edited arguments: act with 'arguments' as given here, not with "
+            "the ones you asked for."
         )
     return summary
 
@@ -140,6 +163,25 @@ def build_server(
         metadata: Annotated[
             dict[str, Any] | None, Field(description="Optional JSON object kept with the request.")
         ] = None,
+        arguments: Annotated[
+            dict[str, Any] | None,
+            Field(
+                description="The exact parameters the action will run with (a JSON object). "
+                "Once approved, run with the 'arguments' the answer gives: an approver may "
+                "have edited them."
+            ),
+        ] = None,
+        arguments_schema: Annotated[
+            dict[str, Any] | None,
+            Field(
+                description="Optional JSON Schema (draft 2020-12) the arguments satisfy; "
+                "with it, approvers may edit the arguments."
+            ),
+        ] = None,
+        preview: Annotated[
+            Preview | None,
+            Field(description="Optional: what the approver should see (a diff, SQL, mail...)."),
+        ] = None,
         wait_seconds: Annotated[
             float | None,
             Field(
@@ -153,7 +195,9 @@ def build_server(
         """Ask a human to approve an action before you take it.
 
         Returns the request's id and status; once decided, also the comment and who
-        decided. Act only if the status is 'approved'.
+        decided. Act only if the status is 'approved', and then with the returned
+        'arguments' (the approved ones); 'receipt' is the signed proof of the approval,
+        for the executor to verify and redeem.
         """
         client = client_for(ctx)
         with api_errors():
@@ -163,6 +207,9 @@ def build_server(
                 priority,
                 action_type=action_type,
                 metadata=metadata,
+                arguments=arguments,
+                arguments_schema=arguments_schema,
+                preview=preview.model_dump() if preview is not None else None,
                 source="mcp",
                 idempotency_key=True,
             )
@@ -172,7 +219,8 @@ def build_server(
 
     @server.tool(annotations=read_only)
     async def get_approval(id: ApprovalId, ctx: Context[Any, Any]) -> dict[str, Any]:
-        """Read an approval request: its status, and the decision once there is one."""
+        """Read an approval request: its status, and the decision once there is one (with
+        the final arguments and, when approved, the receipt)."""
         with api_errors():
             return summarize(await client_for(ctx).get_approval(id))
 
@@ -187,6 +235,8 @@ def build_server(
         """Wait for a human to decide an approval request (progress is reported meanwhile).
 
         Returns the request; if it is still pending when the time is up, 'decided' is false.
+        Approved, it carries the final 'arguments' (edited if 'arguments_edited') and the
+        'receipt'.
         """
         with api_errors():
             return summarize(await wait_with_progress(client_for(ctx), ctx, id, timeout_seconds))

@@ -231,8 +231,6 @@ PLANNER_SWITCH = "SIGNOFF_STOCK_SQLITE_PLANNER"
 def compare_planner(opts: Options, args: argparse.Namespace) -> int:
     """``--planner``: the hints (A) against SQLite's own planner (B), before and after
     ANALYZE, on the kept SQLite database (see the module's docstring)."""
-    from bench.callbacks import mean_with_interval
-
     result: dict[str, Any] = {"machine": machine_info(), "options": vars(args) | {}}
     result["options"]["output"] = str(args.output)
     phases: dict[str, Any] = {}
@@ -242,17 +240,28 @@ def compare_planner(opts: Options, args: argparse.Namespace) -> int:
             path = Path(seeded.url.removeprefix("sqlite:///"))
             result["compile_options"] = _compile_options(path)
             _drop_statistics(path)
-            for phase in ("no statistics", "ANALYZE"):
-                if phase == "ANALYZE":
-                    started = time.monotonic()
-                    _analyze(path)
-                    phases["analyze_seconds"] = round(time.monotonic() - started, 1)
-                    log(f"[planner] ANALYZE took {phases['analyze_seconds']} s")
-                phases[phase] = _planner_pairs(seeded, workdir, args, phase)
-            if not args.keep_statistics:
-                _drop_statistics(path)
+            try:
+                for phase in ("no statistics", "ANALYZE"):
+                    if phase == "ANALYZE":
+                        started = time.monotonic()
+                        _analyze(path)
+                        phases["analyze_seconds"] = round(time.monotonic() - started, 1)
+                        log(f"[planner] ANALYZE took {phases['analyze_seconds']} s")
+                    phases[phase] = _planner_pairs(seeded, workdir, args, phase)
+                    _write_planner(result, phases, args.output)
+            finally:
+                if not args.keep_statistics:
+                    _drop_statistics(path)
+    _write_planner(result, phases, args.output)
+    return 0
+
+
+def _write_planner(result: dict[str, Any], phases: dict[str, Any], output: Path) -> None:
+    """The phases measured so far, each call's gains summed up, written to ``output``."""
+    from bench.callbacks import mean_with_interval
+
     for phase in ("no statistics", "ANALYZE"):
-        for call in phases[phase]:
+        for call in phases.get(phase, []):
             call["gain_percent"] = mean_with_interval(call["gains"])
             log(
                 f"[planner] {phase:<14} {call['call']:<26} gain "
@@ -260,9 +269,8 @@ def compare_planner(opts: Options, args: argparse.Namespace) -> int:
                 + ", ".join(f"{g:.0f}" for g in call["gains"])
             )
     result["planner"] = phases
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    return 0
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=2, default=str) + "\n")
 
 
 def _planner_pairs(
@@ -276,6 +284,8 @@ def _planner_pairs(
         name: Server(f"planner-{slug}-{name}", [str(SIGNOFF), "serve"], side, workdir)
         for name, side in sides.items()
     }
+    for server in servers.values():
+        server.wait_ready(timeout=300)  # a loaded machine opens a large database slowly
     with running(servers["A"]), running(servers["B"]):
         for pair in range(args.planner):
             order = ("A", "B") if pair % 2 == 0 else ("B", "A")

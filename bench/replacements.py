@@ -16,7 +16,21 @@ order alternates (A B, B A, A B, ...), so that both sides share the machine's mo
   ``--bursts``); and wrk on get for throughput and CPU;
 - pgpool (``asyncpg_shape.ConnectionLender`` vs asyncpg's ``Pool``;
   ``SIGNOFF_STOCK_PG_POOL``): wrk on get, create and decide, on a PostgreSQL database of
-  its own (``--postgres-url``), the only replacement measured there.
+  its own (``--postgres-url``);
+- prepared, prepared-pg (``storage/prepared/`` vs SQLAlchemy's execution;
+  ``SIGNOFF_STOCK_EXECUTION``): wrk on get, create, list and decide, on SQLite and on
+  PostgreSQL;
+- driver (``sqlite_driver``'s calls on the event loop's thread vs each call handed to a
+  thread of the connection's own, as aiosqlite does; ``SIGNOFF_STOCK_SQLITE_DRIVER``):
+  wrk on get, create, list and decide;
+- groupcommit (``group_commit`` vs a transaction per writer; ``SIGNOFF_STOCK_COMMITS``):
+  wrk on create and decide;
+- writesalone (``writes_alone``: a decision written as one statement in autocommit, vs
+  read under a row lock in a transaction; ``SIGNOFF_STOCK_WRITES_ALONE``): wrk on decide,
+  on PostgreSQL.
+
+The index hints are measured on the large database they serve, by ``make bench-size``
+(``--planner``).
 
 (``MemoryCounters`` and the callback transport's ``_Stream`` were measured the same way,
 earned less than the rule asks and went back to their libraries:
@@ -74,13 +88,23 @@ SWITCHES = {
     "routes": "SIGNOFF_STOCK_ROUTES",
     "accept": "SIGNOFF_STOCK_ACCEPT",
     "pgpool": "SIGNOFF_STOCK_PG_POOL",
+    "prepared": "SIGNOFF_STOCK_EXECUTION",
+    "prepared-pg": "SIGNOFF_STOCK_EXECUTION",
+    "driver": "SIGNOFF_STOCK_SQLITE_DRIVER",
+    "groupcommit": "SIGNOFF_STOCK_COMMITS",
+    "writesalone": "SIGNOFF_STOCK_WRITES_ALONE",
 }
 WRK_SCENARIOS = {
     "routes": ("get", "create", "list", "decide"),
     "pgpool": ("get", "create", "decide"),
+    "prepared": ("get", "create", "list", "decide"),
+    "prepared-pg": ("get", "create", "list", "decide"),
+    "driver": ("get", "create", "list", "decide"),
+    "groupcommit": ("create", "decide"),
+    "writesalone": ("decide",),
 }
 # Measured on PostgreSQL; every other replacement on SQLite.
-ON_POSTGRES = frozenset({"pgpool"})
+ON_POSTGRES = frozenset({"pgpool", "prepared-pg", "writesalone"})
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 BURST_CONNECTIONS = 32
 
@@ -357,7 +381,7 @@ def print_summary(results: dict[str, Any]) -> None:
         f"signoff replacements, {results['started_at']}, {results['machine']['cpus']} CPUs "
         f"({results['machine']['cpu_model']}), load {results['machine']['load_average_at_start']}"
         f" at start, {results['machine']['load_average_at_end']} at end; SQLite, and"
-        " PostgreSQL for pgpool"
+        f" PostgreSQL for {', '.join(sorted(ON_POSTGRES))}"
     )
     print("gain = what the replacement (A) saves against the library's behaviour (B), per pair")
     header = (

@@ -14,6 +14,14 @@ PostgreSQL: COPY, the table's indexes built after it). ``--rows`` sets the size 
 issue's scenario is the default). ``--keep DIR`` keeps the large databases and reuses them
 on the next run with the same ``--rows`` (migrated to the current schema first): seed once,
 measure several times. The creates each run measures stay in the kept database.
+
+``--planner PAIRS`` (with ``--keep``, SQLite) measures the index hints instead: the list
+calls on two servers over the kept database, ``A`` as shipped and ``B`` with
+``SIGNOFF_STOCK_SQLITE_PLANNER=1`` (SQLite's planner chooses every index), in PAIRS pairs
+whose order alternates; first with no statistics (as signoff runs), then after
+``ANALYZE`` (``sqlite_stat1``; ``sqlite_stat4`` too where the build has it), which the
+run leaves in the database only with ``--keep-statistics``. Per call the gain of each
+pair is ``1 - A/B`` on the p50.
 """
 
 from __future__ import annotations
@@ -217,6 +225,114 @@ async def seed_postgres(dsn: str, org_id: uuid.UUID, connection_id: uuid.UUID, c
         await connection.close()
 
 
+PLANNER_SWITCH = "SIGNOFF_STOCK_SQLITE_PLANNER"
+
+
+def compare_planner(opts: Options, args: argparse.Namespace) -> int:
+    """``--planner``: the hints (A) against SQLite's own planner (B), before and after
+    ANALYZE, on the kept SQLite database (see the module's docstring)."""
+    result: dict[str, Any] = {"machine": machine_info(), "options": vars(args) | {}}
+    result["options"]["output"] = str(args.output)
+    phases: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="signoff-size-") as tmp:
+        workdir = Path(tmp)
+        with seeded_database("sqlite", args.rows, opts, workdir, args.keep) as seeded:
+            path = Path(seeded.url.removeprefix("sqlite:///"))
+            result["compile_options"] = _compile_options(path)
+            _drop_statistics(path)
+            try:
+                for phase in ("no statistics", "ANALYZE"):
+                    if phase == "ANALYZE":
+                        started = time.monotonic()
+                        _analyze(path)
+                        phases["analyze_seconds"] = round(time.monotonic() - started, 1)
+                        log(f"[planner] ANALYZE took {phases['analyze_seconds']} s")
+                    phases[phase] = _planner_pairs(seeded, workdir, args, phase)
+                    _write_planner(result, phases, args.output)
+            finally:
+                if not args.keep_statistics:
+                    _drop_statistics(path)
+    _write_planner(result, phases, args.output)
+    return 0
+
+
+def _write_planner(result: dict[str, Any], phases: dict[str, Any], output: Path) -> None:
+    """The phases measured so far, each call's gains summed up, written to ``output``."""
+    from bench.callbacks import mean_with_interval
+
+    for phase in ("no statistics", "ANALYZE"):
+        for call in phases.get(phase, []):
+            call["gain_percent"] = mean_with_interval(call["gains"])
+            log(
+                f"[planner] {phase:<14} {call['call']:<26} gain "
+                f"{call['gain_percent']['mean']:7.1f} %  each "
+                + ", ".join(f"{g:.0f}" for g in call["gains"])
+            )
+    result["planner"] = phases
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=2, default=str) + "\n")
+
+
+def _planner_pairs(
+    seeded: Seeded, workdir: Path, args: argparse.Namespace, phase: str
+) -> list[dict[str, Any]]:
+    env = bench_env(seeded.url, seeded.secret_key)
+    sides = {"A": env, "B": {**env, PLANNER_SWITCH: "1"}}
+    calls: dict[str, dict[str, Any]] = {}
+    slug = "analyzed" if phase == "ANALYZE" else "plain"
+    servers = {
+        name: Server(f"planner-{slug}-{name}", [str(SIGNOFF), "serve"], side, workdir)
+        for name, side in sides.items()
+    }
+    for server in servers.values():
+        server.wait_ready(timeout=300)  # a loaded machine opens a large database slowly
+    with running(servers["A"]), running(servers["B"]):
+        for pair in range(args.planner):
+            order = ("A", "B") if pair % 2 == 0 else ("B", "A")
+            log(f"[planner] {phase}: pair {pair + 1}/{args.planner}: {' then '.join(order)}")
+            measured = {
+                name: measure_lists(servers[name].url, seeded.api_key, args.samples)
+                for name in order
+            }
+            for a, b in zip(measured["A"], measured["B"], strict=True):
+                call = calls.setdefault(a["call"], {"call": a["call"], "pairs": [], "gains": []})
+                call["pairs"].append({"A_p50_ms": a["p50_ms"], "B_p50_ms": b["p50_ms"]})
+                call["gains"].append(round(100 * (1 - a["p50_ms"] / b["p50_ms"]), 1))
+    return list(calls.values())
+
+
+def _compile_options(path: Path) -> list[str]:
+    db = sqlite3.connect(path)
+    try:
+        return [row[0] for row in db.execute("PRAGMA compile_options")]
+    finally:
+        db.close()
+
+
+def _analyze(path: Path) -> None:
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("ANALYZE")
+    finally:
+        db.close()
+
+
+def _drop_statistics(path: Path) -> None:
+    """The database as signoff leaves it: no statistics for the planner."""
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        tables = [
+            row[0]
+            for row in db.execute(
+                "SELECT name FROM sqlite_master WHERE name IN ('sqlite_stat1', 'sqlite_stat4')"
+            )
+        ]
+        for table in tables:
+            db.execute(f"DROP TABLE {table}")  # SQLite's own: it may drop them
+    finally:
+        db.close()
+
+
 def _percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
@@ -415,6 +531,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with --keep: seed the large databases and stop (a later run measures them)",
     )
+    parser.add_argument(
+        "--planner",
+        type=int,
+        metavar="PAIRS",
+        help="with --keep: the index hints against SQLite's planner, before and after ANALYZE",
+    )
+    parser.add_argument(
+        "--keep-statistics",
+        action="store_true",
+        help="with --planner: leave ANALYZE's statistics in the kept database",
+    )
     args = parser.parse_args(argv)
     databases = [d.strip() for d in args.databases.split(",") if d.strip()]
     opts = Options(
@@ -422,6 +549,10 @@ def main(argv: list[str] | None = None) -> int:
         list_pages=50, databases=databases, postgres_url=args.postgres_url,
         output=args.output,
     )  # fmt: skip
+    if args.planner is not None:
+        if args.keep is None or args.planner < 3:
+            parser.error("--planner needs --keep and at least 3 pairs")
+        return compare_planner(opts, args)
     if args.seed_only:
         if args.keep is None:
             parser.error("--seed-only needs --keep")

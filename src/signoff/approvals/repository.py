@@ -54,6 +54,7 @@ from signoff.storage import (
     execute_in,
     has_unflushed_changes,
     insert_ignoring_conflicts,
+    may_write_alone,
     not_among,
     queue_write,
     savepoint,
@@ -471,11 +472,7 @@ class ApprovalRepository:
         decision is not its only work otherwise, say a notification link's consumed in
         it): a decision may read its request without a lock and write in one statement,
         conditional on the version it read (``read_versioned``, ``unless_changed``)."""
-        return (
-            self.dialect == "postgresql"
-            and self.queries is not None
-            and not self.session.in_transaction()
-        )
+        return self.dialect == "postgresql" and may_write_alone(self.session, self.queries)
 
     async def read_versioned(
         self,

@@ -52,9 +52,11 @@ from signoff.storage.asyncpg_shape import PLANNED_READ_POOL_SIZE, ReadPool
 from signoff.storage.group_commit import GroupCommit
 from signoff.storage.prepared import (
     QUEUED_WRITES_KEY,
+    STOCK_EXECUTION_SWITCH,
     QueryRunner,
     QueuingSession,
     has_unflushed_changes,
+    switched,
 )
 from signoff.storage.sqlite_driver import Checkpointer, begin_transaction, inline_connector
 
@@ -172,15 +174,19 @@ class Database:
             self.read_engine = self.write_engine = engine
             self.group_commit = None
             self.checkpointer = None
-        # The hot path's reads, outside any session (``storage/prepared/``).
+        # The hot path's reads, outside any session (``storage/prepared/``); with the
+        # measurement switch, through SQLAlchemy's pooled connections instead.
+        prepared = not switched(STOCK_EXECUTION_SWITCH)
+        postgres = prepared and not self.is_sqlite
         self.queries = QueryRunner(
             self.read_engine,
             url if self.is_sqlite else None,
             SQLITE_BUSY_TIMEOUT_MS / 1000,
             # On PostgreSQL on asyncpg directly, in autocommit: a read outside any session
             # needs no BEGIN and ROLLBACK around it, two round trips (``storage/prepared/``).
-            None if self.is_sqlite else ReadPool(url),
-            None if self.is_sqlite else ReadPool(url, PLANNED_READ_POOL_SIZE, plan_each_call=True),
+            ReadPool(url) if postgres else None,
+            ReadPool(url, PLANNED_READ_POOL_SIZE, plan_each_call=True) if postgres else None,
+            through_engine=not prepared,
         )
         self._read_sessions = async_sessionmaker(self.read_engine, expire_on_commit=False)
         # PostgreSQL: writes that ask for no answer go out together (prepared.queue_write).

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -45,6 +46,16 @@ logger = logging.getLogger(__name__)
 # Writers of one transaction at most: the first of them waits for all the others' blocks
 # before its commit, so this bounds how long a batch keeps its first writer waiting.
 MAX_WRITERS = 32
+# The measurement switch (docs/performance.md, *Hand-written replacements*): with it set
+# when the database is opened, every writer commits a transaction of its own.
+STOCK_SWITCH = "SIGNOFF_STOCK_COMMITS"
+
+
+def writers_per_transaction() -> int:
+    """How many writers' blocks one transaction may hold: one with the switch set."""
+    return 1 if os.environ.get(STOCK_SWITCH) == "1" else MAX_WRITERS
+
+
 _SAVEPOINT = "signoff_writer"
 
 
@@ -62,10 +73,10 @@ class GroupCommit:
     """Hands out write sessions whose transactions are shared: see the module's docstring."""
 
     def __init__(
-        self, new_session: Callable[[], AsyncSession], *, max_writers: int = MAX_WRITERS
+        self, new_session: Callable[[], AsyncSession], *, max_writers: int | None = None
     ) -> None:
         self._new_session = new_session
-        self._max_writers = max_writers
+        self._max_writers = writers_per_transaction() if max_writers is None else max_writers
         self._turn = asyncio.Lock()  # FIFO: writers take their turns in arrival order
         self._queued = 0
         self._batch: _Batch | None = None

@@ -36,8 +36,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
@@ -62,6 +64,15 @@ CHECKPOINT_EVERY_WRITES = 40
 # The log is started over once a checkpoint leaves it this long (SQLite's own checkpoint
 # size): writers then pause for a last checkpoint of what they added meanwhile.
 RESTART_LOG_FRAMES = 1_000
+# The measurement switch (docs/performance.md, *Hand-written replacements*): with it set
+# when a connection opens, each of its calls is handed to a thread of the connection's own
+# and back, as aiosqlite does (``ThreadedConnection``).
+STOCK_SWITCH = "SIGNOFF_STOCK_SQLITE_DRIVER"
+
+
+def threaded() -> bool:
+    """Whether the measurement switch asks for aiosqlite's threads."""
+    return os.environ.get(STOCK_SWITCH) == "1"
 
 
 def _is_busy(error: sqlite3.OperationalError) -> bool:
@@ -83,6 +94,13 @@ class Retrier:
             if not _is_busy(error):
                 raise
         return await self._until_not_busy(lambda: _at_once(call), refused_once=True)
+
+    async def run_on(self, thread: ThreadPoolExecutor, call: Callable[[], T]) -> T:
+        """``run``, each attempt handed to ``thread`` and back (``ThreadedConnection``)."""
+        loop = asyncio.get_running_loop()
+        return await self._until_not_busy(
+            lambda: loop.run_in_executor(thread, call), refused_once=False
+        )
 
     async def run_in_thread(self, call: Callable[[], T]) -> T:
         """``run``, each attempt in a worker thread (``_off_the_loop``)."""
@@ -335,6 +353,77 @@ class InlineConnection(AiosqliteShaped):
         return self._conn.isolation_level
 
 
+class ThreadedCursor(InlineCursor):
+    """``InlineCursor`` whose calls run on its connection's thread (``ThreadedConnection``)."""
+
+    __slots__ = ("_thread",)
+
+    def __init__(self, cursor: sqlite3.Cursor, retrier: Retrier, thread: ThreadPoolExecutor):
+        super().__init__(cursor, retrier)
+        self._thread = thread
+
+    async def _hop(self, call: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, call)
+
+    async def __aexit__(self, *_: object) -> None:
+        await self._hop(self._cursor.close)
+
+    async def execute(self, sql: str, parameters: Any = ()) -> InlineCursor:
+        await self._retrier.run_on(self._thread, lambda: self._cursor.execute(sql, parameters))
+        return self
+
+    async def executemany(self, sql: str, parameters: Iterable[Any]) -> InlineCursor:
+        rows = list(parameters)
+        await self._retrier.run_on(self._thread, lambda: self._cursor.executemany(sql, rows))
+        return self
+
+    async def fetchone(self) -> Any:
+        return await self._hop(self._cursor.fetchone)
+
+    async def fetchmany(self, size: int | None = None) -> list[Any]:
+        wanted = self._cursor.arraysize if size is None else size
+        return await self._hop(lambda: self._cursor.fetchmany(wanted))
+
+    async def fetchall(self) -> list[Any]:
+        return await self._hop(self._cursor.fetchall)
+
+    async def close(self) -> None:
+        await self._hop(self._cursor.close)
+
+
+class ThreadedConnection(InlineConnection):
+    """For the measurement switch only (``STOCK_SWITCH``): an ``InlineConnection`` whose
+    every call is handed to a thread of its own and back, as aiosqlite does; the
+    statements, transactions and checkpoints are unchanged."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
+
+    def cursor(self) -> InlineCursor:
+        return ThreadedCursor(self._conn.cursor(), self._retrier, self._thread)
+
+    async def run(self, call: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._retrier.run_on(self._thread, lambda: call(self._conn))
+
+    async def begin(self, statement: str) -> None:
+        await self._retrier.run_on(self._thread, lambda: self._conn.execute(statement))
+
+    async def commit(self, writers: int = 1) -> None:
+        await self._retrier.run_on(self._thread, self._commit)
+        if self._checkpointer is not None:
+            self._checkpointer.committed(writers)
+
+    async def rollback(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._thread, self._conn.rollback)
+        self._changes_at_end = self._conn.total_changes
+
+    async def close(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._thread, self._conn.close)
+        self._thread.shutdown(wait=False)
+
+
 def begin_transaction(connection: Connection, statement: str) -> None:
     """Start the transaction of ``connection`` (an engine's ``begin`` event) with
     ``statement``, sent straight to SQLite rather than through a SQLAlchemy execution."""
@@ -378,6 +467,7 @@ def inline_connector(
         connection = open_sqlite(url)
         if checkpointer is not None:
             connection.execute("PRAGMA wal_autocheckpoint=0")
-        return InlineConnection(connection, busy_timeout, checkpointer, before_commit)
+        kind = ThreadedConnection if threaded() else InlineConnection
+        return kind(connection, busy_timeout, checkpointer, before_commit)
 
     return connect

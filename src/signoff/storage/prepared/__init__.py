@@ -27,9 +27,16 @@ from signoff.storage.prepared.session_io import (
     notifies_left_to_caller,
     sqlite_transaction_of,
 )
-from signoff.storage.prepared.statements import PreparedQuery, SQLiteIndex, entity_columns
+from signoff.storage.prepared.statements import (
+    STOCK_EXECUTION_SWITCH,
+    PreparedQuery,
+    SQLiteIndex,
+    entity_columns,
+    switched,
+)
 from signoff.storage.prepared.write_batching import (
     LostRace,
+    may_write_alone,
     queue_write,
     savepoint,
     send_queued_writes,
@@ -39,6 +46,7 @@ from signoff.storage.prepared.write_batching import (
 __all__ = [
     "QUEUED_WRITES_KEY",
     "SQLITE_CONNECTION_KEY",
+    "STOCK_EXECUTION_SWITCH",
     "LostRace",
     "PreparedQuery",
     "QueryRunner",
@@ -52,10 +60,12 @@ __all__ = [
     "execute_in",
     "has_unflushed_changes",
     "inline_driver",
+    "may_write_alone",
     "notifies_left_to_caller",
     "queue_write",
     "savepoint",
     "send_queued_writes",
     "sqlite_transaction_of",
+    "switched",
     "writes_alone",
 ]

@@ -22,13 +22,40 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from signoff.storage.asyncpg_shape import ReadPool
 from signoff.storage.prepared.statements import PreparedQuery
-from signoff.storage.sqlite_driver import Retrier, open_sqlite
+from signoff.storage.sqlite_driver import Retrier, open_sqlite, threaded
+
+
+async def through_sqlalchemy(
+    connection: AsyncConnection, query: PreparedQuery, params: Mapping[str, Any]
+) -> tuple[list[Any], int]:
+    """``query``'s rows, and how many rows it changed, through SQLAlchemy's execution on
+    ``connection`` (the measurement switch ``STOCK_EXECUTION_SWITCH``): the SQL compiled
+    once as before, run by ``exec_driver_sql``, its execution context and result."""
+    dialect = connection.dialect
+    compiled = (
+        query.for_sqlite(dialect) if dialect.name == "sqlite" else query.for_postgres(dialect)
+    )
+    values = tuple(compiled.parameters(params))
+    result = await connection.exec_driver_sql(compiled.sql, values)
+    rows = [compiled.row(raw) for raw in result.all()] if query.keys else []
+    return rows, result.rowcount
+
+
+async def _rows_through(
+    pooled: AsyncConnection, query: PreparedQuery, params: Mapping[str, Any]
+) -> list[Any]:
+    rows, _ = await through_sqlalchemy(pooled, query, params)
+    return rows
+
+
+T = TypeVar("T")
 
 
 class QueryRunner:
@@ -42,17 +69,29 @@ class QueryRunner:
         busy_timeout: float,
         postgres: ReadPool | None = None,
         postgres_planned_per_call: ReadPool | None = None,
+        *,
+        through_engine: bool = False,
     ) -> None:
         """``postgres_planned_per_call``: the pool of reads whose best plan depends on
-        their values (``snapshot_read``'s ``plan_each_call``)."""
+        their values (``snapshot_read``'s ``plan_each_call``). ``through_engine``: the
+        measurement switch ``STOCK_EXECUTION_SWITCH``, every read through SQLAlchemy's
+        pooled connections (on SQLite, ``commit_stamp`` still answers)."""
         self._engine = engine
         self._dialect = engine.dialect
         self._sqlite_url = sqlite_url
+        self._through_engine = through_engine or (sqlite_url is None and postgres is None)
         self._postgres = postgres
         self._postgres_planned_per_call = postgres_planned_per_call or postgres
         self._retrier = Retrier(busy_timeout)
+        # The inline driver's measurement switch: these reads handed to a thread too.
+        self._thread = ThreadPoolExecutor(max_workers=1) if sqlite_url and threaded() else None
         self._connection: sqlite3.Connection | None = None
         self._connections_opened = 0
+
+    @property
+    def through_engine(self) -> bool:
+        """Whether reads go through SQLAlchemy's pooled connections (see ``__init__``)."""
+        return self._through_engine
 
     @property
     def dialect_name(self) -> str:
@@ -64,14 +103,13 @@ class QueryRunner:
             values = compiled.parameters(params)
             records = await self._postgres.fetch(lambda pg: pg.fetch(compiled.sql, *values))
             return [compiled.row(record) for record in records]
-        if self._sqlite_url is None:
+        if self._through_engine:
             async with self._engine.connect() as pooled:
-                result = await pooled.execute(query.statement, params)
-                return query.rows_of(result.all())
+                return await _rows_through(pooled, query, params)
         compiled = query.for_sqlite(self._dialect)
         values = compiled.parameters(params)
         sqlite = self._sqlite_connection()
-        raw_rows = await self._retrier.run(lambda: sqlite.execute(compiled.sql, values).fetchall())
+        raw_rows = await self._run_sqlite(lambda: sqlite.execute(compiled.sql, values).fetchall())
         return [compiled.row(raw) for raw in raw_rows]
 
     async def snapshot_read(
@@ -114,15 +152,11 @@ class QueryRunner:
 
             rows: list[list[Any]] = await pool.fetch(on_one_connection)
             return rows
-        if self._sqlite_url is None:
+        if self._through_engine:
             async with self._engine.connect() as pooled:
-                results = [
-                    query.rows_of((await pooled.execute(query.statement, params)).all())
-                    for query, params in first
-                ]
+                results = [await _rows_through(pooled, query, params) for query, params in first]
                 for query, params in then(results):
-                    answered = (await pooled.execute(query.statement, params)).all()
-                    results.append(query.rows_of(answered))
+                    results.append(await _rows_through(pooled, query, params))
                 return results
         sqlite = self._sqlite_connection()
         dialect = self._dialect
@@ -146,7 +180,12 @@ class QueryRunner:
             finally:
                 sqlite.execute("COMMIT")  # ends a read: nothing to write
 
-        return await self._retrier.run(read)
+        return await self._run_sqlite(read)
+
+    async def _run_sqlite(self, call: Callable[[], T]) -> T:
+        if self._thread is None:
+            return await self._retrier.run(call)
+        return await self._retrier.run_on(self._thread, call)
 
     async def one(self, query: PreparedQuery, params: Mapping[str, Any]) -> Any | None:
         rows = await self.all(query, params)
@@ -191,6 +230,8 @@ class QueryRunner:
         return self._connection
 
     async def close(self) -> None:
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
         if self._connection is not None:
             self._connection.close()
             self._connection = None

@@ -22,8 +22,14 @@ from sqlalchemy.orm import ORMExecuteState, Session
 from sqlalchemy.util import await_only
 
 from signoff.storage.asyncpg_shape import asyncpg_in_transaction, asyncpg_under
-from signoff.storage.prepared.runner import QueryRunner
-from signoff.storage.prepared.statements import Compiled, PreparedQuery, combined_sql
+from signoff.storage.prepared.runner import QueryRunner, through_sqlalchemy
+from signoff.storage.prepared.statements import (
+    STOCK_EXECUTION_SWITCH,
+    Compiled,
+    PreparedQuery,
+    combined_sql,
+    switched,
+)
 from signoff.storage.sqlite_driver import InlineConnection
 
 # Where a write transaction's session names the SQLite connection under it (set by
@@ -142,6 +148,9 @@ async def execute_in(
     connection (and with it the transaction, ``BEGIN IMMEDIATE`` for writers) is taken
     first, so the statement commits or rolls back with everything else in the session.
     """
+    if switched(STOCK_EXECUTION_SWITCH):
+        rows, _ = await _through_sqlalchemy(session, query, params)
+        return query.rows_of(rows)
     sqlite = await sqlite_transaction_of(session)
     if sqlite is None:
         pg, dialect = await asyncpg_of(session)
@@ -188,6 +197,9 @@ async def count_in(session: AsyncSession, query: PreparedQuery, params: Mapping[
     On SQLite, ``RETURNING`` costs more than the insert it returns from, so writes whose
     caller already holds the values ask only whether a row was written.
     """
+    if switched(STOCK_EXECUTION_SWITCH):
+        _, changed = await _through_sqlalchemy(session, query, params)
+        return changed
     sqlite = await sqlite_transaction_of(session)
     if sqlite is None:
         pg, dialect = await asyncpg_of(session)
@@ -198,6 +210,18 @@ async def count_in(session: AsyncSession, query: PreparedQuery, params: Mapping[
     compiled = query.for_sqlite(sqlite.dialect)
     values = compiled.parameters(params)
     return await sqlite.driver.run(lambda db: db.execute(compiled.sql, values).rowcount)
+
+
+async def _through_sqlalchemy(
+    session: AsyncSession, query: PreparedQuery, params: Mapping[str, Any]
+) -> tuple[list[Any], int]:
+    """``query`` through SQLAlchemy's execution on the session's connection, for the
+    measurement switch only (``STOCK_EXECUTION_SWITCH``): its rows, and how many rows it
+    changed. Writes queued for the session go out first, as before any statement."""
+    if session.info.get(QUEUED_WRITES_KEY):
+        await session.run_sync(_send_from_sync)
+    connection = await session.connection()
+    return await through_sqlalchemy(connection, query, params)
 
 
 async def sqlite_transaction_of(session: AsyncSession) -> SQLiteTransaction | None:

@@ -10,6 +10,7 @@ the statement's column labels.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +22,19 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.dml import UpdateBase
 
 Processor = Callable[[Any], Any] | None
+
+# The measurement switch of the index hints (docs/performance.md, *Hand-written
+# replacements*): with it set when a statement is first compiled, SQLite's own planner
+# chooses every index.
+STOCK_PLANNER_SWITCH = "SIGNOFF_STOCK_SQLITE_PLANNER"
+# The measurement switch of prepared execution: with it set, prepared statements run
+# through SQLAlchemy's execution (a pooled connection or the session's), not past it.
+STOCK_EXECUTION_SWITCH = "SIGNOFF_STOCK_EXECUTION"
+
+
+def switched(name: str) -> bool:
+    """Whether the measurement switch ``name`` is set in the environment."""
+    return os.environ.get(name) == "1"
 
 
 def entity_columns(entity: type[Any]) -> list[Label[Any]]:
@@ -115,7 +129,7 @@ class Compiled:
             # Defaults SQLAlchemy computes per execution (ids, timestamps) would be skipped.
             raise TypeError(f"the call must give every column with a default: {compiled}")
         sql = compiled.string
-        for index in sqlite_indexes:
+        for index in () if switched(STOCK_PLANNER_SWITCH) else sqlite_indexes:
             sql = index.applied_to(sql)
         self.sql = sql
         self.names: tuple[str, ...] = tuple(compiled.positiontup)

@@ -7,6 +7,7 @@ all or nothing (``LostRace``). On SQLite a queued write runs at once.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -72,6 +73,23 @@ async def send_queued_writes(session: AsyncSession) -> None:
             return
         pg, _ = await asyncpg_of(session)
         await send_queued(session, pg)
+
+
+# The measurement switch of ``writes_alone`` (docs/performance.md, *Hand-written
+# replacements*): with it set, ``may_write_alone`` answers no, and a decision reads its
+# request under a row lock and writes in an ordinary transaction.
+STOCK_WRITES_ALONE_SWITCH = "SIGNOFF_STOCK_WRITES_ALONE"
+
+
+def may_write_alone(session: AsyncSession, queries: QueryRunner | None) -> bool:
+    """Whether ``writes_alone`` may serve ``session``: on PostgreSQL's autocommit
+    connections (``queries``), before the session has begun anything."""
+    return (
+        queries is not None
+        and queries.autocommits
+        and not session.in_transaction()
+        and os.environ.get(STOCK_WRITES_ALONE_SWITCH) != "1"
+    )
 
 
 # Where a session inside ``writes_alone`` keeps the runner its writes go out on.

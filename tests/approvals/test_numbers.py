@@ -149,7 +149,7 @@ from tests.conftest import approval_body, make_settings
 
 async def main(url, key, count):
     ctx = AppContext.from_settings(make_settings(url))
-    app = create_app(ctx.settings, ctx=ctx, background=False)
+    app = create_app(ctx.settings, wiring=wiring, background=False)
     numbers = []
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)

@@ -41,9 +41,17 @@ from signoff.models.notifications import (
     RoutingConfig,
 )
 from signoff.notifications.routing import Member, RequestFacts
-from signoff.storage import PreparedQuery, execute_in, not_among, queue_write, savepoint
+from signoff.storage import (
+    PLAN_CHANNEL,
+    WROTE_NOTIFICATIONS,
+    PreparedQuery,
+    execute_in,
+    not_among,
+    queue_write,
+    savepoint,
+)
 
-NOTIFY_CHANNEL = "signoff_notifications"
+NOTIFY_CHANNEL = PLAN_CHANNEL
 SCHEDULED_KINDS = ("reminder", "escalated", "expiry_warning")
 _ROUTING_RULES = PreparedQuery(
     select(
@@ -61,9 +69,6 @@ _CANCEL_SCHEDULED = PreparedQuery(
     )
     .values(status="cancelled", updated_at=bindparam("now"), last_error="request decided")
 )
-# Set in a session's ``info`` when it wrote notifications: after its commit, the
-# process's sender is woken (``AppContext.transaction``).
-WROTE_NOTIFICATIONS = "signoff.notifications.written"
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,6 @@ from signoff.webhooks.service import (
     start_outbox,
 )
 
-__all__ = ["REQUEST_CHANNEL", "AfterCommit", "AppContext", "context_of"]
-
 
 class Publisher(Protocol):
     """Told of the requests a commit created or changed (long polls, live pages)."""

@@ -14,7 +14,8 @@ import pytest
 
 from signoff.app import create_app
 from signoff.config import Settings
-from signoff.context import REQUEST_CHANNEL, AppContext
+from signoff.context import AppContext
+from signoff.storage import REQUEST_CHANNEL
 from signoff.wiring import Wiring
 from tests.conftest import Org, assert_error, create_approval, eventually
 from tests.helpers import NO_SWEEP, backdate_expiry

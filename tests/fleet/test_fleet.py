@@ -42,9 +42,9 @@ from sqlalchemy.engine import make_url
 
 from signoff.common.time import utcnow
 from signoff.config import normalize_database_url
-from signoff.context import REQUEST_CHANNEL
 from signoff.migrations import upgrade_to_head
 from signoff.orgs import service as orgs_service
+from signoff.storage import REQUEST_CHANNEL
 from signoff.wiring import Wiring
 from tests.conftest import (
     POSTGRES_URL,

@@ -17,10 +17,10 @@ from sqlalchemy import func, select
 
 from signoff.approvals.repository import ApprovalRepository
 from signoff.config import Settings
-from signoff.context import REQUEST_CHANNEL, AppContext
+from signoff.context import AppContext
 from signoff.models import Vote
 from signoff.notifications.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
-from signoff.storage import Notifier
+from signoff.storage import REQUEST_CHANNEL, Notifier
 from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval, eventually
 from tests.notifications.support import CHANNEL_MATCHING_NOTHING

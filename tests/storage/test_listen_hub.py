@@ -12,10 +12,9 @@ import pytest
 
 from signoff.app import create_app
 from signoff.config import Settings
-from signoff.context import REQUEST_CHANNEL
 from signoff.dashboard.live import NOTIFY_CHANNEL as LIVE_CHANNEL
 from signoff.notifications.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
-from signoff.storage import ListenHub
+from signoff.storage import REQUEST_CHANNEL, ListenHub
 from signoff.storage.asyncpg_shape import asyncpg_dsn
 from signoff.webhooks.repository import NOTIFY_CHANNEL as DELIVERY_CHANNEL
 from signoff.wiring import Wiring

@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from signoff.config import Settings
-from signoff.context import REQUEST_CHANNEL, AppContext
+from signoff.context import AppContext
 from signoff.dashboard.live import NOTIFY_CHANNEL as LIVE_CHANNEL
 from signoff.notifications.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
-from signoff.storage import Notifier
+from signoff.storage import REQUEST_CHANNEL, Notifier
 from signoff.storage.asyncpg_shape import NOTIFY_AFTER_COMMIT, asyncpg_dsn
 from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval, eventually

@@ -56,6 +56,7 @@ from signoff.context import AppContext
 from signoff.migrations import upgrade_to_head
 from signoff.orgs import service as orgs_service
 from signoff.serving import keep_startup_objects_out_of_collections
+from signoff.wiring import Wiring
 
 RATE_LIMIT = 100_000_000
 
@@ -261,8 +262,8 @@ async def run(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
             rate_limit_ceiling=RATE_LIMIT,
             rate_limit_default=RATE_LIMIT,
         )
-        ctx = AppContext.from_settings(settings)
-        app = create_app(settings, ctx=ctx, background=True)
+        wiring = Wiring.from_settings(settings)
+        app = create_app(settings, wiring=wiring, background=True)
         # As ``signoff serve`` does between building the app and serving it: without it,
         # a full collection walks every startup object, once a run, in whichever round it
         # falls (docs/decisions/0007-gc-freeze-at-startup.md).
@@ -270,7 +271,7 @@ async def run(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://bench") as api:
-                results = await scenarios(api, ctx, box, args)
+                results = await scenarios(api, wiring.ctx, box, args)
     return {"mode": "one process", **results}
 
 
@@ -299,14 +300,14 @@ async def run_processes(
             rate_limit_ceiling=RATE_LIMIT,
             rate_limit_default=RATE_LIMIT,
         )
-        ctx = AppContext.from_settings(settings)
+        wiring = Wiring.from_settings(settings)
         try:
             await asyncio.to_thread(server.wait_ready)
             limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
             async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=30) as api:
-                results = await scenarios(api, ctx, box, args)
+                results = await scenarios(api, wiring.ctx, box, args)
         finally:
-            await ctx.close()
+            await wiring.close()
             worker.terminate()
             try:
                 await asyncio.wait_for(worker.wait(), timeout=20)

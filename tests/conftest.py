@@ -35,6 +35,7 @@ from signoff.crypto import generate_secret_key
 from signoff.migrations import upgrade_to_head
 from signoff.models import Base
 from signoff.orgs import service as orgs_service
+from signoff.wiring import Wiring
 
 POSTGRES_URL = os.environ.get("SIGNOFF_TEST_POSTGRES_URL")
 REDIS_URL = os.environ.get("SIGNOFF_TEST_REDIS_URL")
@@ -191,15 +192,21 @@ def settings(database_url: str, settings_overrides: dict[str, Any]) -> Settings:
 
 
 @pytest.fixture
-async def ctx(settings: Settings) -> AsyncIterator[AppContext]:
-    context = AppContext.from_settings(settings)
-    yield context
-    await context.close()
+async def wiring(settings: Settings) -> AsyncIterator[Wiring]:
+    """The process's services (signoff/wiring.py), as the app builds them."""
+    services = Wiring.from_settings(settings)
+    yield services
+    await services.close()
 
 
 @pytest.fixture
-async def app(ctx: AppContext) -> AsyncIterator[Any]:
-    application = create_app(ctx.settings, ctx=ctx, background=True)
+def ctx(wiring: Wiring) -> AppContext:
+    return wiring.ctx
+
+
+@pytest.fixture
+async def app(wiring: Wiring) -> AsyncIterator[Any]:
+    application = create_app(wiring.ctx.settings, wiring=wiring, background=True)
     async with application.router.lifespan_context(application):
         yield application
 
@@ -212,7 +219,7 @@ async def client(app: Any) -> AsyncIterator[httpx.AsyncClient]:
 
 
 @pytest.fixture
-async def api_only(ctx: AppContext) -> AsyncIterator[httpx.AsyncClient]:
+async def api_only(wiring: Wiring) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the app without its background loops, for a test that runs them
     itself (a sweep, the notification sender's rounds).
 
@@ -222,7 +229,7 @@ async def api_only(ctx: AppContext) -> AsyncIterator[httpx.AsyncClient]:
     often under load. The
     background sweep's first pass, at startup, is one more sweeper besides the test's.
     """
-    application = create_app(ctx.settings, ctx=ctx, background=False)
+    application = create_app(wiring.ctx.settings, wiring=wiring, background=False)
     async with application.router.lifespan_context(application):
         transport = httpx.ASGITransport(app=application, client=("203.0.113.7", 50000))
         async with httpx.AsyncClient(transport=transport, base_url="http://signoff.test") as c:

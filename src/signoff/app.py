@@ -24,7 +24,6 @@ from signoff.common.validation import validation_failed_from
 from signoff.compat.endpoints import router as legacy_clients_router
 from signoff.compat.middleware import LegacyDataEnvelope
 from signoff.config import Settings, get_settings
-from signoff.context import AppContext
 from signoff.dashboard import error_pages
 from signoff.dashboard.endpoints import install_dashboard
 from signoff.errors import AppError, MethodNotAllowed, NotFound, ServiceUnavailable
@@ -44,6 +43,7 @@ from signoff.remote_mcp.server import RemoteMcp
 from signoff.retention.service import run_retention
 from signoff.steps.endpoints import router as steps_router
 from signoff.webhooks.endpoints import router as webhooks_router
+from signoff.wiring import Wiring
 from signoff.worker.deliveries import run_delivery_worker
 from signoff.worker.notifications import run_notification_sender
 from signoff.worker.sweeper import run_expiry_sweep
@@ -127,7 +127,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     _ = validation_failed_from  # re-exported for routers that validate by hand
 
 
-def _install_health(app: FastAPI, ctx: AppContext) -> None:
+def _install_health(app: FastAPI, wiring: Wiring) -> None:
     @app.get("/healthz", tags=["operations"], summary="The process is up")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
@@ -140,7 +140,7 @@ def _install_health(app: FastAPI, ctx: AppContext) -> None:
         responses=errors(ServiceUnavailable),
     )
     async def readyz() -> Response:
-        await check_ready(ctx, app.state.background)
+        await check_ready(wiring.ctx, wiring.limiter, app.state.background)
         return json_response({"status": "ready"})
 
     # HEAD too: many load balancers health-check with it.
@@ -196,21 +196,33 @@ def fastapi_telemetry() -> TelemetryConfig:
 
 
 def create_app(
-    settings: Settings | None = None, *, ctx: AppContext | None = None, background: bool = True
+    settings: Settings | None = None, *, wiring: Wiring | None = None, background: bool = True
 ) -> FastAPI:
     """The app. ``background=False`` leaves out the sweep and the delivery worker (API-only
-    replicas, some tests); attempt 1 of this process's own decisions is still made here."""
+    replicas, some tests); attempt 1 of this process's own decisions is still made here.
+
+    ``wiring``: the process's services (wiring.py), built from ``settings`` if not given;
+    the app closes them when its lifespan ends."""
     settings = settings or get_settings()
-    ctx = ctx or AppContext.from_settings(settings)
+    wiring = wiring or Wiring.from_settings(settings)
+    ctx = wiring.ctx
 
     @asynccontextmanager
     async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         stop = asyncio.Event()
         tasks = (
             [
-                asyncio.create_task(run_expiry_sweep(ctx, stop), name="expiry sweep"),
-                asyncio.create_task(run_delivery_worker(ctx, stop), name="delivery worker"),
-                asyncio.create_task(run_notification_sender(ctx, stop), name="notification sender"),
+                asyncio.create_task(
+                    run_expiry_sweep(ctx, wiring.poisoned, stop), name="expiry sweep"
+                ),
+                asyncio.create_task(
+                    run_delivery_worker(ctx, wiring.webhooks, wiring.hub, stop),
+                    name="delivery worker",
+                ),
+                asyncio.create_task(
+                    run_notification_sender(wiring.notifications, wiring.hub, stop),
+                    name="notification sender",
+                ),
             ]
             if background
             else []
@@ -224,7 +236,7 @@ def create_app(
         finally:
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await ctx.close()
+            await wiring.close()
 
     app = FastAPI(
         title="signoff",
@@ -237,6 +249,7 @@ def create_app(
         telemetry=fastapi_telemetry(),
     )
     app.state.ctx = ctx
+    app.state.wiring = wiring
     app.state.background = []
     _install_error_handlers(app)
     _add_routes(
@@ -253,7 +266,7 @@ def create_app(
     )
     if settings.compat_legacy_clients:
         _add_routes(app, legacy_clients_router)
-    _install_health(app, ctx)
+    _install_health(app, wiring)
     remote_mcp = RemoteMcp(app, settings)
     app.router.routes.extend(remote_mcp.routes())
     if settings.metrics_enabled:
@@ -265,7 +278,7 @@ def create_app(
         app.add_middleware(LegacyDataEnvelope)
     # Added inner first: the guard wraps the size limit, so a 413 carries rate headers too.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(ApiGuard, ctx=ctx)
+    app.add_middleware(ApiGuard, wiring=wiring)
     # Outside the guard: its refusals carry X-Request-Id and are counted too.
     app.add_middleware(
         RequestIdMiddleware,

@@ -1,37 +1,66 @@
-"""Everything one process shares: settings, database, secret box, limiter, waiters."""
+"""The runtime every use case runs in: settings, database, secret box and transactions.
+
+Nothing else lives here. The services a commit hands work to (long polls, the dashboard's
+live pages, the notification sender, the callbacks' first attempts) are built in
+``signoff/wiring.py`` and given to ``AppContext`` as the small protocols below, so this
+module knows none of them.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Protocol
 
-from signoff.approvals.search_index import SQLITE_CATCH_UP
-from signoff.auth.principal import Principal
-from signoff.auth.secrets import hash_api_key, looks_like_api_key
-from signoff.common.poison import PoisonedRows
-from signoff.common.quiet import ApiWrites
-from signoff.common.time import utcnow
-from signoff.common.watchers import Watchers
+from starlette.requests import Request
+
 from signoff.config import Settings
 from signoff.crypto import SecretBox
-from signoff.dashboard.live import OrgSignals
-from signoff.notifications.planning.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
-from signoff.notifications.planning.repository import WROTE_NOTIFICATIONS
-from signoff.notifications.sending.sender import NotificationSender
-from signoff.oauth.credentials import hash_token, looks_like_access_token
-from signoff.orgs.last_used import ConnectionUse
-from signoff.orgs.repository import PrincipalsByKey
-from signoff.ratelimit.limiter import RateLimiter
-from signoff.storage import Database, ListenHub, Notifier, notifies_left_to_caller
+from signoff.storage import (
+    PLAN_CHANNEL,
+    REQUEST_CHANNEL,
+    WROTE_NOTIFICATIONS,
+    Database,
+    Notifier,
+    notifies_left_to_caller,
+)
 from signoff.unit_of_work import RequestChange, UnitOfWork
-from signoff.webhooks.dispatcher import FirstAttempt, FirstAttemptPolicy, WebhookDispatcher
-from signoff.webhooks.service import outbox_of, start_outbox
+from signoff.webhooks.service import (
+    FirstAttempt,
+    FirstAttemptPolicy,
+    FirstAttempts,
+    Outbox,
+    outbox_of,
+    start_outbox,
+)
 
-# Where PostgreSQL announces a request's change of status (migration 0011's trigger).
-REQUEST_CHANNEL = "signoff_requests"
+
+class Publisher(Protocol):
+    """Told of the requests a commit created or changed (long polls, live pages)."""
+
+    def publish(self, changes: Sequence[RequestChange]) -> None: ...
+
+
+class Wakeup(Protocol):
+    """Set when a commit wrote notifications: the sender sends them now."""
+
+    def set(self) -> None: ...
+
+
+class FirstAttemptStarter(Protocol):
+    """Starts attempt 1 of the callbacks a committed transaction wrote."""
+
+    async def after_commit(self, outbox: Outbox, how: FirstAttemptPolicy) -> FirstAttempts: ...
+
+
+@dataclass(frozen=True)
+class AfterCommit:
+    """Who a commit hands its work to, once and only for a commit (``wiring.py``)."""
+
+    changes: Publisher
+    notifications: Wakeup
+    callbacks: FirstAttemptStarter
 
 
 @dataclass
@@ -39,64 +68,9 @@ class AppContext:
     settings: Settings
     db: Database
     box: SecretBox
-    limiter: RateLimiter
-    # Long polls waiting for a request to change, by its id.
-    waiters: Watchers[uuid.UUID] = field(init=False)
-    # Rows background jobs could not process, parked so they hold no batch (poison.py).
-    poisoned: PoisonedRows = field(default_factory=PoisonedRows)
-    # Callback attempts, claims and records (webhooks/dispatcher.py).
-    webhooks: WebhookDispatcher = field(init=False)
-    # Who an API key is, read once per state of the database (orgs/repository.py).
-    principals: PrincipalsByKey = field(init=False)
-    # When each connection's API key was last used, written once a minute at most.
-    connection_use: ConnectionUse = field(init=False)
-    # Wakes the dashboard's open pages of an org when one of its requests changes.
-    live: OrgSignals = field(init=False)
-    # Notifications: claims, sends and records (notifications/sender.py).
-    notifications: NotificationSender = field(init=False)
+    after_commit: AfterCommit
     # PostgreSQL: tells other processes, after each commit, what it changed (migration 0019).
-    notifier: Notifier | None = field(init=False)
-    # PostgreSQL: the one connection hearing other processes' changes (every channel).
-    hub: ListenHub = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.webhooks = WebhookDispatcher(self.settings, self.db, self.box, self.poisoned)
-        self.principals = PrincipalsByKey(self.db.queries)
-        self.connection_use = ConnectionUse(self.db)
-        # Counted by the API's guard; the sender's pieces wait for a quiet moment.
-        self.api_writes = ApiWrites()
-        self.notifications = NotificationSender(
-            self.settings,
-            self.db,
-            self.box,
-            self.webhooks.clients,
-            self.webhooks.policy,
-            self.poisoned,
-            api_writes=self.api_writes,
-        )
-        postgres = self.db.dialect == "postgresql"
-        self.notifier = Notifier(self.settings.database_url) if postgres else None
-        self.hub = ListenHub(self.settings.database_url if postgres else None)
-        self.live = OrgSignals(self.hub, self.notifier)
-        # Decisions made by other processes wake this one's long polls (a trigger's NOTIFY
-        # on every status change, migration 0011), heard from the first long poll on.
-        self.waiters = Watchers(on_watch=self._hear_other_processes_decide if postgres else None)
-
-    def _hear_other_processes_decide(self) -> None:
-        self.hub.listen(REQUEST_CHANNEL, self._decided_elsewhere, self.waiters.notify_all)
-
-    def _decided_elsewhere(self, payload: str) -> None:
-        with contextlib.suppress(ValueError):
-            self.waiters.notify(uuid.UUID(payload))
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> AppContext:
-        return cls(
-            settings=settings,
-            db=Database(settings.database_url, sqlite_before_commit=SQLITE_CATCH_UP),
-            box=SecretBox.from_settings(settings),
-            limiter=RateLimiter(settings.redis_url),
-        )
+    notifier: Notifier | None = None
 
     @asynccontextmanager
     async def transaction(
@@ -127,13 +101,15 @@ class AppContext:
             # writers (group commit), and its ``info`` is emptied for the next one.
             wrote_notifications = session.info.pop(WROTE_NOTIFICATIONS, False)
             notifies_left = notifies_left_to_caller(session)
-        self.publish(uow.changes)
+        self.after_commit.changes.publish(uow.changes)
         if wrote_notifications:
-            self.notifications.wakeup.set()  # committed: send them now
+            self.after_commit.notifications.set()  # committed: send them now
         if self.notifier is not None and notifies_left:
             self._tell_other_processes(uow.changes, wrote_notifications)
         if uow.outbox.claimed:
-            uow.first_attempts = await self.webhooks.after_commit(uow.outbox, first_attempt)
+            uow.first_attempts = await self.after_commit.callbacks.after_commit(
+                uow.outbox, first_attempt
+            )
 
     def _tell_other_processes(
         self, changes: Sequence[RequestChange], wrote_notifications: bool
@@ -152,52 +128,17 @@ class AppContext:
         if wrote_notifications:
             self.notifier.send(PLAN_CHANNEL)
 
-    def publish(self, changes: Sequence[RequestChange]) -> None:
-        """Tell this process's watchers (long polls) of requests a commit changed, and the
-        dashboard's live pages of their orgs (every replica's, on PostgreSQL)."""
-        for change in changes:
-            self.waiters.notify(change.request_id)
-        for org_id in {change.org_id for change in changes}:
-            self.live.request_changed(org_id)
-
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[UnitOfWork]:
         async with self.db.read_session() as session:
             yield UnitOfWork(session, self.db.dialect, outbox_of(session))
 
-    def remembered_principal(self, token: str) -> Principal | None:
-        """On PostgreSQL, the principal of an API key as this process last read it, for a
-        call whose first statement confirms it (``PrincipalCheck``); else None."""
-        if self.db.is_sqlite or not looks_like_api_key(token):
-            return None  # SQLite's ``authenticate`` answers from memory; OAuth reads afresh
-        principal = self.principals.remembered(hash_api_key(token))
-        if principal is not None:
-            self.connection_use.used(principal.connection_id)
-        return principal
-
-    def forget_principal(self, token: str) -> None:
-        if looks_like_api_key(token):
-            self.principals.forget(hash_api_key(token))
-
-    async def authenticate(self, token: str) -> Principal | None:
-        if looks_like_api_key(token):
-            principal = await self.principals.find(hash_api_key(token))
-            if principal is not None:
-                self.connection_use.used(principal.connection_id)
-            return principal
-        if looks_like_access_token(token):
-            # An OAuth access token: the consenting user, the token's scopes, and the
-            # rate limit of the connection that owns the client (decisions.md section 1).
-            async with self.reading() as uow:
-                return await uow.oauth.find_principal_by_access_token_hash(
-                    hash_token(token), utcnow()
-                )
-        return None
-
     async def close(self) -> None:
-        await self.connection_use.settled()
         if self.notifier is not None:
             await self.notifier.close()
-        await self.hub.close()
-        await self.webhooks.close()
         await self.db.dispose()
+
+
+def context_of(request: Request) -> AppContext:
+    ctx: AppContext = request.app.state.ctx
+    return ctx

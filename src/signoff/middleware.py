@@ -15,10 +15,11 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from signoff.auth.principal import PrincipalCheck, StalePrincipal
-from signoff.context import AppContext
+from signoff.config import Settings
 from signoff.errors import AppError, EmergencyStopActive, PayloadTooLarge, RateLimited, Unauthorized
 from signoff.ratelimit.limiter import RateLimitDecision
 from signoff.remote_mcp.resource import MCP_PATH, resource_metadata_url
+from signoff.wiring import Wiring
 
 logger = logging.getLogger(__name__)
 
@@ -69,9 +70,14 @@ def _bearer_token(scope: Scope) -> str | None:
 
 
 class ApiGuard:
-    def __init__(self, app: ASGIApp, ctx: AppContext) -> None:
+    def __init__(self, app: ASGIApp, wiring: Wiring) -> None:
         self.app = app
-        self.ctx = ctx
+        # Its services and settings are read at each call, not kept: a test swaps some.
+        self.wiring = wiring
+
+    @property
+    def settings(self) -> Settings:
+        return self.wiring.ctx.settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -84,7 +90,7 @@ class ApiGuard:
         if scope["method"] not in WRITE_METHODS:
             await self._guard_api(scope, receive, send)
             return
-        writes = self.ctx.api_writes
+        writes = self.wiring.api_writes
         writes.started()
         try:
             await self._guard_api(scope, receive, send)
@@ -93,19 +99,21 @@ class ApiGuard:
 
     async def _guard_api(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
-        settings = self.ctx.settings
+        settings = self.settings
         client = scope.get("client") or ("unknown", 0)
         address_key = f"ip:{client[0]}"
         if path in PUBLIC_API_PATHS:
             # Open and not counted, but like every /api/v1 answer they show the caller's
             # allowance: the one of its address.
-            decision = await self.ctx.limiter.peek(address_key, settings.rate_limit_unauthenticated)
+            decision = await self.wiring.limiter.peek(
+                address_key, settings.rate_limit_unauthenticated
+            )
             await self._call_with_headers(scope, receive, send, decision)
             return
         token = _bearer_token(scope)
         method = scope["method"]
         if token and _confirmed_in_first_statement(method, path):
-            remembered = self.ctx.remembered_principal(token)
+            remembered = self.wiring.callers.remembered_principal(token)
             if remembered is not None:
                 replayable = _ReplayableReceive(receive)
                 try:
@@ -115,7 +123,7 @@ class ApiGuard:
                 except StalePrincipal:
                     # Nothing was written or sent: the call starts over with the
                     # principal as the database has it now (or a 401).
-                    self.ctx.forget_principal(token)
+                    self.wiring.callers.forget_principal(token)
                     receive = replayable.replay()
                     state = scope.get("state", {})
                     state.pop("principal", None)
@@ -129,12 +137,12 @@ class ApiGuard:
     ) -> None:
         """The call, with the principal read now. ``counted``: this call has been counted
         against its connection's limit already (a call started over), and is not again."""
-        principal = await self.ctx.authenticate(token) if token else None
+        principal = await self.wiring.callers.authenticate(token) if token else None
         if principal is None:
             # Unauthenticated calls count per client address: this also slows key guessing.
             client = scope.get("client") or ("unknown", 0)
-            decision = await self.ctx.limiter.hit(
-                f"ip:{client[0]}", self.ctx.settings.rate_limit_unauthenticated
+            decision = await self.wiring.limiter.hit(
+                f"ip:{client[0]}", self.settings.rate_limit_unauthenticated
             )
             error: AppError = Unauthorized() if decision.allowed else RateLimited()
             await send_error(send, error, decision.headers())
@@ -153,7 +161,7 @@ class ApiGuard:
         """Rate limit, emergency stop, then the call, as ``check.principal``; if that is
         not confirmed yet, the call's first statement confirms it, or ``StalePrincipal``
         is raised before anything is answered."""
-        settings = self.ctx.settings
+        settings = self.settings
         principal = check.principal
         method = scope["method"]
         decision = await self._count(
@@ -182,7 +190,7 @@ class ApiGuard:
         a 422 before any read, a 429): read it afresh, and start over if it changed."""
         if check.confirmed:
             return
-        fresh = await self.ctx.authenticate(token) if token else None
+        fresh = await self.wiring.callers.authenticate(token) if token else None
         if fresh != check.principal:
             raise StalePrincipal()
         check.confirmed = True
@@ -193,12 +201,12 @@ class ApiGuard:
         those are what is counted and what the emergency stop refuses: one tool call
         costs what the same calls would cost any client, and reads go on while writes
         are stopped."""
-        settings = self.ctx.settings
+        settings = self.settings
         token = _bearer_token(scope)
-        principal = await self.ctx.authenticate(token) if token else None
+        principal = await self.wiring.callers.authenticate(token) if token else None
         if principal is None:
             client = scope.get("client") or ("unknown", 0)
-            decision = await self.ctx.limiter.hit(
+            decision = await self.wiring.limiter.hit(
                 f"ip:{client[0]}", settings.rate_limit_unauthenticated
             )
             error: AppError = Unauthorized() if decision.allowed else RateLimited()
@@ -209,15 +217,15 @@ class ApiGuard:
             await send_error(send, error, decision.headers())
             return
         limit = min(principal.rate_limit_per_hour, settings.rate_limit_ceiling)
-        decision = await self.ctx.limiter.peek(f"conn:{principal.connection_id.hex}", limit)
+        decision = await self.wiring.limiter.peek(f"conn:{principal.connection_id.hex}", limit)
         scope.setdefault("state", {})["principal"] = principal
         await self._call_with_headers(scope, receive, send, decision)
 
     async def _count(
         self, connection_key: str, hourly_limit: int, method: str, counted: bool = False
     ) -> RateLimitDecision:
-        settings = self.ctx.settings
-        limiter = self.ctx.limiter
+        settings = self.settings
+        limiter = self.wiring.limiter
         count = limiter.peek if counted else limiter.hit
         if settings.rate_limit_scope == "writes" and method not in WRITE_METHODS:
             # Polling integrations: reads are held by a per-minute guard instead.

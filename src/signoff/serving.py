@@ -215,8 +215,8 @@ def run_server(
 
 
 def _long_polls_answered(application: Any) -> Callable[[], None] | None:
-    """The app's hook that wakes its long polls (``ctx.waiters.close``), if it has one."""
-    ctx = getattr(getattr(application, "state", None), "ctx", None)
-    waiters = getattr(ctx, "waiters", None)
+    """The app's hook that wakes its long polls (``Wiring.waiters.close``), if it has one."""
+    wiring = getattr(getattr(application, "state", None), "wiring", None)
+    waiters = getattr(wiring, "waiters", None)
     close: Callable[[], None] | None = getattr(waiters, "close", None)
     return close

@@ -12,7 +12,7 @@ from fastapi.routing import APIRoute
 
 from signoff.app import create_app
 from signoff.approvals import service as approvals_service
-from signoff.context import AppContext
+from signoff.wiring import Wiring
 from tests.conftest import Org, approval_body, assert_error, create_approval, make_settings
 
 
@@ -84,28 +84,28 @@ def _unreachable_database(backend: str, tmp_path: Any) -> str:
     return "postgresql+asyncpg://postgres@127.0.0.1:1/signoff"
 
 
-async def _probe(ctx: AppContext, path: str) -> httpx.Response:
-    application = create_app(ctx.settings, ctx=ctx, background=False)
+async def _probe(wiring: Wiring, path: str) -> httpx.Response:
+    application = create_app(wiring.ctx.settings, wiring=wiring, background=False)
     transport = httpx.ASGITransport(app=application)
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://probe.test") as c:
             return await c.get(path)
     finally:
-        await ctx.close()
+        await wiring.close()
 
 
 async def test_readyz_is_503_when_the_database_is_unreachable(backend: str, tmp_path: Any) -> None:
     settings = make_settings(_unreachable_database(backend, tmp_path))
-    ctx = AppContext.from_settings(settings)
-    assert_error(await _probe(ctx, "/readyz"), 503, "SERVICE_UNAVAILABLE")
+    wiring = Wiring.from_settings(settings)
+    assert_error(await _probe(wiring, "/readyz"), 503, "SERVICE_UNAVAILABLE")
     # The process itself is alive.
-    ctx = AppContext.from_settings(settings)
-    assert (await _probe(ctx, "/healthz")).status_code == 200
+    wiring = Wiring.from_settings(settings)
+    assert (await _probe(wiring, "/healthz")).status_code == 200
 
 
 async def test_readyz_is_503_when_the_configured_redis_is_unreachable(database_url: str) -> None:
-    ctx = AppContext.from_settings(make_settings(database_url, redis_url="redis://127.0.0.1:1/0"))
-    assert_error(await _probe(ctx, "/readyz"), 503, "SERVICE_UNAVAILABLE")
+    wiring = Wiring.from_settings(make_settings(database_url, redis_url="redis://127.0.0.1:1/0"))
+    assert_error(await _probe(wiring, "/readyz"), 503, "SERVICE_UNAVAILABLE")
 
 
 async def test_openapi_document_is_public_and_lists_every_endpoint(

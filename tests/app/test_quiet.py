@@ -11,6 +11,7 @@ import pytest
 
 from signoff.common.quiet import SETTLE_SECONDS, ApiWrites
 from signoff.context import AppContext
+from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval
 from tests.virtual_time import in_virtual_time
 
@@ -53,19 +54,19 @@ async def test_quiet_waits_no_longer_than_asked_when_writes_never_end() -> None:
 
 
 async def test_the_guard_counts_writes_only_while_they_run(
-    client: httpx.AsyncClient, ctx: AppContext, org: Org
+    client: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
     seen: list[int] = []
-    authenticate = ctx.authenticate
+    authenticate = wiring.callers.authenticate
 
     async def noting(token: str) -> object:
-        seen.append(ctx.api_writes.in_flight)
+        seen.append(wiring.api_writes.in_flight)
         return await authenticate(token)
 
-    ctx.authenticate = noting  # type: ignore[method-assign]
+    wiring.callers.authenticate = noting  # type: ignore[method-assign]
     stranger = {"Authorization": "Bearer not-a-key"}
     assert (await client.post("/api/v1/approvals", json={}, headers=stranger)).status_code == 401
     assert (await client.get("/api/v1/approvals", headers=stranger)).status_code == 401
     assert seen == [1, 0]  # the write counted while it ran, the read not
     await create_approval(client, org.member)
-    assert ctx.api_writes.in_flight == 0
+    assert wiring.api_writes.in_flight == 0

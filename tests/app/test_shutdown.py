@@ -28,6 +28,7 @@ from signoff.app import create_app
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.models import WebhookDelivery
+from signoff.wiring import Wiring
 from tests.conftest import SECRET_KEY, Org, create_approval
 
 STOP_TIMEOUT = 30
@@ -161,9 +162,9 @@ async def test_serve_exits_0_on_sigterm_after_serving_mcp(
 
 
 @pytest.fixture
-async def app(ctx: AppContext) -> AsyncIterator[Any]:
+async def app(ctx: AppContext, wiring: Wiring) -> AsyncIterator[Any]:
     """The API without a worker of its own: the worker process makes the retries."""
-    application = create_app(ctx.settings, ctx=ctx, background=False)
+    application = create_app(ctx.settings, wiring=wiring, background=False)
     async with application.router.lifespan_context(application):
         yield application
 

@@ -10,7 +10,8 @@ import pytest
 
 from signoff.approvals import state
 from signoff.approvals.effects import Author, apply_create, apply_transition, apply_transitions
-from signoff.approvals.state import Actor, RequestView, StepSpec, StepView
+from signoff.approvals.state import RequestView, StepSpec, StepView
+from signoff.auth.actor import Actor
 from signoff.errors import Forbidden, StepsLocked, ValidationFailed
 from tests.approvals.fakes import NOW, FakeUnitOfWork, pending_request
 

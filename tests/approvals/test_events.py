@@ -12,6 +12,7 @@ import pytest
 from signoff.approvals.repository import ApprovalRepository
 from signoff.context import AppContext
 from signoff.models import AuditEvent
+from signoff.wiring import Wiring
 from signoff.worker.sweeper import sweep_expired_once
 from tests.conftest import Org, assert_error, create_approval
 from tests.helpers import NO_SWEEP, backdate_expiry, stored_events, stored_request
@@ -94,14 +95,14 @@ async def test_cancellation_and_rejection_events(client: httpx.AsyncClient, org:
 
 
 async def test_expiry_event_has_no_actor(
-    api_only: httpx.AsyncClient, org: Org, ctx: AppContext
+    api_only: httpx.AsyncClient, org: Org, ctx: AppContext, wiring: Wiring
 ) -> None:
     expires = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     created = await create_approval(api_only, org.member, expires_at=expires)
     await backdate_expiry(ctx, created["id"])
     # Reads show it expired, but nothing is written until the sweep does it.
     assert [e["type"] for e in await _events(api_only, org, created["id"])] == ["request.created"]
-    assert await sweep_expired_once(ctx) == 1
+    assert await sweep_expired_once(ctx, wiring.poisoned) == 1
     events = await _events(api_only, org, created["id"])
     assert [(e["type"], e["actor_id"]) for e in events] == [
         ("request.created", org.member.user_id),

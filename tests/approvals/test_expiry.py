@@ -17,6 +17,7 @@ from signoff.common.time import format_timestamp, utcnow
 from signoff.context import AppContext
 from signoff.notifications.planning import service as notifications
 from signoff.notifications.repository import NotificationRepository
+from signoff.wiring import Wiring
 from signoff.worker.sweeper import sweep_expired_once
 from tests.conftest import Org, assert_error, create_approval
 from tests.helpers import (
@@ -85,14 +86,14 @@ async def test_decide_and_cancel_refuse_with_status_expired(
 
 
 async def test_the_sweep_writes_it_down(
-    api_only: httpx.AsyncClient, org: Org, ctx: AppContext
+    api_only: httpx.AsyncClient, org: Org, ctx: AppContext, wiring: Wiring
 ) -> None:
     created, deadline = await _expired_unswept(api_only, org, ctx)
     live = await create_approval(api_only, org.member, expires_at=_in(timedelta(hours=1)))
     forever = await create_approval(api_only, org.member)
     before = await api_only.get(f"/api/v1/approvals/{created['id']}", headers=org.admin.headers)
 
-    assert await sweep_expired_once(ctx) == 1
+    assert await sweep_expired_once(ctx, wiring.poisoned) == 1
     stored = await stored_request(ctx, created["id"])
     assert stored.status == "expired"
     assert format_timestamp(stored.decided_at) == deadline  # at the deadline, not at the sweep
@@ -108,13 +109,13 @@ async def test_the_sweep_writes_it_down(
     for key in ("status", "decided_at", "decided_by", "expires_at"):
         assert after.json()[key] == before.json()[key], key
     # Requests still in time, or without a deadline, are left alone; a second sweep is idle.
-    assert await sweep_expired_once(ctx) == 0
+    assert await sweep_expired_once(ctx, wiring.poisoned) == 0
     assert (await stored_request(ctx, live["id"])).status == "pending"
     assert (await stored_request(ctx, forever["id"])).status == "pending"
 
 
 async def test_decided_requests_past_their_deadline_are_not_swept(
-    client: httpx.AsyncClient, org: Org, ctx: AppContext
+    client: httpx.AsyncClient, org: Org, ctx: AppContext, wiring: Wiring
 ) -> None:
     created = await create_approval(client, org.member, expires_at=_in(timedelta(hours=1)))
     await client.patch(
@@ -125,7 +126,7 @@ async def test_decided_requests_past_their_deadline_are_not_swept(
     await backdate_expiry(ctx, created["id"])
     read = await client.get(f"/api/v1/approvals/{created['id']}", headers=org.admin.headers)
     assert read.json()["status"] == "approved"
-    assert await sweep_expired_once(ctx) == 0
+    assert await sweep_expired_once(ctx, wiring.poisoned) == 0
     assert (await stored_request(ctx, created["id"])).status == "approved"
 
 
@@ -134,12 +135,12 @@ async def _expiry_events(ctx: AppContext, request_ids: list[str]) -> list[list[s
 
 
 async def test_concurrent_sweeps_expire_each_request_once(
-    api_only: httpx.AsyncClient, org: Org, ctx: AppContext
+    api_only: httpx.AsyncClient, org: Org, ctx: AppContext, wiring: Wiring
 ) -> None:
     # Only the sweeps hold these rows: the first to lock one expires it, the others pass
     # it over (PostgreSQL) or find it expired (SQLite), so one round takes all of them.
     ids = [(await _expired_unswept(api_only, org, ctx))[0]["id"] for _ in range(6)]
-    counts = await asyncio.gather(*(sweep_expired_once(ctx) for _ in range(3)))
+    counts = await asyncio.gather(*(sweep_expired_once(ctx, wiring.poisoned) for _ in range(3)))
     assert sum(counts) == 6
     assert await _expiry_events(ctx, ids) == [["request.created", "request.expired"]] * 6
 
@@ -147,7 +148,7 @@ async def test_concurrent_sweeps_expire_each_request_once(
 # On SQLite the planner holds the one writer: a sweep waits for it instead.
 @pytest.mark.usefixtures("postgres_only")
 async def test_a_request_being_planned_is_expired_once_by_a_later_sweep(
-    api_only: httpx.AsyncClient, org: Org, ctx: AppContext
+    api_only: httpx.AsyncClient, org: Org, ctx: AppContext, wiring: Wiring
 ) -> None:
     """Why the test above runs the API without its background loops (it failed under
     load with them): the notification sender's planning transaction share-locks the
@@ -167,12 +168,13 @@ async def test_a_request_being_planned_is_expired_once_by_a_later_sweep(
         later = (await _expired_unswept(api_only, org, ctx, **notified))[0]["id"]
         # Bounded: a sweep that waited on the planning's locks would wait on this block.
         counts = await asyncio.wait_for(
-            asyncio.gather(*(sweep_expired_once(ctx) for _ in range(3))), timeout=10
+            asyncio.gather(*(sweep_expired_once(ctx, wiring.poisoned) for _ in range(3))),
+            timeout=10,
         )
         assert sum(counts) == 1
         statuses = [(await stored_request(ctx, i)).status for i in planned_ids]
         assert statuses == ["pending"] * 5
-    counts = await asyncio.gather(*(sweep_expired_once(ctx) for _ in range(3)))
+    counts = await asyncio.gather(*(sweep_expired_once(ctx, wiring.poisoned) for _ in range(3)))
     assert sum(counts) == 5
     events = await _expiry_events(ctx, [*planned_ids, later])
     assert events == [["request.created", "request.expired"]] * 6

@@ -144,12 +144,12 @@ _CREATOR = """
 import asyncio, json, sys
 import httpx
 from signoff.app import create_app
-from signoff.context import AppContext
+from signoff.wiring import Wiring
 from tests.conftest import approval_body, make_settings
 
 async def main(url, key, count):
-    ctx = AppContext.from_settings(make_settings(url))
-    app = create_app(ctx.settings, ctx=ctx, background=False)
+    wiring = Wiring.from_settings(make_settings(url))
+    app = create_app(wiring.ctx.settings, wiring=wiring, background=False)
     numbers = []
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -160,7 +160,7 @@ async def main(url, key, count):
                 assert r.status_code == 201, r.text
                 numbers.append(r.json()["number"])
             await asyncio.gather(*(create(i) for i in range(count)))
-    await ctx.close()
+    await wiring.close()
     print(json.dumps(numbers))
 
 asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))

@@ -14,7 +14,9 @@ import pytest
 
 from signoff.app import create_app
 from signoff.config import Settings
-from signoff.context import REQUEST_CHANNEL, AppContext
+from signoff.context import AppContext
+from signoff.storage import REQUEST_CHANNEL
+from signoff.wiring import Wiring
 from tests.conftest import Org, assert_error, create_approval, eventually
 from tests.helpers import NO_SWEEP, backdate_expiry
 from tests.storage.listen import starts_listening
@@ -158,19 +160,19 @@ async def test_read_with_json_content_type_and_empty_body(
 # ---- long polling ----
 
 
-def _watched(ctx: AppContext) -> Callable[[], bool]:
+def _watched(wiring: Wiring) -> Callable[[], bool]:
     """A long poll has registered for wake-ups: a change from now on reaches it."""
-    return lambda: len(ctx.waiters) == 1
+    return lambda: len(wiring.waiters) == 1
 
 
 async def test_wait_returns_as_soon_as_another_call_decides(
-    client: httpx.AsyncClient, ctx: AppContext, org: Org
+    client: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
     created = await create_approval(client, org.member)
     url = f"/api/v1/approvals/{created['id']}"
     started = time.monotonic()
     poll = asyncio.create_task(client.get(f"{url}?wait=20", headers=org.member.headers))
-    await eventually(_watched(ctx), "the long poll to watch the request")
+    await eventually(_watched(wiring), "the long poll to watch the request")
     assert not poll.done(), "the long poll answered while the request was still pending"
     decided = await client.patch(url, headers=org.admin.headers, json={"decision": "reject"})
     assert decided.status_code == 200
@@ -183,11 +185,13 @@ async def test_wait_returns_as_soon_as_another_call_decides(
     assert elapsed < 5
 
 
-async def test_wait_wakes_on_cancel(client: httpx.AsyncClient, ctx: AppContext, org: Org) -> None:
+async def test_wait_wakes_on_cancel(
+    client: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org
+) -> None:
     created = await create_approval(client, org.member)
     url = f"/api/v1/approvals/{created['id']}"
     poll = asyncio.create_task(client.get(url, params={"wait": "20"}, headers=org.admin.headers))
-    await eventually(_watched(ctx), "the long poll to watch the request")
+    await eventually(_watched(wiring), "the long poll to watch the request")
     assert (await client.delete(url, headers=org.member.headers)).status_code == 200
     response = await asyncio.wait_for(poll, 10)
     assert response.json()["status"] == "cancelled"
@@ -283,7 +287,7 @@ async def test_past_deadline_reads_expired_without_waiting(
 
 @pytest.mark.usefixtures("postgres_only")
 async def test_wait_wakes_on_a_decision_made_by_another_process(
-    client: httpx.AsyncClient, ctx: AppContext, org: Org, settings: Settings
+    client: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, settings: Settings
 ) -> None:
     """Another replica's decision wakes the poll at once on PostgreSQL (LISTEN/NOTIFY),
     not at its next periodic re-read (30 s here). (On SQLite other processes' decisions
@@ -293,11 +297,11 @@ async def test_wait_wakes_on_a_decision_made_by_another_process(
     # The first long poll of a process opens its LISTEN connection.
     async with starts_listening(settings.database_url, REQUEST_CHANNEL):
         poll = asyncio.create_task(client.get(f"{url}?wait=20", headers=org.member.headers))
-        await eventually(_watched(ctx), "the long poll to watch the request")
+        await eventually(_watched(wiring), "the long poll to watch the request")
     assert not poll.done()
-    replica = AppContext.from_settings(settings)
+    replica = Wiring.from_settings(settings)
     try:
-        transport = httpx.ASGITransport(app=create_app(settings, ctx=replica, background=False))
+        transport = httpx.ASGITransport(app=create_app(settings, wiring=replica, background=False))
         async with httpx.AsyncClient(transport=transport, base_url="http://replica") as other:
             decided_at = time.monotonic()
             decided = await other.patch(

@@ -9,7 +9,6 @@ import pytest
 
 from signoff.approvals import state
 from signoff.approvals.state import (
-    Actor,
     Cancel,
     Decide,
     Expire,
@@ -19,6 +18,7 @@ from signoff.approvals.state import (
     apply,
     effective_status,
 )
+from signoff.auth.actor import Actor
 from signoff.errors import (
     AlreadyVoted,
     AppError,

@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 import pytest
 
 from signoff.approvals import state
-from signoff.approvals.state import Actor, Create, RequestView, apply
+from signoff.approvals.state import Create, RequestView, apply
+from signoff.auth.actor import Actor
 from signoff.errors import Conflict, NotFound
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from signoff.approvals.state import (
     TERMINAL_STATUSES,
-    Actor,
     Cancel,
     Decide,
     Expire,
@@ -28,6 +27,7 @@ from signoff.approvals.state import (
     apply,
     effective_status,
 )
+from signoff.auth.actor import Actor
 from signoff.errors import AppError
 
 START = datetime(2030, 1, 1, tzinfo=UTC)

@@ -15,6 +15,7 @@ from signoff.config import Settings
 from signoff.context import AppContext
 from signoff.orgs import repository
 from signoff.orgs import service as orgs_service
+from signoff.wiring import Wiring
 from tests.conftest import Member, Org, assert_error, create_approval
 
 RATE_HEADERS = ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset")
@@ -136,9 +137,9 @@ async def test_me_shows_each_keys_own_identity(
 async def _in_another_process(settings: Settings, org: Org, change: Callable[..., Any]) -> None:
     """``change`` the member's connection through connections of its own, as a CLI or
     another replica would: nothing of the app's own process takes part."""
-    other = AppContext.from_settings(settings)
+    other = Wiring.from_settings(settings)
     try:
-        async with other.transaction() as uow:
+        async with other.ctx.transaction() as uow:
             connection = await orgs_service.get_connection(
                 uow.orgs, uuid.UUID(org.id), org.member.connection_id
             )

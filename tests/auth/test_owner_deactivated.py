@@ -18,7 +18,8 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from signoff.approvals.state import Actor, Cancel, Decide, RequestView, StepView, VoteStep, apply
+from signoff.approvals.state import Cancel, Decide, RequestView, StepView, VoteStep, apply
+from signoff.auth.actor import Actor
 from signoff.auth.authority import WITHOUT_ACTIVE_OWNER
 from signoff.common.time import utcnow
 from signoff.config import Settings
@@ -26,6 +27,7 @@ from signoff.context import AppContext
 from signoff.errors import OwnerDeactivated
 from signoff.models import Organization
 from signoff.orgs import service as orgs_service
+from signoff.wiring import Wiring
 from tests.auth.test_principal_memory import replica
 from tests.auth.test_scope_matrix import (
     BUILDERS,
@@ -93,9 +95,9 @@ async def add_admin(ctx: AppContext, org: Org) -> Member:
 async def set_active(settings: Settings, org: Org, who: Member, active: bool) -> None:
     """Deactivate (or reactivate) ``who`` from a process of its own, as the CLI or another
     replica's dashboard would: this process's remembered principals are not told."""
-    other = AppContext.from_settings(settings)
+    other = Wiring.from_settings(settings)
     try:
-        async with other.transaction() as uow:
+        async with other.ctx.transaction() as uow:
             user = await uow.orgs.get_user(uuid.UUID(org.id), uuid.UUID(who.user_id))
             assert user is not None
             if active:

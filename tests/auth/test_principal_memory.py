@@ -21,6 +21,7 @@ from signoff.context import AppContext
 from signoff.models import ApprovalRequest, AuditEvent
 from signoff.orgs import repository
 from signoff.orgs import service as orgs_service
+from signoff.wiring import Wiring
 from tests.conftest import Org, approval_body, assert_error, create_approval
 
 Change = Callable[[Any], Awaitable[None]]
@@ -29,8 +30,8 @@ Change = Callable[[Any], Awaitable[None]]
 @asynccontextmanager
 async def replica(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """Another process serving the same database: an app with a context of its own."""
-    other = AppContext.from_settings(settings)
-    application = create_app(settings, ctx=other, background=False)
+    other = Wiring.from_settings(settings)
+    application = create_app(settings, wiring=other, background=False)
     try:
         async with application.router.lifespan_context(application):
             transport = httpx.ASGITransport(app=application, client=("203.0.113.8", 50000))
@@ -42,9 +43,9 @@ async def replica(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
 
 async def change_member_connection(settings: Settings, org: Org, change: Change) -> None:
     """``change`` the member's connection as a CLI would: from a process of its own."""
-    other = AppContext.from_settings(settings)
+    other = Wiring.from_settings(settings)
     try:
-        async with other.transaction() as uow:
+        async with other.ctx.transaction() as uow:
             connection = await orgs_service.get_connection(
                 uow.orgs, uuid.UUID(org.id), org.member.connection_id
             )
@@ -157,9 +158,9 @@ async def test_an_emergency_stop_set_elsewhere_refuses_the_next_create(
 ) -> None:
     await create_approval(client, org.member)
     before = await count_requests(ctx, org)
-    other = AppContext.from_settings(settings)
+    other = Wiring.from_settings(settings)
     try:
-        async with other.transaction() as uow:
+        async with other.ctx.transaction() as uow:
             await uow.orgs.set_emergency_stop(uuid.UUID(org.id), True, None, utcnow())
     finally:
         await other.close()

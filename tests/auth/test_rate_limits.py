@@ -18,6 +18,7 @@ import pytest
 from signoff.app import create_app
 from signoff.context import AppContext
 from signoff.ratelimit.limiter import RateLimiter
+from signoff.wiring import Wiring
 from tests.conftest import REDIS_URL, REQUIRE_ALL, Org, assert_error, create_approval
 
 HOURLY = 5
@@ -38,16 +39,18 @@ def _redis_url() -> str:
 
 
 @pytest.fixture(params=["memory", "redis"])
-async def storage(request: pytest.FixtureRequest, ctx: AppContext) -> AsyncIterator[str]:
+async def storage(
+    request: pytest.FixtureRequest, ctx: AppContext, wiring: Wiring
+) -> AsyncIterator[str]:
     """Run a test with the in-memory counters, then with Redis ones."""
     if request.param == "memory":
         yield "memory"
         return
-    ctx.limiter = RateLimiter(_redis_url(), key_prefix=f"signoff-test-{uuid.uuid4().hex}")
+    wiring.limiter = RateLimiter(_redis_url(), key_prefix=f"signoff-test-{uuid.uuid4().hex}")
     try:
         yield "redis"
     finally:
-        await ctx.limiter.reset()
+        await wiring.limiter.reset()
 
 
 def _limit_headers(response: httpx.Response) -> tuple[int, int, int]:
@@ -222,13 +225,13 @@ async def test_calls_already_made_count_against_a_lowered_limit(
 
 
 async def test_redis_counters_are_shared_by_replicas(
-    client: httpx.AsyncClient, org: Org, ctx: AppContext
+    client: httpx.AsyncClient, org: Org, ctx: AppContext, wiring: Wiring
 ) -> None:
     prefix = f"signoff-test-{uuid.uuid4().hex}"
-    ctx.limiter = RateLimiter(_redis_url(), key_prefix=prefix)
-    replica_ctx = AppContext.from_settings(ctx.settings)
+    wiring.limiter = RateLimiter(_redis_url(), key_prefix=prefix)
+    replica_ctx = Wiring.from_settings(ctx.settings)
     replica_ctx.limiter = RateLimiter(_redis_url(), key_prefix=prefix)
-    replica = create_app(ctx.settings, ctx=replica_ctx, background=False)
+    replica = create_app(ctx.settings, wiring=replica_ctx, background=False)
     transport = httpx.ASGITransport(app=replica, client=("203.0.113.7", 50001))
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://b.test") as other:
@@ -240,15 +243,15 @@ async def test_redis_counters_are_shared_by_replicas(
                 limited = await target.get("/api/v1/me", headers=org.member.headers)
                 assert_error(limited, 429, "RATE_LIMITED")
     finally:
-        await ctx.limiter.reset()
+        await wiring.limiter.reset()
         await replica_ctx.close()
 
 
 async def test_an_unreachable_redis_lets_calls_through(
-    client: httpx.AsyncClient, org: Org, ctx: AppContext
+    client: httpx.AsyncClient, org: Org, ctx: AppContext, wiring: Wiring
 ) -> None:
     """An approval gateway that stops approving because a cache is down does more harm."""
-    ctx.limiter = RateLimiter("redis://127.0.0.1:1/0")
+    wiring.limiter = RateLimiter("redis://127.0.0.1:1/0")
     for _ in range(HOURLY + 2):
         response = await client.get("/api/v1/me", headers=org.member.headers)
         assert response.status_code == 200

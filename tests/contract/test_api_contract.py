@@ -38,8 +38,8 @@ from schemathesis import GenerationMode
 
 from signoff.app import create_app
 from signoff.config import Settings
-from signoff.context import AppContext
 from signoff.migrations import upgrade_to_head
+from signoff.wiring import Wiring
 from tests.conftest import (
     POSTGRES_URL,
     _create_pg_database,
@@ -150,11 +150,11 @@ def _database(backend: str, directory: Path) -> Iterator[str]:
 
 
 async def _an_org(settings: Settings) -> tuple[str, str]:
-    ctx = AppContext.from_settings(settings)
+    wiring = Wiring.from_settings(settings)
     try:
-        org = await create_org(ctx, "Contract", members=1)
+        org = await create_org(wiring.ctx, "Contract", members=1)
     finally:
-        await ctx.close()
+        await wiring.close()
     return org.admin.api_key, org.admin.user_id
 
 

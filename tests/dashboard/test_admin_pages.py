@@ -14,6 +14,7 @@ import pytest
 from bench.receiver import Receiver, Reply
 
 from signoff.context import AppContext
+from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval
 from tests.dashboard.support import (
     browser_client,
@@ -89,7 +90,7 @@ def last_used_of(page: str, name: str) -> str:
 
 
 async def test_connections_show_when_their_key_was_last_used(
-    ctx: AppContext, app: Any, client: httpx.AsyncClient, org: Org
+    ctx: AppContext, wiring: Wiring, app: Any, client: httpx.AsyncClient, org: Org
 ) -> None:
     async with browser_client(app) as admin:
         await signed_in(ctx, admin, org.admin)
@@ -102,7 +103,7 @@ async def test_connections_show_when_their_key_was_last_used(
         )
         headers = {"Authorization": f"Bearer {key}"}
         assert (await client.get("/api/v1/me", headers=headers)).status_code == 200
-        await ctx.connection_use.settled()  # recorded off the call's path
+        await wiring.callers.connection_use.settled()  # recorded off the call's path
         page = (await admin.get("/admin/connections")).text
         assert last_used_of(page, "nightly-job") == "just now"
         row = next(r for r in re.findall(r"<tr[^>]*>.*?</tr>", page, re.S) if "nightly-job" in r)
@@ -114,7 +115,7 @@ async def test_connections_show_when_their_key_was_last_used(
                 c.name: c.last_used_at for c in await uow.orgs.list_connections(uuid.UUID(org.id))
             }
         assert (await client.get("/api/v1/me", headers=headers)).status_code == 200
-        await ctx.connection_use.settled()
+        await wiring.callers.connection_use.settled()
         async with ctx.reading() as uow:
             again = {
                 c.name: c.last_used_at for c in await uow.orgs.list_connections(uuid.UUID(org.id))

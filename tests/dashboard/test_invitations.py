@@ -22,6 +22,7 @@ from sqlalchemy import select, update
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.models import PasswordLink, User
+from signoff.wiring import Wiring
 from tests.conftest import Org
 from tests.dashboard.support import browser_client, post_form, sign_in, signed_in
 from tests.helpers import NO_SWEEP
@@ -256,9 +257,11 @@ async def test_a_newer_link_retires_the_older_one(
         ).status_code == 303
 
 
-async def test_a_mail_server_that_refuses_is_said_so(ctx: AppContext, app: Any, org: Org) -> None:
+async def test_a_mail_server_that_refuses_is_said_so(
+    ctx: AppContext, wiring: Wiring, app: Any, org: Org
+) -> None:
     """The user is added; the admin is told the mail did not go, and can send it again."""
-    ctx.notifications.smtp = type(ctx.notifications.smtp)(  # type: ignore[misc]
+    wiring.notifications.smtp = type(wiring.notifications.smtp)(  # type: ignore[misc]
         host="127.0.0.1", port=9, username=None, password=None, implicit_tls=False, starttls=False
     )
     async with browser_client(app) as admin:

@@ -17,6 +17,7 @@ import pytest
 
 from signoff.context import AppContext
 from signoff.dashboard.activity import describe_event
+from signoff.wiring import Wiring
 from signoff.worker.sweeper import sweep_expired_once
 from tests.conftest import Org, create_approval
 from tests.dashboard.support import browser_client, signed_in
@@ -105,13 +106,13 @@ async def test_the_request_page_names_it_by_number_and_tells_its_activity_in_wor
 
 
 async def test_an_expired_and_a_cancelled_request_say_so(
-    ctx: AppContext, client: httpx.AsyncClient, org: Org
+    ctx: AppContext, wiring: Wiring, client: httpx.AsyncClient, org: Org
 ) -> None:
     deadline = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     expiring = await create_approval(client, org.admin, expires_at=deadline)
     cancelled = await create_approval(client, org.member)
     await backdate_expiry(ctx, expiring["id"])
-    assert await sweep_expired_once(ctx) == 1
+    assert await sweep_expired_once(ctx, wiring.poisoned) == 1
     deleted = await client.delete(
         f"/api/v1/approvals/{cancelled['id']}", headers=org.member.headers
     )

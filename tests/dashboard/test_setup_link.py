@@ -20,6 +20,7 @@ from signoff.context import AppContext
 from signoff.dashboard import service as dashboard_service
 from signoff.models import Organization, User
 from signoff.orgs import service as orgs_service
+from signoff.wiring import Wiring
 from tests.conftest import eventually
 from tests.dashboard.support import browser_client
 from tests.helpers import NO_SWEEP
@@ -59,8 +60,8 @@ async def _counts(ctx: AppContext) -> tuple[int, int]:
 async def _second_replica(ctx: AppContext) -> AsyncIterator[httpx.AsyncClient]:
     """Another app on the same database, with engines (and, on SQLite, a writer queue)
     of its own: what a second ``signoff serve`` process is to the database."""
-    other = AppContext.from_settings(ctx.settings)
-    application = create_app(other.settings, ctx=other, background=False)
+    other = Wiring.from_settings(ctx.settings)
+    application = create_app(other.ctx.settings, wiring=other, background=False)
     try:
         async with (
             application.router.lifespan_context(application),

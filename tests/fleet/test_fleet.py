@@ -42,9 +42,10 @@ from sqlalchemy.engine import make_url
 
 from signoff.common.time import utcnow
 from signoff.config import normalize_database_url
-from signoff.context import REQUEST_CHANNEL, AppContext
 from signoff.migrations import upgrade_to_head
 from signoff.orgs import service as orgs_service
+from signoff.storage import REQUEST_CHANNEL
+from signoff.wiring import Wiring
 from tests.conftest import (
     POSTGRES_URL,
     REDIS_URL,
@@ -153,20 +154,20 @@ async def until_ready(base: str, process: Any, deadline: float) -> None:
 
 async def seed_org(database_url: str) -> tuple[Org, str]:
     """The org (connections with a high limit), and a key whose connection has a low one."""
-    ctx = AppContext.from_settings(
+    wiring = Wiring.from_settings(
         make_settings(database_url, rate_limit_default=1_000_000, rate_limit_ceiling=1_000_000)
     )
     try:
-        org = await create_org(ctx, "Fleet", members=2)
-        async with ctx.transaction() as uow:
+        org = await create_org(wiring.ctx, "Fleet", members=2)
+        async with wiring.ctx.transaction() as uow:
             owner = await uow.orgs.get_user(uuid.UUID(org.id), uuid.UUID(org.member.user_id))
             assert owner is not None
             limited = await orgs_service.create_connection(
-                uow.orgs, ctx.box, ctx.settings, uuid.UUID(org.id), owner=owner,
+                uow.orgs, wiring.ctx.box, wiring.ctx.settings, uuid.UUID(org.id), owner=owner,
                 name="limited", rate_limit=RATE_LIMIT, now=utcnow(),
             )  # fmt: skip
     finally:
-        await ctx.close()
+        await wiring.close()
     return org, limited.api_key
 
 

@@ -22,6 +22,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from signoff.context import AppContext
 from signoff.models import ApprovalRequest
 from signoff.models.webhooks import WebhookDelivery
+from signoff.wiring import Wiring
 from signoff.worker.sweeper import sweep_expired_once
 from tests.conftest import Org, create_approval
 from tests.helpers import NO_SWEEP, CallbackReceiver, backdate_expiry, stored_request
@@ -67,6 +68,7 @@ async def test_the_sweep_expires_every_other_request_and_parks_the_bad_one(
     org: Org,
     other_org: Org,
     ctx: AppContext,
+    wiring: Wiring,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     hour = datetime.now(UTC) + timedelta(hours=1)
@@ -82,22 +84,22 @@ async def test_the_sweep_expires_every_other_request_and_parks_the_bad_one(
             await backdate_expiry(ctx, request["id"])
 
         with caplog.at_level(logging.ERROR, logger="signoff.poison"):
-            assert await sweep_expired_once(ctx) == 5
+            assert await sweep_expired_once(ctx, wiring.poisoned) == 5
         for request in good:
             assert (await stored_request(ctx, request["id"])).status == "expired"
             assert len(await _deliveries_of(ctx, request["id"])) == 1
         assert (await stored_request(ctx, bad["id"])).status == "pending"
         assert await _deliveries_of(ctx, bad["id"]) == []
-        assert ctx.poisoned.counts["expiry"] == 1
+        assert wiring.poisoned.counts["expiry"] == 1
         assert any(bad["id"] in record.getMessage() for record in caplog.records)
 
         # Parked: the next sweeps leave it out instead of failing on it every second.
-        assert await sweep_expired_once(ctx) == 0
-        assert ctx.poisoned.counts["expiry"] == 1
+        assert await sweep_expired_once(ctx, wiring.poisoned) == 0
+        assert wiring.poisoned.counts["expiry"] == 1
 
 
 async def test_emergency_stop_cancels_the_rest_when_one_request_cannot_be_cancelled(
-    client: httpx.AsyncClient, org: Org, ctx: AppContext
+    client: httpx.AsyncClient, org: Org, ctx: AppContext, wiring: Wiring
 ) -> None:
     async with CallbackReceiver() as receiver:
         bad = await create_approval(client, org.member, callback_url=receiver.url)
@@ -116,11 +118,11 @@ async def test_emergency_stop_cancels_the_rest_when_one_request_cannot_be_cancel
             assert (await stored_request(ctx, request["id"])).status == "cancelled"
             assert len(await _deliveries_of(ctx, request["id"])) == 1
         assert (await stored_request(ctx, bad["id"])).status == "pending"
-        assert ctx.poisoned.counts["emergency_stop"] == 1
+        assert wiring.poisoned.counts["emergency_stop"] == 1
 
 
 async def test_a_delivery_that_cannot_be_signed_fails_alone(
-    client: httpx.AsyncClient, org: Org, ctx: AppContext
+    client: httpx.AsyncClient, org: Org, ctx: AppContext, wiring: Wiring
 ) -> None:
     async with CallbackReceiver() as receiver:
         headers = {"X-Team": "billing"}
@@ -148,7 +150,7 @@ async def test_a_delivery_that_cannot_be_signed_fails_alone(
             "/api/v1/webhooks", params={"request_id": bad["id"]}, headers=org.admin.headers
         )
         assert log.json()["data"][0]["error"] == "signing failed"
-        assert ctx.poisoned.counts["delivery"] == 1
+        assert wiring.poisoned.counts["delivery"] == 1
 
         other = await client.patch(
             f"/api/v1/approvals/{good['id']}",

@@ -18,6 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp import Client
 from signoff.app import create_app
 from signoff.context import AppContext
+from signoff.wiring import Wiring
 
 STARTUP_DEADLINE_SECONDS = 20.0
 
@@ -47,11 +48,11 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-async def live(ctx: AppContext) -> AsyncIterator[Live]:
+async def live(ctx: AppContext, wiring: Wiring) -> AsyncIterator[Live]:
     """The app, lifespan and all, served by uvicorn in this loop; ready once it says so."""
     port = _free_port()
     ctx.settings.public_url = f"http://127.0.0.1:{port}"
-    app = create_app(ctx.settings, ctx=ctx, background=False)
+    app = create_app(ctx.settings, wiring=wiring, background=False)
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     )

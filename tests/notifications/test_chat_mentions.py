@@ -18,6 +18,7 @@ from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.notifications.routing.document import RequestFacts
 from signoff.notifications.sending import messages
+from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval
 from tests.notifications.support import (
     check_discord_message,
@@ -115,14 +116,14 @@ def body_of(received: Received) -> dict[str, Any]:
 
 
 async def test_mentions_and_links_in_a_request_reach_no_chat_raw(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
     async with Receiver() as slack, Receiver() as teams, Receiver() as discord:
         await route_chats(api, org, slack.url, teams.url, discord.url)
         await create_approval(
             api, org.member, title=TITLE, description=DESCRIPTION, metadata=METADATA
         )
-        assert await ctx.notifications.run_once() == 3
+        assert await wiring.notifications.run_once() == 3
         [slack_call], [teams_call], [discord_call] = (
             slack.received,
             teams.received,
@@ -154,13 +155,13 @@ async def test_mentions_and_links_in_a_request_reach_no_chat_raw(
 
 
 async def test_digests_list_such_titles_inert(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
     async with Receiver() as slack, Receiver() as teams, Receiver() as discord:
         await route_chats(api, org, slack.url, teams.url, discord.url)
         for suffix in ("1", "2"):
             await create_approval(api, org.member, title=TITLE + suffix, description=DESCRIPTION)
-        assert await ctx.notifications.run_once() == 6
+        assert await wiring.notifications.run_once() == 6
         [slack_call], [teams_call], [discord_call] = (
             slack.received,
             teams.received,

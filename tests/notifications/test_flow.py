@@ -12,6 +12,7 @@ import pytest
 from bench.receiver import Receiver
 
 from signoff.context import AppContext
+from signoff.wiring import Wiring
 from tests.conftest import Org, assert_error, create_approval
 from tests.notifications.support import (
     MailBox,
@@ -51,7 +52,7 @@ async def put_routing(api: httpx.AsyncClient, org: Org, document: dict[str, Any]
 
 
 async def test_a_matching_request_reaches_every_channel_once(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     async with Receiver() as slack, Receiver() as teams, Receiver() as discord:
         await put_routing(api, org, routing(slack.url, teams.url, discord.url))
@@ -62,7 +63,7 @@ async def test_a_matching_request_reaches_every_channel_once(
             source="github",
             metadata={"service": "billing", "version": "2.4.1"},
         )
-        assert await ctx.notifications.run_once() == 4
+        assert await wiring.notifications.run_once() == 4
         [mail] = mailbox.mails
         [slack_call] = slack.received
         [teams_call] = teams.received
@@ -103,26 +104,26 @@ async def test_a_matching_request_reaches_every_channel_once(
 
 
 async def test_a_create_wakes_the_sender_once_committed(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     # The sender then sends within moments, not at its next poll. On SQLite the create's
     # transaction is shared with other writers (group commit), which once hid its mark.
     await put_routing(
         api, org, {"channels": {"mail": {"type": "email"}}, "rules": [{"channels": ["mail"]}]}
     )
-    ctx.notifications.wakeup.clear()
+    wiring.notifications.wakeup.clear()
     await create_approval(api, org.member)
-    assert ctx.notifications.wakeup.is_set()
-    assert await ctx.notifications.run_once() == len(mailbox.mails) > 0
+    assert wiring.notifications.wakeup.is_set()
+    assert await wiring.notifications.run_once() == len(mailbox.mails) > 0
 
 
 async def test_requests_no_rule_matches_notify_nobody(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     async with Receiver() as slack:
         await put_routing(api, org, routing(slack.url, slack.url, slack.url))
         created = await create_approval(api, org.member, action_type="billing.refund")
-        assert await ctx.notifications.run_once() == 0
+        assert await wiring.notifications.run_once() == 0
     assert mailbox.mails == [] and slack.received == []
     log = await api.get(
         f"/api/v1/approvals/{created['id']}/notifications", headers=org.member.headers
@@ -131,12 +132,12 @@ async def test_requests_no_rule_matches_notify_nobody(
 
 
 async def test_one_click_link_gets_never_decide_and_post_decides_once(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     async with Receiver() as chat:
         await put_routing(api, org, routing(chat.url, chat.url, chat.url))
         created = await create_approval(api, org.member, action_type="deploy.web")
-        await ctx.notifications.run_once()
+        await wiring.notifications.run_once()
     path = urlsplit(mailbox.mails[0].link("Approve")).path
 
     for _ in range(10):  # a mail scanner, a link preview, the person twice...
@@ -162,12 +163,12 @@ async def test_one_click_link_gets_never_decide_and_post_decides_once(
 
 
 async def test_foreign_unknown_and_channel_links_get_clear_pages(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     async with Receiver() as chat:
         await put_routing(api, org, routing(chat.url, chat.url, chat.url))
         await create_approval(api, org.member, action_type="deploy.web")
-        await ctx.notifications.run_once()
+        await wiring.notifications.run_once()
         slack_body = next(orjson.loads(r.body) for r in chat.received if b'"blocks"' in r.body)
     unknown = await api.get("/links/" + "x" * 43)
     assert unknown.status_code == 404 and "Link not valid" in unknown.text
@@ -232,7 +233,7 @@ async def test_secrets_are_masked_and_kept_when_sent_back_masked(
 
 
 async def test_the_webhook_channel_sends_a_signed_event(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
     from standardwebhooks.webhooks import Webhook
 
@@ -246,7 +247,7 @@ async def test_the_webhook_channel_sends_a_signed_event(
         assert response.status_code == 200
         assert secret not in response.text
         created = await create_approval(api, org.member, metadata={"ticket": "OPS-1"})
-        await ctx.notifications.run_once()
+        await wiring.notifications.run_once()
         [call] = receiver.received
     event = Webhook(secret).verify(call.body, call.headers)
     assert event["type"] == "approval.created"

@@ -14,6 +14,7 @@ import pytest
 
 from signoff.app import create_app
 from signoff.context import AppContext
+from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval
 from tests.dashboard.support import browser_client, signed_in
 from tests.notifications.support import MailBox
@@ -28,9 +29,9 @@ METADATA = {"repo": "acme/billing", "sha": "9f2c1e7"}
 
 
 @pytest.fixture
-async def app(ctx: AppContext) -> AsyncIterator[Any]:
+async def app(ctx: AppContext, wiring: Wiring) -> AsyncIterator[Any]:
     """The app without its background loops: the tests run the sender's rounds."""
-    application = create_app(ctx.settings, ctx=ctx, background=False)
+    application = create_app(ctx.settings, wiring=wiring, background=False)
     async with application.router.lifespan_context(application):
         yield application
 
@@ -42,13 +43,17 @@ async def api(app: Any) -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def mailed_link(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox, **request: Any
+    api: httpx.AsyncClient,
+    wiring: Wiring,
+    org: Org,
+    mailbox: MailBox,
+    **request: Any,
 ) -> tuple[str, dict[str, Any]]:
     """A request mailed to member1, and the path of the mail's Approve link."""
     routed = await api.put("/api/v1/routing", json=MAIL_TO_MEMBER1, headers=org.admin.headers)
     assert routed.status_code == 200, routed.text
     created = await create_approval(api, org.member, metadata=METADATA, **request)
-    await ctx.notifications.run_once()
+    await wiring.notifications.run_once()
     return urlsplit(mailbox.mails[-1].link("Approve")).path, created
 
 
@@ -59,9 +64,9 @@ def section(html: str, css_class: str) -> str:
 
 
 async def test_the_page_says_whose_vote_and_nests_the_metadata(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
-    path, _ = await mailed_link(api, ctx, org, mailbox)
+    path, _ = await mailed_link(api, wiring, org, mailbox)
     page = await api.get(path)
     assert page.status_code == 200
     html = page.text
@@ -84,10 +89,10 @@ async def test_the_page_says_whose_vote_and_nests_the_metadata(
 
 
 async def test_signed_in_the_vote_is_the_signed_in_person_s(
-    app: Any, ctx: AppContext, org: Org, mailbox: MailBox
+    app: Any, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     async with browser_client(app) as api:
-        path, _ = await mailed_link(api, ctx, org, mailbox)
+        path, _ = await mailed_link(api, wiring, org, mailbox)
         await signed_in(ctx, api, org.members[0])
         page = await api.get(path)
     assert page.status_code == 200
@@ -96,10 +101,10 @@ async def test_signed_in_the_vote_is_the_signed_in_person_s(
 
 
 async def test_a_used_link_tells_members_what_was_decided_by_whom_and_when(
-    app: Any, ctx: AppContext, org: Org, other_org: Org, mailbox: MailBox
+    app: Any, ctx: AppContext, wiring: Wiring, org: Org, other_org: Org, mailbox: MailBox
 ) -> None:
     async with browser_client(app) as anonymous:
-        path, created = await mailed_link(anonymous, ctx, org, mailbox, title="Rotate keys")
+        path, created = await mailed_link(anonymous, wiring, org, mailbox, title="Rotate keys")
         done = await anonymous.post(path)
         assert done.status_code == 200 and "You approved this request" in done.text
         assert f"Recorded as the vote of <strong>{org.members[0].name}</strong>" in done.text
@@ -132,10 +137,10 @@ async def test_a_used_link_tells_members_what_was_decided_by_whom_and_when(
 
 
 async def test_a_request_decided_elsewhere_shows_its_outcome_to_members_only(
-    app: Any, ctx: AppContext, org: Org, mailbox: MailBox
+    app: Any, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     async with browser_client(app) as anonymous:
-        path, created = await mailed_link(anonymous, ctx, org, mailbox, title="Rotate keys")
+        path, created = await mailed_link(anonymous, wiring, org, mailbox, title="Rotate keys")
         rejected = await anonymous.patch(
             f"/api/v1/approvals/{created['id']}",
             json={"decision": "reject"},

@@ -11,6 +11,7 @@ import pytest
 from bench.receiver import Receiver
 
 from signoff.context import AppContext
+from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval
 from tests.dashboard.support import signed_in
 from tests.notifications.support import MailBox
@@ -50,16 +51,16 @@ async def log_of(api: httpx.AsyncClient, org: Org, request_id: str) -> list[tupl
 
 
 async def test_sent_rows_survive_a_rename_and_a_removal_and_pending_ones_are_cancelled(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     clock = Clock()
-    ctx.notifications.clock = clock
+    wiring.notifications.clock = clock
     person = org.members[1]
     async with Receiver() as slack:
         channels = {"mail": {"type": "email"}, "ops": {"type": "slack", "webhook_url": slack.url}}
         await put(api, org, document(channels, ["mail", "ops"], org))
         created = await create_approval(api, org.member)
-        assert await ctx.notifications.run_once() == 2
+        assert await wiring.notifications.run_once() == 2
         assert len(mailbox.mails) == 1 and len(slack.received) == 1
 
         # "mail" renamed "people", "ops" removed.
@@ -75,7 +76,7 @@ async def test_sent_rows_survive_a_rename_and_a_removal_and_pending_ones_are_can
 
         # The reminders' time comes: nothing goes out through the channels that left.
         clock.advance(31)
-        assert await ctx.notifications.run_once() == 0
+        assert await wiring.notifications.run_once() == 0
         assert len(mailbox.mails) == 1 and len(slack.received) == 1
 
         # A new channel under an old name does not take over the old rows.
@@ -92,18 +93,18 @@ async def test_sent_rows_survive_a_rename_and_a_removal_and_pending_ones_are_can
 
 
 async def test_a_channel_that_changes_type_keeps_its_log_and_sends_no_old_plan(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     clock = Clock()
-    ctx.notifications.clock = clock
+    wiring.notifications.clock = clock
     async with Receiver() as teams:
         await put(api, org, document({"ops": {"type": "email"}}, ["ops"], org))
         created = await create_approval(api, org.member)
-        assert await ctx.notifications.run_once() == 1
+        assert await wiring.notifications.run_once() == 1
         retyped = {"ops": {"type": "teams", "webhook_url": teams.url}}
         await put(api, org, document(retyped, ["ops"], org))
         clock.advance(31)
-        assert await ctx.notifications.run_once() == 0
+        assert await wiring.notifications.run_once() == 0
         assert teams.received == []
     email = org.members[1].email
     assert await log_of(api, org, created["id"]) == [

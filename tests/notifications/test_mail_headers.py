@@ -14,6 +14,7 @@ import pytest
 from signoff.auth.principal import OrgMember
 from signoff.context import AppContext
 from signoff.notifications.sending import messages
+from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval
 from tests.notifications.support import Mail, MailBox
 from tests.notifications.test_schedule import Clock, put
@@ -33,7 +34,7 @@ def _header_lines(mail: Mail) -> list[str]:
 
 
 async def test_a_line_break_in_a_title_is_folded_in_the_subject_and_kept_in_the_body(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     await put(api, org, {"audience": {"users": ["member1@acme.example"]}})
     titles = {}
@@ -41,7 +42,7 @@ async def test_a_line_break_in_a_title_is_folded_in_the_subject_and_kept_in_the_
         title = f"Deploy{brk}  billing {brk}now"
         created = await create_approval(api, org.member, title=title, description=title)
         titles[created["id"]] = (title, brk)
-    assert await ctx.notifications.run_once() == len(titles)
+    assert await wiring.notifications.run_once() == len(titles)
     mails = await mailbox.wait_for(len(titles))
     assert len(mails) == len(titles)
 
@@ -80,13 +81,13 @@ def test_header_text_is_one_line_of_collapsed_whitespace() -> None:
 
 
 async def test_every_mail_has_a_date_and_a_message_id(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     clock = Clock()
-    ctx.notifications.clock = clock
+    wiring.notifications.clock = clock
     await put(api, org, {"audience": "admins"})
     await create_approval(api, org.member)
-    await ctx.notifications.run_once()
+    await wiring.notifications.run_once()
     [mail] = await mailbox.wait_for(1)
     sent = email.utils.parsedate_to_datetime(str(mail.message["Date"]))
     assert abs(sent - clock.now) < timedelta(seconds=5)
@@ -98,10 +99,10 @@ async def test_every_mail_has_a_date_and_a_message_id(
 
 
 async def test_the_mails_about_one_request_are_one_thread_per_person(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     clock = Clock()
-    ctx.notifications.clock = clock
+    wiring.notifications.clock = clock
     await put(
         api,
         org,
@@ -115,10 +116,10 @@ async def test_the_mails_about_one_request_are_one_thread_per_person(
     expires = (clock.now + timedelta(minutes=100)).isoformat()
     first = await create_approval(api, org.member, expires_at=expires)
     other = await create_approval(api, org.member, expires_at=expires)
-    await ctx.notifications.run_once()
+    await wiring.notifications.run_once()
     for minutes in (31, 30, 20):  # the reminder, the escalation, the expiry warning
         clock.advance(minutes)
-        await ctx.notifications.run_once()
+        await wiring.notifications.run_once()
     mails = await mailbox.wait_for(16)
     assert len(mails) == 16  # 2 requests x 2 people x 4 kinds
 
@@ -147,13 +148,13 @@ async def test_the_mails_about_one_request_are_one_thread_per_person(
 
 
 async def test_the_first_mails_id_is_derived_from_the_request_and_the_person(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     # Nothing stored: any sender, after any restart (or a retry of this very mail),
     # gives the same id from the request and the person.
     await put(api, org, {"audience": {"users": ["member1@acme.example"]}})
     created = await create_approval(api, org.member)
-    await ctx.notifications.run_once()
+    await wiring.notifications.run_once()
     [mail] = await mailbox.wait_for(1)
     again = messages.mail_ids(
         "created",
@@ -166,7 +167,7 @@ async def test_the_first_mails_id_is_derived_from_the_request_and_the_person(
 
 
 async def test_the_routing_pages_test_mail_has_a_date_and_an_id_of_its_own(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     await put(api, org, {"audience": "admins"})
     admin = OrgMember(
@@ -179,7 +180,7 @@ async def test_the_routing_pages_test_mail_has_a_date_and_an_id_of_its_own(
         role="admin",
     )
     for _ in range(2):
-        result = await ctx.notifications.send_test(uuid.UUID(org.id), "mail", admin)
+        result = await wiring.notifications.send_test(uuid.UUID(org.id), "mail", admin)
         assert result is not None and result.success, result
     mails = await mailbox.wait_for(2)
     assert all(m.message["Date"] and m.message["In-Reply-To"] is None for m in mails)

@@ -18,6 +18,7 @@ from sqlalchemy import select
 from signoff.context import AppContext
 from signoff.models import Notification, NotificationAttempt
 from signoff.notifications.sending import sender as sender_module
+from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval
 from tests.notifications.support import check_slack_message
 from tests.notifications.test_schedule import Clock
@@ -69,17 +70,17 @@ async def _rows(ctx: AppContext) -> tuple[dict[uuid.UUID, str], Counter[uuid.UUI
 
 
 async def test_a_burst_read_and_recorded_in_pieces_is_one_digest_per_channel_with_every_row(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, small_pieces: None
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, small_pieces: None
 ) -> None:
     """Two channels' rows interleave across the read pieces (each piece reads the
     channels it has not seen); 7 requests: 14 rows, 4 pieces read, 4 recorded."""
-    ctx.notifications.clock = Clock()
+    wiring.notifications.clock = Clock()
     async with Receiver() as first, Receiver() as second:
         await _route_to(api, org, first.url, second.url)
         titles = {f"Piece {number}" for number in range(7)}
         for title in sorted(titles):
             await create_approval(api, org.member, title=title)
-        assert await ctx.notifications.run_once() == 14
+        assert await wiring.notifications.run_once() == 14
         [one] = first.received
         [other] = second.received
     assert _titles(one.body) == titles
@@ -92,12 +93,13 @@ async def test_a_burst_read_and_recorded_in_pieces_is_one_digest_per_channel_wit
 async def test_a_sender_dead_between_two_record_pieces_sends_only_the_rest_again(
     api: httpx.AsyncClient,
     ctx: AppContext,
+    wiring: Wiring,
     org: Org,
     small_pieces: None,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = Clock()
-    sender = ctx.notifications
+    sender = wiring.notifications
     sender.clock = clock
     recorded = sender._record_piece
     calls = 0

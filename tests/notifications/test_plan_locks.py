@@ -29,6 +29,7 @@ from signoff.notifications.repository import NotificationRepository
 from signoff.notifications.sending.messages import KIND_HEADLINES
 from signoff.notifications.sending.sender import PLAN_LIMIT
 from signoff.storage.asyncpg_shape import asyncpg_dsn
+from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval, eventually
 from tests.notifications.support import MailBox
 from tests.notifications.test_flow import put_routing, routing
@@ -164,7 +165,12 @@ async def until_it_waits_for(
 
 
 async def test_a_decision_that_waited_for_the_planning_lets_no_reminder_out(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox, backend: str
+    api: httpx.AsyncClient,
+    ctx: AppContext,
+    wiring: Wiring,
+    org: Org,
+    mailbox: MailBox,
+    backend: str,
 ) -> None:
     """A decision made while the planner writes its request's reminders, and waiting for
     that transaction: none of those reminders, nor the escalation, goes out, while a
@@ -176,7 +182,7 @@ async def test_a_decision_that_waited_for_the_planning_lets_no_reminder_out(
     voids them. On SQLite the decision joins the planning's transaction after it, and
     voids them itself."""
     clock = Clock()
-    ctx.notifications.clock = clock
+    wiring.notifications.clock = clock
     async with Receiver() as events:
         await put_routing(api, org, reminding(events.url))
         decided = await create_approval(api, org.member, title=DECIDED)
@@ -205,11 +211,11 @@ async def test_a_decision_that_waited_for_the_planning_lets_no_reminder_out(
         left = ("pending", None) if backend == "postgres" else ("cancelled", "request decided")
         assert await scheduled_rows(api, org, decided["id"]) == each_scheduled_row(*left)
 
-        await asyncio.wait_for(ctx.notifications.run_once(), timeout=10)  # the created ones
+        await asyncio.wait_for(wiring.notifications.run_once(), timeout=10)  # the created ones
         created = messages_sent(mailbox, events)
         assert (WAITING, "member1@acme.example", "created") in created
         clock.advance(100)  # past both reminders (30, 60 min) and the escalation (90)
-        await asyncio.wait_for(ctx.notifications.run_once(), timeout=10)
+        await asyncio.wait_for(wiring.notifications.run_once(), timeout=10)
         later = messages_sent(mailbox, events)
         for message in created:
             later.remove(message)

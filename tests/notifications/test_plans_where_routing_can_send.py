@@ -23,6 +23,7 @@ from signoff.notifications.planning.repository import NOTIFY_CHANNEL as PLAN_CHA
 from signoff.notifications.repository import NotificationRepository
 from signoff.notifications.sending.sender import PLAN_LIMIT
 from signoff.storage import Notifier
+from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval, eventually
 from tests.notifications.support import CHANNEL_MATCHING_NOTHING, MailBox
 from tests.notifications.test_flow import put_routing
@@ -59,6 +60,7 @@ def plan_wakeups_sent(ctx: AppContext, monkeypatch: pytest.MonkeyPatch) -> list[
 async def test_a_chain_writes_plans_and_wakes_workers_only_where_routing_can_send(
     api: httpx.AsyncClient,
     ctx: AppContext,
+    wiring: Wiring,
     org: Org,
     settings: Settings,
     backend: str,
@@ -100,13 +102,13 @@ async def test_a_chain_writes_plans_and_wakes_workers_only_where_routing_can_sen
     written = 0
     async with heard(settings, PLAN_CHANNEL) if backend == "postgres" else _nothing() as told:
         for change, opens in changes:
-            ctx.notifications.wakeup.clear()
+            wiring.notifications.wakeup.clear()
             heard_before = len(told)
             await change()
             planned = routed and opens
             written += planned
             assert await plan_rows(ctx, request["id"]) == written
-            assert ctx.notifications.wakeup.is_set() is planned
+            assert wiring.notifications.wakeup.is_set() is planned
             if backend == "postgres" and planned:
                 await eventually(
                     lambda before=heard_before: len(told) > before, "the plan's notification"
@@ -133,7 +135,7 @@ class _nothing:
 
 
 async def test_routing_saved_later_applies_to_what_is_created_or_opened_after_it(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     before = await create_approval(api, org.admin, is_sequential=True)
     assert await plan_rows(ctx, before["id"]) == 0
@@ -143,7 +145,7 @@ async def test_routing_saved_later_applies_to_what_is_created_or_opened_after_it
         {"channels": {"mail": {"type": "email"}}, "rules": [{"channels": ["mail"]}]},
     )
     after = await create_approval(api, org.admin, is_sequential=True)
-    await ctx.notifications.run_once()
+    await wiring.notifications.run_once()
 
     async def kinds(request: dict[str, Any]) -> list[str]:
         log = await api.get(
@@ -157,6 +159,6 @@ async def test_routing_saved_later_applies_to_what_is_created_or_opened_after_it
     assert await kinds(after) == ["created"]
     # Its step opened after the routing was saved: that is planned, and sent.
     await set_chain(api, org.admin, before["id"], [org.member])
-    await ctx.notifications.run_once()
+    await wiring.notifications.run_once()
     assert await kinds(before) == ["step_opened"]
     assert any(mail.recipients == [org.member.email] for mail in mailbox.mails)

@@ -10,6 +10,7 @@ import pytest
 from bench.receiver import Receiver, Reply
 
 from signoff.context import AppContext
+from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval
 from tests.dashboard.support import signed_in
 from tests.notifications.support import MailBox
@@ -24,7 +25,7 @@ def notifications_section(page: str) -> str:
 
 
 async def test_the_request_page_shows_each_notification_its_recipient_and_outcome(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     async with Receiver(default=Reply(500)) as teams:
         secret_url = f"{teams.url}/webhookb2/SECRET-PATH"
@@ -41,7 +42,7 @@ async def test_the_request_page_shows_each_notification_its_recipient_and_outcom
         await signed_in(ctx, api, org.member)
         before = notifications_section((await api.get(f"/requests/{created['id']}")).text)
         assert before.startswith("Notifications 0 None.")  # planned by the worker's round
-        await ctx.notifications.run_once()
+        await wiring.notifications.run_once()
         [mail] = mailbox.mails
         page = (await api.get(f"/requests/{created['id']}")).text
 

@@ -14,7 +14,7 @@ import pytest
 from bench.receiver import Receiver
 
 from signoff.app import create_app
-from signoff.context import AppContext
+from signoff.wiring import Wiring
 from tests.conftest import Org, assert_error, create_approval, make_settings
 from tests.webhooks.test_ssrf import PRODUCTION, REFUSED_URLS
 
@@ -116,17 +116,17 @@ async def test_the_callbacks_allowlist_admits_channel_urls_too(
 
 
 @asynccontextmanager
-async def production_app(database_url: str) -> AsyncIterator[tuple[AppContext, httpx.AsyncClient]]:
+async def production_app(database_url: str) -> AsyncIterator[tuple[Wiring, httpx.AsyncClient]]:
     """Another app process over the same database, in production mode."""
-    ctx = AppContext.from_settings(make_settings(database_url, **PRODUCTION))
-    application = create_app(ctx.settings, ctx=ctx, background=False)
+    wiring = Wiring.from_settings(make_settings(database_url, **PRODUCTION))
+    application = create_app(wiring.ctx.settings, wiring=wiring, background=False)
     try:
         async with application.router.lifespan_context(application):
             transport = httpx.ASGITransport(app=application)
             async with httpx.AsyncClient(transport=transport, base_url="http://signoff.test") as c:
-                yield ctx, c
+                yield wiring, c
     finally:
-        await ctx.close()
+        await wiring.close()
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost"], ids=["address", "name"])

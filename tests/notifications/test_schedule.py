@@ -10,6 +10,7 @@ import pytest
 
 from signoff.common.time import utcnow
 from signoff.context import AppContext
+from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval
 from tests.notifications.support import MailBox
 
@@ -39,18 +40,18 @@ async def put(api: httpx.AsyncClient, org: Org, rule: dict[str, object]) -> None
     assert response.status_code == 200, response.text
 
 
-async def round_of(ctx: AppContext, mailbox: MailBox) -> list[tuple[str, str]]:
+async def round_of(wiring: Wiring, mailbox: MailBox) -> list[tuple[str, str]]:
     """One sender round; the (recipient, subject) of each mail it sent."""
     before = len(mailbox.mails)
-    await ctx.notifications.run_once()
+    await wiring.notifications.run_once()
     return [(m.recipients[0], str(m.message["Subject"])) for m in mailbox.mails[before:]]
 
 
 async def test_reminders_then_escalation_then_decision_cancels_the_rest(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     clock = Clock()
-    ctx.notifications.clock = clock
+    wiring.notifications.clock = clock
     await put(
         api,
         org,
@@ -64,23 +65,23 @@ async def test_reminders_then_escalation_then_decision_cancels_the_rest(
     expires = (clock.now + timedelta(minutes=200)).isoformat()
     created = await create_approval(api, org.member, expires_at=expires)
 
-    sent = await round_of(ctx, mailbox)
+    sent = await round_of(wiring, mailbox)
     assert [(to, subject.split(":")[0]) for to, subject in sent] == [
         ("member1@acme.example", "[high] Approval requested")
     ]
-    assert await round_of(ctx, mailbox) == []  # nothing else is due yet
+    assert await round_of(wiring, mailbox) == []  # nothing else is due yet
     clock.advance(29)
-    assert await round_of(ctx, mailbox) == []
+    assert await round_of(wiring, mailbox) == []
     clock.advance(2)
-    [(to, subject)] = await round_of(ctx, mailbox)
+    [(to, subject)] = await round_of(wiring, mailbox)
     assert to == "member1@acme.example" and "Reminder" in subject
     clock.advance(30)
-    [(to, subject)] = await round_of(ctx, mailbox)
+    [(to, subject)] = await round_of(wiring, mailbox)
     assert "Reminder" in subject
     clock.advance(30)
-    [(to, subject)] = await round_of(ctx, mailbox)
+    [(to, subject)] = await round_of(wiring, mailbox)
     assert to == "admin0@acme.example" and "Escalated" in subject
-    assert await round_of(ctx, mailbox) == []
+    assert await round_of(wiring, mailbox) == []
 
     decided = await api.patch(
         f"/api/v1/approvals/{created['id']}",
@@ -89,7 +90,7 @@ async def test_reminders_then_escalation_then_decision_cancels_the_rest(
     )
     assert decided.status_code == 200
     clock.advance(100)  # past the expiry warning's time (160 min)
-    assert await round_of(ctx, mailbox) == []
+    assert await round_of(wiring, mailbox) == []
     log = await api.get(
         f"/api/v1/approvals/{created['id']}/notifications", headers=org.admin.headers
     )
@@ -104,17 +105,17 @@ async def test_reminders_then_escalation_then_decision_cancels_the_rest(
 
 
 async def test_cancelling_cancels_pending_reminders(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     clock = Clock()
-    ctx.notifications.clock = clock
+    wiring.notifications.clock = clock
     await put(api, org, {"audience": "admins", "reminders": {"after_minutes": 5, "times": 3}})
     created = await create_approval(api, org.member)
-    await round_of(ctx, mailbox)
+    await round_of(wiring, mailbox)
     cancelled = await api.delete(f"/api/v1/approvals/{created['id']}", headers=org.member.headers)
     assert cancelled.status_code == 200
     clock.advance(60)
-    assert await round_of(ctx, mailbox) == []
+    assert await round_of(wiring, mailbox) == []
     log = await api.get(
         f"/api/v1/approvals/{created['id']}/notifications", headers=org.admin.headers
     )
@@ -127,11 +128,11 @@ async def test_cancelling_cancels_pending_reminders(
 
 
 async def test_a_sequential_chain_tells_each_approver_when_their_step_opens(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     await put(api, org, {"match": {"has_steps": True}, "audience": "step_approvers"})
     created = await create_approval(api, org.member, is_sequential=True)
-    assert await round_of(ctx, mailbox) == []  # no chain yet: the rule does not match
+    assert await round_of(wiring, mailbox) == []  # no chain yet: the rule does not match
     first, second = org.members[1], org.members[2]
     steps = await api.post(
         f"/api/v1/approvals/{created['id']}/steps",
@@ -144,7 +145,7 @@ async def test_a_sequential_chain_tells_each_approver_when_their_step_opens(
         headers=org.admin.headers,
     )
     assert steps.status_code == 201, steps.text
-    [(to, subject)] = await round_of(ctx, mailbox)
+    [(to, subject)] = await round_of(wiring, mailbox)
     assert to == first.email and "Your approval is requested" in subject
     step_id = steps.json()["data"][0]["id"]
     vote = await api.patch(
@@ -153,12 +154,12 @@ async def test_a_sequential_chain_tells_each_approver_when_their_step_opens(
         headers=first.headers,
     )
     assert vote.status_code == 200, vote.text
-    [(to, subject)] = await round_of(ctx, mailbox)
+    [(to, subject)] = await round_of(wiring, mailbox)
     assert to == second.email
 
 
 async def test_a_request_cancelled_before_planning_notifies_nobody(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     """The create only writes a plan; a cancel that comes before a worker plans it leaves
     no stale "approval requested" mail, and no reminders, behind."""
@@ -167,14 +168,14 @@ async def test_a_request_cancelled_before_planning_notifies_nobody(
     from signoff.models import NotificationPlan
 
     clock = Clock()
-    ctx.notifications.clock = clock
+    wiring.notifications.clock = clock
     await put(api, org, {"audience": "admins", "reminders": {"after_minutes": 5, "times": 2}})
     created = await create_approval(api, org.member)
     cancelled = await api.delete(f"/api/v1/approvals/{created['id']}", headers=org.member.headers)
     assert cancelled.status_code == 200
-    assert await round_of(ctx, mailbox) == []
+    assert await round_of(wiring, mailbox) == []
     clock.advance(60)
-    assert await round_of(ctx, mailbox) == []
+    assert await round_of(wiring, mailbox) == []
     log = await api.get(
         f"/api/v1/approvals/{created['id']}/notifications", headers=org.admin.headers
     )
@@ -185,7 +186,7 @@ async def test_a_request_cancelled_before_planning_notifies_nobody(
 
 
 async def test_a_step_decided_before_planning_is_not_announced_to_its_approver(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     await put(api, org, {"match": {"has_steps": True}, "audience": "step_approvers"})
     created = await create_approval(api, org.member, is_sequential=True)
@@ -208,16 +209,16 @@ async def test_a_step_decided_before_planning_is_not_announced_to_its_approver(
     )
     assert vote.status_code == 200, vote.text
     # Both openings are planned in one round: only the step still open is announced.
-    assert [to for to, _ in await round_of(ctx, mailbox)] == [second.email]
+    assert [to for to, _ in await round_of(wiring, mailbox)] == [second.email]
 
 
 async def test_the_background_sender_mails_right_after_the_commit(
-    ctx: AppContext, org: Org, mailbox: MailBox
+    ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     """With the worker loop running, the create's commit wakes it: no poll interval."""
     from signoff.app import create_app
 
-    application = create_app(ctx.settings, ctx=ctx, background=True)
+    application = create_app(ctx.settings, wiring=wiring, background=True)
     async with application.router.lifespan_context(application):
         transport = httpx.ASGITransport(app=application)
         async with httpx.AsyncClient(transport=transport, base_url="http://signoff.test") as api:
@@ -228,12 +229,12 @@ async def test_the_background_sender_mails_right_after_the_commit(
 
 
 async def test_a_failed_send_is_retried_with_backoff_and_logged_per_attempt(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
     from bench.receiver import Receiver, Reply
 
     clock = Clock()
-    ctx.notifications.clock = clock
+    wiring.notifications.clock = clock
     async with Receiver(replies=[Reply(500), Reply(503)], default=Reply(200)) as teams:
         document = {
             "channels": {"t": {"type": "teams", "webhook_url": teams.url}},
@@ -244,22 +245,22 @@ async def test_a_failed_send_is_retried_with_backoff_and_logged_per_attempt(
         ).status_code == 200
         created = await create_approval(api, org.member)
         url = f"/api/v1/approvals/{created['id']}/notifications"
-        await ctx.notifications.run_once()
+        await wiring.notifications.run_once()
         [row] = (await api.get(url, headers=org.admin.headers)).json()["data"]
         assert (row["status"], row["attempts"], row["error"]) == ("pending", 1, "non-2xx status")
-        await ctx.notifications.run_once()
+        await wiring.notifications.run_once()
         assert len(teams.received) == 1  # not due again yet
         clock.advance(5 / 60 + 0.01)  # the first retry comes after 5 s
-        await ctx.notifications.run_once()
+        await wiring.notifications.run_once()
         clock.advance(30 / 60 + 0.01)  # the second after 30 s more
-        await ctx.notifications.run_once()
+        await wiring.notifications.run_once()
         assert len(teams.received) == 3
     [row] = (await api.get(url, headers=org.admin.headers)).json()["data"]
     assert (row["status"], row["attempts"], row["error"]) == ("sent", 3, None)
 
 
 async def test_a_burst_becomes_one_slack_digest_per_interval_and_nothing_is_lost(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
     import orjson
     from bench.receiver import Receiver
@@ -267,7 +268,7 @@ async def test_a_burst_becomes_one_slack_digest_per_interval_and_nothing_is_lost
     from tests.notifications.support import check_slack_message
 
     clock = Clock()
-    ctx.notifications.clock = clock
+    wiring.notifications.clock = clock
     async with Receiver() as slack:
         document = {
             "channels": {"s": {"type": "slack", "webhook_url": slack.url}},
@@ -278,14 +279,14 @@ async def test_a_burst_becomes_one_slack_digest_per_interval_and_nothing_is_lost
         ).status_code == 200
         for number in range(30):
             await create_approval(api, org.member, title=f"Burst {number}")
-        await ctx.notifications.run_once()
+        await wiring.notifications.run_once()
         [digest] = slack.received
         for number in range(30, 33):
             await create_approval(api, org.member, title=f"Burst {number}")
-        await ctx.notifications.run_once()
+        await wiring.notifications.run_once()
         assert len(slack.received) == 1  # within the interval: they wait
         clock.advance(1.1 / 60)
-        await ctx.notifications.run_once()
+        await wiring.notifications.run_once()
         [_, second] = slack.received
     first = orjson.loads(digest.body)
     check_slack_message(first)
@@ -310,7 +311,7 @@ async def test_a_burst_becomes_one_slack_digest_per_interval_and_nothing_is_lost
 
 
 async def test_an_org_whose_stored_rules_no_longer_validate_holds_up_no_other_org(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     """Plans are taken in batches across orgs: one org's broken document (stored by an
     older version, say) skips that org, and the batch is planned for the others."""
@@ -337,7 +338,7 @@ async def test_an_org_whose_stored_rules_no_longer_validate_holds_up_no_other_or
         )
     await create_approval(api, other.member)
     await create_approval(api, org.member)
-    sent = await round_of(ctx, mailbox)
+    sent = await round_of(wiring, mailbox)
     assert [to for to, _ in sent] == ["admin0@acme.example"]
     async with ctx.reading() as uow:
         left = await uow.session.scalar(select(func.count()).select_from(NotificationPlan))
@@ -347,6 +348,7 @@ async def test_an_org_whose_stored_rules_no_longer_validate_holds_up_no_other_or
 async def test_a_plan_that_cannot_be_planned_is_parked_and_holds_up_nothing(
     api: httpx.AsyncClient,
     ctx: AppContext,
+    wiring: Wiring,
     org: Org,
     mailbox: MailBox,
     monkeypatch: pytest.MonkeyPatch,
@@ -370,28 +372,28 @@ async def test_a_plan_that_cannot_be_planned_is_parked_and_holds_up_nothing(
         return await plan_created(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(service, "_plan_created", failing_for_one)
-    sent = await round_of(ctx, mailbox)
+    sent = await round_of(wiring, mailbox)
     assert len(sent) == 1 and "Plans fine" in sent[0][1]
-    assert ctx.poisoned.counts[service.PLAN_JOB] == 1
-    assert await round_of(ctx, mailbox) == []  # parked: not retried at once
-    assert ctx.poisoned.counts[service.PLAN_JOB] == 1
+    assert wiring.poisoned.counts[service.PLAN_JOB] == 1
+    assert await round_of(wiring, mailbox) == []  # parked: not retried at once
+    assert wiring.poisoned.counts[service.PLAN_JOB] == 1
 
     monkeypatch.setattr(service, "_plan_created", plan_created)
-    waited = time.monotonic() + ctx.poisoned.retry_after_seconds + 1
-    ctx.poisoned.clock = lambda: waited  # its wait is over
-    sent = await round_of(ctx, mailbox)
+    waited = time.monotonic() + wiring.poisoned.retry_after_seconds + 1
+    wiring.poisoned.clock = lambda: waited  # its wait is over
+    sent = await round_of(wiring, mailbox)
     assert len(sent) == 1 and "Cannot be planned" in sent[0][1]
 
 
 async def test_a_channels_interval_counts_from_the_end_of_its_last_send(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
     """A slow send does not eat into the channel's interval: the next message may start an
     interval after the previous one was accepted, not after it was claimed."""
     from bench.receiver import Receiver
 
     clock = Clock()
-    sender = ctx.notifications
+    sender = wiring.notifications
     sender.clock = clock
     post_json = sender.http.post_json
 

@@ -18,6 +18,7 @@ from sqlalchemy import update
 from signoff.context import AppContext
 from signoff.models import User
 from signoff.notifications.decisions.slack import slack_signature
+from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval
 from tests.notifications.support import MailBox, check_slack_message, slack_buttons
 
@@ -77,7 +78,7 @@ def press(user: str, action: str, request_id: str, response_url: str) -> bytes:
 
 async def setup(
     api: httpx.AsyncClient,
-    ctx: AppContext,
+    wiring: Wiring,
     org: Org,
     webhook: str,
     rule: dict[str, Any] | None = None,
@@ -99,15 +100,15 @@ async def setup(
     response = await api.put("/api/v1/routing", json=document, headers=org.admin.headers)
     assert response.status_code == 200, response.text
     created = await create_approval(api, org.admin, **approval)
-    await ctx.notifications.run_once()
+    await wiring.notifications.run_once()
     return str(created["id"])
 
 
 async def test_a_signed_press_decides_and_updates_the_message(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
     async with Receiver() as webhook, Receiver() as response_url:
-        request_id = await setup(api, ctx, org, webhook.url)
+        request_id = await setup(api, wiring, org, webhook.url)
         [posted] = webhook.received
         message = orjson.loads(posted.body)
         check_slack_message(message)
@@ -136,10 +137,10 @@ async def test_a_signed_press_decides_and_updates_the_message(
 
 
 async def test_bad_signatures_and_stale_timestamps_get_401(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
     async with Receiver() as webhook, Receiver() as response_url:
-        request_id = await setup(api, ctx, org, webhook.url)
+        request_id = await setup(api, wiring, org, webhook.url)
         body = press("U_MEMBER", "approve", request_id, response_url.url)
         for headers in (
             signed(body, secret="not-the-secret"),
@@ -162,10 +163,10 @@ async def test_bad_signatures_and_stale_timestamps_get_401(
 
 
 async def test_an_unknown_slack_user_gets_an_ephemeral_refusal(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
     async with Receiver() as webhook, Receiver() as response_url:
-        request_id = await setup(api, ctx, org, webhook.url)
+        request_id = await setup(api, wiring, org, webhook.url)
         for user in ("U_STRANGER", "U_NOBODY"):
             body = press(user, "reject", request_id, response_url.url)
             answer = await api.post(
@@ -182,10 +183,10 @@ async def test_an_unknown_slack_user_gets_an_ephemeral_refusal(
 
 
 async def test_a_critical_request_under_the_setting_gets_a_sign_in_link_not_deciding_buttons(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
     async with Receiver() as webhook:
-        request_id = await setup(api, ctx, org, webhook.url, priority="critical")
+        request_id = await setup(api, wiring, org, webhook.url, priority="critical")
         [posted] = webhook.received
     message = orjson.loads(posted.body)
     check_slack_message(message)
@@ -199,12 +200,12 @@ async def test_a_critical_request_under_the_setting_gets_a_sign_in_link_not_deci
 
 
 async def test_a_press_deciding_a_critical_request_in_place_is_refused_with_a_link(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, slack_api: Receiver
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org, slack_api: Receiver
 ) -> None:
     # A forged press (or one on a message older than the setting): signed by the app, it
     # asks to approve a critical request in place.
     async with Receiver() as webhook, Receiver() as response_url:
-        request_id = await setup(api, ctx, org, webhook.url, priority="critical")
+        request_id = await setup(api, wiring, org, webhook.url, priority="critical")
         body = press("U_MEMBER", "approve", request_id, response_url.url)
         answer = await api.post(
             "/integrations/slack/interactions", content=body, headers=signed(body)
@@ -224,11 +225,11 @@ async def test_a_press_deciding_a_critical_request_in_place_is_refused_with_a_li
 
 
 async def test_with_the_setting_off_critical_requests_decide_in_place_until_it_is_on(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
     off = {"require_sign_in_for_critical": False}
     async with Receiver() as webhook, Receiver() as response_url:
-        first = await setup(api, ctx, org, webhook.url, off, priority="critical")
+        first = await setup(api, wiring, org, webhook.url, off, priority="critical")
         second = str((await create_approval(api, org.admin, priority="critical"))["id"])
         [posted] = webhook.received
         buttons = slack_buttons(orjson.loads(posted.body))
@@ -241,7 +242,7 @@ async def test_with_the_setting_off_critical_requests_decide_in_place_until_it_i
         [update] = await response_url.wait_for(1)
         assert orjson.loads(update.body)["replace_original"] is True
         # The setting turned on since: the second message's buttons no longer decide.
-        await setup(api, ctx, org, webhook.url)
+        await setup(api, wiring, org, webhook.url)
         body = press("U_MEMBER", "approve", second, response_url.url)
         answer = await api.post(
             "/integrations/slack/interactions", content=body, headers=signed(body)
@@ -255,7 +256,7 @@ async def test_with_the_setting_off_critical_requests_decide_in_place_until_it_i
 
 
 async def test_names_and_titles_reach_slack_escaped_in_messages_and_updates(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
     async with ctx.transaction() as uow:
         await uow.session.execute(
@@ -265,7 +266,7 @@ async def test_names_and_titles_reach_slack_escaped_in_messages_and_updates(
         )
     title = "Rotate keys <!here> <@U123> & <#C123>"
     async with Receiver() as webhook, Receiver() as response_url:
-        request_id = await setup(api, ctx, org, webhook.url, title=title)
+        request_id = await setup(api, wiring, org, webhook.url, title=title)
         [posted] = webhook.received
         body = press("U_MEMBER", "approve", request_id, response_url.url)
         answer = await api.post(

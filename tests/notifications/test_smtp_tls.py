@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from signoff.context import AppContext
+from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval
 from tests.notifications.support import MailBox, smtp_server
 
@@ -154,10 +155,15 @@ async def mail_the_admins(api: httpx.AsyncClient, org: Org) -> dict[str, Any]:
 
 
 async def test_mail_goes_over_tls_to_a_server_signed_by_the_trusted_ca(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox, tls_mode: str
+    api: httpx.AsyncClient,
+    ctx: AppContext,
+    wiring: Wiring,
+    org: Org,
+    mailbox: MailBox,
+    tls_mode: str,
 ) -> None:
     created = await mail_the_admins(api, org)
-    assert await ctx.notifications.run_once() == 1
+    assert await wiring.notifications.run_once() == 1
     [mail] = mailbox.mails
     assert mail.tls  # STARTTLS was taken, or TLS was spoken from the start
     assert mail.recipients == ["admin0@acme.example"]
@@ -171,12 +177,17 @@ async def test_mail_goes_over_tls_to_a_server_signed_by_the_trusted_ca(
 
 @pytest.mark.parametrize("trust_ca", [False])
 async def test_a_certificate_that_does_not_verify_fails_the_attempt_and_sends_nothing(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox, tls_mode: str
+    api: httpx.AsyncClient,
+    ctx: AppContext,
+    wiring: Wiring,
+    org: Org,
+    mailbox: MailBox,
+    tls_mode: str,
 ) -> None:
     """Without SIGNOFF_SMTP_CA_FILE the private CA is unknown: the client refuses the
     server, the attempt is logged with why, and the mail waits for its retry."""
     created = await mail_the_admins(api, org)
-    await ctx.notifications.run_once()
+    await wiring.notifications.run_once()
     assert mailbox.mails == []
     log = await api.get(
         f"/api/v1/approvals/{created['id']}/notifications", headers=org.admin.headers

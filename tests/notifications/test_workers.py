@@ -21,6 +21,7 @@ from sqlalchemy import func, select
 from signoff.app import create_app
 from signoff.context import AppContext
 from signoff.models import Notification, NotificationAttempt, NotificationPlan
+from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval
 from tests.webhooks.test_workers import worker_process
 
@@ -41,9 +42,9 @@ def settings_overrides() -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def api_without_worker(ctx: AppContext) -> AsyncIterator[httpx.AsyncClient]:
+async def api_without_worker(wiring: Wiring) -> AsyncIterator[httpx.AsyncClient]:
     """Only the worker processes send (like ``serve --no-worker``)."""
-    application = create_app(ctx.settings, ctx=ctx, background=False)
+    application = create_app(wiring.ctx.settings, wiring=wiring, background=False)
     async with application.router.lifespan_context(application):
         transport = httpx.ASGITransport(app=application)
         async with httpx.AsyncClient(transport=transport, base_url="http://signoff.test") as c:
@@ -80,7 +81,7 @@ async def plans_waiting(ctx: AppContext) -> int:
 
 
 async def test_a_worker_killed_mid_send_or_before_planning_is_finished_by_another(
-    ctx: AppContext, org: Org, database_url: str, tmp_path: Path
+    ctx: AppContext, wiring: Wiring, org: Org, database_url: str, tmp_path: Path
 ) -> None:
     """Worker A plans the first request and dies mid-send; the second request is created
     while A is stuck in that send and dies before planning it. Worker B plans the second
@@ -91,7 +92,7 @@ async def test_a_worker_killed_mid_send_or_before_planning_is_finished_by_anothe
             return Reply(hang=True)  # worker A's send: A dies holding the claim
         return Reply(200)
 
-    async with Receiver(script=script) as receiver, api_without_worker(ctx) as api:
+    async with Receiver(script=script) as receiver, api_without_worker(wiring) as api:
         await route_to_webhook(api, org, receiver.url)
         await create_approval(api, org.member)  # only a plan is written: nothing to send yet
         assert await statuses(ctx) == {} and await plans_waiting(ctx) == 1
@@ -122,11 +123,11 @@ async def test_a_worker_killed_mid_send_or_before_planning_is_finished_by_anothe
 # Competing workers are a PostgreSQL deployment (SKIP LOCKED claims).
 @pytest.mark.parametrize("test_database", ["postgres"], indirect=True)
 async def test_two_workers_send_each_notification_exactly_once(
-    ctx: AppContext, org: Org, database_url: str, tmp_path: Path
+    ctx: AppContext, wiring: Wiring, org: Org, database_url: str, tmp_path: Path
 ) -> None:
     total = 300
     spec = {**SENDER_SETTINGS, "notification_lease_seconds": 30.0}
-    async with Receiver() as receiver, api_without_worker(ctx) as api:
+    async with Receiver() as receiver, api_without_worker(wiring) as api:
         await route_to_webhook(api, org, receiver.url)
         async with (
             worker_process(database_url, tmp_path / "a.log", **spec),

@@ -17,6 +17,7 @@ from signoff.common.poison import PoisonedRows
 from signoff.common.time import format_timestamp, utcnow
 from signoff.config import Settings
 from signoff.context import AppContext
+from signoff.wiring import Wiring
 from tests.conftest import Org, assert_error, create_approval
 from tests.helpers import NO_SWEEP, backdate_expiry
 
@@ -133,14 +134,14 @@ async def test_metrics_need_no_api_key_and_are_not_rate_limited(
 
 @pytest.fixture
 async def token_client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    ctx = AppContext.from_settings(settings.model_copy(update={"metrics_token": "scrape-me"}))
-    application = create_app(ctx.settings, ctx=ctx, background=False)
+    wiring = Wiring.from_settings(settings.model_copy(update={"metrics_token": "scrape-me"}))
+    application = create_app(wiring.ctx.settings, wiring=wiring, background=False)
     transport = httpx.ASGITransport(app=application)
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://signoff.test") as c:
             yield c
     finally:
-        await ctx.close()
+        await wiring.close()
 
 
 async def test_a_metrics_token_is_required_when_set(token_client: httpx.AsyncClient) -> None:
@@ -152,8 +153,8 @@ async def test_a_metrics_token_is_required_when_set(token_client: httpx.AsyncCli
 
 
 async def test_metrics_can_be_switched_off(settings: Settings, org: Org) -> None:
-    ctx = AppContext.from_settings(settings.model_copy(update={"metrics_enabled": False}))
-    application = create_app(ctx.settings, ctx=ctx, background=False)
+    wiring = Wiring.from_settings(settings.model_copy(update={"metrics_enabled": False}))
+    application = create_app(wiring.ctx.settings, wiring=wiring, background=False)
     transport = httpx.ASGITransport(app=application)
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://signoff.test") as c:
@@ -161,4 +162,4 @@ async def test_metrics_can_be_switched_off(settings: Settings, org: Org) -> None
             listed = await c.get("/api/v1/approvals", headers=org.member.headers)
             assert listed.status_code == 200
     finally:
-        await ctx.close()
+        await wiring.close()

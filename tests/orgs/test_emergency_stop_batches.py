@@ -32,7 +32,8 @@ from signoff.config import get_settings
 from signoff.context import AppContext
 from signoff.models import ApprovalRequest, Organization, WebhookDelivery
 from signoff.unit_of_work import UnitOfWork
-from signoff.webhooks.dispatcher import FirstAttempt
+from signoff.webhooks.service import FirstAttempt
+from signoff.wiring import Wiring
 from tests.conftest import SECRET_KEY, Org, create_approval
 
 
@@ -41,9 +42,9 @@ class Crash(Exception):
 
 
 async def _create(
-    ctx: AppContext, org: Org, count: int, *, callback: bool = True
+    ctx: AppContext, wiring: Wiring, org: Org, count: int, *, callback: bool = True
 ) -> list[uuid.UUID]:
-    principal = await ctx.authenticate(org.member.api_key)
+    principal = await wiring.callers.authenticate(org.member.api_key)
     assert principal is not None
     body: dict[str, Any] = {"title": "t", "description": "d", "priority": "low"}
     if callback:
@@ -112,11 +113,11 @@ def _org_id(org: Org) -> uuid.UUID:
 
 
 async def test_every_pending_request_is_cancelled_batch_by_batch_with_its_callback(
-    ctx: AppContext, org: Org
+    ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
     org_id = _org_id(org)
-    with_callback = await _create(ctx, org, 6)
-    without = await _create(ctx, org, 1, callback=False)
+    with_callback = await _create(ctx, wiring, org, 6)
+    without = await _create(ctx, wiring, org, 1, callback=False)
     await _stop(ctx, org_id)
     batches = Batches()
 
@@ -133,10 +134,10 @@ async def test_every_pending_request_is_cancelled_batch_by_batch_with_its_callba
 
 
 async def test_a_stop_cut_short_leaves_the_rest_pending_and_running_it_again_finishes(
-    ctx: AppContext, org: Org
+    ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
     org_id = _org_id(org)
-    ids = await _create(ctx, org, 7)
+    ids = await _create(ctx, wiring, org, 7)
     await _stop(ctx, org_id)
 
     async def crash_after_first(uow: UnitOfWork, results: list[TransitionResult]) -> None:
@@ -165,10 +166,10 @@ async def test_a_stop_cut_short_leaves_the_rest_pending_and_running_it_again_fin
 
 
 async def test_a_request_settled_between_batches_is_not_cancelled_twice(
-    ctx: AppContext, org: Org
+    ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
     org_id = _org_id(org)
-    ids = await _create(ctx, org, 5)
+    ids = await _create(ctx, wiring, org, 5)
     await _stop(ctx, org_id)
     batches = Batches()
     settled: list[uuid.UUID] = []
@@ -193,11 +194,11 @@ async def test_a_request_settled_between_batches_is_not_cancelled_twice(
 
 
 async def test_a_request_created_while_the_stop_runs_is_cancelled_too(
-    ctx: AppContext, org: Org
+    ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
     """A caller that authenticated before the stop committed may still create one."""
     org_id = _org_id(org)
-    await _create(ctx, org, 3)
+    await _create(ctx, wiring, org, 3)
     await _stop(ctx, org_id)
     batches = Batches()
     late: list[uuid.UUID] = []
@@ -205,7 +206,7 @@ async def test_a_request_created_while_the_stop_runs_is_cancelled_too(
     async def committed(uow: UnitOfWork, results: list[TransitionResult]) -> None:
         await batches.committed(uow, results)
         if not late:
-            late.extend(await _create(ctx, org, 1))
+            late.extend(await _create(ctx, wiring, org, 1))
 
     cancelled = await approvals_service.cancel_all_pending(
         _to_workers(ctx), org_id, None, committed, batch_size=2

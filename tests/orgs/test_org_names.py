@@ -18,6 +18,7 @@ from signoff.context import AppContext
 from signoff.errors import AppError, Conflict, NotFound
 from signoff.models import ApprovalRequest, AuditEvent, Connection, Organization, User
 from signoff.orgs import service as orgs_service
+from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval
 from tests.oauth.support import grant, register_client
 
@@ -54,7 +55,7 @@ async def test_the_database_refuses_a_duplicate_the_service_did_not_see(
 
 async def test_creates_of_one_name_at_the_same_moment_make_one_org(ctx: AppContext) -> None:
     # A second context: engines of its own, as a second process on the same database.
-    other = AppContext.from_settings(ctx.settings)
+    other = Wiring.from_settings(ctx.settings)
     try:
 
         async def create(context: AppContext, name: str) -> str:
@@ -65,7 +66,7 @@ async def test_creates_of_one_name_at_the_same_moment_make_one_org(ctx: AppConte
             return "created"
 
         outcomes = await asyncio.gather(
-            *(create(c, n) for c in (ctx, other) for n in ("Acme", "acme", "ACME"))
+            *(create(c, n) for c in (ctx, other.ctx) for n in ("Acme", "acme", "ACME"))
         )
     finally:
         await other.close()

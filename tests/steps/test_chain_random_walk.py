@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 
 from signoff.approvals.state import (
-    Actor,
     Cancel,
     Decide,
     RequestView,
@@ -25,6 +24,7 @@ from signoff.approvals.state import (
     VoteStep,
     apply,
 )
+from signoff.auth.actor import Actor
 from signoff.errors import AppError
 from tests.conftest import Member, Org, create_approval
 

@@ -17,10 +17,11 @@ from sqlalchemy import func, select
 
 from signoff.approvals.repository import ApprovalRepository
 from signoff.config import Settings
-from signoff.context import REQUEST_CHANNEL, AppContext
+from signoff.context import AppContext
 from signoff.models import Vote
 from signoff.notifications.planning.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
-from signoff.storage import Notifier
+from signoff.storage import REQUEST_CHANNEL, Notifier
+from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval, eventually
 from tests.notifications.support import CHANNEL_MATCHING_NOTHING
 from tests.steps.test_steps import set_chain, vote
@@ -94,7 +95,7 @@ async def test_a_long_poll_of_another_process_wakes_on_the_last_vote(
     request = await create_approval(client, org.admin, is_sequential=True)
     steps = await set_chain(client, org.admin, request["id"], [org.member])
     rid = uuid.UUID(request["id"])
-    other = AppContext.from_settings(settings)  # another replica: its own listener
+    other = Wiring.from_settings(settings)  # another replica: its own listener
     try:
         with other.waiters.watch(rid) as woken:
             # The listener's (re)connection wakes every watcher once: wait for that first.

@@ -27,6 +27,7 @@ from signoff.storage import sqlite_driver
 from signoff.storage.database import Database
 from signoff.storage.group_commit import GroupCommit
 from signoff.storage.sqlite_driver import CHECKPOINT_EVERY_WRITES, Checkpointer, InlineConnection
+from signoff.wiring import Wiring
 from tests.conftest import Org, approval_body, eventually
 
 
@@ -328,12 +329,12 @@ def _sqlite_temporary_files_open() -> list[str]:
 @sqlite_only
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs Linux's /proc/self/fd")
 async def test_a_shared_transactions_statement_journal_stays_in_memory(
-    ctx: AppContext, org: Org
+    ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
     """Every create in a shared transaction copies the pages it changes into a statement
     journal (so that it alone can be undone). Spilled to a file, that journal cost a third
     of a create's insert in write() calls; kept in memory, it costs a copy."""
-    principal = await ctx.authenticate(org.admin.api_key)
+    principal = await wiring.callers.authenticate(org.admin.api_key)
     assert principal is not None
     now = utcnow()
     async with ctx.transaction() as uow:

@@ -12,12 +12,12 @@ import pytest
 
 from signoff.app import create_app
 from signoff.config import Settings
-from signoff.context import REQUEST_CHANNEL, AppContext
 from signoff.dashboard.live import NOTIFY_CHANNEL as LIVE_CHANNEL
 from signoff.notifications.planning.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
-from signoff.storage import ListenHub
+from signoff.storage import REQUEST_CHANNEL, ListenHub
 from signoff.storage.asyncpg_shape import asyncpg_dsn
 from signoff.webhooks.repository import NOTIFY_CHANNEL as DELIVERY_CHANNEL
+from signoff.wiring import Wiring
 from tests.conftest import eventually
 
 CHANNEL = "signoff_test_hub"
@@ -46,19 +46,19 @@ async def listening_backends(connection: asyncpg.Connection, channel: str = "") 
 async def test_a_process_listens_on_one_connection_for_everything(settings: Settings) -> None:
     """The workers, a long poll and a live page each need other processes' news: one
     connection hears it all, and the shutdown closes it."""
-    ctx = AppContext.from_settings(settings)
-    application = create_app(settings, ctx=ctx, background=True)
+    wiring = Wiring.from_settings(settings)
+    application = create_app(settings, wiring=wiring, background=True)
     async with connected(settings) as observer:
-        async with application.router.lifespan_context(application):  # closes ctx after
-            with ctx.waiters.watch(uuid.uuid4()):  # a long poll
-                await ctx.live.start_listening()  # a live page
+        async with application.router.lifespan_context(application):  # closes wiring after
+            with wiring.waiters.watch(uuid.uuid4()):  # a long poll
+                await wiring.live.start_listening()  # a live page
                 await eventually(
-                    lambda: ctx.hub.hears(DELIVERY_CHANNEL) and ctx.hub.hears(PLAN_CHANNEL),
+                    lambda: wiring.hub.hears(DELIVERY_CHANNEL) and wiring.hub.hears(PLAN_CHANNEL),
                     "the workers to listen",
                 )
-                await ctx.hub.ready()
+                await wiring.hub.ready()
                 for channel in (REQUEST_CHANNEL, LIVE_CHANNEL, DELIVERY_CHANNEL, PLAN_CHANNEL):
-                    assert ctx.hub.hears(channel), channel
+                    assert wiring.hub.hears(channel), channel
 
                 async def one_listener() -> bool:
                     return await listening_backends(observer) == 1

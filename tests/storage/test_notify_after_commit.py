@@ -13,11 +13,12 @@ import httpx
 import pytest
 
 from signoff.config import Settings
-from signoff.context import REQUEST_CHANNEL, AppContext
+from signoff.context import AppContext
 from signoff.dashboard.live import NOTIFY_CHANNEL as LIVE_CHANNEL
 from signoff.notifications.planning.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
-from signoff.storage import Notifier
+from signoff.storage import REQUEST_CHANNEL, Notifier
 from signoff.storage.asyncpg_shape import NOTIFY_AFTER_COMMIT, asyncpg_dsn
+from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval, eventually
 from tests.notifications.support import CHANNEL_MATCHING_NOTHING
 from tests.storage.listen import heard
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.usefixtures("postgres_only")  # LISTEN/NOTIFY
 
 
 async def test_a_burst_of_changes_sends_one_notification_per_org(settings: Settings) -> None:
-    listening, sending = AppContext.from_settings(settings), AppContext.from_settings(settings)
+    listening, sending = Wiring.from_settings(settings), Wiring.from_settings(settings)
     acme, globex = uuid.uuid4(), uuid.uuid4()
     try:
         await listening.live.start_listening()
@@ -40,7 +41,7 @@ async def test_a_burst_of_changes_sends_one_notification_per_org(settings: Setti
                     sending.live.request_changed(globex)
                 await asyncio.wait_for(acme_changed.wait(), 2)
                 await asyncio.wait_for(globex_changed.wait(), 2)
-            await payloads.everything_sent_so_far(sending.notifier)
+            await payloads.everything_sent_so_far(sending.ctx.notifier)
         assert sorted(payloads) == sorted([acme.hex, globex.hex])
     finally:
         await sending.close()
@@ -48,7 +49,7 @@ async def test_a_burst_of_changes_sends_one_notification_per_org(settings: Setti
 
 
 async def test_changes_after_a_batch_left_go_out_in_the_next(settings: Settings) -> None:
-    sending = AppContext.from_settings(settings)
+    sending = Wiring.from_settings(settings)
     acme = uuid.uuid4()
     try:
         async with heard(settings, LIVE_CHANNEL) as payloads:

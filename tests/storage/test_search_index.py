@@ -22,6 +22,7 @@ from signoff.approvals.search_index import SQLITE_CATCH_UP
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.storage.sqlite_driver import InlineConnection
+from signoff.wiring import Wiring
 from tests.conftest import Org, approval_body
 
 pytestmark = pytest.mark.parametrize("test_database", ["sqlite"], indirect=True)
@@ -31,12 +32,14 @@ class Refused(Exception):
     """A use case that fails after its create was written."""
 
 
-async def _create(ctx: AppContext, org: Org, title: str, *, fail: bool = False) -> str:
-    principal = await ctx.authenticate(org.admin.api_key)
+async def _create(wiring: Wiring, org: Org, title: str, *, fail: bool = False) -> str:
+    principal = await wiring.callers.authenticate(org.admin.api_key)
     assert principal is not None
     payload = CreateApprovalRequest.model_validate(approval_body(title=title))
-    async with ctx.transaction() as uow:
-        result = await approvals_service.create_request(uow, principal, payload, ctx.box, utcnow())
+    async with wiring.ctx.transaction() as uow:
+        result = await approvals_service.create_request(
+            uow, principal, payload, wiring.ctx.box, utcnow()
+        )
         if fail:
             raise Refused(title)
     return result.request.id.hex
@@ -62,12 +65,12 @@ def _queued(path: str) -> int:
 
 
 async def test_creates_sharing_a_transaction_are_found_and_failed_ones_are_not(
-    ctx: AppContext, org: Org, database_url: str
+    ctx: AppContext, wiring: Wiring, org: Org, database_url: str
 ) -> None:
     """Writers queued together share one transaction, each in a savepoint; the ones that
     fail are rolled back to theirs and must leave nothing in the index or its queue."""
     outcomes = await asyncio.gather(
-        *(_create(ctx, org, f"Rotate key{i}", fail=i % 4 == 1) for i in range(16)),
+        *(_create(wiring, org, f"Rotate key{i}", fail=i % 4 == 1) for i in range(16)),
         return_exceptions=True,
     )
 
@@ -82,7 +85,7 @@ async def test_creates_sharing_a_transaction_are_found_and_failed_ones_are_not(
 
 
 async def test_the_index_is_written_by_the_commit_in_its_worker_thread(
-    ctx: AppContext, org: Org
+    ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
     """FTS5's work (tokenizing, writing a segment, merging segments) once held the event
     loop for 30 to 54 ms at a time; it belongs to the commit, off the loop's thread."""
@@ -97,20 +100,20 @@ async def test_the_index_is_written_by_the_commit_in_its_worker_thread(
         assert isinstance(driver, InlineConnection)
         driver._conn.set_trace_callback(traced)
 
-    await _create(ctx, org, "Rotate keys")
-    await asyncio.gather(*(_create(ctx, org, f"Rotate key{i}") for i in range(5)))
+    await _create(wiring, org, "Rotate keys")
+    await asyncio.gather(*(_create(wiring, org, f"Rotate key{i}") for i in range(5)))
 
     assert writes, "the index was not written by a statement of its own"
     assert threading.get_ident() not in writes
 
 
 async def test_requests_written_by_another_program_are_indexed_by_the_next_write(
-    ctx: AppContext, org: Org, database_url: str
+    ctx: AppContext, wiring: Wiring, org: Org, database_url: str
 ) -> None:
     """A program that writes the file directly does not catch the index up: the next
     transaction of signoff that writes anything does."""
     path = _path(database_url)
-    mine = await _create(ctx, org, "Rotate keys")
+    mine = await _create(wiring, org, "Rotate keys")
     theirs = uuid.uuid4().hex
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA foreign_keys=ON")
@@ -126,7 +129,7 @@ async def test_requests_written_by_another_program_are_indexed_by_the_next_write
     assert _found(path, "rotate") == {mine}
     assert _queued(path) == 1
 
-    later = await _create(ctx, org, "Unrelated change")
+    later = await _create(wiring, org, "Unrelated change")
 
     assert _found(path, "rotate") == {mine, theirs}
     assert _found(path, "unrelated") == {later}
@@ -134,11 +137,11 @@ async def test_requests_written_by_another_program_are_indexed_by_the_next_write
 
 
 async def test_a_request_deleted_before_its_transaction_commits_leaves_nothing_queued(
-    ctx: AppContext, org: Org, database_url: str
+    ctx: AppContext, wiring: Wiring, org: Org, database_url: str
 ) -> None:
     """Its rowid would otherwise stay queued, and could name the next request inserted."""
     path = _path(database_url)
-    mine = await _create(ctx, org, "Rotate keys")
+    mine = await _create(wiring, org, "Rotate keys")
     with sqlite3.connect(path) as db:
         db.execute(
             "INSERT INTO approval_requests (id, org_id, connection_id, title, description, "
@@ -154,14 +157,14 @@ async def test_a_request_deleted_before_its_transaction_commits_leaves_nothing_q
 
 
 async def test_the_catch_up_reads_the_queue_first_whatever_statistics_say(
-    ctx: AppContext, org: Org, database_url: str
+    ctx: AppContext, wiring: Wiring, org: Org, database_url: str
 ) -> None:
     """With the statistics ``ANALYZE`` leaves (an operator's, or ``PRAGMA optimize``),
     taken while the queue was empty, SQLite planned the catch-up as a scan of every
     request looked up in the queue: each commit then read the whole table. The catch-up
     reads the queue and each queued request by its rowid, however large the table."""
     path = _path(database_url)
-    mine = await _create(ctx, org, "Rotate keys")
+    mine = await _create(wiring, org, "Rotate keys")
     with sqlite3.connect(path) as db:
         db.execute(
             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000) "
@@ -181,6 +184,6 @@ async def test_the_catch_up_reads_the_queue_first_whatever_statistics_say(
         plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + SQLITE_CATCH_UP[0])]
     assert plan[0].startswith("SCAN p"), plan
     assert plan[1].startswith("SEARCH r USING INTEGER PRIMARY KEY"), plan
-    later = await _create(ctx, org, "Unrelated change")
+    later = await _create(wiring, org, "Unrelated change")
     assert _found(path, "unrelated") == {later}
     assert len(_found(path, "copy")) == 2000

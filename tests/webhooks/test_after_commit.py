@@ -19,8 +19,8 @@ from signoff.common.ids import parse_id
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.models import WebhookDelivery
-from signoff.webhooks.dispatcher import FirstAttempt, FirstAttemptPolicy
-from signoff.webhooks.service import FirstAttempts, Outbox
+from signoff.webhooks.service import FirstAttempt, FirstAttemptPolicy, FirstAttempts, Outbox
+from signoff.wiring import Wiring
 from tests.conftest import Org
 
 
@@ -31,27 +31,27 @@ class Rollback(Exception):
 class CountedHandOffs:
     """Counts the dispatcher's hand-offs, and the deliveries each held."""
 
-    def __init__(self, ctx: AppContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, wiring: Wiring, monkeypatch: pytest.MonkeyPatch) -> None:
         self.sizes: list[int] = []
-        real = ctx.webhooks.after_commit
+        real = wiring.webhooks.after_commit
 
         async def after_commit(outbox: Outbox, how: FirstAttemptPolicy) -> FirstAttempts:
             self.sizes.append(len(outbox.claimed))
             return await real(outbox, how)
 
-        monkeypatch.setattr(ctx.webhooks, "after_commit", after_commit)
+        monkeypatch.setattr(wiring.webhooks, "after_commit", after_commit)
 
 
-async def _pending(ctx: AppContext, org: Org, url: str, count: int = 1) -> list[uuid.UUID]:
-    principal = await ctx.authenticate(org.member.api_key)
+async def _pending(wiring: Wiring, org: Org, url: str, count: int = 1) -> list[uuid.UUID]:
+    principal = await wiring.callers.authenticate(org.member.api_key)
     assert principal is not None
     body: dict[str, Any] = {"title": "t", "description": "d", "priority": "low"}
     ids = []
-    async with ctx.transaction() as uow:
+    async with wiring.ctx.transaction() as uow:
         for _ in range(count):
             payload = CreateApprovalRequest.model_validate({**body, "callback_url": url})
             created = await approvals_service.create_request(
-                uow, principal, payload, ctx.box, utcnow()
+                uow, principal, payload, wiring.ctx.box, utcnow()
             )
             ids.append(created.request.id)
     assert uow.first_attempts.count == 0  # a create writes no callback
@@ -70,11 +70,11 @@ async def _deliveries(ctx: AppContext) -> int:
 
 
 async def test_a_committed_transactions_callbacks_are_attempted_once_after_the_commit(
-    ctx: AppContext, org: Org, monkeypatch: pytest.MonkeyPatch
+    ctx: AppContext, wiring: Wiring, org: Org, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with Receiver() as receiver:
-        ids = await _pending(ctx, org, receiver.url, count=2)
-        handed = CountedHandOffs(ctx, monkeypatch)
+        ids = await _pending(wiring, org, receiver.url, count=2)
+        handed = CountedHandOffs(wiring, monkeypatch)
         async with ctx.transaction() as uow:
             await approvals_service.cancel_pending(uow, _org_id(org), None, ids, utcnow())
             assert len(uow.outbox.claimed) == 2
@@ -88,11 +88,11 @@ async def test_a_committed_transactions_callbacks_are_attempted_once_after_the_c
 
 
 async def test_a_rolled_back_transactions_callbacks_are_never_handed_off(
-    ctx: AppContext, org: Org, monkeypatch: pytest.MonkeyPatch
+    ctx: AppContext, wiring: Wiring, org: Org, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with Receiver() as receiver:
-        ids = await _pending(ctx, org, receiver.url)
-        handed = CountedHandOffs(ctx, monkeypatch)
+        ids = await _pending(wiring, org, receiver.url)
+        handed = CountedHandOffs(wiring, monkeypatch)
         with pytest.raises(Rollback):
             async with ctx.transaction() as uow:
                 await approvals_service.cancel_pending(uow, _org_id(org), None, ids, utcnow())
@@ -105,11 +105,11 @@ async def test_a_rolled_back_transactions_callbacks_are_never_handed_off(
 
 
 async def test_a_batch_hands_its_callbacks_to_the_workers_instead(
-    ctx: AppContext, org: Org, monkeypatch: pytest.MonkeyPatch
+    ctx: AppContext, wiring: Wiring, org: Org, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with Receiver() as receiver:
-        ids = await _pending(ctx, org, receiver.url, count=3)
-        handed = CountedHandOffs(ctx, monkeypatch)
+        ids = await _pending(wiring, org, receiver.url, count=3)
+        handed = CountedHandOffs(wiring, monkeypatch)
         async with ctx.transaction(FirstAttempt.BY_WORKERS) as uow:
             await approvals_service.cancel_pending(uow, _org_id(org), None, ids, utcnow())
         assert handed.sizes == [3]

@@ -26,6 +26,7 @@ from signoff.common.time import parse_timestamp, utcnow
 from signoff.context import AppContext
 from signoff.models import WebhookDelivery
 from signoff.orgs import service as orgs_service
+from signoff.wiring import Wiring
 from tests.conftest import (
     ManualClock,
     Member,
@@ -92,7 +93,12 @@ async def all_finished(ctx: AppContext) -> bool:
 
 
 async def retry_when_due(
-    client: httpx.AsyncClient, ctx: AppContext, clock: ManualClock, org: Org, request_id: str
+    client: httpx.AsyncClient,
+    ctx: AppContext,
+    wiring: Wiring,
+    clock: ManualClock,
+    org: Org,
+    request_id: str,
 ) -> tuple[Any, list[dict[str, Any]]]:
     """Move the clock to the pending delivery's due time and wake the worker; answers the
     delivery as it was before and the delivery log once the attempt is recorded."""
@@ -100,7 +106,7 @@ async def retry_when_due(
     assert delivery.status == "pending"
     made = len(await delivery_log(client, org.member, request_id))
     clock.now = delivery.due_at
-    ctx.webhooks.wakeup.set()
+    wiring.webhooks.wakeup.set()
     entries = await wait_for_log(client, org.member, request_id, lambda e: len(e) > made)
     return delivery, entries
 
@@ -256,9 +262,9 @@ async def test_a_vote_that_does_not_decide_sends_nothing(
     [{"delivery_timeout_seconds": 2.0, "delivery_lease_seconds": 4.0}],  # the real schedule
 )
 async def test_receiver_down_four_attempts_at_0_1_3_7_s_then_failed_then_manual_retry(
-    client: httpx.AsyncClient, ctx: AppContext, org: Org
+    client: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
-    clock = ctx.webhooks.clock = ManualClock()
+    clock = wiring.webhooks.clock = ManualClock()
     port = free_port()
     url = f"http://127.0.0.1:{port}/hook"
     created = await create_approval(client, org.member, callback_url=url)
@@ -267,7 +273,7 @@ async def test_receiver_down_four_attempts_at_0_1_3_7_s_then_failed_then_manual_
 
     for delay in (1.0, 2.0, 4.0):
         attempted_at = clock.now
-        delivery, _ = await retry_when_due(client, ctx, clock, org, created["id"])
+        delivery, _ = await retry_when_due(client, ctx, wiring, clock, org, created["id"])
         assert delivery.due_at - attempted_at == timedelta(seconds=delay)
     [delivery] = await stored_deliveries(ctx, created["id"])
     assert delivery.status == "failed"  # nothing more comes: 4 attempts are all there are
@@ -307,9 +313,9 @@ async def test_receiver_down_four_attempts_at_0_1_3_7_s_then_failed_then_manual_
 
 
 async def test_receiver_that_fails_twice_then_recovers(
-    client: httpx.AsyncClient, ctx: AppContext, org: Org
+    client: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
-    clock = ctx.webhooks.clock = ManualClock()
+    clock = wiring.webhooks.clock = ManualClock()
     failing = Reply(500, b'{"error": "database down"}')
     async with Receiver(replies=[failing, Reply(503, b"busy")]) as receiver:
         created = await create_approval(
@@ -320,7 +326,7 @@ async def test_receiver_that_fails_twice_then_recovers(
         # The retry falls due 0.2 s after the first failure, the next 0.3 s after the second.
         for delay in (0.2, 0.3):
             attempted_at = clock.now
-            delivery, entries = await retry_when_due(client, ctx, clock, org, created["id"])
+            delivery, entries = await retry_when_due(client, ctx, wiring, clock, org, created["id"])
             assert delivery.due_at - attempted_at == timedelta(seconds=delay)
         [delivery] = await stored_deliveries(ctx, created["id"])
         assert delivery.status == "succeeded"  # nothing is left to attempt

@@ -20,6 +20,7 @@ from sqlalchemy import select
 from signoff.app import create_app
 from signoff.context import AppContext
 from signoff.models import WebhookDelivery
+from signoff.wiring import Wiring
 from signoff.worker.deliveries import DeliveryWorker
 from signoff.worker.sweeper import sweep_expired_once
 from tests.conftest import Org, create_approval, eventually
@@ -36,16 +37,16 @@ SETTINGS = {
 
 
 @pytest.fixture
-async def app(ctx: AppContext) -> AsyncIterator[Any]:
+async def app(ctx: AppContext, wiring: Wiring) -> AsyncIterator[Any]:
     """The API without a worker of its own: the test runs the one worker."""
-    application = create_app(ctx.settings, ctx=ctx, background=False)
+    application = create_app(ctx.settings, wiring=wiring, background=False)
     async with application.router.lifespan_context(application):
         yield application
 
 
 @asynccontextmanager
-async def running_worker(ctx: AppContext) -> AsyncIterator[DeliveryWorker]:
-    worker = DeliveryWorker(ctx)
+async def running_worker(ctx: AppContext, wiring: Wiring) -> AsyncIterator[DeliveryWorker]:
+    worker = DeliveryWorker(ctx, wiring.webhooks, wiring.hub)
     stop = asyncio.Event()
     task = asyncio.create_task(worker.run(stop))
     try:
@@ -56,7 +57,7 @@ async def running_worker(ctx: AppContext) -> AsyncIterator[DeliveryWorker]:
 
 
 async def expire_with_callbacks(
-    client: httpx.AsyncClient, org: Org, ctx: AppContext, url: str, count: int
+    client: httpx.AsyncClient, org: Org, ctx: AppContext, wiring: Wiring, url: str, count: int
 ) -> None:
     """``count`` requests expired by the sweep: their callbacks are due for the workers."""
     for _ in range(count):
@@ -64,7 +65,7 @@ async def expire_with_callbacks(
             client, org.member, callback_url=url, expires_at="2099-01-01T00:00:00Z"
         )
         await backdate_expiry(ctx, created["id"])
-    assert await sweep_expired_once(ctx) == count
+    assert await sweep_expired_once(ctx, wiring.poisoned) == count
 
 
 async def stored_deliveries(ctx: AppContext) -> list[tuple[str, int]]:
@@ -87,11 +88,11 @@ def most_at_once(received: list[Received], answer_seconds: float) -> int:
 
 @pytest.mark.parametrize("settings_overrides", [{**SETTINGS, "delivery_per_target_concurrency": 3}])
 async def test_a_fast_receiver_gets_every_delivery_once_and_never_more_than_its_cap_at_once(
-    client: httpx.AsyncClient, org: Org, ctx: AppContext
+    client: httpx.AsyncClient, org: Org, ctx: AppContext, wiring: Wiring
 ) -> None:
     async with Receiver(default=Reply(delay=0.05)) as receiver:
-        await expire_with_callbacks(client, org, ctx, receiver.url, 40)
-        async with running_worker(ctx) as worker:
+        await expire_with_callbacks(client, org, ctx, wiring, receiver.url, 40)
+        async with running_worker(ctx, wiring) as worker:
 
             async def all_succeeded() -> bool:
                 stored = await stored_deliveries(ctx)
@@ -108,7 +109,11 @@ async def test_a_fast_receiver_gets_every_delivery_once_and_never_more_than_its_
 
 @pytest.mark.parametrize("settings_overrides", [{**SETTINGS, "delivery_per_target_concurrency": 1}])
 async def test_a_delivery_queued_too_long_for_its_lease_is_handed_back_not_sent_late(
-    client: httpx.AsyncClient, org: Org, ctx: AppContext, caplog: pytest.LogCaptureFixture
+    client: httpx.AsyncClient,
+    org: Org,
+    ctx: AppContext,
+    wiring: Wiring,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """One slot; the receiver answers its first callback at once (so it counts as fast and
     more are claimed ahead), then takes 1.9 s over each of the next two. Deliveries queued
@@ -121,8 +126,8 @@ async def test_a_delivery_queued_too_long_for_its_lease_is_handed_back_not_sent_
 
     caplog.set_level(logging.INFO, logger="signoff.worker.deliveries")
     async with Receiver(script=reply) as receiver:
-        await expire_with_callbacks(client, org, ctx, receiver.url, 5)
-        async with running_worker(ctx):
+        await expire_with_callbacks(client, org, ctx, wiring, receiver.url, 5)
+        async with running_worker(ctx, wiring):
 
             async def all_succeeded() -> bool:
                 stored = await stored_deliveries(ctx)

@@ -25,26 +25,27 @@ from signoff.models import WebhookDelivery
 from signoff.webhooks import service
 from signoff.webhooks.receivers import ReceiverRecord
 from signoff.webhooks.service import target_of
+from signoff.wiring import Wiring
 from tests.conftest import Org
 
 DEAD = "http://127.0.0.1:9/hook"
 ALIVE = "http://127.0.0.1:10/hook"
 
 
-async def _due_deliveries(ctx: AppContext, org: Org, urls: list[str]) -> dict[uuid.UUID, str]:
+async def _due_deliveries(wiring: Wiring, org: Org, urls: list[str]) -> dict[uuid.UUID, str]:
     """One cancelled request per url, its delivery due now and unclaimed: id -> url.
     The deliveries fall due one second apart, in the order of ``urls``."""
-    principal = await ctx.authenticate(org.member.api_key)
+    principal = await wiring.callers.authenticate(org.member.api_key)
     org_id = parse_id(org.id)
     assert principal is not None and org_id is not None
-    async with ctx.transaction() as uow:
+    async with wiring.ctx.transaction() as uow:
         ids = []
         for index, url in enumerate(urls):
             payload = CreateApprovalRequest.model_validate(
                 {"title": f"t{index}", "description": "d", "priority": "low", "callback_url": url}
             )
             created = await approvals_service.create_request(
-                uow, principal, payload, ctx.box, utcnow()
+                uow, principal, payload, wiring.ctx.box, utcnow()
             )
             ids.append(created.request.id)
         await approvals_service.cancel_pending(uow, org_id, None, ids, utcnow())
@@ -53,7 +54,7 @@ async def _due_deliveries(ctx: AppContext, org: Org, urls: list[str]) -> dict[uu
         claimed = list(uow.outbox.claimed)
         uow.outbox.claimed.clear()
     start = utcnow() - timedelta(seconds=len(urls) + 1)
-    async with ctx.transaction() as uow:
+    async with wiring.ctx.transaction() as uow:
         for index, delivery in enumerate(claimed):
             await uow.session.execute(
                 update(WebhookDelivery)
@@ -72,9 +73,9 @@ async def _claim(
 
 
 async def test_deliveries_to_a_held_receiver_come_after_the_others(
-    ctx: AppContext, org: Org
+    ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
-    await _due_deliveries(ctx, org, [DEAD, DEAD, DEAD, ALIVE, ALIVE])
+    await _due_deliveries(wiring, org, [DEAD, DEAD, DEAD, ALIVE, ALIVE])
     held = {target_of(DEAD)}
 
     # The dead receiver's deliveries are older, yet the live one's go first...
@@ -83,15 +84,19 @@ async def test_deliveries_to_a_held_receiver_come_after_the_others(
     assert await _claim(ctx, 2, held) == [DEAD, DEAD]
 
 
-async def test_without_failures_the_oldest_due_go_first(ctx: AppContext, org: Org) -> None:
-    await _due_deliveries(ctx, org, [DEAD, DEAD, ALIVE, ALIVE])
+async def test_without_failures_the_oldest_due_go_first(
+    ctx: AppContext, wiring: Wiring, org: Org
+) -> None:
+    await _due_deliveries(wiring, org, [DEAD, DEAD, ALIVE, ALIVE])
     assert await _claim(ctx, 2, set()) == [DEAD, DEAD]
 
 
-async def test_a_held_receiver_waits_however_old_its_backlog(ctx: AppContext, org: Org) -> None:
+async def test_a_held_receiver_waits_however_old_its_backlog(
+    ctx: AppContext, wiring: Wiring, org: Org
+) -> None:
     # A backlog (after an outage, an emergency stop) is all long past due: the hold must
     # not depend on how late a delivery is, or it would hold nothing then.
-    deliveries = await _due_deliveries(ctx, org, [DEAD, ALIVE, ALIVE])
+    deliveries = await _due_deliveries(wiring, org, [DEAD, ALIVE, ALIVE])
     [dead] = [delivery_id for delivery_id, url in deliveries.items() if url == DEAD]
     async with ctx.transaction() as uow:
         await uow.session.execute(
@@ -103,9 +108,9 @@ async def test_a_held_receiver_waits_however_old_its_backlog(ctx: AppContext, or
 
 
 async def test_a_receiver_not_yet_seen_to_answer_gets_one_attempt_at_a_time(
-    ctx: AppContext, org: Org
+    ctx: AppContext, wiring: Wiring, org: Org
 ) -> None:
-    await _due_deliveries(ctx, org, [DEAD, DEAD, DEAD, ALIVE, ALIVE])
+    await _due_deliveries(wiring, org, [DEAD, DEAD, DEAD, ALIVE, ALIVE])
     record = ReceiverRecord(per_target=16)
     record.note(target_of(ALIVE), success=True)
 

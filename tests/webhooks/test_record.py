@@ -22,19 +22,20 @@ from signoff.models import AuditEvent, WebhookAttempt, WebhookDelivery
 from signoff.webhooks import service
 from signoff.webhooks.delivery import AttemptResult
 from signoff.webhooks.service import ClaimedDelivery, RetrySchedule
+from signoff.wiring import Wiring
 from tests.conftest import Org
 
 OK = AttemptResult(True, 200, 3, "ok", None)
 FAILED = AttemptResult(False, 500, 2, "always failing", "non-2xx status")
 
 
-async def _cancelled_with_callbacks(ctx: AppContext, org: Org, count: int) -> list[ClaimedDelivery]:
+async def _cancelled_with_callbacks(wiring: Wiring, org: Org, count: int) -> list[ClaimedDelivery]:
     """``count`` requests cancelled in one transaction: their deliveries share one claim."""
-    principal = await ctx.authenticate(org.member.api_key)
+    principal = await wiring.callers.authenticate(org.member.api_key)
     assert principal is not None
     org_id = parse_id(org.id)
     assert org_id is not None
-    async with ctx.transaction() as uow:
+    async with wiring.ctx.transaction() as uow:
         ids = []
         for index in range(count):
             payload = CreateApprovalRequest.model_validate(
@@ -46,7 +47,7 @@ async def _cancelled_with_callbacks(ctx: AppContext, org: Org, count: int) -> li
                 }
             )
             created = await approvals_service.create_request(
-                uow, principal, payload, ctx.box, utcnow()
+                uow, principal, payload, wiring.ctx.box, utcnow()
             )
             ids.append(created.request.id)
         await approvals_service.cancel_pending(uow, org_id, None, ids, utcnow())
@@ -58,8 +59,10 @@ async def _cancelled_with_callbacks(ctx: AppContext, org: Org, count: int) -> li
     return claimed
 
 
-async def test_a_batch_records_each_attempt_on_its_own_delivery(ctx: AppContext, org: Org) -> None:
-    succeeded, retried, taken_over = await _cancelled_with_callbacks(ctx, org, 3)
+async def test_a_batch_records_each_attempt_on_its_own_delivery(
+    ctx: AppContext, wiring: Wiring, org: Org
+) -> None:
+    succeeded, retried, taken_over = await _cancelled_with_callbacks(wiring, org, 3)
     async with ctx.transaction() as uow:  # another worker took this one over
         await uow.session.execute(
             update(WebhookDelivery)

@@ -15,7 +15,7 @@ import pytest
 from bench.receiver import Receiver, free_port
 
 from signoff.app import create_app
-from signoff.context import AppContext
+from signoff.wiring import Wiring
 from tests.conftest import Org, approval_body, assert_error, create_approval, make_settings
 
 PRODUCTION = {
@@ -84,15 +84,15 @@ async def test_the_operator_allowlist_admits_private_networks(
 @asynccontextmanager
 async def api(database_url: str, **overrides: Any) -> AsyncIterator[httpx.AsyncClient]:
     """Another app process over the same database, with its own settings."""
-    ctx = AppContext.from_settings(make_settings(database_url, **overrides))
-    application = create_app(ctx.settings, ctx=ctx, background=False)
+    wiring = Wiring.from_settings(make_settings(database_url, **overrides))
+    application = create_app(wiring.ctx.settings, wiring=wiring, background=False)
     try:
         async with application.router.lifespan_context(application):
             transport = httpx.ASGITransport(app=application)
             async with httpx.AsyncClient(transport=transport, base_url="http://signoff.test") as c:
                 yield c
     finally:
-        await ctx.close()
+        await wiring.close()
 
 
 @pytest.mark.parametrize("settings_overrides", [{}])  # created in development mode

@@ -31,7 +31,8 @@ from signoff.common.ids import parse_id
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.models import WebhookAttempt, WebhookDelivery
-from signoff.webhooks.dispatcher import FirstAttempt
+from signoff.webhooks.service import FirstAttempt
+from signoff.wiring import Wiring
 from tests.conftest import SECRET_KEY, Org, create_approval, eventually
 
 WORKER_SETTINGS = {
@@ -48,9 +49,9 @@ def settings_overrides() -> dict[str, Any]:
 
 
 @pytest.fixture
-async def app(ctx: AppContext) -> AsyncIterator[Any]:
+async def app(ctx: AppContext, wiring: Wiring) -> AsyncIterator[Any]:
     """The API without a worker of its own: only worker processes retry."""
-    application = create_app(ctx.settings, ctx=ctx, background=False)
+    application = create_app(ctx.settings, wiring=wiring, background=False)
     async with application.router.lifespan_context(application):
         yield application
 
@@ -176,7 +177,7 @@ async def _wait_for_success(
 # LISTEN/NOTIFY is PostgreSQL's: this test exists only for that backend.
 @pytest.mark.parametrize("test_database", ["postgres"], indirect=True)
 async def test_a_notification_wakes_an_idle_postgres_worker_at_once(
-    ctx: AppContext, org: Org, database_url: str, tmp_path: Path
+    ctx: AppContext, wiring: Wiring, org: Org, database_url: str, tmp_path: Path
 ) -> None:
     org_id = parse_id(org.id)
     assert org_id is not None
@@ -186,7 +187,7 @@ async def test_a_notification_wakes_an_idle_postgres_worker_at_once(
         worker_process(database_url, tmp_path / "w.log", delivery_poll_interval_seconds=60.0),
     ):
         await until_ready(tmp_path / "w.log")
-        principal = await ctx.authenticate(org.member.api_key)
+        principal = await wiring.callers.authenticate(org.member.api_key)
         assert principal is not None
         payload = CreateApprovalRequest.model_validate(
             {"title": "t", "description": "d", "priority": "low", "callback_url": receiver.url}
@@ -205,7 +206,7 @@ async def test_a_notification_wakes_an_idle_postgres_worker_at_once(
 # Competing workers are a PostgreSQL deployment (SKIP LOCKED claims).
 @pytest.mark.parametrize("test_database", ["postgres"], indirect=True)
 async def test_two_workers_drain_a_thousand_deliveries_each_exactly_once(
-    ctx: AppContext, org: Org, database_url: str, tmp_path: Path
+    ctx: AppContext, wiring: Wiring, org: Org, database_url: str, tmp_path: Path
 ) -> None:
     total = 1000
     org_id = parse_id(org.id)
@@ -219,7 +220,7 @@ async def test_two_workers_drain_a_thousand_deliveries_each_exactly_once(
             worker_process(database_url, tmp_path / "b.log", **spec),
         ):
             await until_ready(tmp_path / "a.log", tmp_path / "b.log")
-            principal = await ctx.authenticate(org.member.api_key)
+            principal = await wiring.callers.authenticate(org.member.api_key)
             assert principal is not None
             payload = CreateApprovalRequest.model_validate(
                 {"title": "t", "description": "d", "priority": "low", "callback_url": receiver.url}

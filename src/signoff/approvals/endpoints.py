@@ -45,7 +45,6 @@ from signoff.approvals.schemas import (
 )
 from signoff.auth.principal import Principal, PrincipalCheck
 from signoff.common.http import (
-    context_of,
     json_body_doc,
     json_response,
     path_id,
@@ -62,7 +61,7 @@ from signoff.common.openapi import (
 from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body, read_json_object, validate_model
-from signoff.context import AppContext
+from signoff.context import AppContext, context_of
 from signoff.errors import (
     AlreadyVoted,
     Forbidden,
@@ -71,6 +70,7 @@ from signoff.errors import (
     ValidationFailed,
 )
 from signoff.webhooks.service import check_callback_url
+from signoff.wiring import wiring_of
 
 router = APIRouter(prefix="/api/v1", tags=["approvals"], route_class=LeanRoute)
 
@@ -126,7 +126,7 @@ async def create_approval(request: Request, principal: Writer) -> Response:
             raise
         return _replay(replayed)
     if payload.callback_url:
-        await check_callback_url(ctx.webhooks.policy, payload.callback_url)
+        await check_callback_url(wiring_of(request).webhooks.policy, payload.callback_url)
     now = utcnow()
     check = principal_check_of(request)
     async with ctx.transaction() as uow:
@@ -214,12 +214,13 @@ async def get_approval(
         body, _ = await _read_detail(ctx, principal, rid, check, final=True)
         return json_response(body)
     deadline = time.monotonic() + wait_seconds
-    with ctx.waiters.watch(rid) as changed:
+    waiters = wiring_of(request).waiters
+    with waiters.watch(rid) as changed:
         while True:
             changed.clear()
             remaining = deadline - time.monotonic()
             # A server shutting down answers with the current state at once.
-            last = remaining <= 0 or ctx.waiters.closing
+            last = remaining <= 0 or waiters.closing
             body, pause = await _read_detail(ctx, principal, rid, check, final=last)
             if body["status"] != "pending" or last:
                 return json_response(body)

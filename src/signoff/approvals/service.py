@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, MutableSequence, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 import orjson
 
@@ -39,8 +39,30 @@ from signoff.errors import AppError, NotFound, RequestNotPending, ValidationFail
 from signoff.models import AuditEvent, Comment
 from signoff.storage import LostRace
 
-if TYPE_CHECKING:
-    from signoff.unit_of_work import UnitOfWork
+
+class HeldCallbacks(Protocol):
+    """The callbacks a transaction wrote, held by it until it commits."""
+
+    @property
+    def claimed(self) -> MutableSequence[Any]: ...
+
+
+class ApprovalsWork(effects.EffectsUnitOfWork, Protocol):
+    """What this module's use cases need of a unit of work: the approvals repository,
+    what ``effects.py`` writes through, and what a change that is undone takes back (the
+    callbacks it held and the changes it announced)."""
+
+    @property
+    def approvals(self) -> ApprovalRepository: ...
+
+    @property
+    def outbox(self) -> HeldCallbacks: ...
+
+    @property
+    def changes(self) -> MutableSequence[Any]: ...
+
+
+Work = TypeVar("Work", bound=ApprovalsWork)
 
 
 # No stored idempotency key is longer: the column's size, whatever the operator's limit.
@@ -62,7 +84,7 @@ class TransitionResult:
 
 
 async def create_request(
-    uow: UnitOfWork,
+    uow: ApprovalsWork,
     principal: Principal,
     payload: CreateApprovalRequest,
     box: SecretBox,
@@ -180,7 +202,7 @@ DecisionTarget = uuid.UUID | Literal["request", "my_step"]
 
 
 async def decide(
-    uow: UnitOfWork,
+    uow: ApprovalsWork,
     principal: OrgMember,
     request_id: uuid.UUID,
     payload: DecideApprovalRequest,
@@ -225,7 +247,7 @@ def votable_step(
 
 
 async def _decide_request(
-    uow: UnitOfWork,
+    uow: ApprovalsWork,
     principal: OrgMember,
     request_id: uuid.UUID,
     payload: DecideApprovalRequest,
@@ -250,7 +272,7 @@ UNLOCKED_ATTEMPTS = 3
 
 
 async def _without_lock(
-    uow: UnitOfWork,
+    uow: ApprovalsWork,
     principal: OrgMember,
     request_id: uuid.UUID,
     action: state.Action,
@@ -317,7 +339,7 @@ async def _without_lock(
 
 
 async def _transition(
-    uow: UnitOfWork,
+    uow: ApprovalsWork,
     row: RequestRecord,
     action: state.Action,
     principal: OrgMember | None,
@@ -341,7 +363,7 @@ def author_of(principal: OrgMember | None) -> effects.Author | None:
 
 
 async def cancel(
-    uow: UnitOfWork, principal: OrgMember, request_id: uuid.UUID, now: datetime
+    uow: ApprovalsWork, principal: OrgMember, request_id: uuid.UUID, now: datetime
 ) -> TransitionResult:
     return await _cancel(uow, principal.org_id, principal, request_id, now)
 
@@ -353,10 +375,10 @@ CANCEL_BATCH_SIZE = 100
 
 
 async def cancel_all_pending(
-    transaction: Callable[[], AbstractAsyncContextManager[UnitOfWork]],
+    transaction: Callable[[], AbstractAsyncContextManager[Work]],
     org_id: uuid.UUID,
     principal: OrgMember | None,
-    committed: Callable[[UnitOfWork, list[TransitionResult]], Awaitable[None]] | None = None,
+    committed: Callable[[Work, list[TransitionResult]], Awaitable[None]] | None = None,
     *,
     poisoned: PoisonedRows | None = None,
     batch_size: int | None = None,
@@ -394,7 +416,7 @@ async def cancel_all_pending(
 
 
 async def cancel_pending(
-    uow: UnitOfWork,
+    uow: ApprovalsWork,
     org_id: uuid.UUID,
     principal: OrgMember | None,
     request_ids: Sequence[uuid.UUID],
@@ -421,7 +443,7 @@ async def cancel_pending(
 
 
 async def _cancel(
-    uow: UnitOfWork,
+    uow: ApprovalsWork,
     org_id: uuid.UUID,
     principal: OrgMember | None,
     request_id: uuid.UUID,
@@ -439,7 +461,7 @@ CANCEL_JOB = "emergency_stop"
 
 
 async def expire_due(
-    uow: UnitOfWork, now: datetime, batch_size: int, poisoned: PoisonedRows
+    uow: ApprovalsWork, now: datetime, batch_size: int, poisoned: PoisonedRows
 ) -> list[TransitionResult]:
     """Mark pending requests past their deadline as expired (the sweep's one step).
 
@@ -470,7 +492,7 @@ async def expire_due(
 
 
 async def _transition_many(
-    uow: UnitOfWork, rows: Sequence[RequestRecord], action: state.Action, now: datetime
+    uow: ApprovalsWork, rows: Sequence[RequestRecord], action: state.Action, now: datetime
 ) -> list[TransitionResult]:
     """``_transition`` of the operator's or the clock's ``action`` (no person acts) on
     many locked rows, their effects written together."""
@@ -519,7 +541,7 @@ StepSpec = state.StepSpec
 
 
 async def set_steps(
-    uow: UnitOfWork,
+    uow: ApprovalsWork,
     principal: Principal,
     request_id: uuid.UUID,
     specs: Sequence[StepSpec],
@@ -594,7 +616,7 @@ async def list_steps(
 
 
 async def _vote_step(
-    uow: UnitOfWork,
+    uow: ApprovalsWork,
     principal: OrgMember,
     request_id: uuid.UUID,
     step_id: uuid.UUID,

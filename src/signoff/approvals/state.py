@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
+from signoff.auth.actor import Actor
 from signoff.errors import (
     AlreadyVoted,
     Conflict,
@@ -61,18 +62,6 @@ REQUEST_STATUSES: tuple[RequestStatus, ...] = (
     "expired",
 )
 TERMINAL_STATUSES: frozenset[str] = frozenset({"approved", "rejected", "cancelled", "expired"})
-
-
-@dataclass(frozen=True)
-class Actor:
-    user_id: uuid.UUID
-    is_admin: bool = False
-    # The connection whose API key acts (None for OAuth tokens and signed-in people):
-    # the creating connection may configure its request's steps.
-    connection_id: uuid.UUID | None = None
-    # That connection's owner is deactivated: it acts for the integration only, with no
-    # person's authority (auth/authority.py): it may cancel its own requests, not decide.
-    owner_deactivated: bool = False
 
 
 @dataclass(frozen=True)

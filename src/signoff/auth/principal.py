@@ -6,7 +6,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from signoff.approvals.state import Actor
+from signoff.auth.actor import Actor
 
 if TYPE_CHECKING:
     from signoff.models import Organization, User

@@ -23,6 +23,7 @@ from signoff.context import AppContext
 from signoff.errors import AppError
 from signoff.unit_of_work import UnitOfWork
 from signoff.webhooks.service import RecordedAttempt
+from signoff.wiring import Wiring
 
 T = TypeVar("T")
 
@@ -87,15 +88,21 @@ def run_in_transaction(action: Callable[[AppContext, UnitOfWork], Awaitable[T]])
 
 
 def run_with_context(action: Callable[[AppContext], Awaitable[T]]) -> T:
-    """Run a use case that manages its own transactions (a delivery retry, say)."""
+    """Run a use case that manages its own transactions (an emergency stop, say)."""
+    return run_with_wiring(lambda wiring: action(wiring.ctx))
+
+
+def run_with_wiring(action: Callable[[Wiring], Awaitable[T]]) -> T:
+    """Run a use case that needs one of the process's services (a delivery retry's
+    dispatcher, say), with them built and closed around it."""
     settings = open_database()
 
     async def main() -> T:
-        ctx = AppContext.from_settings(settings)
+        wiring = Wiring.from_settings(settings)
         try:
-            return await action(ctx)
+            return await action(wiring)
         finally:
-            await ctx.close()
+            await wiring.close()
 
     try:
         return asyncio.run(main())

@@ -13,13 +13,14 @@ from signoff.cli.common import (
     emit_list,
     fail,
     run_in_transaction,
-    run_with_context,
+    run_with_wiring,
 )
 from signoff.common.ids import parse_id
 from signoff.context import AppContext
 from signoff.orgs import service as orgs_service
 from signoff.unit_of_work import UnitOfWork
 from signoff.webhooks.schemas import MAX_LOG_LIMIT, attempt_to_dict
+from signoff.wiring import Wiring
 
 delivery_app = typer.Typer(
     help="Callback deliveries: logs and manual retries.", no_args_is_help=True
@@ -73,13 +74,13 @@ def delivery_retry(delivery_id: str, org: OrgOption, as_json: JsonFlag = False) 
         raise fail(f"{delivery_id!r} is not a delivery id", 2)
     checked_id = parsed
 
-    async def action(ctx: AppContext) -> dict[str, Any]:
-        async with ctx.reading() as uow:
+    async def action(wiring: Wiring) -> dict[str, Any]:
+        async with wiring.ctx.reading() as uow:
             org_row = await orgs_service.resolve_org(uow.orgs, org)
-        recorded = await ctx.webhooks.retry(org_row.id, checked_id)
+        recorded = await wiring.webhooks.retry(org_row.id, checked_id)
         return {**attempt_to_dict(recorded.entry), "delivery_status": recorded.status}
 
-    entry = run_with_context(action)
+    entry = run_with_wiring(action)
     emit(
         as_json,
         entry,

@@ -20,7 +20,7 @@ from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.models import Organization
 from signoff.orgs import service as orgs_service
-from signoff.webhooks.dispatcher import FirstAttemptsInBackground
+from signoff.webhooks.service import FirstAttemptsInBackground
 
 
 def emergency_stop(

@@ -14,8 +14,8 @@ from signoff import __version__
 from signoff.cli.common import err, fail, open_database, redacted_url
 from signoff.common.time import utcnow
 from signoff.config import Settings
-from signoff.context import AppContext
 from signoff.logs import configure_logging
+from signoff.wiring import Wiring
 
 
 def freeze_startup_objects() -> None:
@@ -72,12 +72,12 @@ def first_run_setup_link(settings: Settings, host: str, port: int) -> str | None
     from signoff.dashboard.service import issue_setup_token
 
     async def issue() -> str | None:
-        ctx = AppContext.from_settings(settings)
+        wiring = Wiring.from_settings(settings)
         try:
-            async with ctx.transaction() as uow:
+            async with wiring.ctx.transaction() as uow:
                 return await issue_setup_token(uow.orgs, utcnow())
         finally:
-            await ctx.close()
+            await wiring.close()
 
     token = asyncio.run(issue())
     if token is None:
@@ -98,7 +98,8 @@ def worker() -> None:
     configure_logging(settings)
 
     async def main() -> None:
-        ctx = AppContext.from_settings(settings)
+        wiring = Wiring.from_settings(settings)
+        ctx = wiring.ctx
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -107,13 +108,13 @@ def worker() -> None:
         err.print(f"signoff {__version__} worker started", highlight=False)
         try:
             await asyncio.gather(
-                run_expiry_sweep(ctx, stop),
-                run_delivery_worker(ctx, stop),
-                run_notification_sender(ctx, stop),
+                run_expiry_sweep(ctx, wiring.poisoned, stop),
+                run_delivery_worker(ctx, wiring.webhooks, wiring.hub, stop),
+                run_notification_sender(wiring.notifications, wiring.hub, stop),
                 run_retention(ctx, stop),
             )
         finally:
-            await ctx.close()
+            await wiring.close()
 
     # uvloop, as ``serve`` runs the same loops: each callback attempt's socket calls cost
     # less there than on asyncio's own loop (``make bench-expiry``).

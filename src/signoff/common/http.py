@@ -14,7 +14,6 @@ from starlette.responses import Response
 from signoff.auth.authority import check_authority
 from signoff.auth.principal import Principal, PrincipalCheck
 from signoff.common.ids import parse_id
-from signoff.context import AppContext
 from signoff.errors import InsufficientScope, NotFound, Unauthorized
 
 
@@ -22,11 +21,6 @@ def json_response(
     data: Any, status_code: int = 200, headers: dict[str, str] | None = None
 ) -> Response:
     return Response(orjson.dumps(data), status_code, headers, media_type="application/json")
-
-
-def context_of(request: Request) -> AppContext:
-    ctx: AppContext = request.app.state.ctx
-    return ctx
 
 
 def principal_of(request: Request) -> Principal:

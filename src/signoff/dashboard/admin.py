@@ -21,9 +21,9 @@ from starlette.responses import Response
 
 from signoff.approvals import service as approvals
 from signoff.approvals.schemas import DecideApprovalRequest
-from signoff.common.http import context_of
 from signoff.common.time import utcnow
 from signoff.common.validation import validate_model
+from signoff.context import context_of
 from signoff.dashboard import admin_service as admin
 from signoff.dashboard.admin_repository import AdminRepository
 from signoff.dashboard.web import (
@@ -40,7 +40,8 @@ from signoff.invitations import service as invitations
 from signoff.models import Connection, User
 from signoff.oauth.service import IssuedClient
 from signoff.unit_of_work import UnitOfWork
-from signoff.webhooks.dispatcher import FirstAttempt
+from signoff.webhooks.service import FirstAttempt
+from signoff.wiring import wiring_of
 
 router = APIRouter(include_in_schema=False)
 Admin = Depends(require_admin)
@@ -241,7 +242,7 @@ async def users_page(request: Request, viewer: Viewer = Admin) -> Response:
         people=people,
         roles=admin.ROLES,
         invited=invited,
-        by_link=ctx.notifications.smtp is not None,
+        by_link=wiring_of(request).notifications.smtp is not None,
         link_hours=ctx.settings.invitation_ttl_hours,
     )
 
@@ -251,7 +252,7 @@ async def add_user(request: Request, viewer: Viewer = Admin) -> Response:
     """With SMTP configured the person is mailed an invitation; else the answer shows a
     generated password, which they must replace when they first sign in."""
     ctx = context_of(request)
-    by_link = ctx.notifications.smtp is not None
+    by_link = wiring_of(request).notifications.smtp is not None
     done = await _acted(
         request,
         viewer,
@@ -300,7 +301,7 @@ async def _link_mailed(request: Request, viewer: Viewer, link: invitations.Issue
     """Mail the link (after the commit) and say whether it went."""
     ctx = context_of(request)
     now = utcnow()
-    smtp = ctx.notifications.smtp
+    smtp = wiring_of(request).notifications.smtp
     assert smtp is not None  # a link is issued only when SMTP is configured
     sent = await invitations.send_link(smtp, ctx.settings, link, viewer.member, now)
     user = link.user
@@ -385,7 +386,7 @@ async def reset_password(request: Request, user_id: str, viewer: Viewer = Admin)
     """With SMTP configured the person is mailed a link to choose a new password; else
     the answer shows a generated one, which they must replace at their next sign-in."""
     ctx = context_of(request)
-    by_link = ctx.notifications.smtp is not None
+    by_link = wiring_of(request).notifications.smtp is not None
     done = await _acted(
         request,
         viewer,
@@ -518,7 +519,7 @@ async def retry_delivery(request: Request, delivery_id: str, viewer: Viewer = Ad
     try:
         async with ctx.reading() as uow:
             detail = await admin.delivery(AdminRepository(uow.session), viewer.member, delivery_id)
-        recorded = await ctx.webhooks.retry(viewer.org.id, detail.row.delivery.id)
+        recorded = await wiring_of(request).webhooks.retry(viewer.org.id, detail.row.delivery.id)
     except AppError as exc:
         return _failed(back, exc)
     entry = recorded.entry
@@ -557,7 +558,7 @@ async def set_stop(request: Request, viewer: Viewer = Admin) -> Response:
             functools.partial(ctx.transaction, FirstAttempt.BY_WORKERS),
             viewer.org.id,
             viewer.member,
-            poisoned=ctx.poisoned,
+            poisoned=wiring_of(request).poisoned,
         )
     if not active:
         return redirect(back, flash="The emergency stop is off: requests flow again.")

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from signoff.approvals.listing import number_searched
 from signoff.auth.principal import OrgMember
@@ -32,13 +32,18 @@ from signoff.invitations.mail import Purpose
 from signoff.models import Connection, OAuthClient, User, WebhookAttempt
 from signoff.oauth import service as oauth_service
 from signoff.orgs import service as orgs_service
-from signoff.unit_of_work import UnitOfWork
 
 PAGE_SIZE = 50
 # How long a rotated webhook secret keeps signing beside the new one, as the CLI's default.
 DEFAULT_GRACE_HOURS = 24
 RESPONSE_BODY_SHOWN = 1024
 ROLES = ("member", "admin")
+
+
+class AdminWork(invitations.LinkWork, Protocol):
+    """What the admin pages' use cases need of a unit of work: the orgs' and OAuth
+    repositories, and the session the invitations' links are written in (all of which
+    ``LinkWork`` names already: an admin use case may issue a link)."""
 
 
 def _id(value: str | None) -> uuid.UUID | None:
@@ -63,7 +68,7 @@ class ConnectionRow:
         return self.owner is not None and self.owner.deactivated_at is not None
 
 
-async def connections(uow: UnitOfWork, admin: OrgMember) -> list[ConnectionRow]:
+async def connections(uow: AdminWork, admin: OrgMember) -> list[ConnectionRow]:
     people = {u.id: u for u in await uow.orgs.list_users(admin.org_id)}
     rows = await orgs_service.list_connections(uow.orgs, admin.org_id)
     # Active first, newest first within each: revoked ones stay listed for the record.
@@ -81,7 +86,7 @@ def parse_rate_limit(value: str | None) -> int | None:
 
 
 async def create_connection(
-    uow: UnitOfWork,
+    uow: AdminWork,
     box: SecretBox,
     settings: Settings,
     admin: OrgMember,
@@ -106,12 +111,12 @@ async def create_connection(
     )
 
 
-async def connection(uow: UnitOfWork, admin: OrgMember, connection_id: str) -> Connection:
+async def connection(uow: AdminWork, admin: OrgMember, connection_id: str) -> Connection:
     return await orgs_service.get_connection(uow.orgs, admin.org_id, connection_id)
 
 
 async def revoke_connection(
-    uow: UnitOfWork, admin: OrgMember, connection_id: str, now: datetime
+    uow: AdminWork, admin: OrgMember, connection_id: str, now: datetime
 ) -> Connection:
     found = await connection(uow, admin, connection_id)
     await orgs_service.revoke_connection(found, now)
@@ -119,7 +124,7 @@ async def revoke_connection(
 
 
 async def rotate_webhook_secret(
-    uow: UnitOfWork, box: SecretBox, admin: OrgMember, connection_id: str, now: datetime
+    uow: AdminWork, box: SecretBox, admin: OrgMember, connection_id: str, now: datetime
 ) -> tuple[Connection, str]:
     found = await _active_connection(uow, admin, connection_id)
     grace = timedelta(hours=DEFAULT_GRACE_HOURS)
@@ -127,7 +132,7 @@ async def rotate_webhook_secret(
 
 
 async def set_rate_limit(
-    uow: UnitOfWork, settings: Settings, admin: OrgMember, connection_id: str, value: str
+    uow: AdminWork, settings: Settings, admin: OrgMember, connection_id: str, value: str
 ) -> Connection:
     found = await _active_connection(uow, admin, connection_id)
     limit = parse_rate_limit(value)
@@ -138,7 +143,7 @@ async def set_rate_limit(
 
 
 async def transfer_connection(
-    uow: UnitOfWork, admin: OrgMember, connection_id: str, owner: str
+    uow: AdminWork, admin: OrgMember, connection_id: str, owner: str
 ) -> tuple[Connection, User]:
     """The connection's key acts as ``owner`` (an active user of the org) from now on."""
     found = await connection(uow, admin, connection_id)
@@ -149,7 +154,7 @@ async def transfer_connection(
     return found, new_owner
 
 
-async def _active_connection(uow: UnitOfWork, admin: OrgMember, connection_id: str) -> Connection:
+async def _active_connection(uow: AdminWork, admin: OrgMember, connection_id: str) -> Connection:
     found = await connection(uow, admin, connection_id)
     if found.revoked_at is not None:
         raise Conflict("This connection is revoked.")
@@ -164,11 +169,11 @@ def new_password() -> str:
     return secrets.token_urlsafe(12)
 
 
-async def users(uow: UnitOfWork, admin: OrgMember) -> Sequence[User]:
+async def users(uow: AdminWork, admin: OrgMember) -> Sequence[User]:
     return await orgs_service.list_users(uow.orgs, admin.org_id)
 
 
-async def _user(uow: UnitOfWork, admin: OrgMember, user_id: str) -> User:
+async def _user(uow: AdminWork, admin: OrgMember, user_id: str) -> User:
     parsed = _id(user_id)
     found = await uow.orgs.get_user(admin.org_id, parsed) if parsed else None
     if found is None:
@@ -176,7 +181,7 @@ async def _user(uow: UnitOfWork, admin: OrgMember, user_id: str) -> User:
     return found
 
 
-async def _active_user(uow: UnitOfWork, admin: OrgMember, user_id: str) -> User:
+async def _active_user(uow: AdminWork, admin: OrgMember, user_id: str) -> User:
     found = await _user(uow, admin, user_id)
     if found.deactivated_at is not None:
         raise ValidationFailed.for_field("owner", "is deactivated")
@@ -200,7 +205,7 @@ class Handed:
 
 
 async def add_user(
-    uow: UnitOfWork,
+    uow: AdminWork,
     admin: OrgMember,
     settings: Settings,
     *,
@@ -234,7 +239,7 @@ def _not_self(admin: OrgMember, user: User, what: str) -> None:
         raise Conflict(f"You cannot {what} yourself; ask another admin.")
 
 
-async def change_role(uow: UnitOfWork, admin: OrgMember, user_id: str, role: str) -> User:
+async def change_role(uow: AdminWork, admin: OrgMember, user_id: str, role: str) -> User:
     user = await _user(uow, admin, user_id)
     _not_self(admin, user, "change the role of")
     user.role = _role(role)
@@ -243,7 +248,7 @@ async def change_role(uow: UnitOfWork, admin: OrgMember, user_id: str, role: str
 
 
 async def deactivate_user(
-    uow: UnitOfWork, admin: OrgMember, user_id: str, now: datetime
+    uow: AdminWork, admin: OrgMember, user_id: str, now: datetime
 ) -> tuple[User, Sequence[Connection]]:
     """``orgs.service.deactivate_user`` (as the CLI's), and the connections whose keys
     now act without the user's authority, to say so."""
@@ -253,14 +258,14 @@ async def deactivate_user(
     return user, await orgs_service.owned_connections(uow.orgs, user)
 
 
-async def reactivate_user(uow: UnitOfWork, admin: OrgMember, user_id: str) -> User:
+async def reactivate_user(uow: AdminWork, admin: OrgMember, user_id: str) -> User:
     user = await _user(uow, admin, user_id)
     orgs_service.reactivate_user(user)
     return user
 
 
 async def reset_password(
-    uow: UnitOfWork,
+    uow: AdminWork,
     admin: OrgMember,
     settings: Settings,
     user_id: str,
@@ -296,14 +301,14 @@ class ClientRow:
     connection_name: str
 
 
-async def oauth_clients(uow: UnitOfWork, admin: OrgMember) -> list[ClientRow]:
+async def oauth_clients(uow: AdminWork, admin: OrgMember) -> list[ClientRow]:
     names = {c.id: c.name for c in await orgs_service.list_connections(uow.orgs, admin.org_id)}
     clients = await oauth_service.list_clients(uow.oauth, admin.org_id, None)
     return [ClientRow(c, names.get(c.connection_id, "")) for c in clients]
 
 
 async def register_client(
-    uow: UnitOfWork,
+    uow: AdminWork,
     settings: Settings,
     admin: OrgMember,
     *,
@@ -331,7 +336,7 @@ async def register_client(
 
 
 async def delete_client(
-    uow: UnitOfWork, admin: OrgMember, client_id: str, now: datetime
+    uow: AdminWork, admin: OrgMember, client_id: str, now: datetime
 ) -> OAuthClient:
     client = await oauth_service.get_client(uow.oauth, admin.org_id, client_id[:100])
     await oauth_service.delete_client(uow.oauth, client, now)
@@ -435,7 +440,7 @@ class StopState:
     operator_stop: bool
 
 
-async def stop_state(uow: UnitOfWork, admin: OrgMember, settings: Settings) -> StopState:
+async def stop_state(uow: AdminWork, admin: OrgMember, settings: Settings) -> StopState:
     org = await uow.orgs.get_org(admin.org_id)
     if org is None:
         raise NotFound("No such organization.")
@@ -449,5 +454,5 @@ async def stop_state(uow: UnitOfWork, admin: OrgMember, settings: Settings) -> S
     )
 
 
-async def set_stop(uow: UnitOfWork, admin: OrgMember, active: bool, now: datetime) -> None:
+async def set_stop(uow: AdminWork, admin: OrgMember, active: bool, now: datetime) -> None:
     await uow.orgs.set_emergency_stop(admin.org_id, active, admin.user_id, now)

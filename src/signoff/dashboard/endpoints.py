@@ -19,11 +19,10 @@ from starlette.responses import Response, StreamingResponse
 
 from signoff.approvals import service as approvals_service
 from signoff.approvals.schemas import AddComment, DecideApprovalRequest
-from signoff.common.http import context_of
 from signoff.common.ids import parse_id
 from signoff.common.time import utcnow
 from signoff.common.validation import validate_model
-from signoff.context import AppContext
+from signoff.context import AppContext, context_of
 from signoff.dashboard import passwords, service
 from signoff.dashboard.admin import router as admin_router
 from signoff.dashboard.first_steps import FirstSteps, first_steps
@@ -52,6 +51,7 @@ from signoff.dashboard.web import (
 from signoff.errors import AppError, Conflict, RequestNotPending, ValidationFailed
 from signoff.oauth import service as oauth_service
 from signoff.oauth.endpoints import CHOOSE_PASSWORD_PATH, SESSION_COOKIE, set_session_cookie
+from signoff.wiring import wiring_of
 
 router = APIRouter(include_in_schema=False)
 User = Depends(require_user)
@@ -226,8 +226,8 @@ async def signin_submit(request: Request) -> Response:
     address = request.client.host if request.client else "unknown"
     limit = settings.login_attempts_per_hour
     # Per address (shared with the OAuth sign-in page) and per account.
-    by_address = await ctx.limiter.hit(f"login:{address}", limit)
-    by_account = await ctx.limiter.hit(f"login-account:{email}", limit)
+    by_address = await wiring_of(request).limiter.hit(f"login:{address}", limit)
+    by_account = await wiring_of(request).limiter.hit(f"login-account:{email}", limit)
     if not (by_address.allowed and by_account.allowed):
         return await _signin_form(
             request,
@@ -277,7 +277,7 @@ async def inbox(request: Request, viewer: Viewer = User) -> Response:
     ctx = context_of(request)
     view = service.ListView.from_query(dict(request.query_params), ("pending",))
     page = await service.inbox(ctx.db.queries, viewer.member, view)
-    waiting = await _waiting(ctx, viewer, view, page)
+    waiting = await _waiting(request, viewer, view, page)
     steps = await _first_steps(ctx, viewer, view, page)
     return await render(
         request, "inbox.html", viewer, page=page, view=view, waiting=waiting, first_steps=steps
@@ -295,13 +295,13 @@ async def _first_steps(
 
 
 async def _waiting(
-    ctx: AppContext, viewer: Viewer, view: service.ListView, page: service.Page
+    request: Request, viewer: Viewer, view: service.ListView, page: service.Page
 ) -> Waiting:
     """The unfiltered inbox's total is the waiting count: keep it for the other pages."""
     if view.is_filtered:
-        return await waiting_count(ctx, viewer)
+        return await waiting_count(request, viewer)
     waiting = Waiting(page.total, page.total_is_exact)
-    ctx.live.counts.put(viewer.org.id, viewer.user.id, waiting)
+    wiring_of(request).live.counts.put(viewer.org.id, viewer.user.id, waiting)
     return waiting
 
 
@@ -311,7 +311,7 @@ async def inbox_rows(request: Request, viewer: Viewer = User) -> Response:
     ctx = context_of(request)
     view = service.ListView.from_query(dict(request.query_params), ("pending",))
     page = await service.inbox(ctx.db.queries, viewer.member, view)
-    waiting = await _waiting(ctx, viewer, view, page)
+    waiting = await _waiting(request, viewer, view, page)
     steps = await _first_steps(ctx, viewer, view, page)
     return render_fragment(
         "_inbox_list.html",
@@ -326,12 +326,12 @@ async def inbox_rows(request: Request, viewer: Viewer = User) -> Response:
 @router.get("/live")
 async def live(request: Request, viewer: Viewer = User) -> Response:
     """Server-sent events: ``changed`` whenever a request of the viewer's org changes."""
-    ctx = context_of(request)
-    await ctx.live.start_listening()
+    live = wiring_of(request).live
+    await live.start_listening()
     org_id = viewer.org.id
 
     async def events() -> AsyncIterator[str]:
-        with ctx.live.watch(org_id) as changed:
+        with live.watch(org_id) as changed:
             yield "retry: 2000\n\n"
             while True:
                 try:

@@ -16,7 +16,7 @@ from http import HTTPStatus
 from starlette.requests import Request
 from starlette.responses import Response
 
-from signoff.common.http import context_of
+from signoff.context import context_of
 from signoff.dashboard.web import current_viewer, render
 from signoff.errors import AppError
 

@@ -11,10 +11,13 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass
+from typing import Protocol
+
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.auth.principal import OrgMember
 from signoff.dashboard.admin_repository import AdminRepository
-from signoff.unit_of_work import UnitOfWork
+from signoff.orgs.repository import OrgRepository
 
 KEY_VARIABLE = "SIGNOFF_API_KEY"
 FIRST_REQUEST = {
@@ -45,7 +48,17 @@ def first_request_curl(public_url: str) -> str:
     )
 
 
-async def first_steps(uow: UnitOfWork, member: OrgMember, public_url: str) -> FirstSteps | None:
+class FirstStepsWork(Protocol):
+    """What the first steps read: the org's connections, and whether it has requests."""
+
+    @property
+    def session(self) -> AsyncSession: ...
+
+    @property
+    def orgs(self) -> OrgRepository: ...
+
+
+async def first_steps(uow: FirstStepsWork, member: OrgMember, public_url: str) -> FirstSteps | None:
     """The steps for an admin of an org without any request yet; ``None`` otherwise."""
     if not member.is_admin or await AdminRepository(uow.session).has_requests(member.org_id):
         return None

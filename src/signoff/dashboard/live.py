@@ -1,6 +1,6 @@
 """Live updates of the dashboard: an org-level "something changed" signal.
 
-Long polls watch one request (``AppContext.waiters``); this wakes the open inboxes of one
+Long polls watch one request (``Wiring.waiters``); this wakes the open inboxes of one
 org, which then read their rows again. In one process the signal is an in-memory
 broadcast. On PostgreSQL each process also sends it with NOTIFY (in the process's batches
 after commit, ``storage.Notifier``) and hears the others' through its ``storage.ListenHub``,

@@ -11,8 +11,8 @@ from fastapi import APIRouter, Depends
 from starlette.requests import Request
 from starlette.responses import Response
 
-from signoff.common.http import context_of
 from signoff.common.time import utcnow
+from signoff.context import context_of
 from signoff.dashboard.web import (
     PAGE_HEADERS,
     PageRefused,

@@ -13,9 +13,10 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.approvals import service as approvals
 from signoff.approvals.listing import (
@@ -41,7 +42,7 @@ from signoff.oauth.repository import OAuthRepository
 from signoff.orgs import service as orgs
 from signoff.orgs.repository import OrgRepository
 from signoff.storage import QueryRunner
-from signoff.unit_of_work import UnitOfWork
+from signoff.webhooks.repository import WebhookRepository
 
 PAGE_SIZE = 25
 CSV_MAX_ROWS = 10_000
@@ -369,7 +370,29 @@ class RequestPage:
     metadata_items: list[tuple[int, str, str | None]] = field(default_factory=list)
 
 
-async def request_page(uow: UnitOfWork, member: OrgMember, request_id: uuid.UUID) -> RequestPage:
+class RequestPageWork(Protocol):
+    """What a request's page reads: the request (approvals), its callbacks (webhooks),
+    its notifications (through the session), and the org's names (orgs)."""
+
+    @property
+    def approvals(self) -> ApprovalRepository: ...
+
+    @property
+    def webhooks(self) -> WebhookRepository: ...
+
+    @property
+    def orgs(self) -> OrgRepository: ...
+
+    @property
+    def session(self) -> AsyncSession: ...
+
+    @property
+    def dialect(self) -> str: ...
+
+
+async def request_page(
+    uow: RequestPageWork, member: OrgMember, request_id: uuid.UUID
+) -> RequestPage:
     now = utcnow()
     row = await approvals.get_request(uow.approvals, member, request_id)
     steps, votes = await approvals.steps_and_votes(uow.approvals, row)

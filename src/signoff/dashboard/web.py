@@ -33,15 +33,15 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from signoff.approvals.listing import count_waiting
 from signoff.approvals.previews import KIND_LABELS
 from signoff.auth.principal import OrgMember
-from signoff.common.http import context_of
 from signoff.common.time import utcnow
-from signoff.context import AppContext
+from signoff.context import AppContext, context_of
 from signoff.dashboard.activity import describe_event
 from signoff.models import DashboardSession, Organization, User
 from signoff.oauth import credentials
 
 # One sign-in session for the dashboard and the OAuth pages: the same cookie.
 from signoff.oauth.endpoints import CHOOSE_PASSWORD_PATH, SESSION_COOKIE
+from signoff.wiring import wiring_of
 
 HERE = Path(__file__).parent
 FLASH_COOKIE = "signoff_flash"
@@ -261,16 +261,19 @@ class Waiting:
         return f"{self.count:,}" if self.exact else f"{self.count:,}+"
 
 
-async def waiting_count(ctx: AppContext, viewer: Viewer) -> Waiting:
+async def waiting_count(request: Request, viewer: Viewer) -> Waiting:
     """How many requests wait for this person now (the navigation's and title's count):
     a bounded count, kept a few seconds (``CountsCache``)."""
-    cached = ctx.live.counts.get(viewer.org.id, viewer.user.id)
+    live = wiring_of(request).live
+    cached = live.counts.get(viewer.org.id, viewer.user.id)
     if isinstance(cached, Waiting):
         return cached
     waiting = Waiting(
-        *await count_waiting(ctx.db.queries, viewer.org.id, viewer.user.id, now=utcnow())
+        *await count_waiting(
+            context_of(request).db.queries, viewer.org.id, viewer.user.id, now=utcnow()
+        )
     )
-    ctx.live.counts.put(viewer.org.id, viewer.user.id, waiting)
+    live.counts.put(viewer.org.id, viewer.user.id, waiting)
     return waiting
 
 
@@ -286,9 +289,8 @@ async def render(
     **values: Any,
 ) -> HTMLResponse:
     """A page inside the layout, with the navigation's waiting count and a flash message."""
-    ctx = context_of(request)
     if viewer is not None and "waiting" not in values:
-        values["waiting"] = await waiting_count(ctx, viewer)
+        values["waiting"] = await waiting_count(request, viewer)
     flash = _flash_of(request)
     html = templates.get_template(template).render(
         viewer=viewer,

@@ -17,6 +17,9 @@ import secrets
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
+
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.auth.principal import OrgMember
 from signoff.auth.secrets import hash_password, verify_password
@@ -27,13 +30,29 @@ from signoff.invitations.repository import PasswordLinkRepository
 from signoff.models import PasswordLink, User
 from signoff.notifications.sending.channels import SmtpServer, send_mail
 from signoff.oauth import credentials
+from signoff.oauth.repository import OAuthRepository
+from signoff.orgs.repository import OrgRepository
 from signoff.orgs.service import MIN_PASSWORD_LENGTH
-from signoff.unit_of_work import UnitOfWork
 from signoff.webhooks.delivery import AttemptResult
 
 logger = logging.getLogger(__name__)
 # Longer than any password a person types; argon2 hashes what it is given.
 MAX_PASSWORD_LENGTH = 1024
+
+
+class LinkWork(Protocol):
+    """What issuing, opening and redeeming links needs of a unit of work: the session
+    their repository runs in, the orgs' repository for their users, and OAuth's for the
+    sessions a new password ends."""
+
+    @property
+    def session(self) -> AsyncSession: ...
+
+    @property
+    def orgs(self) -> OrgRepository: ...
+
+    @property
+    def oauth(self) -> OAuthRepository: ...
 
 
 class LinkGone(NotFound):
@@ -81,7 +100,7 @@ def link_url(settings: Settings, token: str) -> str:
 
 
 async def issue_link(
-    uow: UnitOfWork, user: User, purpose: Purpose, settings: Settings, now: datetime
+    uow: LinkWork, user: User, purpose: Purpose, settings: Settings, now: datetime
 ) -> IssuedLink:
     """A one-time link for ``user`` to choose a password; their earlier links stop
     working (only the newest one of a person works)."""
@@ -101,11 +120,11 @@ async def issue_link(
     return IssuedLink(user, purpose, link_url(settings, token), expires_at)
 
 
-async def invited_user_ids(uow: UnitOfWork, org_id: uuid.UUID, now: datetime) -> set[uuid.UUID]:
+async def invited_user_ids(uow: LinkWork, org_id: uuid.UUID, now: datetime) -> set[uuid.UUID]:
     return await PasswordLinkRepository(uow.session).invited_user_ids(org_id, now)
 
 
-async def retire_links(uow: UnitOfWork, user_id: uuid.UUID, now: datetime) -> None:
+async def retire_links(uow: LinkWork, user_id: uuid.UUID, now: datetime) -> None:
     await PasswordLinkRepository(uow.session).retire_open_links(user_id, now)
 
 
@@ -114,7 +133,7 @@ def _token_hash(token: str) -> str | None:
     return credentials.hash_token(token) if 0 < len(token) <= 100 else None
 
 
-async def open_link(uow: UnitOfWork, token: str, now: datetime) -> tuple[PasswordLink, User]:
+async def open_link(uow: LinkWork, token: str, now: datetime) -> tuple[PasswordLink, User]:
     """The link and its person, while it works (looking does not spend it: mail scanners
     open links)."""
     token_hash = _token_hash(token)
@@ -141,7 +160,7 @@ async def checked_password_hash(new: str, repeated: str) -> str:
     return await asyncio.to_thread(hash_password, new)
 
 
-async def redeem_link(uow: UnitOfWork, token: str, password_hash: str, now: datetime) -> User:
+async def redeem_link(uow: LinkWork, token: str, password_hash: str, now: datetime) -> User:
     """Spend the link and give its person the password: every session of theirs ends
     (the caller starts the new one). ``LinkGone`` when it was used, expired, or its
     person deactivated; of two uses at once, one wins and the other gets ``LinkGone``."""
@@ -168,7 +187,7 @@ async def refuse_given_password(user: User, new: str) -> None:
 
 
 async def choose_password(
-    uow: UnitOfWork, user_id: uuid.UUID, session_id: uuid.UUID, password_hash: str
+    uow: LinkWork, user_id: uuid.UUID, session_id: uuid.UUID, password_hash: str
 ) -> User:
     """A flagged person's own password replaces the generated one; their other sessions
     end (someone else may have signed in with the generated one)."""

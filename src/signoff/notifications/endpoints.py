@@ -10,18 +10,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from signoff.auth.principal import Principal
-from signoff.common.http import context_of, json_body_doc, json_response, path_id, require_scope
+from signoff.common.http import json_body_doc, json_response, path_id, require_scope
 from signoff.common.openapi import errors
 from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import read_json_object
-from signoff.context import AppContext
+from signoff.context import context_of
 from signoff.errors import Forbidden, NotFound, ValidationFailed
 from signoff.notifications.planning import service as planning
 from signoff.notifications.repository import NotificationRepository
 from signoff.notifications.routing import service
 from signoff.notifications.routing.document import RoutingDocument
 from signoff.notifications.schemas import NotificationListOut, RoutingOut
+from signoff.wiring import wiring_of
 
 router = APIRouter(prefix="/api/v1", tags=["notifications"], route_class=LeanRoute)
 
@@ -47,11 +48,12 @@ async def get_routing(request: Request, principal: Reader) -> Response:
     async with ctx.reading() as uow:
         repo = NotificationRepository(uow.session, uow.dialect)
         document = await service.read_routing(repo, ctx.box, principal.org_id)
-    return json_response(service.with_warnings(document, routing_checks(ctx)))
+    return json_response(service.with_warnings(document, routing_checks(request)))
 
 
-def routing_checks(ctx: AppContext) -> service.RoutingChecks:
-    return service.RoutingChecks(ctx.webhooks.policy, bool(ctx.settings.smtp_url))
+def routing_checks(request: Request) -> service.RoutingChecks:
+    settings = context_of(request).settings
+    return service.RoutingChecks(wiring_of(request).webhooks.policy, bool(settings.smtp_url))
 
 
 @router.put(
@@ -75,7 +77,7 @@ async def put_routing(request: Request, principal: Writer) -> Response:
     async with ctx.transaction() as uow:
         repo = NotificationRepository(uow.session, uow.dialect)
         document = await service.write_routing(
-            repo, ctx.box, routing_checks(ctx), principal, principal.org_id, data, utcnow()
+            repo, ctx.box, routing_checks(request), principal, principal.org_id, data, utcnow()
         )
     return json_response(document)
 

@@ -12,9 +12,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from signoff.auth.principal import OrgMember
-from signoff.common.http import context_of
 from signoff.common.time import utcnow
-from signoff.context import AppContext
+from signoff.context import AppContext, context_of
 from signoff.dashboard import web
 from signoff.errors import AppError, RequestNotPending, ValidationFailed
 from signoff.notifications.decisions import links
@@ -23,6 +22,7 @@ from signoff.notifications.repository import NotificationRepository
 from signoff.notifications.routing import form as routing_form
 from signoff.notifications.routing import service
 from signoff.notifications.sending import messages
+from signoff.wiring import wiring_of
 
 pages = APIRouter(include_in_schema=False)
 Admin = Depends(web.require_admin)
@@ -198,7 +198,7 @@ async def _routing_page(
         viewer,
         400 if refused else 200,
         document=document,
-        warnings=service.routing_warnings(document, routing_checks(ctx)),
+        warnings=service.routing_warnings(document, routing_checks(request)),
         form=form or routing_form.form_of(document),
         saved_names=list(document["channels"]),
         channel_types=routing_form.CHANNEL_TYPES,
@@ -265,7 +265,7 @@ async def _write(
         await service.write_routing(
             repo,
             ctx.box,
-            routing_checks(ctx),
+            routing_checks(request),
             viewer.member,
             viewer.org.id,
             data,
@@ -279,9 +279,8 @@ async def _write(
 @pages.post("/settings/notifications/test")
 async def routing_test(request: Request, viewer: web.Viewer = Admin) -> Response:
     """Sends a sample message on one channel now (not stored, nothing to decide)."""
-    ctx = context_of(request)
     fields = await web.checked_form(request, viewer)
-    result = await ctx.notifications.send_test(
+    result = await wiring_of(request).notifications.send_test(
         viewer.org.id, fields.get("channel", ""), viewer.member
     )
     back = "/settings/notifications"

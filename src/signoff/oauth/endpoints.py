@@ -26,7 +26,6 @@ from starlette.responses import RedirectResponse, Response
 
 from signoff.auth.principal import ALL_SCOPES, Principal
 from signoff.common.http import (
-    context_of,
     json_body_doc,
     json_response,
     principal_of,
@@ -37,7 +36,7 @@ from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body
 from signoff.config import Settings
-from signoff.context import AppContext
+from signoff.context import AppContext, context_of
 from signoff.errors import Forbidden, NotFound, ValidationFailed
 from signoff.models import DashboardSession, OAuthClient, User
 from signoff.oauth import service
@@ -56,6 +55,7 @@ from signoff.oauth.schemas import (
     client_to_dict,
 )
 from signoff.unit_of_work import UnitOfWork
+from signoff.wiring import wiring_of
 
 SESSION_COOKIE = "signoff_session"
 # Where a person signed in with a password an admin generated must choose their own
@@ -272,7 +272,9 @@ async def login(request: Request) -> Response:
         org_name = await _org_name(uow, client)
         email = fields.get("email", "")
         address = request.client.host if request.client else "unknown"
-        allowed = await ctx.limiter.hit(f"login:{address}", settings.login_attempts_per_hour)
+        allowed = await wiring_of(request).limiter.hit(
+            f"login:{address}", settings.login_attempts_per_hour
+        )
         if not allowed.allowed:
             return _login_page(
                 authz,

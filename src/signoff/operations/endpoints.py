@@ -18,10 +18,11 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 
-from signoff.common.http import context_of
+from signoff.context import context_of
 from signoff.errors import Unauthorized
 from signoff.metrics import render_process_metrics
 from signoff.operations.service import ScrapeSnapshot, read_snapshot
+from signoff.wiring import wiring_of
 
 router = APIRouter(tags=["operations"])
 
@@ -90,6 +91,7 @@ async def metrics(request: Request) -> Response:
     if not _authorized(request, ctx.settings.metrics_token):
         raise Unauthorized("Send the metrics token: Authorization: Bearer <token>.")
     scrape = CollectorRegistry(auto_describe=False)
-    scrape.register(_SnapshotCollector(await read_snapshot(ctx)))
+    waiting = wiring_of(request).waiters.waiting()
+    scrape.register(_SnapshotCollector(await read_snapshot(ctx, waiting)))
     body = render_process_metrics() + generate_latest(scrape)
     return Response(body, media_type=CONTENT_TYPE_LATEST)

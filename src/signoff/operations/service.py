@@ -14,6 +14,7 @@ from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.errors import ServiceUnavailable
 from signoff.operations.repository import OperationsRepository
+from signoff.ratelimit.limiter import RateLimiter
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +27,9 @@ def _head_revisions() -> frozenset[str]:
     return head_revisions()
 
 
-async def check_ready(ctx: AppContext, background: Sequence[asyncio.Task[None]]) -> None:
+async def check_ready(
+    ctx: AppContext, limiter: RateLimiter, background: Sequence[asyncio.Task[None]]
+) -> None:
     """Raise ``ServiceUnavailable`` unless this process can do its work: the database
     answers and is at the latest migration, Redis answers (when configured), and the
     background loops it runs (sweep, delivery worker) are still running."""
@@ -41,7 +44,7 @@ async def check_ready(ctx: AppContext, background: Sequence[asyncio.Task[None]])
             "The database schema is not at the latest migration; run `signoff db upgrade`.",
             {"database": sorted(revisions), "expected": sorted(_head_revisions())},
         )
-    if ctx.settings.redis_url and not await ctx.limiter.check_ready():
+    if ctx.settings.redis_url and not await limiter.check_ready():
         raise ServiceUnavailable("Redis is not reachable.")
     stopped = [task.get_name() for task in background if task.done()]
     if stopped:
@@ -75,7 +78,7 @@ def _pool_use(name: str, engine: AsyncEngine) -> PoolUse:
     )
 
 
-async def read_snapshot(ctx: AppContext) -> ScrapeSnapshot:
+async def read_snapshot(ctx: AppContext, long_polls_waiting: int) -> ScrapeSnapshot:
     now = utcnow()
     async with ctx.reading() as uow:
         repo = OperationsRepository(uow.session)
@@ -91,6 +94,6 @@ async def read_snapshot(ctx: AppContext) -> ScrapeSnapshot:
         deliveries_pending=pending,
         deliveries_due=due,
         expiry_lag_seconds=0.0 if oldest is None else max(0.0, (now - oldest).total_seconds()),
-        long_polls_waiting=ctx.waiters.waiting(),
+        long_polls_waiting=long_polls_waiting,
         pools=pools,
     )

@@ -15,7 +15,6 @@ from starlette.responses import Response
 from signoff.approvals import service as approvals_service
 from signoff.auth.principal import Principal
 from signoff.common.http import (
-    context_of,
     json_body_doc,
     json_response,
     principal_of,
@@ -25,10 +24,12 @@ from signoff.common.openapi import UuidPath, errors
 from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body
+from signoff.context import context_of
 from signoff.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from signoff.orgs import service as orgs_service
 from signoff.orgs.schemas import ConnectionOut, TransferConnectionIn, connection_to_dict
-from signoff.webhooks.dispatcher import FirstAttempt
+from signoff.webhooks.service import FirstAttempt
+from signoff.wiring import wiring_of
 
 router = APIRouter(prefix="/api/v1", tags=["account"], route_class=LeanRoute)
 
@@ -152,7 +153,7 @@ async def put_emergency_stop(
             functools.partial(ctx.transaction, FirstAttempt.BY_WORKERS),
             principal.org_id,
             principal,
-            poisoned=ctx.poisoned,
+            poisoned=wiring_of(request).poisoned,
         )
     return json_response(
         {

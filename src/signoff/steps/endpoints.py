@@ -14,7 +14,6 @@ from signoff.approvals.presenters import step_to_dict
 from signoff.approvals.schemas import DecideApprovalRequest
 from signoff.auth.principal import Principal
 from signoff.common.http import (
-    context_of,
     json_body_doc,
     json_response,
     path_id,
@@ -25,6 +24,7 @@ from signoff.common.openapi import UuidPath, errors
 from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body
+from signoff.context import context_of
 from signoff.errors import (
     Forbidden,
     NotFound,

@@ -24,7 +24,13 @@ docs/performance.md.
 """
 
 from signoff.storage.database import Database, insert_ignoring_conflicts, not_among
-from signoff.storage.notifications import ListenHub, Notifier
+from signoff.storage.notifications import (
+    PLAN_CHANNEL,
+    REQUEST_CHANNEL,
+    WROTE_NOTIFICATIONS,
+    ListenHub,
+    Notifier,
+)
 from signoff.storage.prepared import (
     LostRace,
     PreparedQuery,
@@ -46,6 +52,9 @@ from signoff.storage.prepared import (
 )
 
 __all__ = [
+    "PLAN_CHANNEL",
+    "REQUEST_CHANNEL",
+    "WROTE_NOTIFICATIONS",
     "Database",
     "ListenHub",
     "LostRace",

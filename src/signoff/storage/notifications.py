@@ -15,6 +15,15 @@ from signoff.storage.asyncpg_shape import asyncpg_dsn
 logger = logging.getLogger(__name__)
 # How often a lost LISTEN connection is noticed and opened again, at most.
 RECONNECT_SECONDS = 5.0
+# Where a request's change of status is announced (migration 0011's trigger, and
+# ``AppContext.transaction`` for the hot path's writes): long polls listen.
+REQUEST_CHANNEL = "signoff_requests"
+# Where written notifications are announced (migration 0015's trigger, and
+# ``AppContext.transaction``): notification senders listen.
+PLAN_CHANNEL = "signoff_notifications"
+# Set in a session's ``info`` when it wrote notifications: after its commit, the
+# process's sender is woken (``AppContext.transaction``).
+WROTE_NOTIFICATIONS = "signoff.notifications.written"
 
 
 def _nothing() -> None:

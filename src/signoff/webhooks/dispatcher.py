@@ -14,7 +14,6 @@ make attempt 1 of their own decisions; workers (``worker/deliveries.py``) claim 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import time
 import uuid
@@ -42,7 +41,10 @@ from signoff.webhooks.receivers import ReceiverRecord
 from signoff.webhooks.repository import WebhookRepository
 from signoff.webhooks.service import (
     ClaimedDelivery,
+    FirstAttempt,
+    FirstAttemptPolicy,
     FirstAttempts,
+    FirstAttemptsInBackground,
     Outbox,
     RecordedAttempt,
     RetrySchedule,
@@ -109,36 +111,6 @@ class _RecordBatcher:
                 for (_, future), outcome in zip(batch, outcomes, strict=True):
                     if not future.done():
                         future.set_result(outcome)
-
-
-class FirstAttempt(enum.Enum):
-    """When the callbacks a committed transaction wrote get their attempt 1."""
-
-    # Made by this process right after the commit, awaited: the caller's answer reports
-    # its outcome (``callback_delivered``).
-    NOW = "now"
-    # Handed to the delivery workers, due at once: a batch (the expiry sweep, the
-    # emergency stop) does not wait on receivers.
-    BY_WORKERS = "by_workers"
-
-
-@dataclass
-class FirstAttemptsInBackground:
-    """Attempt 1 made by this process without waiting for it, ``budget`` of them at most
-    over every transaction that shares this policy; the rest go to the delivery workers
-    (the CLI's emergency stop: attempts run while the next batches commit)."""
-
-    budget: int
-    handed_off: int = 0
-    tasks: list[asyncio.Task[FirstAttempts]] = field(default_factory=list)
-
-    async def outcomes(self) -> list[RecordedAttempt | None]:
-        """The attempts started so far, once all have ended."""
-        done = await asyncio.gather(*self.tasks)
-        return [attempt for attempts in done for attempt in attempts.made]
-
-
-FirstAttemptPolicy = FirstAttempt | FirstAttemptsInBackground
 
 
 class WebhookDispatcher:

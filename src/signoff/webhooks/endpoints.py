@@ -9,10 +9,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from signoff.auth.principal import Principal
-from signoff.common.http import context_of, json_body_doc, json_response, path_id, require_scope
+from signoff.common.http import json_body_doc, json_response, path_id, require_scope
 from signoff.common.openapi import UuidPath, documented_as, errors
 from signoff.common.routing import LeanRoute
 from signoff.common.validation import parse_json_body, validate_model
+from signoff.context import context_of
 from signoff.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from signoff.webhooks import service
 from signoff.webhooks.schemas import (
@@ -24,6 +25,7 @@ from signoff.webhooks.schemas import (
     TestWebhookOut,
     attempt_to_dict,
 )
+from signoff.wiring import wiring_of
 
 router = APIRouter(prefix="/api/v1", tags=["webhooks"], route_class=LeanRoute)
 
@@ -74,9 +76,8 @@ async def list_deliveries(
 async def retry_delivery(request: Request, delivery_id: UuidPath, principal: Writer) -> Response:
     if not principal.is_admin:
         raise Forbidden("Only admins may retry deliveries.")
-    ctx = context_of(request)
     did = path_id(delivery_id, "delivery")
-    recorded = await ctx.webhooks.retry(principal.org_id, did)
+    recorded = await wiring_of(request).webhooks.retry(principal.org_id, did)
     return json_response({**attempt_to_dict(recorded.entry), "delivery_status": recorded.status})
 
 
@@ -93,8 +94,8 @@ async def retry_delivery(request: Request, delivery_id: UuidPath, principal: Wri
 async def test_webhook(request: Request, principal: Writer) -> Response:
     ctx = context_of(request)
     payload = await parse_json_body(request, TestWebhook, ctx.settings)
-    await service.check_callback_url(ctx.webhooks.policy, payload.url, "url")
-    result = await ctx.webhooks.send_test(
+    await service.check_callback_url(wiring_of(request).webhooks.policy, payload.url, "url")
+    result = await wiring_of(request).webhooks.send_test(
         principal.connection_id,
         service.Decider(principal.user_id, principal.user_email, principal.user_name),
         payload.url,

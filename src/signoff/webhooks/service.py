@@ -15,6 +15,8 @@ worker takes over.
 
 from __future__ import annotations
 
+import asyncio
+import enum
 import functools
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -152,6 +154,36 @@ class FirstAttempts:
 
 
 # ---- payloads ----
+
+
+class FirstAttempt(enum.Enum):
+    """When the callbacks a committed transaction wrote get their attempt 1."""
+
+    # Made by this process right after the commit, awaited: the caller's answer reports
+    # its outcome (``callback_delivered``).
+    NOW = "now"
+    # Handed to the delivery workers, due at once: a batch (the expiry sweep, the
+    # emergency stop) does not wait on receivers.
+    BY_WORKERS = "by_workers"
+
+
+@dataclass
+class FirstAttemptsInBackground:
+    """Attempt 1 made by this process without waiting for it, ``budget`` of them at most
+    over every transaction that shares this policy; the rest go to the delivery workers
+    (the CLI's emergency stop: attempts run while the next batches commit)."""
+
+    budget: int
+    handed_off: int = 0
+    tasks: list[asyncio.Task[FirstAttempts]] = field(default_factory=list)
+
+    async def outcomes(self) -> list[RecordedAttempt | None]:
+        """The attempts started so far, once all have ended."""
+        done = await asyncio.gather(*self.tasks)
+        return [attempt for attempts in done for attempt in attempts.made]
+
+
+FirstAttemptPolicy = FirstAttempt | FirstAttemptsInBackground
 
 
 @dataclass(frozen=True)

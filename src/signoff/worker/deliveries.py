@@ -9,7 +9,7 @@ Waking up, without busy polling:
 - in this process, ``dispatcher.wakeup`` is set whenever a delivery becomes due sooner
   than the loop may think (a retry scheduled, a hand-off);
 - on PostgreSQL, every such transaction also sends ``NOTIFY signoff_deliveries``, which the
-  process's LISTEN connection (``ctx.hub``) turns into the same wake-up, across processes;
+  process's LISTEN connection (``ListenHub``) turns into the same wake-up, across processes;
 - otherwise the loop sleeps exactly until the next due time (a retry, or a lease running
   out), capped by ``SIGNOFF_DELIVERY_POLL_INTERVAL_SECONDS`` so that deliveries made due
   by *other* processes on SQLite are noticed too (one indexed query per interval).
@@ -34,6 +34,7 @@ import logging
 from collections import Counter, deque
 
 from signoff.context import AppContext
+from signoff.storage import ListenHub
 from signoff.webhooks.dispatcher import WebhookDispatcher
 from signoff.webhooks.repository import NOTIFY_CHANNEL
 from signoff.webhooks.service import ClaimedDelivery
@@ -58,9 +59,9 @@ LEASE_MARGIN_SECONDS = 1.0
 
 
 class DeliveryWorker:
-    def __init__(self, ctx: AppContext) -> None:
+    def __init__(self, ctx: AppContext, dispatcher: WebhookDispatcher, hub: ListenHub) -> None:
         self.ctx = ctx
-        self.dispatcher: WebhookDispatcher = ctx.webhooks
+        self.dispatcher = dispatcher
         settings = ctx.settings
         self.concurrency = settings.delivery_concurrency
         self.poll_seconds = settings.delivery_poll_interval_seconds
@@ -89,7 +90,7 @@ class DeliveryWorker:
         self.claims_made = 0
         self.due_lookups = 0
         self.short_waits = 0
-        self.hub = ctx.hub
+        self.hub = hub
 
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
@@ -333,5 +334,7 @@ async def _wait_either(stop: asyncio.Event, wakeup: asyncio.Event, timeout: floa
         await asyncio.gather(*waiters, return_exceptions=True)
 
 
-async def run_delivery_worker(ctx: AppContext, stop: asyncio.Event) -> None:
-    await DeliveryWorker(ctx).run(stop)
+async def run_delivery_worker(
+    ctx: AppContext, dispatcher: WebhookDispatcher, hub: ListenHub, stop: asyncio.Event
+) -> None:
+    await DeliveryWorker(ctx, dispatcher, hub).run(stop)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from signoff.context import AppContext
 from signoff.notifications.planning.repository import NOTIFY_CHANNEL
 from signoff.notifications.sending.sender import CLAIM_LIMIT, NotificationSender
+from signoff.storage import ListenHub
 from signoff.worker.deliveries import ERROR_BACKOFF_SECONDS, LISTENING_POLL_SECONDS, _wait_either
 
 logger = logging.getLogger(__name__)
@@ -39,13 +39,14 @@ def next_gather(gather: float, plans_last_round: int) -> float:
     return WAKEUP_GATHER_SECONDS
 
 
-async def run_notification_sender(ctx: AppContext, stop: asyncio.Event) -> None:
-    sender: NotificationSender = ctx.notifications
-    poll = ctx.settings.notification_poll_interval_seconds
+async def run_notification_sender(
+    sender: NotificationSender, hub: ListenHub, stop: asyncio.Event
+) -> None:
+    poll = sender.settings.notification_poll_interval_seconds
     # PostgreSQL: plans any process commits wake the loop; so does each (re)start of
     # listening, as what was notified meanwhile went unheard.
-    ctx.hub.listen(NOTIFY_CHANNEL, lambda _payload: sender.wakeup.set(), sender.wakeup.set)
-    await ctx.hub.ready()
+    hub.listen(NOTIFY_CHANNEL, lambda _payload: sender.wakeup.set(), sender.wakeup.set)
+    await hub.ready()
     gather = WAKEUP_GATHER_SECONDS
     # Whether this round began after a gather: only those measure a burst (a round run at
     # once, for plans committed just as the last one ended, finds a few by chance).
@@ -65,7 +66,7 @@ async def run_notification_sender(ctx: AppContext, stop: asyncio.Event) -> None:
         except Exception:
             logger.exception("notification sender round failed; retrying shortly")
             due = ERROR_BACKOFF_SECONDS
-        cap = max(poll, LISTENING_POLL_SECONDS) if ctx.hub.hears(NOTIFY_CHANNEL) else poll
+        cap = max(poll, LISTENING_POLL_SECONDS) if hub.hears(NOTIFY_CHANNEL) else poll
         sleep = cap if due is None else min(cap, due)
         if sleep > 0:
             await _wait_either(stop, sender.wakeup, sleep)

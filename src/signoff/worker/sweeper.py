@@ -13,10 +13,11 @@ import asyncio
 import logging
 
 from signoff.approvals import service
+from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.logs import request_id_scope
-from signoff.webhooks.dispatcher import FirstAttempt
+from signoff.webhooks.service import FirstAttempt
 
 logger = logging.getLogger(__name__)
 # Requests expired per transaction. On SQLite the batch holds the one writer, and in
@@ -30,22 +31,22 @@ def batch_size(ctx: AppContext) -> int:
     return BATCH_SIZES.get(ctx.db.dialect, 100)
 
 
-async def sweep_expired_once(ctx: AppContext) -> int:
+async def sweep_expired_once(ctx: AppContext, poisoned: PoisonedRows) -> int:
     """Expire one batch of due requests; returns how many rows it took (expired or parked)."""
-    parked_before = ctx.poisoned.counts[service.EXPIRY_JOB]
+    parked_before = poisoned.counts[service.EXPIRY_JOB]
     # One id per batch: its log lines and the expiry callbacks it writes share it.
     with request_id_scope():
         # The expiry callbacks commit with the expiries; the delivery workers send them.
         async with ctx.transaction(FirstAttempt.BY_WORKERS) as uow:
-            results = await service.expire_due(uow, utcnow(), batch_size(ctx), ctx.poisoned)
-    return len(results) + ctx.poisoned.counts[service.EXPIRY_JOB] - parked_before
+            results = await service.expire_due(uow, utcnow(), batch_size(ctx), poisoned)
+    return len(results) + poisoned.counts[service.EXPIRY_JOB] - parked_before
 
 
-async def run_expiry_sweep(ctx: AppContext, stop: asyncio.Event) -> None:
+async def run_expiry_sweep(ctx: AppContext, poisoned: PoisonedRows, stop: asyncio.Event) -> None:
     interval = ctx.settings.expiry_sweep_interval_seconds
     while not stop.is_set():
         try:
-            while await sweep_expired_once(ctx) == batch_size(ctx):
+            while await sweep_expired_once(ctx, poisoned) == batch_size(ctx):
                 pass  # a backlog: keep going before sleeping
         except Exception:
             logger.exception("expiry sweep failed; retrying after the interval")

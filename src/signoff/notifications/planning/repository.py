@@ -28,9 +28,17 @@ from sqlalchemy.sql.dml import Insert
 
 from signoff.common.ids import new_id
 from signoff.models.notifications import Notification, NotificationChannel, NotificationPlan
-from signoff.storage import PreparedQuery, not_among, queue_write, savepoint
+from signoff.storage import (
+    PLAN_CHANNEL,
+    WROTE_NOTIFICATIONS,
+    PreparedQuery,
+    not_among,
+    queue_write,
+    savepoint,
+)
 
-NOTIFY_CHANNEL = "signoff_notifications"
+# The channel the plan rows' trigger notifies on (storage names it for the listener).
+NOTIFY_CHANNEL = PLAN_CHANNEL
 SCHEDULED_KINDS = ("reminder", "escalated", "expiry_warning")
 _NOTIFICATIONS: Table = Notification.__table__  # type: ignore[assignment]
 _CANCEL_SCHEDULED = PreparedQuery(
@@ -43,9 +51,6 @@ _CANCEL_SCHEDULED = PreparedQuery(
     )
     .values(status="cancelled", updated_at=bindparam("now"), last_error="request decided")
 )
-# Set in a session's ``info`` when it wrote notifications: after its commit, the
-# process's sender is woken (``AppContext.transaction``).
-WROTE_NOTIFICATIONS = "signoff.notifications.written"
 
 
 _NOTIFICATIONS = cast(Table, Notification.__table__)

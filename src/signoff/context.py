@@ -25,6 +25,7 @@ from signoff.oauth.credentials import hash_token, looks_like_access_token
 from signoff.orgs.last_used import ConnectionUse
 from signoff.orgs.repository import PrincipalsByKey
 from signoff.ratelimit.limiter import RateLimiter
+from signoff.receipts.keys import KeyRing
 from signoff.storage import Database, ListenHub, Notifier, notifies_left_to_caller
 from signoff.unit_of_work import RequestChange, UnitOfWork
 from signoff.webhooks.dispatcher import FirstAttempt, FirstAttemptPolicy, WebhookDispatcher
@@ -58,8 +59,11 @@ class AppContext:
     notifier: Notifier | None = field(init=False)
     # PostgreSQL: the one connection hearing other processes' changes (every channel).
     hub: ListenHub = field(init=False)
+    # The keys receipts are signed with (receipts/keys.py).
+    keys: KeyRing = field(init=False)
 
     def __post_init__(self) -> None:
+        self.keys = KeyRing(self.db, self.box, self.settings.signing_key_refresh_seconds)
         self.webhooks = WebhookDispatcher(self.settings, self.db, self.box, self.poisoned)
         self.principals = PrincipalsByKey(self.db.queries)
         self.connection_use = ConnectionUse(self.db)
@@ -108,10 +112,20 @@ class AppContext:
         of the changed requests are woken, the notification sender too, and the callbacks
         the transaction wrote get their attempt 1 as ``first_attempt`` says (its outcome
         in ``uow.first_attempts``). A rolled-back transaction's callbacks are never sent."""
+        # Signing a receipt reads nothing: the key is loaded (or looked for anew) first.
+        await self.keys.ready()
         async with self.db.write_transaction() as session:
             # Callbacks written by this transaction are held by it for this long.
             outbox = start_outbox(session, self.settings.delivery_lease_seconds)
-            uow = UnitOfWork(session, self.db.dialect, outbox, self.db.queries)
+            uow = UnitOfWork(
+                session,
+                self.db.dialect,
+                outbox,
+                self.db.queries,
+                self.keys,
+                self.box,
+                self.settings.public_url,
+            )
             try:
                 yield uow
             except BaseException:

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.approvals.record import RequestRecord
 from signoff.approvals.repository import ApprovalRepository, CreatedPlan
+from signoff.crypto import SecretBox
 from signoff.notifications import service as notifications
 from signoff.notifications.repository import (
     NotificationRepository,
@@ -19,6 +20,8 @@ from signoff.notifications.repository import (
 )
 from signoff.oauth.repository import OAuthRepository
 from signoff.orgs.repository import OrgRepository
+from signoff.receipts.keys import KeyRing
+from signoff.receipts.service import ReceiptWrites
 from signoff.storage import QueryRunner
 from signoff.webhooks.repository import WebhookRepository
 from signoff.webhooks.service import (
@@ -86,6 +89,9 @@ class UnitOfWork:
         dialect: str,
         outbox: Outbox,
         queries: QueryRunner | None = None,
+        keys: KeyRing | None = None,
+        box: SecretBox | None = None,
+        issuer: str = "",
     ) -> None:
         """``queries``: where a PostgreSQL write that is the transaction's only one may run
         in autocommit (``storage.execute_alone``)."""
@@ -97,6 +103,8 @@ class UnitOfWork:
         self.webhooks = WebhookRepository(session, dialect)
         self.oauth = OAuthRepository(session)
         self.callbacks = DecisionCallbacks(self.webhooks)
+        # Receipts are signed in write transactions only (``AppContext.transaction``).
+        self.receipts = ReceiptWrites(session, keys, box, issuer)
         self.notifications = RequestNotifications(NotificationRepository(session, dialect))
         self.changes: list[RequestChange] = []
         # Once committed: what became of the callbacks it wrote (``AppContext.transaction``

@@ -70,6 +70,7 @@ from signoff.errors import (
     RequestNotPending,
     ValidationFailed,
 )
+from signoff.receipts import service as receipts
 from signoff.webhooks.service import check_callback_url
 
 router = APIRouter(prefix="/api/v1", tags=["approvals"], route_class=LeanRoute)
@@ -249,11 +250,28 @@ async def _read_detail(
         steps, votes = await service.steps_and_votes(reads, row)
         body["steps"] = [step_to_dict(step) for step in steps]
         body["votes"] = [vote_to_dict(vote) for vote in votes]
+        body.update(await _receipt_fields(ctx, principal, row))
     pause = ctx.settings.long_poll_recheck_seconds
     if row.expires_at is not None:
         # Wake at the deadline: the request reads as expired from then on.
         pause = min(pause, max(0.0, (row.expires_at - now).total_seconds()) + 0.001)
     return body, pause
+
+
+async def _receipt_fields(
+    ctx: AppContext, principal: Principal, row: RequestRecord
+) -> dict[str, Any]:
+    """``receipt`` (for the creating connection and admins), ``receipt_issued`` and
+    ``receipt_uses`` of an approved request (docs/receipts.md)."""
+    receipt = None
+    if row.status == "approved":
+        async with ctx.db.read_session() as session:
+            receipt = await receipts.view_for(session, ctx.box, principal, row)
+    return {
+        "receipt": receipt.token if receipt else None,
+        "receipt_issued": receipt is not None,
+        "receipt_uses": receipt.uses if receipt else 0,
+    }
 
 
 def _cursor(value: str | None, page: int, search: str | None) -> uuid.UUID | None:

@@ -47,6 +47,11 @@ class RequestRecord(NamedTuple):
     has_steps: bool
     auto_approved: bool
     number: int
+    arguments: dict[str, Any] | None
+    arguments_schema: dict[str, Any] | None
+    arguments_hash: str
+    arguments_edited: bool
+    receipt_ttl_seconds: int
 
 
 class StepRecord(NamedTuple):

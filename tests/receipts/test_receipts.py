@@ -174,9 +174,11 @@ async def test_an_approval_issues_a_receipt_that_verifies_against_the_jwks(
         client, org.member, arguments=ARGS, action_type="deploy.prod", receipt_ttl_seconds=600
     )
     assert (await read(client, org.member, created["id"]))["receipt"] is None
-    await approve(client, org.admin, created["id"])
+    answer = await approve(client, org.admin, created["id"])
     body = await read(client, org.member, created["id"])
     assert body["receipt_issued"] is True and body["receipt_uses"] == 0
+    # The admin's decision answers with it too.
+    assert answer["receipt"] == body["receipt"] and answer["receipt_issued"] is True
     token = body["receipt"]
     verified = jws.deserialize_compact(token, await key_set(client), algorithms=["Ed25519"])
     header = verified.headers()
@@ -238,6 +240,10 @@ async def test_only_the_creator_and_admins_see_the_receipt(
     assert (await read(client, org.admin, body["id"]))["receipt"] == token
     other = await read(client, org.members[1], body["id"])
     assert other["receipt"] is None and other["receipt_issued"] is True
+    # A member's deciding vote answers without it.
+    voted = await create_approval(client, org.member)
+    answer = await approve(client, org.members[1], voted["id"])
+    assert answer["receipt"] is None and answer["receipt_issued"] is True
     rejected = await create_approval(client, org.member)
     await client.patch(
         f"/api/v1/approvals/{rejected['id']}",

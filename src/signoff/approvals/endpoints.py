@@ -261,17 +261,10 @@ async def _read_detail(
 async def _receipt_fields(
     ctx: AppContext, principal: Principal, row: RequestRecord
 ) -> dict[str, Any]:
-    """``receipt`` (for the creating connection and admins), ``receipt_issued`` and
-    ``receipt_uses`` of an approved request (docs/receipts.md)."""
-    receipt = None
-    if row.status == "approved":
-        async with ctx.db.read_session() as session:
-            receipt = await receipts.view_for(session, ctx.box, principal, row)
-    return {
-        "receipt": receipt.token if receipt else None,
-        "receipt_issued": receipt is not None,
-        "receipt_uses": receipt.uses if receipt else 0,
-    }
+    if row.status != "approved":
+        return receipts.NO_RECEIPT
+    async with ctx.db.read_session() as session:
+        return await receipts.read_fields(session, ctx.box, principal, row)
 
 
 def _cursor(value: str | None, page: int, search: str | None) -> uuid.UUID | None:
@@ -318,6 +311,8 @@ async def decide_approval(request: Request, request_id: UuidPath, principal: Wri
     async with ctx.transaction() as uow:
         result = await service.decide(uow, principal, rid, payload, now, check)
     body = request_to_dict(result.request, now)
+    token = uow.receipts.tokens.get(rid)
+    body.update(receipts.answer_fields(principal, result.request, token))
     # Attempt 1 ran once the decision committed; the answer reports its outcome.
     body["callback_delivered"] = uow.first_attempts.delivered
     return json_response(body)
@@ -338,6 +333,7 @@ async def cancel_approval(request: Request, request_id: UuidPath, principal: Wri
     async with ctx.transaction() as uow:
         result = await service.cancel(uow, principal, rid, now)
     body = request_to_dict(result.request, now)
+    body.update(receipts.NO_RECEIPT)
     body["callback_delivered"] = uow.first_attempts.delivered
     return json_response(body)
 

@@ -577,11 +577,7 @@ ApprovalRequestOut: type[BaseModel] = create_model(
 )
 
 
-class ApprovalRequestDetailOut(ApprovalRequestOut):
-    """The single read: the request with its chain and the votes cast so far."""
-
-    steps: list[StepSummaryOut]
-    votes: list[VoteOut]
+class ReceiptFieldsOut(BaseModel):
     receipt: str | None = Field(
         description="The receipt the approval issued (a compact JWS, docs/receipts.md), "
         "for the connection that created the request and for admins; null for others "
@@ -591,7 +587,14 @@ class ApprovalRequestDetailOut(ApprovalRequestOut):
     receipt_uses: int = Field(ge=0, description="How many times it was redeemed.")
 
 
-class DecisionOut(ApprovalRequestOut):
+class ApprovalRequestDetailOut(ApprovalRequestOut, ReceiptFieldsOut):
+    """The single read: the request with its chain and the votes cast so far."""
+
+    steps: list[StepSummaryOut]
+    votes: list[VoteOut]
+
+
+class DecisionOut(ApprovalRequestOut, ReceiptFieldsOut):
     callback_delivered: bool
 
 

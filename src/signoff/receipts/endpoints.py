@@ -37,6 +37,17 @@ JWKS_CACHE = "public, max-age=300"
 @router.get(
     "/.well-known/jwks.json",
     response_model=JwksOut,
+    responses={
+        200: {
+            "description": "The key set.",
+            "headers": {
+                "Cache-Control": {
+                    "description": f"`{JWKS_CACHE}`",
+                    "schema": {"type": "string"},
+                }
+            },
+        }
+    },
     summary="The public keys receipts are signed with",
     description="No authentication. Every key that signs now, and each older key while "
     "a receipt it signed has not expired (RFC 7517; OKP, Ed25519).",

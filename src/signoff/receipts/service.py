@@ -90,6 +90,8 @@ class ReceiptWrites:
         self.keys = keys
         self.box = box
         self.issuer = issuer
+        # The tokens issued in this transaction, by request: its answer shows them.
+        self.tokens: dict[uuid.UUID, str] = {}
 
     async def issue(
         self, request: RequestRecord, decided_by: Sequence[uuid.UUID], now: datetime
@@ -100,6 +102,7 @@ class ReceiptWrites:
         claims = claims_of(request, decided_by, self.issuer, jti, now)
         token = key.sign(orjson.dumps(claims))
         token_encrypted = self.box.encrypt(token)
+        self.tokens[request.id] = token
         await repository.add_receipt(
             self.session,
             {
@@ -117,27 +120,38 @@ class ReceiptWrites:
         return token_encrypted
 
 
-@dataclass(frozen=True)
-class ReceiptView:
-    """What a reader of an approved request sees of its receipt."""
-
-    token: str | None  # None: not theirs to see
-    uses: int
+# What an answer says of a request that has no receipt (yet).
+NO_RECEIPT: dict[str, Any] = {"receipt": None, "receipt_issued": False, "receipt_uses": 0}
 
 
-async def view_for(
+def may_see(principal: Principal, request: RequestRecord) -> bool:
+    """The receipt is the creating connection's to use; admins may see it too."""
+    return principal.is_admin or principal.connection_id == request.connection_id
+
+
+def answer_fields(
+    principal: Principal, request: RequestRecord, token: str | None, uses: int = 0
+) -> dict[str, Any]:
+    """``receipt``, ``receipt_issued`` and ``receipt_uses`` of an answer about ``request``
+    (``token``: its receipt, None if it has none)."""
+    if token is None:
+        return NO_RECEIPT
+    shown = token if may_see(principal, request) else None
+    return {"receipt": shown, "receipt_issued": True, "receipt_uses": uses}
+
+
+async def read_fields(
     session: AsyncSession, box: SecretBox, principal: Principal, request: RequestRecord
-) -> ReceiptView | None:
-    """The request's receipt as ``principal`` may see it: the token itself for the
-    connection that created the request and for admins; None when none was issued."""
+) -> dict[str, Any]:
+    """``answer_fields`` of a request as stored (a read)."""
     if request.status != "approved":
-        return None
+        return NO_RECEIPT
     issued = await repository.receipt_of(session, request.id)
     if issued is None:
-        return None
-    entitled = principal.is_admin or principal.connection_id == request.connection_id
-    token = box.decrypt(issued.token_encrypted) if entitled else None
-    return ReceiptView(token, issued.uses)
+        return NO_RECEIPT
+    # Decrypted only for whom may see it; for others "" stands for "issued".
+    token = box.decrypt(issued.token_encrypted) if may_see(principal, request) else ""
+    return answer_fields(principal, request, token, issued.uses)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import os
 from datetime import timedelta
 from typing import Any
 
@@ -22,6 +23,7 @@ from sqlalchemy import text
 
 from signoff.common.time import utcnow
 from signoff.context import AppContext
+from signoff.crypto import SecretBox
 from signoff.receipts import endpoints as receipt_endpoints
 from signoff.receipts import keys as receipt_keys
 from signoff.receipts.arguments import arguments_hash
@@ -408,3 +410,26 @@ async def test_rotation_keeps_the_old_key_while_its_receipts_live(
     monkeypatch.setattr(receipt_endpoints, "utcnow", lambda: later)
     listed = [key["kid"] for key in (await client.get("/.well-known/jwks.json")).json()["keys"]]
     assert listed == [new_kid]
+
+
+async def test_a_key_that_does_not_decrypt_stops_approvals_only(
+    client: httpx.AsyncClient, org: Org, ctx: AppContext
+) -> None:
+    await create_approval(client, org.member)  # the key exists
+    ctx.keys.box = SecretBox(os.urandom(32))  # as if SIGNOFF_SECRET_KEY had changed
+    ctx.keys.forget()
+    created = await create_approval(client, org.member)
+    rejected = await create_approval(client, org.member)
+    response = await client.patch(
+        f"/api/v1/approvals/{rejected['id']}",
+        json={"decision": "reject"},
+        headers=org.admin.headers,
+    )
+    assert response.status_code == 200
+    response = await client.patch(
+        f"/api/v1/approvals/{created['id']}",
+        json={"decision": "approve"},
+        headers=org.admin.headers,
+    )
+    assert_error(response, 503, "SERVICE_UNAVAILABLE")
+    assert (await read(client, org.member, created["id"]))["status"] == "pending"

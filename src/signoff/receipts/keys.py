@@ -9,6 +9,7 @@ opens. The first process to find no key makes one; two at once make one between 
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,8 +21,11 @@ from joserfc.jwk import OKPKey
 from signoff.common.ids import new_id
 from signoff.common.time import utcnow
 from signoff.crypto import SecretBox
+from signoff.errors import ServiceUnavailable
 from signoff.receipts import repository
 from signoff.storage import Database
+
+logger = logging.getLogger(__name__)
 
 ALGORITHM = "Ed25519"
 # What a verifier accepts: RFC 9864's fully specified name and the polymorphic one.
@@ -72,23 +76,28 @@ class KeyRing:
         self.box = box
         self.refresh_seconds = refresh_seconds
         self._current: SigningKey | None = None
-        self._checked_at = 0.0
+        self._checked_at: float | None = None  # when the current key was looked for
         # Public keys by kid, for verifying redeemed receipts (retired ones included).
         self._public: dict[str, OKPKey] = {}
 
     @property
     def current(self) -> SigningKey:
         if self._current is None:
-            raise RuntimeError("no signing key loaded: KeyRing.ready() first")
+            raise ServiceUnavailable(
+                "Receipts cannot be signed: the signing key does not decrypt with this "
+                "server's SIGNOFF_SECRET_KEY."
+            )
         return self._current
 
     def forget(self) -> None:
-        """Look for the current key again at the next ``ready``."""
-        self._checked_at = 0.0
+        """Read and load the current key again at the next ``ready``."""
+        self._current = None
+        self._checked_at = None
 
     async def ready(self) -> None:
-        """Make sure the current key is loaded, and recent enough."""
-        if self._current is not None and time.monotonic() - self._checked_at < self.refresh_seconds:
+        """Make sure the current key was looked for recently, and loaded if it can be."""
+        checked = self._checked_at
+        if checked is not None and time.monotonic() - checked < self.refresh_seconds:
             return
         async with self.db.read_session() as session:
             row = await repository.current_key(session)
@@ -100,12 +109,21 @@ class KeyRing:
             async with self.db.read_session() as session:
                 row = await repository.current_key(session)
             assert row is not None  # ours, or the one another process made first
-        if self._current is None or self._current.kid != row.kid:
-            self._current = SigningKey(row.kid, self._private(row))
         self._checked_at = time.monotonic()
+        if self._current is None or self._current.kid != row.kid:
+            self._current = self._load(row)
 
-    def _private(self, row: repository.KeyRow) -> OKPKey:
-        return OKPKey.import_key(self.box.decrypt(row.private_key_encrypted))
+    def _load(self, row: repository.KeyRow) -> SigningKey | None:
+        """The key of ``row``; None, logged, when it does not decrypt with this process's
+        SIGNOFF_SECRET_KEY: then only approvals fail (``current``), every other write
+        goes on, and the key is looked for again after the refresh interval."""
+        try:
+            return SigningKey(
+                row.kid, OKPKey.import_key(self.box.decrypt(row.private_key_encrypted))
+            )
+        except ValueError:
+            logger.error("signing key %s does not decrypt with SIGNOFF_SECRET_KEY", row.kid)
+            return None
 
     async def public_key(self, kid: str) -> OKPKey | None:
         """The public key ``kid`` names, whether it signs now or did before."""

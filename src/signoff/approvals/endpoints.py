@@ -68,6 +68,7 @@ from signoff.errors import (
     Forbidden,
     NotFound,
     RequestNotPending,
+    ServiceUnavailable,
     ValidationFailed,
 )
 from signoff.receipts import service as receipts
@@ -296,11 +297,20 @@ def _parse_wait(value: str | None, maximum: int) -> float:
 @router.patch(
     "/approvals/{request_id}",
     response_model=DecisionOut,
-    responses=errors(ValidationFailed, Forbidden, NotFound, RequestNotPending, AlreadyVoted),
+    responses=errors(
+        ValidationFailed,
+        Forbidden,
+        NotFound,
+        RequestNotPending,
+        AlreadyVoted,
+        ServiceUnavailable,
+    ),
     openapi_extra=json_body_doc(DecideApprovalRequest),
     summary="Approve or reject a request",
     description="Count-based requests need `required_approvals` approvals by distinct users; "
-    "until then the answer is 200 with `status: pending`. One reject rejects.",
+    "until then the answer is 200 with `status: pending`. One reject rejects. An approval "
+    "issues a receipt (docs/receipts.md); 503 SERVICE_UNAVAILABLE if it cannot be signed "
+    "(the signing key does not decrypt with this server's SIGNOFF_SECRET_KEY).",
 )
 async def decide_approval(request: Request, request_id: UuidPath, principal: Writer) -> Response:
     ctx = context_of(request)

@@ -39,6 +39,7 @@ from signoff.openapi import install_docs
 from signoff.operations.endpoints import router as metrics_router
 from signoff.operations.service import check_ready
 from signoff.orgs.endpoints import router as orgs_router
+from signoff.receipts.endpoints import router as receipts_router
 from signoff.remote_mcp.server import RemoteMcp
 from signoff.retention.service import run_retention
 from signoff.steps.endpoints import router as steps_router
@@ -263,6 +264,7 @@ def create_app(
         notifications_router,
         notification_pages,
         slack_webhook,
+        receipts_router,
     )
     if settings.compat_legacy_clients:
         _add_routes(app, legacy_clients_router)

@@ -61,6 +61,8 @@ class Settings(BaseSettings):
     # Objects and arrays inside one another in metadata (and in any body); deeper nesting
     # is refused at create, so nothing stored can fail to be encoded again.
     max_metadata_depth: int = Field(32, ge=1, le=200)
+    # A request's `arguments` (and its `arguments_schema`), as JSON; nested as metadata.
+    max_arguments_bytes: int = Field(64 * 1024, ge=1024)
     max_callback_headers: int = 20
     max_callback_header_value_length: int = 1024
     max_required_approvals: int = 20
@@ -110,6 +112,12 @@ class Settings(BaseSettings):
     # How long an invitation's or a password reset's one-time link works (needs smtp_url).
     invitation_ttl_hours: int = Field(72, ge=1, le=24 * 30)
     login_attempts_per_hour: int = Field(30, ge=1)
+
+    # Approval receipts (docs/receipts.md): the longest `receipt_ttl_seconds` a request
+    # may ask for (the default is 900).
+    receipt_ttl_max_seconds: int = Field(24 * 3600, ge=60)
+    # How often a process looks for a newer signing key (`signoff keys rotate`).
+    signing_key_refresh_seconds: float = Field(60.0, gt=0)
 
     # Older clients of the interface (docs/configuration.md): a deviation from it while on.
     compat_legacy_clients: bool = False

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from starlette.requests import Request
 
 from signoff.config import Settings
 from signoff.crypto import SecretBox
+from signoff.receipts.keys import KeyRing
 from signoff.storage import (
     PLAN_CHANNEL,
     REQUEST_CHANNEL,
@@ -71,6 +72,11 @@ class AppContext:
     after_commit: AfterCommit
     # PostgreSQL: tells other processes, after each commit, what it changed (migration 0019).
     notifier: Notifier | None = None
+    # The keys receipts are signed with (receipts/keys.py): secrets of the runtime, as the box.
+    keys: KeyRing = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.keys = KeyRing(self.db, self.box, self.settings.signing_key_refresh_seconds)
 
     @asynccontextmanager
     async def transaction(
@@ -82,10 +88,20 @@ class AppContext:
         of the changed requests are woken, the notification sender too, and the callbacks
         the transaction wrote get their attempt 1 as ``first_attempt`` says (its outcome
         in ``uow.first_attempts``). A rolled-back transaction's callbacks are never sent."""
+        # Signing a receipt reads nothing: the key is loaded (or looked for anew) first.
+        await self.keys.ready()
         async with self.db.write_transaction() as session:
             # Callbacks written by this transaction are held by it for this long.
             outbox = start_outbox(session, self.settings.delivery_lease_seconds)
-            uow = UnitOfWork(session, self.db.dialect, outbox, self.db.queries)
+            uow = UnitOfWork(
+                session,
+                self.db.dialect,
+                outbox,
+                self.db.queries,
+                self.keys,
+                self.box,
+                self.settings.public_url,
+            )
             try:
                 yield uow
             except BaseException:

@@ -127,6 +127,29 @@ class StepsLocked(Conflict):
     default_message = "The steps can no longer be replaced."
 
 
+class ReceiptInvalid(AppError):
+    status_code = 400
+    code = "RECEIPT_INVALID"
+    default_message = "The receipt is not one this server signed."
+
+
+class ArgumentsMismatch(AppError):
+    status_code = 400
+    code = "ARGUMENTS_MISMATCH"
+    default_message = "These arguments are not the ones the receipt was issued for."
+
+
+class ReceiptUsedUp(Conflict):
+    code = "RECEIPT_USED_UP"
+    default_message = "The receipt has been used as many times as it may be."
+
+
+class ReceiptExpired(AppError):
+    status_code = 410
+    code = "RECEIPT_EXPIRED"
+    default_message = "The receipt has expired."
+
+
 class PayloadTooLarge(AppError):
     status_code = 413
     code = "PAYLOAD_TOO_LARGE"

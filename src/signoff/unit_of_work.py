@@ -11,11 +11,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.approvals.record import RequestRecord
 from signoff.approvals.repository import ApprovalRepository, CreatedPlan
+from signoff.crypto import SecretBox
 from signoff.notifications.planning import service as notifications
 from signoff.notifications.planning.repository import created_plan_from, plans_written
 from signoff.notifications.repository import NotificationRepository
 from signoff.oauth.repository import OAuthRepository
 from signoff.orgs.repository import OrgRepository
+from signoff.receipts.keys import KeyRing
+from signoff.receipts.service import ReceiptWrites
 from signoff.storage import QueryRunner
 from signoff.webhooks.repository import WebhookRepository
 from signoff.webhooks.service import (
@@ -83,6 +86,9 @@ class UnitOfWork:
         dialect: str,
         outbox: Outbox,
         queries: QueryRunner | None = None,
+        keys: KeyRing | None = None,
+        box: SecretBox | None = None,
+        issuer: str = "",
     ) -> None:
         """``queries``: where a PostgreSQL write that is the transaction's only one may run
         in autocommit (``storage.execute_alone``)."""
@@ -94,6 +100,8 @@ class UnitOfWork:
         self.webhooks = WebhookRepository(session, dialect)
         self.oauth = OAuthRepository(session)
         self.callbacks = DecisionCallbacks(self.webhooks)
+        # Receipts are signed in write transactions only (``AppContext.transaction``).
+        self.receipts = ReceiptWrites(session, keys, box, issuer)
         self.notifications = RequestNotifications(NotificationRepository(session, dialect))
         self.changes: list[RequestChange] = []
         # Once committed: what became of the callbacks it wrote (``AppContext.transaction``

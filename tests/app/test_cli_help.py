@@ -29,6 +29,7 @@ TOP_LEVEL = (
     "oauth-client",
     "delivery",
     "routing",
+    "keys",
 )
 
 

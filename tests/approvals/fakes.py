@@ -12,6 +12,7 @@ from typing import Any
 from signoff.approvals.record import RequestRecord
 from signoff.approvals.repository import NewEvent, NewVote
 from signoff.models import ApprovalStep, Comment
+from signoff.models.approvals import EMPTY_ARGUMENTS_HASH
 from signoff.unit_of_work import RequestChange
 from signoff.webhooks.service import DecisionFacts
 
@@ -50,6 +51,11 @@ def pending_request(**fields: Any) -> RequestRecord:
         "number": 1,
         "preview": None,
         "preview_hash": None,
+        "arguments": None,
+        "arguments_schema": None,
+        "arguments_hash": EMPTY_ARGUMENTS_HASH,
+        "arguments_edited": False,
+        "receipt_ttl_seconds": 900,
     }
     values.update(fields)
     return RequestRecord(**values)
@@ -162,10 +168,22 @@ class FakeNotifications:
 
 
 @dataclass
+class FakeReceipts:
+    """Receipts issued, as (request id, approvers); each answers a stand-in token."""
+
+    issued: list[tuple[uuid.UUID, tuple[uuid.UUID, ...]]] = field(default_factory=list)
+
+    async def issue(self, request: RequestRecord, decided_by: Any, now: datetime) -> str:
+        self.issued.append((request.id, tuple(decided_by)))
+        return f"receipt-of-{request.id}"
+
+
+@dataclass
 class FakeUnitOfWork:
     approvals: FakeApprovals = field(default_factory=FakeApprovals)
     callbacks: FakeCallbacks = field(default_factory=FakeCallbacks)
     notifications: FakeNotifications = field(default_factory=FakeNotifications)
+    receipts: FakeReceipts = field(default_factory=FakeReceipts)
     changes: list[RequestChange] = field(default_factory=list)
 
     def request_changed(self, org_id: uuid.UUID, request_id: uuid.UUID, *, final: bool) -> None:

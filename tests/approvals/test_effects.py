@@ -38,6 +38,7 @@ async def test_an_approval_writes_the_row_vote_comment_events_callback_and_signa
         "RecordVote",
         "AddComment",
         "WriteEvent",
+        "IssueReceipt",
         "SendCallback",
         "StopReminders",
         "PublishChange",
@@ -58,6 +59,9 @@ async def test_an_approval_writes_the_row_vote_comment_events_callback_and_signa
     assert (facts.status, facts.comment, facts.decided_at) == ("approved", "ship it", NOW)
     assert facts.decided_by is not None and facts.decided_by.email == ALICE.email
     assert dict(facts.metadata) == {"ticket": 7}
+    # The receipt is issued before the callback, which carries it.
+    assert uow.receipts.issued == [(row.id, (ALICE.user_id,))]
+    assert facts.receipt_encrypted == f"receipt-of-{row.id}"
     assert uow.notifications.stopped_for == [row.id]
     assert [(c.request_id, c.final) for c in uow.changes] == [(row.id, True)]
 

@@ -60,6 +60,9 @@ async def test_pagination_and_newest_first(client: httpx.AsyncClient, org: Org) 
     assert beyond["data"] == [] and beyond["pagination"]["total"] == 5
 
 
+READ_ONLY = ("steps", "votes", "receipt", "receipt_issued", "receipt_uses")
+
+
 async def test_defaults_and_item_shape(client: httpx.AsyncClient, org: Org) -> None:
     for _ in range(21):
         await create_approval(client, org.member, metadata={"k": "v"})
@@ -67,9 +70,10 @@ async def test_defaults_and_item_shape(client: httpx.AsyncClient, org: Org) -> N
     assert body["pagination"] == {"page": 1, "page_size": 20, "total": 21, "total_pages": 2}
     assert len(body["data"]) == 20
     item = body["data"][0]
-    # decisions.md 13: items carry every field of the single read but callback_headers.
+    # decisions.md 13: items carry every field of the single read but callback_headers;
+    # the read's chain, votes and receipt are its own.
     single = await client.get(f"/api/v1/approvals/{item['id']}", headers=org.member.headers)
-    expected = {k: v for k, v in single.json().items() if k not in ("steps", "votes")}
+    expected = {k: v for k, v in single.json().items() if k not in READ_ONLY}
     assert {k: item.get(k) for k in expected} == expected
     assert "callback_headers" not in item
     assert item["metadata"] == {"k": "v"}

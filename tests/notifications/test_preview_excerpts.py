@@ -8,7 +8,7 @@ import orjson
 import pytest
 from bench.receiver import Receiver
 
-from signoff.context import AppContext
+from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval
 from tests.notifications.support import MailBox
 from tests.notifications.test_flow import put_routing, routing
@@ -25,7 +25,7 @@ SQL = "\n".join(
 
 
 async def test_mail_slack_teams_and_discord_carry_an_inert_excerpt(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     async with Receiver() as slack, Receiver() as teams, Receiver() as discord:
         await put_routing(api, org, routing(slack.url, teams.url, discord.url))
@@ -35,7 +35,7 @@ async def test_mail_slack_teams_and_discord_carry_an_inert_excerpt(
             action_type="deploy.production",
             preview={"kind": "sql", "content": SQL},
         )
-        assert await ctx.notifications.run_once() == 4
+        assert await wiring.notifications.run_once() == 4
         [mail] = mailbox.mails
         [slack_call] = slack.received
         [teams_call] = teams.received
@@ -69,12 +69,12 @@ async def test_mail_slack_teams_and_discord_carry_an_inert_excerpt(
 
 
 async def test_messages_of_a_request_without_a_preview_have_no_excerpt(
-    api: httpx.AsyncClient, ctx: AppContext, org: Org, mailbox: MailBox
+    api: httpx.AsyncClient, wiring: Wiring, org: Org, mailbox: MailBox
 ) -> None:
     async with Receiver() as slack, Receiver() as teams, Receiver() as discord:
         await put_routing(api, org, routing(slack.url, teams.url, discord.url))
         await create_approval(api, org.member, action_type="deploy.production")
-        assert await ctx.notifications.run_once() == 4
+        assert await wiring.notifications.run_once() == 4
         [mail] = mailbox.mails
         [slack_call] = slack.received
     assert "Preview" not in mail.text and "Preview" not in mail.html

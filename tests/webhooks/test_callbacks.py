@@ -185,6 +185,8 @@ async def test_decision_is_delivered_signed_with_the_payload_and_headers(
         "comment": "Ship it",
         "decision_comment": "Ship it",
         "metadata": {"sha": "abc123", "nested": {"n": [1, 2]}},
+        # The approval's receipt (docs/receipts.md), as the admin's answer showed it.
+        "receipt": decided["receipt"],
     }
 
     [entry] = await delivery_log(client, org.member, created["id"])

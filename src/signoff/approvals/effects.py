@@ -112,9 +112,21 @@ class NotificationOutbox(Protocol):
     async def left_pending_many(self, request_ids: Sequence[uuid.UUID], now: datetime) -> None: ...
 
 
+class ReceiptWrites(Protocol):
+    """Where an approval's receipt is signed and stored (receipts domain)."""
+
+    async def issue(
+        self, request: RequestRecord, decided_by: Sequence[uuid.UUID], now: datetime
+    ) -> str:
+        """Sign and store the receipt; answer it encrypted (for the callback's row)."""
+
+
 class EffectsUnitOfWork(Protocol):
     @property
     def approvals(self) -> ApprovalWrites: ...
+
+    @property
+    def receipts(self) -> ReceiptWrites: ...
 
     @property
     def callbacks(self) -> CallbackOutbox: ...
@@ -186,6 +198,7 @@ _QUEUED_EFFECTS = (
     state.RecordVote,
     state.ChangeStep,
     state.WriteEvent,
+    state.IssueReceipt,
     state.NotifyStepsOpened,
     state.StopReminders,
     state.PublishChange,
@@ -274,6 +287,11 @@ class _Sink(Protocol):
 
     async def callback(self, facts: DecisionFacts) -> None: ...
 
+    async def receipt(self, row: RequestRecord, decided_by: Sequence[uuid.UUID]) -> None: ...
+
+    def receipt_of(self, request_id: uuid.UUID) -> str | None:
+        """The receipt issued for the request by an earlier effect, encrypted."""
+
     async def created(self, row: RequestRecord) -> None: ...
 
     async def steps_opened(self, row: RequestRecord, approver_ids: Sequence[uuid.UUID]) -> None: ...
@@ -322,8 +340,8 @@ async def _dispatch(
             return row._replace(comments_count=row.comments_count + 1)
         case state.WriteEvent():
             await sink.event(event(row, effect.type, actor_id, now, dict(effect.data)))
-        case state.SendCallback():
-            await sink.callback(_decision_facts(row, author, effect.comment))
+        case state.IssueReceipt() | state.SendCallback():
+            await _decision_output(sink, row, effect, author)
         case state.NotifyCreated():
             await sink.created(row)
         case state.NotifyStepsOpened():
@@ -335,6 +353,20 @@ async def _dispatch(
     return row
 
 
+async def _decision_output(
+    sink: _Sink,
+    row: RequestRecord,
+    effect: state.IssueReceipt | state.SendCallback,
+    author: Author | None,
+) -> None:
+    """A final decision's receipt, or its callback (which carries the receipt)."""
+    if isinstance(effect, state.IssueReceipt):
+        await sink.receipt(row, effect.decided_by)
+    else:
+        receipt = sink.receipt_of(row.id)
+        await sink.callback(_decision_facts(row, author, effect.comment, receipt))
+
+
 class _WriteNow:
     """Each write made at once over the unit of work (most are queued by the storage and
     go out together before the next read or the commit)."""
@@ -342,6 +374,7 @@ class _WriteNow:
     def __init__(self, uow: EffectsUnitOfWork, now: datetime) -> None:
         self.uow = uow
         self.now = now
+        self.receipts: dict[uuid.UUID, str] = {}
 
     async def update(self, row: RequestRecord, values: dict[str, Any]) -> None:
         # The row lock (PostgreSQL) or the write lock (SQLite) makes the refusal
@@ -368,6 +401,12 @@ class _WriteNow:
 
     async def callback(self, facts: DecisionFacts) -> None:
         await self.uow.callbacks.enqueue(facts, self.now)
+
+    async def receipt(self, row: RequestRecord, decided_by: Sequence[uuid.UUID]) -> None:
+        self.receipts[row.id] = await self.uow.receipts.issue(row, decided_by, self.now)
+
+    def receipt_of(self, request_id: uuid.UUID) -> str | None:
+        return self.receipts.get(request_id)
 
     async def created(self, row: RequestRecord) -> None:
         await self.uow.notifications.request_created(row, self.now)
@@ -419,6 +458,12 @@ class _Gathered:
     async def vote(self, vote: NewVote) -> None:
         raise AssertionError("a vote is written on its own")
 
+    async def receipt(self, row: RequestRecord, decided_by: Sequence[uuid.UUID]) -> None:
+        raise AssertionError("an approval is written on its own")
+
+    def receipt_of(self, request_id: uuid.UUID) -> str | None:
+        return None  # only approvals issue receipts, and none is batched
+
     async def change_step(self, step_id: uuid.UUID, values: dict[str, Any]) -> None:
         raise AssertionError("a step is written on its own")
 
@@ -466,7 +511,7 @@ def _final_fields(
 
 
 def _decision_facts(
-    row: RequestRecord, author: Author | None, comment: str | None
+    row: RequestRecord, author: Author | None, comment: str | None, receipt: str | None
 ) -> DecisionFacts:
     assert row.callback_url is not None  # SendCallback comes only with a callback_url
     decider = None
@@ -486,6 +531,7 @@ def _decision_facts(
         metadata=row.metadata_ or {},
         callback_url=row.callback_url,
         callback_headers_encrypted=row.callback_headers_encrypted,
+        receipt_encrypted=receipt,
     )
 
 

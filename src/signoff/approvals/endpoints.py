@@ -67,8 +67,10 @@ from signoff.errors import (
     Forbidden,
     NotFound,
     RequestNotPending,
+    ServiceUnavailable,
     ValidationFailed,
 )
+from signoff.receipts import service as receipts
 from signoff.webhooks.service import check_callback_url
 from signoff.wiring import wiring_of
 
@@ -250,11 +252,21 @@ async def _read_detail(
         steps, votes = await service.steps_and_votes(reads, row)
         body["steps"] = [step_to_dict(step) for step in steps]
         body["votes"] = [vote_to_dict(vote) for vote in votes]
+        body.update(await _receipt_fields(ctx, principal, row))
     pause = ctx.settings.long_poll_recheck_seconds
     if row.expires_at is not None:
         # Wake at the deadline: the request reads as expired from then on.
         pause = min(pause, max(0.0, (row.expires_at - now).total_seconds()) + 0.001)
     return body, pause
+
+
+async def _receipt_fields(
+    ctx: AppContext, principal: Principal, row: RequestRecord
+) -> dict[str, Any]:
+    if row.status != "approved":
+        return receipts.NO_RECEIPT
+    async with ctx.db.read_session() as session:
+        return await receipts.read_fields(session, ctx.box, principal, row)
 
 
 def _cursor(value: str | None, page: int, search: str | None) -> uuid.UUID | None:
@@ -286,11 +298,20 @@ def _parse_wait(value: str | None, maximum: int) -> float:
 @router.patch(
     "/approvals/{request_id}",
     response_model=DecisionOut,
-    responses=errors(ValidationFailed, Forbidden, NotFound, RequestNotPending, AlreadyVoted),
+    responses=errors(
+        ValidationFailed,
+        Forbidden,
+        NotFound,
+        RequestNotPending,
+        AlreadyVoted,
+        ServiceUnavailable,
+    ),
     openapi_extra=json_body_doc(DecideApprovalRequest),
     summary="Approve or reject a request",
     description="Count-based requests need `required_approvals` approvals by distinct users; "
-    "until then the answer is 200 with `status: pending`. One reject rejects.",
+    "until then the answer is 200 with `status: pending`. One reject rejects. An approval "
+    "issues a receipt (docs/receipts.md); 503 SERVICE_UNAVAILABLE if it cannot be signed "
+    "(the signing key does not decrypt with this server's SIGNOFF_SECRET_KEY).",
 )
 async def decide_approval(request: Request, request_id: UuidPath, principal: Writer) -> Response:
     ctx = context_of(request)
@@ -301,6 +322,8 @@ async def decide_approval(request: Request, request_id: UuidPath, principal: Wri
     async with ctx.transaction() as uow:
         result = await service.decide(uow, principal, rid, payload, now, check)
     body = request_to_dict(result.request, now)
+    token = uow.receipts.tokens.get(rid)
+    body.update(receipts.answer_fields(principal, result.request, token))
     # Attempt 1 ran once the decision committed; the answer reports its outcome.
     body["callback_delivered"] = uow.first_attempts.delivered
     return json_response(body)
@@ -321,6 +344,7 @@ async def cancel_approval(request: Request, request_id: UuidPath, principal: Wri
     async with ctx.transaction() as uow:
         result = await service.cancel(uow, principal, rid, now)
     body = request_to_dict(result.request, now)
+    body.update(receipts.NO_RECEIPT)
     body["callback_delivered"] = uow.first_attempts.delivered
     return json_response(body)
 

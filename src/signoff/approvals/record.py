@@ -49,6 +49,11 @@ class RequestRecord(NamedTuple):
     number: int
     preview: dict[str, Any] | None
     preview_hash: str | None
+    arguments: dict[str, Any] | None
+    arguments_schema: dict[str, Any] | None
+    arguments_hash: str
+    arguments_edited: bool
+    receipt_ttl_seconds: int
 
 
 class StepRecord(NamedTuple):

@@ -36,6 +36,7 @@ from signoff.common.validation import (
     settings_from,
     validate_callback_url,
 )
+from signoff.receipts.arguments import arguments_hash, check_against_schema
 
 ACTION_TYPE_PATTERN = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
 HEADER_NAME_PATTERN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
@@ -80,6 +81,24 @@ def nesting_depth(value: Any) -> int:
             continue
         deepest = max(deepest, depth + 1)
     return deepest
+
+
+def _json_object(
+    value: dict[str, Any] | None, max_depth: int, max_bytes: int
+) -> dict[str, Any] | None:
+    """``value`` if it is within the depth and size limits of a stored JSON object."""
+    if value is None:
+        return None
+    if nesting_depth(value) > max_depth:
+        raise ValueError(f"is nested deeper than {max_depth} levels")
+    try:
+        size = len(orjson.dumps(value))
+    except orjson.JSONEncodeError as exc:
+        # Whatever cannot be encoded now could never be sent in a callback.
+        raise ValueError(f"cannot be stored as JSON: {exc}") from None
+    if size > max_bytes:
+        raise ValueError(f"must be at most {max_bytes} bytes as JSON")
+    return value
 
 
 def _drop_absent(data: Any, optional: frozenset[str]) -> Any:
@@ -201,6 +220,23 @@ class CreateApprovalRequest(BaseModel):
         "to be sent), shown on the request page by its kind and excerpted in notifications. "
         "At most 256 KiB as JSON by default (`SIGNOFF_MAX_PREVIEW_BYTES`).",
     )
+    arguments: dict[str, Any] | None = Field(
+        None,
+        description="The exact parameters the action will run with; the receipt names "
+        "their hash (`arguments_hash`). At most 64 KiB as JSON (configurable), nested as "
+        "`metadata`, integers within 2^53 - 1 (RFC 8785).",
+    )
+    arguments_schema: dict[str, Any] | None = Field(
+        None,
+        description="A JSON Schema (draft 2020-12) the arguments must satisfy. References "
+        "outside the schema (a `$ref` not starting with `#`) are refused; nothing is "
+        "fetched. Failures name JSON pointers in `details.fields`.",
+    )
+    receipt_ttl_seconds: Count | None = Field(
+        None,
+        description="How long the receipt issued on approval is valid: default 900, at "
+        "most 86400 (configurable).",
+    )
     expires_at: datetime | None = Field(None, description="RFC 3339 with a time zone; future.")
     required_approvals: Annotated[Count, _REQUIRED_APPROVALS] = Field(
         1, description="Distinct approvals needed (1 to 20)."
@@ -260,19 +296,17 @@ class CreateApprovalRequest(BaseModel):
     @field_validator("metadata")
     @classmethod
     def _metadata(cls, value: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
-        if value is None:
-            return None
         settings = settings_from(info.context)
-        depth = nesting_depth(value)
-        if depth > settings.max_metadata_depth:
-            raise ValueError(f"is nested deeper than {settings.max_metadata_depth} levels")
-        try:
-            size = len(orjson.dumps(value))
-        except orjson.JSONEncodeError as exc:
-            # Whatever cannot be encoded now could never be sent in a callback.
-            raise ValueError(f"cannot be stored as JSON: {exc}") from None
-        if size > settings.max_metadata_bytes:
-            raise ValueError(f"must be at most {settings.max_metadata_bytes} bytes as JSON")
+        return _json_object(value, settings.max_metadata_depth, settings.max_metadata_bytes)
+
+    @field_validator("arguments")
+    @classmethod
+    def _arguments(
+        cls, value: dict[str, Any] | None, info: ValidationInfo
+    ) -> dict[str, Any] | None:
+        settings = settings_from(info.context)
+        value = _json_object(value, settings.max_metadata_depth, settings.max_arguments_bytes)
+        arguments_hash(value)  # raises what RFC 8785 cannot encode
         return value
 
     @field_validator("preview")
@@ -284,6 +318,28 @@ class CreateApprovalRequest(BaseModel):
         if len(orjson.dumps(value.model_dump())) > limit:
             raise ValueError(f"must be at most {limit} bytes as JSON")
         return value
+
+    @field_validator("arguments_schema")
+    @classmethod
+    def _arguments_schema(
+        cls, value: dict[str, Any] | None, info: ValidationInfo
+    ) -> dict[str, Any] | None:
+        settings = settings_from(info.context)
+        return _json_object(value, settings.max_metadata_depth, settings.max_arguments_bytes)
+
+    @field_validator("receipt_ttl_seconds")
+    @classmethod
+    def _receipt_ttl(cls, value: int | None, info: ValidationInfo) -> int | None:
+        limit = settings_from(info.context).receipt_ttl_max_seconds
+        if value is not None and not 1 <= value <= limit:
+            raise ValueError(f"must be between 1 and {limit}")
+        return value
+
+    @model_validator(mode="after")
+    def _arguments_satisfy_schema(self) -> CreateApprovalRequest:
+        if self.arguments_schema is not None:
+            check_against_schema(self.arguments, self.arguments_schema)
+        return self
 
     @field_validator("callback_url")
     @classmethod
@@ -566,14 +622,24 @@ ApprovalRequestOut: type[BaseModel] = create_model(
 )
 
 
-class ApprovalRequestDetailOut(ApprovalRequestOut):
+class ReceiptFieldsOut(BaseModel):
+    receipt: str | None = Field(
+        description="The receipt the approval issued (a compact JWS, docs/receipts.md), "
+        "for the connection that created the request and for admins; null for others "
+        "and before approval."
+    )
+    receipt_issued: bool = Field(description="An approval issued a receipt.")
+    receipt_uses: int = Field(ge=0, description="How many times it was redeemed.")
+
+
+class ApprovalRequestDetailOut(ApprovalRequestOut, ReceiptFieldsOut):
     """The single read: the request with its chain and the votes cast so far."""
 
     steps: list[StepSummaryOut]
     votes: list[VoteOut]
 
 
-class DecisionOut(ApprovalRequestOut):
+class DecisionOut(ApprovalRequestOut, ReceiptFieldsOut):
     callback_delivered: bool
 
 

@@ -37,6 +37,8 @@ from signoff.common.time import utcnow
 from signoff.crypto import SecretBox
 from signoff.errors import AppError, NotFound, RequestNotPending, ValidationFailed
 from signoff.models import AuditEvent, Comment
+from signoff.models.approvals import DEFAULT_RECEIPT_TTL_SECONDS
+from signoff.receipts.arguments import arguments_hash
 from signoff.storage import LostRace
 
 
@@ -118,6 +120,10 @@ async def create_request(
         "is_sequential": payload.is_sequential,
         "idempotency_key": payload.idempotency_key,
         "expires_at": payload.expires_at,
+        "arguments": payload.arguments,
+        "arguments_schema": payload.arguments_schema,
+        "arguments_hash": arguments_hash(payload.arguments),
+        "receipt_ttl_seconds": payload.receipt_ttl_seconds or DEFAULT_RECEIPT_TTL_SECONDS,
         "created_at": now,
         "updated_at": now,
     }
@@ -718,7 +724,9 @@ def _view_of(
         is_sequential=row.is_sequential,
         voters=voters,
         steps=tuple(
-            state.StepView(s.id, s.step_order, s.approver_id, cast(state.StepStatus, s.status))
+            state.StepView(
+                s.id, s.step_order, s.approver_id, cast(state.StepStatus, s.status), s.decided_by
+            )
             for s in steps
         ),
         connection_id=row.connection_id,

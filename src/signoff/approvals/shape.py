@@ -127,4 +127,15 @@ REQUEST_FIELDS: tuple[RequestField, ...] = (
         bool,
         "Approved by a policy rather than a person; false until policies exist.",
     ),
+    RequestField(
+        "arguments", "object", dict[str, Any], "What the action runs with ({} when none)."
+    ),
+    RequestField(
+        "arguments_hash",
+        "plain",
+        str,
+        '`"sha-256:"` + base64url (no padding) of the SHA-256 of the arguments in RFC 8785 '
+        "form; that of `{}` without arguments. The receipt names it.",
+    ),
+    RequestField("arguments_edited", "flag", bool, "Changed by an approver; false until then."),
 )

@@ -70,6 +70,7 @@ class StepView:
     step_order: int
     approver_id: uuid.UUID
     status: StepStatus
+    decided_by: uuid.UUID | None = None  # who voted it, once voted
 
 
 @dataclass(frozen=True)
@@ -219,6 +220,15 @@ class WriteEvent:
 
 
 @dataclass(frozen=True)
+class IssueReceipt:
+    """The signed receipt of an approval (``receipts/``): written with the decision,
+    before its callback, which carries it. ``decided_by``: the approvers' user ids (an
+    override's: the admin's)."""
+
+    decided_by: tuple[uuid.UUID, ...]
+
+
+@dataclass(frozen=True)
 class SendCallback:
     """The decision callback (outbox row, committed with the decision)."""
 
@@ -262,6 +272,7 @@ Effect = (
     | ReplaceSteps
     | AddComment
     | WriteEvent
+    | IssueReceipt
     | SendCallback
     | NotifyCreated
     | NotifyStepsOpened
@@ -423,6 +434,8 @@ def _effects(request: RequestView, action: Action, transition: Transition) -> tu
     if comment:
         effects.append(AddComment(comment))
     effects.extend(_audit_events(request, action, transition))
+    if transition.status == "approved" and isinstance(action, Decide | VoteStep):
+        effects.append(IssueReceipt(_approvers(request, action, transition)))
     if transition.is_final and request.has_callback:
         effects.append(SendCallback(comment))
     if transition.is_final:
@@ -446,6 +459,25 @@ def _configure_effects(request: RequestView, action: ConfigureSteps) -> tuple[Ef
         NotifyStepsOpened(tuple(opened[:1] if request.is_sequential else opened)),
         PublishChange(final=False),
     )
+
+
+def _approvers(
+    request: RequestView, action: Decide | VoteStep, transition: Transition
+) -> tuple[uuid.UUID, ...]:
+    """Who approved, as the receipt names them: an override's admin alone; else every
+    approving voter (a chain: each approved step's voter), this action's actor included."""
+    actor = action.actor.user_id
+    if transition.is_override:
+        return (actor,)
+    if request.steps:
+        earlier = [
+            step.decided_by or step.approver_id
+            for step in sorted(request.steps, key=lambda s: s.step_order)
+            if step.status == "approved"
+        ]
+    else:
+        earlier = sorted(request.voters, key=str)
+    return tuple(dict.fromkeys([*earlier, actor]))
 
 
 def _open_approvers(request: RequestView, step_changes: StepChanges) -> tuple[uuid.UUID, ...]:

@@ -15,6 +15,7 @@ from signoff.cli.connection import connection_app
 from signoff.cli.db import db_app
 from signoff.cli.delivery import delivery_app
 from signoff.cli.emergency_stop import emergency_stop
+from signoff.cli.keys import keys_app
 from signoff.cli.oauth_client import oauth_client_app
 from signoff.cli.org import org_app
 from signoff.cli.purge import purge
@@ -50,6 +51,7 @@ app.add_typer(connection_app, name="connection")
 app.add_typer(oauth_client_app, name="oauth-client")
 app.add_typer(delivery_app, name="delivery")
 app.add_typer(routing_app, name="routing")
+app.add_typer(keys_app, name="keys")
 app.command()(purge)
 
 

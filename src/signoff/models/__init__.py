@@ -19,6 +19,7 @@ from signoff.models.oauth import (
 )
 from signoff.models.orgs import Connection, Organization, SetupLink, User
 from signoff.models.passwords import PasswordLink
+from signoff.models.receipts import Receipt, SigningKey
 from signoff.models.webhooks import WebhookAttempt, WebhookDelivery
 
 __all__ = [
@@ -39,8 +40,10 @@ __all__ = [
     "OAuthToken",
     "Organization",
     "PasswordLink",
+    "Receipt",
     "RoutingConfig",
     "SetupLink",
+    "SigningKey",
     "User",
     "Vote",
     "WebhookAttempt",

@@ -23,6 +23,10 @@ from signoff.common.ids import new_id
 from signoff.common.time import utcnow
 from signoff.models.base import Base, JSONType
 
+# The hash of no arguments: SHA-256 of ``{}`` (RFC 8785), base64url without padding.
+EMPTY_ARGUMENTS_HASH = "sha-256:RBNvo1WzZ4oRRq0W9-hknpT7T8If536DEMBg9hyq_4o"
+DEFAULT_RECEIPT_TTL_SECONDS = 900
+
 _FILTERS = ("status", "priority", "action_type", "source")
 _FILTER_INDEX_COLUMNS = {
     column: ["org_id", column, "created_at", *(f for f in _FILTERS if f != column), "expires_at"]
@@ -101,6 +105,21 @@ class ApprovalRequest(Base):
     # receipt can name (migration 0026).
     preview: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     preview_hash: Mapped[str | None] = mapped_column(String(64), default=None)
+    # What the action will run with (a JSON object; null: none given, read as {}), the
+    # JSON Schema it satisfies, and the SHA-256 of its RFC 8785 form (``receipts.hashing``)
+    # that the receipt names.
+    arguments: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    arguments_schema: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    arguments_hash: Mapped[str] = mapped_column(
+        String(64), default=EMPTY_ARGUMENTS_HASH, server_default=EMPTY_ARGUMENTS_HASH
+    )
+    arguments_edited: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # How long the receipt its approval issues is valid.
+    receipt_ttl_seconds: Mapped[int] = mapped_column(
+        Integer,
+        default=DEFAULT_RECEIPT_TTL_SECONDS,
+        server_default=str(DEFAULT_RECEIPT_TTL_SECONDS),
+    )
 
 
 class Vote(Base):

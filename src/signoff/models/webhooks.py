@@ -62,6 +62,9 @@ class WebhookDelivery(Base):
     body: Mapped[bytes] = mapped_column(LargeBinary)
     # The request's callback_headers, still encrypted (they often carry credentials).
     headers_encrypted: Mapped[str | None] = mapped_column(Text, default=None)
+    # The approval's receipt, encrypted: a bearer credential is not kept in the body; it
+    # is put into the body when an attempt is signed (``service.body_to_send``).
+    receipt_encrypted: Mapped[str | None] = mapped_column(Text, default=None)
     # The X-Request-Id of the API call (or background run) that wrote it, sent on every
     # attempt so a receiver's logs and ours can be matched.
     request_id_header: Mapped[str | None] = mapped_column(String(128), default=None)

@@ -23,6 +23,7 @@ from signoff.models import (
     AuditEvent,
     Comment,
     Organization,
+    Receipt,
     Vote,
     WebhookAttempt,
     WebhookDelivery,
@@ -40,6 +41,7 @@ _CHILDREN: Sequence[tuple[str, Table]] = tuple(
         ("steps", ApprovalStep),
         ("comments", Comment),
         ("events", AuditEvent),
+        ("receipts", Receipt),
     )
 )
 _REQUESTS = cast(Table, ApprovalRequest.__table__)

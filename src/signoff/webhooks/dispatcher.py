@@ -180,13 +180,15 @@ class WebhookDispatcher:
         batched: bool,
         answered: Callable[[], None] | None,
     ) -> RecordedAttempt | None:
+        body = claimed.body
         try:
+            body = service.body_to_send(self.box, claimed.body, claimed.receipt_encrypted)
             headers = signed_headers(
                 service.signing_keys(self.box, claimed.secrets, self.clock()),
                 delivery_id=str(claimed.id),
                 attempt=claimed.attempt_number,
                 timestamp=int(time.time()),
-                body=claimed.body,
+                body=body,
                 extra=service.callback_headers(self.box, claimed.headers_encrypted),
                 request_id=claimed.request_id_header,
             )
@@ -201,7 +203,7 @@ class WebhookDispatcher:
                 self.clients,
                 claimed.target,
                 claimed.url,
-                claimed.body,
+                body,
                 headers,
                 policy=self.policy,
                 timeout=self.settings.delivery_timeout_seconds,

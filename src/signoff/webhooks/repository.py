@@ -44,6 +44,7 @@ class ClaimedRow(NamedTuple):
     headers_encrypted: str | None
     attempts: int
     request_id_header: str | None
+    receipt_encrypted: str | None
 
 
 CLAIMED_COLUMNS = ClaimedRow._fields

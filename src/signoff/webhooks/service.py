@@ -65,6 +65,7 @@ class ClaimedDelivery:
     secrets: ConnectionSecrets
     # Sent as X-Request-Id: the request that caused the callback (logs.py).
     request_id_header: str | None = None
+    receipt_encrypted: str | None = None  # see ``body_to_send``
 
     @property
     def attempt_number(self) -> int:
@@ -216,6 +217,8 @@ class DecisionFacts:
     metadata: Mapping[str, Any]
     callback_url: str
     callback_headers_encrypted: str | None
+    # The approval's receipt, encrypted; put into the body only when an attempt is signed.
+    receipt_encrypted: str | None = None
 
 
 def decision_payload(facts: DecisionFacts) -> dict[str, Any]:
@@ -279,6 +282,16 @@ def signing_keys(box: SecretBox, secrets: ConnectionSecrets, now: datetime) -> S
     ):
         previous = box.decrypt(secrets.previous_encrypted)
     return SigningKeys(box.decrypt(secrets.current_encrypted), previous)
+
+
+def body_to_send(box: SecretBox, body: bytes, receipt_encrypted: str | None) -> bytes:
+    """The body an attempt sends and signs: as stored, with the approval's receipt (kept
+    encrypted apart from it, as a bearer credential) as ``receipt`` when there is one."""
+    if not receipt_encrypted:
+        return body
+    payload = orjson.loads(body)
+    payload["receipt"] = box.decrypt(receipt_encrypted)
+    return orjson.dumps(payload)
 
 
 def callback_headers(box: SecretBox, encrypted: str | None) -> dict[str, str]:
@@ -354,6 +367,7 @@ def _new_delivery(facts: DecisionFacts, outbox: Outbox, now: datetime) -> dict[s
         "target": target_of(facts.callback_url),
         "body": orjson.dumps(decision_payload(facts)),
         "headers_encrypted": facts.callback_headers_encrypted,
+        "receipt_encrypted": facts.receipt_encrypted,
         "request_id_header": current_request_id() or new_request_id(),
         "status": "pending",
         "attempts": 0,
@@ -374,6 +388,7 @@ def _claimed(delivery: ClaimedRow, token: uuid.UUID, secrets: ConnectionSecrets)
         target=delivery.target,
         body=delivery.body,
         headers_encrypted=delivery.headers_encrypted,
+        receipt_encrypted=delivery.receipt_encrypted,
         attempts=delivery.attempts,
         secrets=secrets,
         request_id_header=delivery.request_id_header,

@@ -204,6 +204,18 @@ async def test_an_approval_issues_a_receipt_that_verifies_against_the_jwks(
     ]
 
 
+async def test_the_receipt_names_the_preview_the_approvers_saw(
+    client: httpx.AsyncClient, org: Org
+) -> None:
+    preview = {"kind": "sql", "content": "DELETE FROM sessions WHERE expired"}
+    created = await create_approval(client, org.member, arguments=ARGS, preview=preview)
+    await approve(client, org.admin, created["id"])
+    body = await read(client, org.member, created["id"])
+    claims = orjson.loads(jws.extract_compact(body["receipt"].encode()).payload)
+    assert claims["preview_hash"] == body["preview_hash"]
+    assert body["preview_hash"].startswith("sha-256:")
+
+
 async def test_count_based_receipt_names_every_approver(
     client: httpx.AsyncClient, org: Org
 ) -> None:

@@ -16,14 +16,12 @@ preview's hash (bound into receipts), and the plain-text excerpt messages carry.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import rfc8785
+from signoff.receipts.arguments import canonical_hash
 
 PreviewKind = Literal["text", "markdown", "diff", "sql", "json", "email"]
 PREVIEW_KINDS: tuple[PreviewKind, ...] = ("text", "markdown", "diff", "sql", "json", "email")
@@ -45,13 +43,6 @@ class PreviewError(ValueError):
 
 
 # ---- the hash ----
-
-
-def canonical_hash(value: Any) -> str:
-    """``"sha-256:"`` and the unpadded base64url SHA-256 of ``value``'s RFC 8785 form: a
-    hash any language can compute again from the JSON alone."""
-    digest = hashlib.sha256(rfc8785.dumps(value)).digest()
-    return "sha-256:" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
 def preview_hash(preview: dict[str, Any]) -> str:

@@ -31,18 +31,24 @@ _MAX_REPORTED = 20
 _REFERENCE_KEYWORDS = ("$ref", "$dynamicRef")
 
 
-def arguments_hash(arguments: Mapping[str, Any] | None) -> str:
-    """The hash a receipt names for ``arguments`` (None: no arguments, as ``{}``).
+def canonical_hash(value: Any) -> str:
+    """``"sha-256:"`` and the unpadded base64url SHA-256 of ``value``'s RFC 8785 form: a
+    hash any language can compute again from the JSON alone.
 
     Raises ``ValueError`` for what RFC 8785 cannot encode (integers past 2**53 - 1)."""
-    if not arguments:
-        return EMPTY_ARGUMENTS_HASH
     try:
-        canonical = rfc8785.dumps(arguments)
+        canonical = rfc8785.dumps(value)
     except rfc8785.CanonicalizationError as exc:
         raise ValueError(f"cannot be put in RFC 8785 canonical form: {exc}") from None
     digest = hashlib.sha256(canonical).digest()
     return HASH_PREFIX + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def arguments_hash(arguments: Mapping[str, Any] | None) -> str:
+    """The hash a receipt names for ``arguments`` (None: no arguments, as ``{}``)."""
+    if not arguments:
+        return EMPTY_ARGUMENTS_HASH
+    return canonical_hash(arguments)
 
 
 def json_pointer(path: Any) -> str:

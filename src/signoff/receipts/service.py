@@ -66,6 +66,8 @@ def claims_of(
         "org": org,
         "action_type": request.action_type,
         "arguments_hash": request.arguments_hash,
+        # What the approvers were shown, so an auditor can prove it (absent: no preview).
+        **({"preview_hash": request.preview_hash} if request.preview_hash else {}),
         "decided_by": [str(user_id) for user_id in decided_by],
         "max_uses": MAX_USES,
         "authorization_details": [

@@ -18,7 +18,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
 revision = "0026"
-down_revision = "0024"
+down_revision = "0025"
 branch_labels = None
 depends_on = None
 

@@ -209,8 +209,8 @@ def storm_rows(
     org_id: uuid.UUID, connection_id: uuid.UUID, count: int, callback_url: str, expires_at: datetime
 ) -> Iterator[dict[str, Any]]:
     """``count`` pending requests, each with a callback, all expiring at ``expires_at``:
-    every column, as a create writes it (``record.new_row``)."""
-    from signoff.approvals.record import new_row
+    every column, as a create writes it (``typed_rows.new_row``)."""
+    from signoff.approvals.typed_rows import new_row
     from signoff.common.ids import new_id
 
     rng = random.Random(24)
@@ -273,7 +273,7 @@ async def seed_postgres(dsn: str, rows: Iterator[dict[str, Any]]) -> None:
     """COPY, then ``VACUUM ANALYZE``."""
     import asyncpg  # type: ignore[import-untyped]
 
-    from signoff.approvals.record import COLUMNS
+    from signoff.approvals.typed_rows import COLUMNS
 
     connection = await asyncpg.connect(dsn)
     try:
@@ -306,7 +306,7 @@ class StoredCounts:
         if self.target == "postgresql":
             import asyncpg
 
-            from signoff.storage.asyncpg_shape import asyncpg_dsn
+            from signoff.storage.asyncpg_connections import asyncpg_dsn
 
             self._pg = await asyncpg.connect(asyncpg_dsn(self.url))
         return self
@@ -530,7 +530,7 @@ def _processes(target: str, env: dict[str, str], workdir: Path, workers: int) ->
 
 def bench_database(target: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     from signoff.crypto import generate_secret_key
-    from signoff.storage.asyncpg_shape import asyncpg_dsn
+    from signoff.storage.asyncpg_connections import asyncpg_dsn
 
     workdir.mkdir()
     report: dict[str, Any] = {"target": target}
@@ -618,7 +618,7 @@ async def _set_instant(target: str, url: str, workdir: Path, instant: float) -> 
         return
     import asyncpg
 
-    from signoff.storage.asyncpg_shape import asyncpg_dsn
+    from signoff.storage.asyncpg_connections import asyncpg_dsn
 
     connection = await asyncpg.connect(asyncpg_dsn(url))
     try:

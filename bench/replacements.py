@@ -14,7 +14,7 @@ order alternates (A B, B A, A B, ...), so that both sides share the machine's mo
   bursts of 32 connections opened at once while wrk keeps 32 others busy listing, the
   time until the last of the burst is answered (the median, mean and worst of
   ``--bursts``); and wrk on get for throughput and CPU;
-- pgpool (``asyncpg_shape.ConnectionLender`` vs asyncpg's ``Pool``;
+- pgpool (``asyncpg_connections.ConnectionLender`` vs asyncpg's ``Pool``;
   ``SIGNOFF_STOCK_PG_POOL``): wrk on get, create and decide, on a PostgreSQL database of
   its own (``--postgres-url``);
 - prepared, prepared-pg (``storage/prepared/`` vs SQLAlchemy's execution;

@@ -118,7 +118,7 @@ def request_rows(
     org_id: uuid.UUID, connection_id: uuid.UUID, count: int
 ) -> Iterator[dict[str, Any]]:
     """``count`` requests over the past year, newest last, with varied words and values."""
-    from signoff.approvals.record import new_row
+    from signoff.approvals.typed_rows import new_row
     from signoff.common.ids import new_id
 
     rng = random.Random(42)
@@ -197,7 +197,7 @@ def seed_sqlite(path: Path, org_id: uuid.UUID, connection_id: uuid.UUID, count: 
 async def seed_postgres(dsn: str, org_id: uuid.UUID, connection_id: uuid.UUID, count: int) -> None:
     import asyncpg  # type: ignore[import-untyped]
 
-    from signoff.approvals.record import COLUMNS
+    from signoff.approvals.typed_rows import COLUMNS
 
     connection = await asyncpg.connect(dsn)
     try:
@@ -430,7 +430,7 @@ def seeded_database(
 def seed(target: str, url: str, rows: int, workdir: Path) -> Seeded:
     """Migrate ``url``, make an org, a user and a connection, and seed ``rows`` requests."""
     from signoff.crypto import generate_secret_key
-    from signoff.storage.asyncpg_shape import asyncpg_dsn
+    from signoff.storage.asyncpg_connections import asyncpg_dsn
 
     secret_key = generate_secret_key()
     env = bench_env(url, secret_key)

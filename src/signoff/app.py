@@ -17,9 +17,10 @@ from starlette.responses import Response
 from starlette.routing import Match
 
 from signoff import __version__
+from signoff.api_docs import install_docs
 from signoff.approvals.endpoints import router as approvals_router
 from signoff.common.http import json_response
-from signoff.common.openapi import errors
+from signoff.common.openapi_declarations import errors
 from signoff.common.validation import validation_failed_from
 from signoff.compat.endpoints import router as legacy_clients_router
 from signoff.compat.middleware import LegacyDataEnvelope
@@ -35,7 +36,6 @@ from signoff.notifications.pages import pages as notification_pages
 from signoff.notifications.slack_webhook import webhook as slack_webhook
 from signoff.oauth.endpoints import api_router as oauth_api_router
 from signoff.oauth.endpoints import router as oauth_router
-from signoff.openapi import install_docs
 from signoff.operations.endpoints import router as metrics_router
 from signoff.operations.service import check_ready
 from signoff.orgs.endpoints import router as orgs_router
@@ -242,7 +242,7 @@ def create_app(
     app = FastAPI(
         title="signoff",
         version=__version__,
-        # Both served by openapi.install_docs: the document as it is, the page offline.
+        # Both served by api_docs.install_docs: the document as it is, the page offline.
         openapi_url=None,
         docs_url=None,
         redoc_url=None,

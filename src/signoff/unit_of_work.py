@@ -9,8 +9,8 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from signoff.approvals.record import RequestRecord
 from signoff.approvals.repository import ApprovalRepository, CreatedPlan
+from signoff.approvals.typed_rows import RequestRecord
 from signoff.crypto import SecretBox
 from signoff.notifications.planning import service as notifications
 from signoff.notifications.planning.repository import created_plan_from, plans_written

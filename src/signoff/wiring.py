@@ -18,8 +18,8 @@ from starlette.requests import Request
 
 from signoff.approvals.search_index import SQLITE_CATCH_UP
 from signoff.auth.callers import Callers
+from signoff.common.api_writes import ApiWrites
 from signoff.common.poison import PoisonedRows
-from signoff.common.quiet import ApiWrites
 from signoff.common.watchers import Watchers
 from signoff.config import Settings
 from signoff.context import AfterCommit, AppContext
@@ -76,7 +76,7 @@ class Wiring:
     # Who a bearer token is (auth/callers.py).
     callers: Callers
     # The API's writes in flight, counted by its guard; the sender's pieces wait for a
-    # quiet moment (common/quiet.py).
+    # quiet moment (common/api_writes.py).
     api_writes: ApiWrites
 
     @property

@@ -14,7 +14,7 @@ import pytest
 
 from signoff.app import create_app
 from signoff.approvals.state import REQUEST_STATUSES
-from signoff.common.openapi import all_error_codes
+from signoff.common.openapi_declarations import all_error_codes
 from signoff.config import Settings
 from tests.conftest import make_settings
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from signoff.approvals.record import RequestRecord
 from signoff.approvals.repository import NewEvent, NewVote
+from signoff.approvals.typed_rows import RequestRecord
 from signoff.models import ApprovalStep, Comment
 from signoff.models.approvals import EMPTY_ARGUMENTS_HASH
 from signoff.unit_of_work import RequestChange
@@ -73,7 +73,7 @@ class FakeApprovals:
     # Creates: the rows inserted, and the idempotency keys taken (by org).
     inserted: list[RequestRecord] = field(default_factory=list)
     keys: set[tuple[uuid.UUID, str]] = field(default_factory=set)
-    plans_with_insert: bool = False
+    can_write_plan_with_insert: bool = False
 
     async def insert_unless_key_taken(
         self, row: dict[str, Any], record: RequestRecord, event: NewEvent, check: Any = None

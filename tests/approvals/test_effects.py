@@ -282,7 +282,7 @@ async def test_a_create_writes_its_row_event_notification_plan_and_signal() -> N
 async def test_a_create_the_storage_plans_itself_writes_no_second_plan() -> None:
     transition = state.apply(None, state.Create(actor(ALICE), "Deploy", "high"), NOW)
     uow = FakeUnitOfWork()
-    uow.approvals.plans_with_insert = True  # PostgreSQL: in the insert's own statement
+    uow.approvals.can_write_plan_with_insert = True  # PostgreSQL: in the insert's own statement
     assert await apply_create(uow, _new_values(), transition, ALICE, NOW) is not None
     assert uow.notifications.created_for == []
 

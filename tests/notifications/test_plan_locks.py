@@ -28,7 +28,7 @@ from signoff.notifications.planning import service
 from signoff.notifications.repository import NotificationRepository
 from signoff.notifications.sending.messages import KIND_HEADLINES
 from signoff.notifications.sending.sender import PLAN_LIMIT
-from signoff.storage.asyncpg_shape import asyncpg_dsn
+from signoff.storage.asyncpg_connections import asyncpg_dsn
 from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval, eventually
 from tests.notifications.support import MailBox

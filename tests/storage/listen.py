@@ -16,7 +16,7 @@ import asyncpg  # type: ignore[import-untyped]
 
 from signoff.config import Settings
 from signoff.storage import Notifier
-from signoff.storage.asyncpg_shape import asyncpg_dsn
+from signoff.storage.asyncpg_connections import asyncpg_dsn
 from tests.conftest import eventually
 
 

@@ -14,7 +14,7 @@ import pytest
 from signoff.approvals.listing import ListFilters, page_queries, read_page
 from signoff.common.time import utcnow
 from signoff.context import AppContext
-from signoff.storage.asyncpg_shape import asyncpg_dsn
+from signoff.storage.asyncpg_connections import asyncpg_dsn
 from tests.conftest import Org
 
 pytestmark = pytest.mark.anyio

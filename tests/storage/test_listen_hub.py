@@ -15,7 +15,7 @@ from signoff.config import Settings
 from signoff.dashboard.live import NOTIFY_CHANNEL as LIVE_CHANNEL
 from signoff.notifications.planning.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
 from signoff.storage import REQUEST_CHANNEL, ListenHub
-from signoff.storage.asyncpg_shape import asyncpg_dsn
+from signoff.storage.asyncpg_connections import asyncpg_dsn
 from signoff.webhooks.repository import NOTIFY_CHANNEL as DELIVERY_CHANNEL
 from signoff.wiring import Wiring
 from tests.conftest import eventually

@@ -17,7 +17,7 @@ from signoff.context import AppContext
 from signoff.dashboard.live import NOTIFY_CHANNEL as LIVE_CHANNEL
 from signoff.notifications.planning.repository import NOTIFY_CHANNEL as PLAN_CHANNEL
 from signoff.storage import REQUEST_CHANNEL, Notifier
-from signoff.storage.asyncpg_shape import NOTIFY_AFTER_COMMIT, asyncpg_dsn
+from signoff.storage.asyncpg_connections import NOTIFY_AFTER_COMMIT, asyncpg_dsn
 from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval, eventually
 from tests.notifications.support import CHANNEL_MATCHING_NOTHING

@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from signoff.storage import database as db_module
-from signoff.storage.asyncpg_shape import ConnectionLender, ReadPool, asyncpg_dsn
+from signoff.storage.asyncpg_connections import ConnectionLender, ReadPool, asyncpg_dsn
 from signoff.storage.database import Database
 from signoff.storage.prepared import PreparedQuery
 from tests.conftest import POSTGRES_URL, _create_pg_database, _drop_pg_database, eventually

@@ -13,9 +13,9 @@ import httpx
 import pytest
 from sqlalchemy import bindparam, insert, select
 
-from signoff.approvals.presenters import request_to_dict
-from signoff.approvals.record import RequestRecord
+from signoff.approvals.json_answers import request_to_dict
 from signoff.approvals.repository import ApprovalReads
+from signoff.approvals.typed_rows import RequestRecord
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.models import ApprovalRequest, AuditEvent

@@ -85,7 +85,7 @@ async def _assert_switched(switch: str, ctx: AppContext) -> None:
     """The switch took effect: the plain path is the one that answered."""
     db = ctx.db
     if switch == "SIGNOFF_STOCK_EXECUTION":
-        assert not db.queries.autocommits and db.queries.through_engine
+        assert not db.queries.is_autocommit and db.queries.through_engine
     elif switch == "SIGNOFF_STOCK_SQLITE_DRIVER" and db.is_sqlite:
         async with db.read_engine.connect() as connection:
             raw = await connection.get_raw_connection()
@@ -93,7 +93,7 @@ async def _assert_switched(switch: str, ctx: AppContext) -> None:
     elif switch == "SIGNOFF_STOCK_COMMITS" and db.group_commit is not None:
         assert db.group_commit.committed_transactions == db.group_commit.committed_writers
     elif switch == "SIGNOFF_STOCK_WRITES_ALONE" and not db.is_sqlite:
-        assert db.queries.autocommits
+        assert db.queries.is_autocommit
         assert not may_write_alone(AsyncSession(db.write_engine), db.queries)
     elif switch == "SIGNOFF_STOCK_SQLITE_PLANNER":
         hinted = PreparedQuery(

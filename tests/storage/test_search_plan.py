@@ -20,7 +20,7 @@ from signoff.approvals.listing import (
 from signoff.approvals.listing.search import search_query
 from signoff.common.time import utcnow
 from signoff.context import AppContext
-from signoff.storage.asyncpg_shape import asyncpg_dsn
+from signoff.storage.asyncpg_connections import asyncpg_dsn
 from tests.conftest import Org
 
 pytestmark = pytest.mark.anyio

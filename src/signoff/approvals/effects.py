@@ -24,8 +24,8 @@ from typing import Any, Protocol
 
 from signoff import metrics
 from signoff.approvals import state
-from signoff.approvals.record import RequestRecord, StepRecord, new_row, record_written
 from signoff.approvals.repository import NewEvent, NewVote
+from signoff.approvals.typed_rows import RequestRecord, StepRecord, new_row, record_written
 from signoff.auth.principal import PrincipalCheck
 from signoff.common.ids import new_id
 from signoff.errors import RequestNotPending
@@ -55,7 +55,7 @@ class ApprovalWrites(Protocol):
     ) -> RequestRecord | None: ...
 
     @property
-    def plans_with_insert(self) -> bool: ...
+    def can_write_plan_with_insert(self) -> bool: ...
 
     async def update_if_pending(
         self, request_id: uuid.UUID, values: dict[str, Any], refusal: Callable[[], Exception]
@@ -182,7 +182,7 @@ async def apply_create(
     created = await uow.approvals.insert_unless_key_taken(row, record, created_event, check)
     if created is None:
         return None
-    if gathered.created_plans and not uow.approvals.plans_with_insert:
+    if gathered.created_plans and not uow.approvals.can_write_plan_with_insert:
         await uow.notifications.request_created(created, now)
     for org_id, request_id, final in gathered.changes:
         uow.request_changed(org_id, request_id, final=final)

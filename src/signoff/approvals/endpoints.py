@@ -14,13 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from signoff.approvals import service
-from signoff.approvals.listing import (
-    SEARCH_RANKED_UP_TO,
-    TOTAL_EXACT_UP_TO,
-    bounded_total,
-    next_cursor,
-)
-from signoff.approvals.presenters import (
+from signoff.approvals.json_answers import (
     comment_to_dict,
     event_to_dict,
     pagination,
@@ -28,7 +22,12 @@ from signoff.approvals.presenters import (
     step_to_dict,
     vote_to_dict,
 )
-from signoff.approvals.record import RequestRecord
+from signoff.approvals.listing import (
+    SEARCH_RANKED_UP_TO,
+    TOTAL_EXACT_UP_TO,
+    bounded_total,
+    next_cursor,
+)
 from signoff.approvals.repository import ApprovalReads
 from signoff.approvals.schemas import (
     AddComment,
@@ -43,6 +42,7 @@ from signoff.approvals.schemas import (
     DecisionOut,
     ListApprovalsQuery,
 )
+from signoff.approvals.typed_rows import RequestRecord
 from signoff.auth.principal import Principal, PrincipalCheck
 from signoff.common.http import (
     json_body_doc,
@@ -51,7 +51,7 @@ from signoff.common.http import (
     principal_check_of,
     require_scope,
 )
-from signoff.common.openapi import (
+from signoff.common.openapi_declarations import (
     UuidPath,
     default_setting,
     documented_as,
@@ -178,7 +178,7 @@ async def list_approvals(request: Request, principal: Reader) -> Response:
     paging = pagination(query.page, query.page_size, total)
     return json_response(
         {
-            # Rendered by the database as request_to_dict would (approvals/rendered.py).
+            # Rendered by the database as request_to_dict would (approvals/json_in_sql.py).
             "data": [orjson.Fragment(item) for item in rendered],
             "pagination": paging,
             "total_is_exact": total_is_exact,

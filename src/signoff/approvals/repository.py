@@ -33,7 +33,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.dml import Insert
 
-from signoff.approvals.record import (
+from signoff.approvals.typed_rows import (
     COLUMNS,
     RequestRecord,
     StepRecord,
@@ -95,7 +95,7 @@ _REQUEST_BY_KEY = PreparedQuery(
 
 
 def _insert_request(dialect: str) -> PreparedQuery:
-    """A new request's insert: every column (``record.new_row`` gives each a value)."""
+    """A new request's insert: every column (``typed_rows.new_row`` gives each a value)."""
     table: Table = ApprovalRequest.__table__  # type: ignore[assignment]
     insert = insert_ignoring_conflicts(dialect, table, ("org_id", "idempotency_key"))
     return PreparedQuery(insert, column_keys=COLUMNS)
@@ -467,7 +467,7 @@ class ApprovalRepository:
         self._chains_written: dict[uuid.UUID, list[StepRecord]] = {}
 
     @property
-    def decides_without_lock(self) -> bool:
+    def can_decide_without_lock(self) -> bool:
         """PostgreSQL, with ``queries``, in a transaction that has begun nothing yet (a
         decision is not its only work otherwise, say a notification link's consumed in
         it): a decision may read its request without a lock and write in one statement,
@@ -520,7 +520,7 @@ class ApprovalRepository:
             self._expected_versions.pop(request_id, None)
 
     @property
-    def plans_with_insert(self) -> bool:
+    def can_write_plan_with_insert(self) -> bool:
         """Whether ``insert_unless_key_taken`` writes the new request's notification plan
         row itself (PostgreSQL: in its one statement)."""
         return self.dialect == "postgresql" and self._created_plan is not None
@@ -540,7 +540,7 @@ class ApprovalRepository:
 
         ``ON CONFLICT DO NOTHING`` against the unique (org_id, idempotency_key) constraint:
         of concurrent creates with one key exactly one inserts, on both databases. On
-        PostgreSQL the inserts, with the notification plan row (``plans_with_insert``),
+        PostgreSQL the inserts, with the notification plan row (``can_write_plan_with_insert``),
         are one statement (``_create_alone``), run in autocommit when it is the
         transaction's first statement, and confirming ``check``'s principal.
 
@@ -566,7 +566,7 @@ class ApprovalRepository:
             if guarded:
                 assert check is not None
                 params |= principal_guard_params(check)
-            assert self._created_plan is not None  # ``plans_with_insert``
+            assert self._created_plan is not None  # ``can_write_plan_with_insert``
             query = _create_alone(guarded, self._created_plan.insert_from)
             (written,) = await execute_alone(self.session, self.queries, query, params)
             if guarded:

@@ -24,11 +24,11 @@ from pydantic import (
     model_validator,
 )
 
+from signoff.approvals.json_fields import REQUEST_FIELDS, Priority
 from signoff.approvals.listing import ListFilters
 from signoff.approvals.previews import PreviewError, PreviewKind, check_content
-from signoff.approvals.shape import REQUEST_FIELDS, Priority
 from signoff.approvals.state import REQUEST_STATUSES
-from signoff.common.openapi import default_setting, query_parameter, schema_only
+from signoff.common.openapi_declarations import default_setting, query_parameter, schema_only
 from signoff.common.time import parse_timestamp, utcnow
 from signoff.common.validation import (
     MAX_URL_LENGTH,
@@ -591,7 +591,7 @@ class AddComment(BaseModel):
         return _require_text(value, "body", settings_from(info.context).max_comment_length)
 
 
-# ---- Answers (documented in the OpenAPI document; rendered by presenters.py) ----
+# ---- Answers (documented in the OpenAPI document; rendered by json_answers.py) ----
 
 
 class StepSummaryOut(BaseModel):

@@ -22,13 +22,13 @@ import orjson
 from signoff.approvals import effects, state
 from signoff.approvals.listing import ListFilters, read_page
 from signoff.approvals.previews import preview_hash
-from signoff.approvals.record import RequestRecord, StepRecord, VoteRecord
 from signoff.approvals.repository import ApprovalReads, ApprovalRepository
 from signoff.approvals.schemas import (
     CreateApprovalRequest,
     DecideApprovalRequest,
     RelayedDecision,
 )
+from signoff.approvals.typed_rows import RequestRecord, StepRecord, VoteRecord
 from signoff.auth.authority import check_own_request
 from signoff.auth.principal import OrgMember, Principal, PrincipalCheck
 from signoff.common.ids import new_id
@@ -97,7 +97,7 @@ async def create_request(
 
     The state machine answers what a create causes (``state.Create``) and
     ``effects.apply_create`` writes it. Columns not named here take the table's defaults
-    (``record.new_row``). ``check``: the principal came from memory; the insert confirms
+    (``typed_rows.new_row``). ``check``: the principal came from memory; the insert confirms
     it (``PrincipalCheck``)."""
     values: dict[str, Any] = {
         "id": new_id(),
@@ -263,7 +263,7 @@ async def _decide_request(
     action = state.Decide(
         principal.actor, payload.decision, payload.comment, payload.source, _via(payload)
     )
-    if uow.approvals.decides_without_lock:
+    if uow.approvals.can_decide_without_lock:
         done = await _without_lock(uow, principal, request_id, action, now, check)
         if done is not None:
             return done[0]
@@ -559,7 +559,7 @@ async def set_steps(
     read confirms it (``PrincipalCheck``)."""
     action = state.ConfigureSteps(principal.actor, tuple(specs))
     org_id = principal.org_id
-    if uow.approvals.decides_without_lock:
+    if uow.approvals.can_decide_without_lock:
         reads = ApprovalReads(uow.approvals.queries)  # type: ignore[arg-type]
         # The approvers are read beside the request, not after it: the configuration
         # waits for two round trips instead of three. What the read says is answered
@@ -634,7 +634,7 @@ async def _vote_step(
     action = state.VoteStep(
         principal.actor, step_id, payload.decision, payload.comment, payload.source, _via(payload)
     )
-    if uow.approvals.decides_without_lock:
+    if uow.approvals.can_decide_without_lock:
         done = await _without_lock(uow, principal, request_id, action, now, check)
         if done is not None:
             result, steps = done

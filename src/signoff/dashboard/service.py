@@ -19,6 +19,7 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.approvals import service as approvals
+from signoff.approvals.json_answers import request_to_dict
 from signoff.approvals.listing import (
     InboxFilters,
     ListFilters,
@@ -26,9 +27,8 @@ from signoff.approvals.listing import (
     read_inbox,
     read_page,
 )
-from signoff.approvals.presenters import request_to_dict
-from signoff.approvals.record import StepRecord, VoteRecord
 from signoff.approvals.repository import ApprovalRepository
+from signoff.approvals.typed_rows import StepRecord, VoteRecord
 from signoff.auth.principal import OrgMember
 from signoff.auth.secrets import hash_password, verify_password
 from signoff.common.time import utcnow

@@ -31,7 +31,7 @@ from signoff.common.http import (
     principal_of,
 )
 from signoff.common.ids import parse_id
-from signoff.common.openapi import errors
+from signoff.common.openapi_declarations import errors
 from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body

@@ -20,7 +20,7 @@ from signoff.common.http import (
     principal_of,
     require_scope,
 )
-from signoff.common.openapi import UuidPath, errors
+from signoff.common.openapi_declarations import UuidPath, errors
 from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body

@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from signoff.auth.principal import Principal
 from signoff.common.http import json_body_doc, json_response, require_scope
-from signoff.common.openapi import errors
+from signoff.common.openapi_declarations import errors
 from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import read_json_object, validate_model

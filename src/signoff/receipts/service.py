@@ -19,8 +19,8 @@ from joserfc import jws
 from joserfc.errors import JoseError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from signoff.approvals.record import RequestRecord
 from signoff.approvals.repository import NewEvent
+from signoff.approvals.typed_rows import RequestRecord
 from signoff.auth.principal import Principal
 from signoff.common.ids import new_id
 from signoff.common.time import format_timestamp

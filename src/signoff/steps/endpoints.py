@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from signoff.approvals import service
-from signoff.approvals.presenters import step_to_dict
+from signoff.approvals.json_answers import step_to_dict
 from signoff.approvals.schemas import DecideApprovalRequest
 from signoff.auth.principal import Principal
 from signoff.common.http import (
@@ -20,7 +20,7 @@ from signoff.common.http import (
     principal_check_of,
     require_scope,
 )
-from signoff.common.openapi import UuidPath, errors
+from signoff.common.openapi_declarations import UuidPath, errors
 from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from signoff.approvals.schemas import StepSummaryOut as StepOut
 from signoff.approvals.state import RequestStatus
-from signoff.common.openapi import default_setting, schema_only
+from signoff.common.openapi_declarations import default_setting, schema_only
 from signoff.common.validation import Count, settings_from
 
 # Orders are positions, not ids: room for gaps (10, 20, 30), and within every integer column.

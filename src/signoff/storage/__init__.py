@@ -11,13 +11,13 @@ sees a driver type. What lies behind the seam:
   and the checkpointer;
 - ``group_commit``: SQLite writers of one process queued and sharing transactions;
 - ``prepared``: statements of the hot path compiled once and run past the ORM;
-- ``asyncpg_shape``: asyncpg connections for the hot path on PostgreSQL, and the only code
+- ``asyncpg_connections``: asyncpg connections for the hot path on PostgreSQL, and the only code
   that reaches under SQLAlchemy's asyncpg adapter;
 - ``notifications``: the one connection of a process that LISTENs, on every channel it
   needs (``ListenHub``), and the NOTIFYs a process sends after its commits, in batches
   (``Notifier``);
-- ``aiosqlite_shape``: the only code that knows SQLAlchemy's aiosqlite adapter's private
-  attributes (tests/storage/test_aiosqlite_shape.py fails loudly if an upgrade moves them).
+- ``aiosqlite_lookalike``: the only code that knows SQLAlchemy's aiosqlite adapter's private
+  attributes (tests/storage/test_aiosqlite_lookalike.py fails loudly if an upgrade moves them).
 
 Why each is there, and what ``make bench`` measures of it: docs/architecture.md and
 docs/performance.md.

@@ -48,7 +48,7 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.dml import Insert
 
-from signoff.storage.asyncpg_shape import PLANNED_READ_POOL_SIZE, ReadPool
+from signoff.storage.asyncpg_connections import PLANNED_READ_POOL_SIZE, ReadPool
 from signoff.storage.group_commit import GroupCommit
 from signoff.storage.prepared import (
     QUEUED_WRITES_KEY,
@@ -156,7 +156,7 @@ class Database:
                 url,
                 echo=echo,
                 # Write transactions and the ORM's reads; the hot reads have a pool of their
-                # own (asyncpg_shape.ReadPool).
+                # own (asyncpg_connections.ReadPool).
                 pool_size=12,
                 max_overflow=8,
                 # Statements the ORM and Core send, prepared once per connection: the list

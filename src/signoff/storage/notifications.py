@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from signoff.storage.asyncpg_shape import asyncpg_dsn
+from signoff.storage.asyncpg_connections import asyncpg_dsn
 
 logger = logging.getLogger(__name__)
 # How often a lost LISTEN connection is noticed and opened again, at most.

@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import Connection
 from sqlalchemy.util import await_only
 
-from signoff.storage.aiosqlite_shape import AiosqliteShaped, sqlite_connect_args
+from signoff.storage.aiosqlite_lookalike import AiosqliteLookalike, sqlite_connect_args
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -275,7 +275,7 @@ class InlineCursor:
         self._cursor.arraysize = value
 
 
-class InlineConnection(AiosqliteShaped):
+class InlineConnection(AiosqliteLookalike):
     """An aiosqlite-shaped connection over a ``sqlite3`` connection, used on one thread."""
 
     def __init__(
@@ -285,7 +285,7 @@ class InlineConnection(AiosqliteShaped):
         checkpointer: Checkpointer | None = None,
         before_commit: Sequence[str] = (),
     ) -> None:
-        super().__init__(connection)  # what SQLAlchemy's adapter reads (aiosqlite_shape)
+        super().__init__(connection)  # what SQLAlchemy's adapter reads (aiosqlite_lookalike)
         self._retrier = Retrier(busy_timeout)
         self._checkpointer = checkpointer
         self._before_commit = before_commit

@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from signoff.auth.principal import Principal
 from signoff.common.http import json_body_doc, json_response, path_id, require_scope
-from signoff.common.openapi import UuidPath, documented_as, errors
+from signoff.common.openapi_declarations import UuidPath, documented_as, errors
 from signoff.common.routing import LeanRoute
 from signoff.common.validation import parse_json_body, validate_model
 from signoff.context import context_of

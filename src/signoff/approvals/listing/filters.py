@@ -17,7 +17,7 @@ from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression
 from sqlalchemy.sql.selectable import FromClause
 
-from signoff.approvals.rendered import is_past_expiry as _is_past_expiry
+from signoff.approvals.json_in_sql import is_past_expiry as _is_past_expiry
 from signoff.models import ApprovalRequest, ApprovalStep, Vote
 
 
@@ -178,7 +178,7 @@ def votable_now(
         earlier.status != "approved",
     )
     keep_off_index: Callable[[Any], ColumnElement[Any]]
-    keep_off_index = _not_indexed if dialect == "sqlite" else _as_is
+    keep_off_index = _not_indexed if dialect == "sqlite" else _as_column
     votable_step = exists().where(
         step.request_id == rows.c.id,
         keep_off_index(step.approver_id) == user_id,
@@ -199,5 +199,6 @@ def _not_indexed(value: Any) -> ColumnElement[Any]:
     return UnaryExpression(value, operator=operators.custom_op("+"), type_=value.type)
 
 
-def _as_is(value: Any) -> ColumnElement[Any]:
+def _as_column(value: Any) -> ColumnElement[Any]:
+    """PostgreSQL's: the value itself, typed as a column (its planner needs no hint)."""
     return cast("ColumnElement[Any]", value)

@@ -23,6 +23,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.selectable import NamedFromClause, Subquery
 
+from signoff.approvals.json_in_sql import is_past_expiry as _is_past_expiry
+from signoff.approvals.json_in_sql import request_json
 from signoff.approvals.listing.filters import votable_now
 from signoff.approvals.listing.paging import PAGE, total_of
 from signoff.approvals.listing.search import (
@@ -31,8 +33,6 @@ from signoff.approvals.listing.search import (
     search_query,
     search_terms,
 )
-from signoff.approvals.rendered import is_past_expiry as _is_past_expiry
-from signoff.approvals.rendered import request_json
 from signoff.models import ApprovalRequest
 from signoff.storage import PreparedQuery, QueryRunner, SQLiteIndex
 

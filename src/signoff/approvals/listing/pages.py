@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import bindparam, select
 
+from signoff.approvals.json_in_sql import request_json
 from signoff.approvals.listing import postgres_planner, sqlite_planner
 from signoff.approvals.listing.filters import (
     VALUE_FILTERS,
@@ -37,7 +38,6 @@ from signoff.approvals.listing.search import (
     search_words,
     sqlite_word_forms,
 )
-from signoff.approvals.rendered import request_json
 from signoff.models import ApprovalRequest
 from signoff.storage import PreparedQuery, QueryRunner
 
@@ -52,7 +52,7 @@ async def read_page(
     limit: int,
 ) -> tuple[list[str], int]:
     """A page of the org's requests that pass ``filters``, newest first, each rendered as
-    its JSON object by the database (``rendered.py``), and their total; read in one
+    its JSON object by the database (``json_in_sql.py``), and their total; read in one
     transaction. An approver's inbox, most urgent first, is ``read_inbox``.
 
     A search for a number (``number_searched``) lists the request of that number first,

@@ -21,6 +21,7 @@ from sqlalchemy import (
     true,
 )
 
+from signoff.approvals.json_in_sql import request_json
 from signoff.approvals.listing.paging import (
     ORG_TOTAL,
     SEARCH_RANKED_UP_TO,
@@ -30,7 +31,6 @@ from signoff.approvals.listing.paging import (
 )
 from signoff.approvals.listing.queries import ListQueries
 from signoff.approvals.listing.search import postgres_tsquery, with_search
-from signoff.approvals.rendered import request_json
 from signoff.models import ApprovalRequest
 from signoff.storage import PreparedQuery
 

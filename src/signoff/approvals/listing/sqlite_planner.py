@@ -24,6 +24,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.selectable import NamedFromClause
 
+from signoff.approvals.json_in_sql import is_past_expiry as _is_past_expiry
+from signoff.approvals.json_in_sql import request_json
 from signoff.approvals.listing.filters import (
     decided_window_bounds,
     filter_conditions,
@@ -38,8 +40,6 @@ from signoff.approvals.listing.paging import (
 )
 from signoff.approvals.listing.queries import ListQueries
 from signoff.approvals.listing.search import FTS, bm25, fts_match, fts_ranked_match, with_search
-from signoff.approvals.rendered import is_past_expiry as _is_past_expiry
-from signoff.approvals.rendered import request_json
 from signoff.models import ApprovalRequest
 from signoff.storage import PreparedQuery, SQLiteIndex
 

@@ -15,7 +15,7 @@ A round is a few transactions' worth, the way callbacks are delivered
    backoff, or failed), only by the holder of the claim.
 
 Planning, reading and recording go a piece at a time, and each piece first waits for a
-moment without an API write in flight in this process (briefly; ``common/quiet.py``):
+moment without an API write in flight in this process (briefly; ``common/api_writes.py``):
 in ``signoff serve`` on SQLite every piece runs on the API's event loop without a break.
 
 A sender that dies after a claim leaves leases that run out; any sender then claims the
@@ -36,9 +36,9 @@ from datetime import datetime, timedelta
 from email.utils import make_msgid
 
 from signoff.auth.principal import OrgMember
+from signoff.common.api_writes import ApiWrites
 from signoff.common.ids import new_id
 from signoff.common.poison import PoisonedRows
-from signoff.common.quiet import ApiWrites
 from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
@@ -103,7 +103,7 @@ class NotificationSender:
         api_writes: ApiWrites | None = None,
     ) -> None:
         """``api_writes``: the API's writes in flight in this process, if it serves the API;
-        each piece of work waits for a moment without one (``common/quiet.py``)."""
+        each piece of work waits for a moment without one (``common/api_writes.py``)."""
         self.settings = settings
         self.poisoned = poisoned
         self.db = db
@@ -171,7 +171,7 @@ class NotificationSender:
         # (to be put back), so a burst's rounds stay short; they go in the next digest.
         waiting = self._chat_channels_waiting(now.timestamp())
         planned = await self._plan(now)
-        await self._api_quiet()
+        await self._wait_for_api_quiet()
         async with self.db.write_transaction() as session:
             repo = NotificationRepository(session, self.db.dialect)
             taken = await repo.claim_due(token, now, lease, CLAIM_LIMIT, waiting)
@@ -206,7 +206,7 @@ class NotificationSender:
         ``PLAN_LIMIT`` a round; how many were taken."""
         planned = 0
         while planned < PLAN_LIMIT:
-            await self._api_quiet()
+            await self._wait_for_api_quiet()
             async with self.db.write_transaction() as session:
                 repo = NotificationRepository(session, self.db.dialect)
                 piece = await planning.plan_waiting(repo, now, PLAN_PIECE, self.poisoned)
@@ -215,10 +215,10 @@ class NotificationSender:
                 break
         return planned
 
-    async def _api_quiet(self) -> None:
+    async def _wait_for_api_quiet(self) -> None:
         """A moment without an API write in flight (waited for at most
         ``PIECE_WAIT_SECONDS``): what runs next holds the event loop for a while."""
-        await self.api_writes.quiet(PIECE_WAIT_SECONDS)
+        await self.api_writes.wait_for_quiet(PIECE_WAIT_SECONDS)
 
     async def _read_claimed(self, token: uuid.UUID, lease: datetime) -> list[ClaimedRow]:
         """The rows this claim holds, read ``READ_PIECE`` at a time
@@ -229,7 +229,7 @@ class NotificationSender:
         async with self.db.read_session() as session:
             repo = NotificationRepository(session, self.db.dialect)
             while True:
-                await self._api_quiet()
+                await self._wait_for_api_quiet()
                 piece, after = await repo.claimed_piece(token, lease, after, READ_PIECE, channels)
                 rows += piece
                 if after is None:
@@ -376,7 +376,7 @@ class NotificationSender:
         now = self.clock()
         rows = [(row, result) for message, result in sent for row in message.rows]
         for start in range(0, len(rows), RECORD_PIECE):
-            await self._api_quiet()
+            await self._wait_for_api_quiet()
             await self._record_piece(token, rows[start : start + RECORD_PIECE], now)
 
     async def _record_piece(

@@ -11,7 +11,7 @@ execution is direct:
   reads the latest committed state (WAL) in a transaction of its own. Calls complete on
   the event loop's thread without yielding (as every SQLite call does here, see
   ``sqlite_driver``), so one connection serves every concurrent request.
-- PostgreSQL: on asyncpg directly (``asyncpg_shape``), on a small pool of connections in
+- PostgreSQL: on asyncpg directly (``asyncpg_connections``), on a small pool of connections in
   autocommit mode, so a read is one round trip with no ``BEGIN``/``COMMIT`` around it, and
   asyncpg's own statement cache prepares each statement once per connection.
 
@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from signoff.storage.asyncpg_shape import ReadPool
+from signoff.storage.asyncpg_connections import ReadPool
 from signoff.storage.prepared.statements import PreparedQuery
 from signoff.storage.sqlite_driver import Retrier, open_sqlite, threaded
 
@@ -198,7 +198,7 @@ class QueryRunner:
         return await self._postgres.fetch(lambda pg: pg.fetchrow(sql, *values))
 
     @property
-    def autocommits(self) -> bool:
+    def is_autocommit(self) -> bool:
         """Whether a statement run here is a transaction of its own (PostgreSQL: the
         pool's connections are in autocommit), so ``execute_alone`` may write here."""
         return self._postgres is not None

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import ORMExecuteState, Session
 from sqlalchemy.util import await_only
 
-from signoff.storage.asyncpg_shape import asyncpg_in_transaction, asyncpg_under
+from signoff.storage.asyncpg_connections import asyncpg_in_transaction, asyncpg_under
 from signoff.storage.prepared.runner import QueryRunner, through_sqlalchemy
 from signoff.storage.prepared.statements import (
     STOCK_EXECUTION_SWITCH,
@@ -178,7 +178,7 @@ async def execute_alone(
     Otherwise in the session's transaction, as ``execute_in``. The caller writes nothing
     else in that transaction: it would commit apart.
     """
-    if queries is not None and queries.autocommits and not session.in_transaction():
+    if queries is not None and queries.is_autocommit and not session.in_transaction():
         session.info[NOTIFIES_LEFT_KEY] = True
         return await queries.all(query, params)
     return await execute_in(session, query, params)

@@ -86,7 +86,7 @@ def may_write_alone(session: AsyncSession, queries: QueryRunner | None) -> bool:
     connections (``queries``), before the session has begun anything."""
     return (
         queries is not None
-        and queries.autocommits
+        and queries.is_autocommit
         and not session.in_transaction()
         and os.environ.get(STOCK_WRITES_ALONE_SWITCH) != "1"
     )
@@ -119,7 +119,7 @@ async def writes_alone(session: AsyncSession, queries: QueryRunner) -> AsyncIter
 
     Only for a session that has begun nothing, whose block queues every write it makes
     (``queue_write``) and reads nothing through the session."""
-    if session.in_transaction() or not queries.autocommits:
+    if session.in_transaction() or not queries.is_autocommit:
         raise RuntimeError("writes_alone needs a PostgreSQL session that has begun nothing")
     session.info[WRITES_ALONE_KEY] = queries
     session.info[NOTIFIES_LEFT_KEY] = True

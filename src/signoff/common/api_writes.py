@@ -36,7 +36,7 @@ class ApiWrites:
         if self.in_flight == 0:
             self._quiet.set()
 
-    async def quiet(self, longest: float) -> None:
+    async def wait_for_quiet(self, longest: float) -> None:
         """Until no API write has been in flight for ``SETTLE_SECONDS`` (the last one's
         answer is still being sent when its handler returns), or ``longest`` seconds have
         passed."""

@@ -1,4 +1,5 @@
-"""``RequestRecord``: the one shape a request has on its way through the code.
+"""Typed rows: ``RequestRecord``, the one form a request has on its way through the code,
+and the step and vote records.
 
 Every read of a request (the get, the lock a writer takes, the sweep's batch, a new row
 as written, an idempotent replay) answers this typed, immutable record; a write answers

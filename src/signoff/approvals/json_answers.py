@@ -10,9 +10,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from signoff.approvals.record import RequestRecord, StepRecord, VoteRecord
-from signoff.approvals.shape import REQUEST_FIELDS
+from signoff.approvals.json_fields import REQUEST_FIELDS
 from signoff.approvals.state import is_past_expiry
+from signoff.approvals.typed_rows import RequestRecord, StepRecord, VoteRecord
 from signoff.common.time import format_timestamp
 from signoff.models import AuditEvent, Comment
 
@@ -25,7 +25,7 @@ def _as_object(value: Any) -> Any:
     return value or {}
 
 
-# How each kind of value becomes JSON (None: as it is); see shape.Kind.
+# How each kind of value becomes JSON (None: as it is); see json_fields.Kind.
 _CONVERT: dict[str, Callable[[Any], Any] | None] = {
     "id": _as_id,
     "time": format_timestamp,
@@ -42,14 +42,14 @@ _WHEN_EXPIRED = {f.when_expired: f.key for f in REQUEST_FIELDS if f.when_expired
 
 
 def request_to_dict(row: RequestRecord, now: datetime) -> dict[str, Any]:
-    """The whole request as every read shows it (``shape.REQUEST_FIELDS``);
+    """The whole request as every read shows it (``json_fields.REQUEST_FIELDS``);
     ``callback_headers`` is never echoed.
 
     A pending request past its deadline reads as expired (decided at its deadline) even
     before the sweep has written that down, so every reader sees one truth.
 
-    List pages get the same object from the database (``rendered.request_json``), from
-    the same declaration; ``tests/approvals/test_rendered.py`` checks both agree.
+    List pages get the same object from the database (``json_in_sql.request_json``), from
+    the same declaration; ``tests/approvals/test_json_in_sql.py`` checks both agree.
     """
     body = {
         key: row[index] if convert is None else convert(row[index]) for key, index, convert in _PLAN

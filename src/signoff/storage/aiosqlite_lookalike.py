@@ -9,7 +9,7 @@ public interface into three private attributes of the connection it wraps:
 - ``_tx``: aiosqlite's call queue (``put_nowait((future, function))``);
 - ``_connection``: tested for truth before a ping or a rollback.
 
-``AiosqliteShaped`` provides exactly those; ``tests/storage/test_aiosqlite_shape.py``
+``AiosqliteLookalike`` provides exactly those; ``tests/storage/test_aiosqlite_lookalike.py``
 reads the installed SQLAlchemy's adapter and fails, naming the attribute, if an upgrade
 reads anything else. Nothing else in signoff touches a private attribute of SQLAlchemy or
 aiosqlite.
@@ -46,7 +46,7 @@ class InlineQueue:
                 future.set_result(result)
 
 
-class AiosqliteShaped:
+class AiosqliteLookalike:
     """A connection carrying the private attributes the adapter reads (see above)."""
 
     def __init__(self, connection: sqlite3.Connection) -> None:

@@ -1,4 +1,4 @@
-"""List pages are rendered by the database (approvals/rendered.py): each item must equal
+"""List pages are rendered by the database (approvals/json_in_sql.py): each item must equal
 what ``request_to_dict`` makes of the stored row, the presenter of every other read.
 
 Compared on both databases, with every kind of value a request can hold: absent and
@@ -17,8 +17,8 @@ import orjson
 import pytest
 from sqlalchemy import select, update
 
-from signoff.approvals.presenters import request_to_dict
-from signoff.approvals.record import RequestRecord
+from signoff.approvals.json_answers import request_to_dict
+from signoff.approvals.typed_rows import RequestRecord
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.models import ApprovalRequest

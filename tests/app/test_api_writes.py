@@ -1,4 +1,4 @@
-"""The API's writes in flight (``common/quiet.py``): background work waits for a moment
+"""The API's writes in flight (``common/api_writes.py``): background work waits for a moment
 without one, never longer than it asks, and the API's guard counts every write, whatever
 its answer, and no read."""
 
@@ -9,7 +9,7 @@ import asyncio
 import httpx
 import pytest
 
-from signoff.common.quiet import SETTLE_SECONDS, ApiWrites
+from signoff.common.api_writes import SETTLE_SECONDS, ApiWrites
 from signoff.context import AppContext
 from signoff.wiring import Wiring
 from tests.conftest import Org, create_approval
@@ -26,7 +26,7 @@ def now() -> float:
 async def test_quiet_at_once_with_no_write_in_flight() -> None:
     writes = ApiWrites()
     began = now()
-    await writes.quiet(1.0)
+    await writes.wait_for_quiet(1.0)
     assert now() - began == pytest.approx(SETTLE_SECONDS)
 
 
@@ -34,7 +34,7 @@ async def test_quiet_at_once_with_no_write_in_flight() -> None:
 async def test_quiet_waits_for_the_write_in_flight_to_end() -> None:
     writes = ApiWrites()
     writes.started()
-    waiting = asyncio.ensure_future(writes.quiet(5.0))
+    waiting = asyncio.ensure_future(writes.wait_for_quiet(5.0))
     await asyncio.sleep(4.0)  # every timer due before then has fired
     assert not waiting.done()
     writes.ended()
@@ -48,7 +48,7 @@ async def test_quiet_waits_no_longer_than_asked_when_writes_never_end() -> None:
     writes = ApiWrites()
     writes.started()
     began = now()
-    await writes.quiet(0.05)
+    await writes.wait_for_quiet(0.05)
     assert now() - began == pytest.approx(0.05 + SETTLE_SECONDS)
     assert writes.in_flight == 1
 

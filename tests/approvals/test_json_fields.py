@@ -1,4 +1,4 @@
-"""The request's shape is declared once (approvals/shape.py): every path that renders a
+"""The request's shape is declared once (approvals/json_fields.py): every path that renders a
 request (the Python presenter, the database's rendering for lists, the single read, a
 decision's answer, the callback body) agrees with it and with each other, field for field.
 """
@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 
+from signoff.approvals.json_fields import REQUEST_FIELDS
 from signoff.approvals.schemas import ApprovalRequestOut
-from signoff.approvals.shape import REQUEST_FIELDS
 from tests.conftest import Org, create_approval
 from tests.helpers import CallbackReceiver
 

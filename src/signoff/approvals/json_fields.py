@@ -1,17 +1,17 @@
-"""The public shape of an approval request, declared once.
+"""The keys of a request's JSON, as the API answers it, declared once.
 
 ``REQUEST_FIELDS`` lists every key of a request as the API answers it, in order: its JSON
 key, the ``RequestRecord`` field it comes from, its kind, and its type and description
 for the OpenAPI document. Three renderings are derived from it and nothing else:
 
-- ``presenters.request_to_dict``: a ``RequestRecord`` to a dict (single reads, decisions,
+- ``json_answers.request_to_dict``: a ``RequestRecord`` to a dict (single reads, decisions,
   cancellations, replays);
-- ``rendered.request_json``: the same object built by the database, one SQL expression
+- ``json_in_sql.request_json``: the same object built by the database, one SQL expression
   per dialect (list pages);
 - ``schemas.ApprovalRequestOut``: the answer model of the OpenAPI document.
 
-``tests/approvals/test_rendered.py`` proves the first two agree byte for byte on both
-databases, and ``tests/approvals/test_shape.py`` that the model documents exactly these
+``tests/approvals/test_json_in_sql.py`` proves the first two agree byte for byte on both
+databases, and ``tests/approvals/test_json_fields.py`` that the model documents exactly these
 keys. Adding a field: the table's column (``models/approvals.py``, ``RequestRecord``), a
 migration, and one line here.
 """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import inspect, select
 
-from signoff.approvals.record import RequestRecord, request_columns
+from signoff.approvals.typed_rows import RequestRecord, request_columns
 from signoff.models import ApprovalRequest
 from signoff.storage import PreparedQuery
 

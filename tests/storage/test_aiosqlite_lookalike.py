@@ -1,5 +1,5 @@
 """Our SQLite connections stand in for aiosqlite's under SQLAlchemy's adapter, which reads
-private attributes of the connection it wraps (storage/aiosqlite_shape.py). If an upgrade
+private attributes of the connection it wraps (storage/aiosqlite_lookalike.py). If an upgrade
 of SQLAlchemy reads another one, these tests fail and name it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.dialects.sqlite import aiosqlite as sqlalchemy_aiosqlite
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from signoff.storage.aiosqlite_shape import ADAPTER_READS
+from signoff.storage.aiosqlite_lookalike import ADAPTER_READS
 from signoff.storage.sqlite_driver import InlineConnection, inline_connector
 
 # `self._connection.<attr>`: what the adapter reads of the aiosqlite connection it wraps.
@@ -25,7 +25,7 @@ def test_the_adapter_reads_no_private_attribute_we_do_not_provide() -> None:
     unknown = read - ADAPTER_READS
     assert not unknown, (
         f"SQLAlchemy's aiosqlite adapter now reads {sorted(unknown)} of the connection it "
-        "wraps: provide them in storage/aiosqlite_shape.py (AiosqliteShaped)"
+        "wraps: provide them in storage/aiosqlite_lookalike.py (AiosqliteLookalike)"
     )
     assert "_connection" in inspect.getsource(sqlalchemy_aiosqlite.AsyncAdapt_aiosqlite_dbapi)
 

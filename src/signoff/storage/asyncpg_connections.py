@@ -12,7 +12,7 @@ several times what asyncpg takes to send the query and read its answer. Two plac
   the adapter has started its transaction. That needs two private attributes of SQLAlchemy's
   ``AsyncAdapt_asyncpg_connection``, ``_connection`` (the asyncpg connection) and
   ``_transaction`` with ``_start_transaction()`` (its lazy ``BEGIN``), named in
-  ``ADAPTER_ATTRIBUTES``; ``tests/storage/test_asyncpg_shape.py`` fails, naming the
+  ``ADAPTER_ATTRIBUTES``; ``tests/storage/test_asyncpg_connections.py`` fails, naming the
   attribute, if an upgrade moves them.
 """
 

@@ -1,4 +1,4 @@
-"""A request's JSON rendered by the database: what ``presenters.request_to_dict`` gives,
+"""A request's JSON rendered by the database: what ``json_answers.request_to_dict`` gives,
 as one SQL expression per dialect.
 
 Why: a list page holds 20 to 100 requests. Converting each of their columns to Python
@@ -7,7 +7,7 @@ objects (UUIDs, datetimes) and back to text cost more than the query itself
 ``json_object`` and, on PostgreSQL, text joined in SQL (``_PostgreSQL``) do the same work
 in C, and the page is answered with the rendered objects as they are (``orjson.Fragment``).
 
-Both renderings must stay equal: ``tests/approvals/test_rendered.py`` compares them byte for
+Both renderings must stay equal: ``tests/approvals/test_json_in_sql.py`` compares them byte for
 byte, on both databases, with every kind of value a request holds.
 """
 
@@ -29,8 +29,8 @@ from sqlalchemy import (
     literal_column,
 )
 
-from signoff.approvals.record import COLUMN_OF_FIELD
-from signoff.approvals.shape import REQUEST_FIELDS
+from signoff.approvals.json_fields import REQUEST_FIELDS
+from signoff.approvals.typed_rows import COLUMN_OF_FIELD
 from signoff.models import ApprovalRequest
 from signoff.models.base import UTCDateTime
 
@@ -53,7 +53,7 @@ def is_past_expiry(rows: FromClause = _REQUESTS) -> ColumnElement[bool]:
 
 def request_json(dialect: str, rows: FromClause = _REQUESTS) -> ColumnElement[str]:
     """The request of each row as a JSON object (text), with the keys and values of
-    ``request_to_dict``, both derived from ``shape.REQUEST_FIELDS``; ``callback_headers``
+    ``request_to_dict``, both derived from ``json_fields.REQUEST_FIELDS``; ``callback_headers``
     is never rendered. ``rows``: the requests table, or a selection of its columns (a
     subquery)."""
     render: _Renderer = _SQLite if dialect == "sqlite" else _PostgreSQL

@@ -1,14 +1,13 @@
 """The OpenAPI document at ``/api/v1/openapi.json`` and the API docs page at ``/api/v1/docs``.
 
 The document is true to what the service answers. Routes name the refusals of their own
-(``responses=errors(...)``, common/openapi.py); the ones every ``/api/v1`` call may meet
-come from the middleware (middleware.py) and are added to each operation here: 401 and 429
-from the guard, 403 INSUFFICIENT_SCOPE where a route asks for a scope, 403
-OWNER_DEACTIVATED where a connection whose owner is deactivated may not act
-(auth/authority.py), 503 EMERGENCY_STOP
-on writes, 413 on bodies, and the ``X-RateLimit-*`` headers on every answer. FastAPI's
-default 422 is dropped: bodies and queries are validated by ``validation.py`` and refused
-with 400 VALIDATION_ERROR.
+(``responses=errors(...)``, common/openapi_declarations.py); the ones every ``/api/v1``
+call may meet come from the middleware (middleware.py) and are added to each operation
+here: 401 and 429 from the guard, 403 INSUFFICIENT_SCOPE where a route asks for a scope,
+403 OWNER_DEACTIVATED where a connection whose owner is deactivated may not act
+(auth/authority.py), 503 EMERGENCY_STOP on writes, 413 on bodies, and the
+``X-RateLimit-*`` headers on every answer. FastAPI's default 422 is dropped: bodies and
+queries are validated by ``validation.py`` and refused with 400 VALIDATION_ERROR.
 
 The docs page is Swagger UI served from the ``swagger-ui-bundle-v2`` package (Swagger UI 5,
 which reads OpenAPI 3.1) by the app itself: it works without internet access.
@@ -34,7 +33,7 @@ from swagger_ui_bundle import swagger_ui_path
 from signoff import __version__
 from signoff.auth.authority import reach_without_owner
 from signoff.common.http import DOCUMENTED_BODIES, scope_of_dependency
-from signoff.common.openapi import (
+from signoff.common.openapi_declarations import (
     CODES_KEY,
     DOCUMENT_MODELS,
     RATE_LIMIT_HEADERS,

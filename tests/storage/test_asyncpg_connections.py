@@ -1,4 +1,4 @@
-"""The hot path's statements run on asyncpg under SQLAlchemy's adapter (asyncpg_shape.py):
+"""The hot path's statements run on asyncpg under SQLAlchemy's adapter (asyncpg_connections.py):
 they must commit and roll back with the session, and an upgrade of SQLAlchemy that moves
 the adapter's attributes must fail here, naming them."""
 
@@ -13,7 +13,7 @@ from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
 from signoff.context import AppContext
 from signoff.models import Organization
 from signoff.storage import PreparedQuery, count_in
-from signoff.storage.asyncpg_shape import ADAPTER_ATTRIBUTES
+from signoff.storage.asyncpg_connections import ADAPTER_ATTRIBUTES
 
 pytestmark = pytest.mark.anyio
 
@@ -25,7 +25,7 @@ _RENAME = PreparedQuery(
 _NAME = PreparedQuery(select(Organization.name).where(Organization.id == bindparam("org_id")))
 
 
-def test_the_adapter_still_has_what_asyncpg_shape_reads() -> None:
+def test_the_adapter_still_has_the_attributes_we_reach_under() -> None:
     slots = set(AsyncAdapt_asyncpg_connection.__slots__)
     for name in ADAPTER_ATTRIBUTES:
         assert name in slots or hasattr(AsyncAdapt_asyncpg_connection, name), name

@@ -1,4 +1,4 @@
-"""What routes and schemas declare for the OpenAPI document (signoff/openapi.py builds it).
+"""What routes and schemas declare for the OpenAPI document (signoff/api_docs.py builds it).
 
 Routes name the refusals of their own with ``responses=errors(NotFound, ...)``: each
 error answer documents the envelope with an ``enum`` of the codes it can carry.

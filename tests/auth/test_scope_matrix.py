@@ -58,6 +58,8 @@ SCOPE_TABLE: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/oauth/token"): PUBLIC,
     ("GET", "/api/v1/routing"): READ,
     ("PUT", "/api/v1/routing"): WRITE,
+    # The executor redeems the receipt of what it is about to do: a write.
+    ("POST", "/api/v1/receipts/redeem"): WRITE,
     ("GET", "/api/v1/approvals/{}/notifications"): READ,
     ("POST", "/api/v1/connections/{}/transfer"): ADMIN_API_KEY,
 }
@@ -187,6 +189,17 @@ async def _retry(env: Env) -> Call:
     return "POST", f"/api/v1/webhooks/{log.json()['data'][0]['delivery_id']}/retry", None
 
 
+async def _redeem(env: Env) -> Call:
+    created = await create_approval(env.client, env.admin, arguments={"replicas": 3})
+    decided = await env.client.patch(
+        f"/api/v1/approvals/{created['id']}",
+        headers=env.admin.headers,
+        json={"decision": "approve"},
+    )
+    assert decided.status_code == 200 and decided.json()["receipt"], decided.text
+    return "POST", "/api/v1/receipts/redeem", {"receipt": decided.json()["receipt"]}
+
+
 async def _oauth_client_id(env: Env) -> str:
     created = await env.client.post(
         "/api/v1/oauth-clients",
@@ -254,6 +267,7 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("PUT", "/api/v1/routing"): lambda env: _plain(
         "PUT", "/api/v1/routing", {"channels": {}, "rules": []}
     ),
+    ("POST", "/api/v1/receipts/redeem"): _redeem,
     ("GET", "/api/v1/approvals/{}/notifications"): lambda env: _with(
         env, "GET", "/api/v1/approvals/{rid}/notifications", None
     ),

@@ -11,6 +11,7 @@ works from the statistics it keeps itself.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sqlite3
 import uuid
@@ -109,6 +110,12 @@ def _path(database_url: str) -> str:
     return str(make_url(database_url).database)
 
 
+async def _seeded(database_url: str, template_id: str, count: int, status: str) -> None:
+    """``_add_history`` off the event loop: the app's background loops may be inside a
+    write transaction right now, and must be able to end it while the seeding waits."""
+    await asyncio.to_thread(_add_history, database_url, template_id, count, status)
+
+
 def _add_history(database_url: str, template_id: str, count: int, status: str) -> None:
     """``count`` requests of the template's org, one second apart, older than it, of a
     priority, action type and source no filter here asks for: pending ones, or ones
@@ -170,7 +177,7 @@ async def test_a_filtered_page_reads_no_more_for_a_longer_history(
     template = await _one_of_each_rare_kind(client, org)
     shapes = _shapes(org.admin.user_id)
     before = {name: await counting_reads.steps_of(org.id, f) for name, f in shapes.items()}
-    _add_history(database_url, template, _HISTORY, history)
+    await _seeded(database_url, template, _HISTORY, history)
     after = {name: await counting_reads.steps_of(org.id, f) for name, f in shapes.items()}
 
     # Pending requests match these filters: with such a history their matches grow, by
@@ -218,7 +225,7 @@ async def test_a_search_reads_no_more_for_another_orgs_matches(
     )
     assert [orjson.loads(row)["id"] for row in page] == [ours["id"]] and total == 1
     before = await counting_reads.steps_of(org.id, filters)
-    _add_history(database_url, theirs["id"], _HISTORY, "pending")
+    await _seeded(database_url, theirs["id"], _HISTORY, "pending")
     after = await counting_reads.steps_of(org.id, filters)
     assert after <= 2 * before + 50, (before, after)
 
@@ -234,7 +241,7 @@ async def test_both_ways_of_reading_a_page_give_the_same_pages(
     """Filters that are an OR of two sets of rows have two page queries, the walk and the
     sort (``ListQueries``): whichever is chosen, the pages are the same."""
     template = await _one_of_each_rare_kind(client, org)
-    _add_history(database_url, template, 45, "rejected")
+    await _seeded(database_url, template, 45, "rejected")
     now = datetime.now(UTC)
     values: dict[str, Any] = {
         "org_id": uuid.UUID(org.id),

@@ -115,14 +115,33 @@ def _next_number(org_id: Any) -> Any:
 
 
 # SQLite: the last number given in each org, kept by the insert trigger of the org's
-# request count (migrations 0005 and 0024). A create reads it inside its write
-# transaction, which no other writer shares, and takes the next.
+# request count (migrations 0005 and 0024). A create takes the next inside its write
+# transaction, which no other writer shares.
 _REQUEST_COUNTS = table(
     "approval_request_counts", column("org_id", Uuid()), column("issued", Integer())
 )
-_LAST_NUMBER = PreparedQuery(
-    select(_REQUEST_COUNTS.c.issued).where(_REQUEST_COUNTS.c.org_id == bindparam("org_id"))
-)
+
+
+def _insert_numbered_sqlite() -> PreparedQuery:
+    """SQLite: a new request's insert (``_INSERT_REQUEST``) that numbers the request
+    itself, the org's last number plus one read by a subquery of the same statement,
+    and answers the number it gave (none if the idempotency key is taken): one statement
+    where reading the number first took two."""
+    table: Table = ApprovalRequest.__table__  # type: ignore[assignment]
+    last = (
+        select(_REQUEST_COUNTS.c.issued)
+        .where(_REQUEST_COUNTS.c.org_id == bindparam("org_id", type_=table.c.org_id.type))
+        .scalar_subquery()
+    )
+    next_number = func.coalesce(last, literal_column("0")) + literal_column("1")
+    values = {
+        c: next_number if c == "number" else bindparam(c, type_=table.c[c].type) for c in COLUMNS
+    }
+    insert = insert_ignoring_conflicts("sqlite", table, ("org_id", "idempotency_key"))
+    return PreparedQuery(insert.values(values).returning(table.c.number))
+
+
+_INSERT_NUMBERED_SQLITE = _insert_numbered_sqlite()
 
 
 @dataclass(frozen=True)
@@ -525,17 +544,13 @@ class ApprovalRepository:
         are one statement (``_create_alone``), run in autocommit when it is the
         transaction's first statement, and confirming ``check``'s principal.
 
-        The request's number is the org's next: on PostgreSQL drawn by that statement from
-        the org's sequence (``_next_number``), on SQLite the org's last plus one, read in
-        this write transaction (``_LAST_NUMBER``). The unique (org_id, number) index
-        stands behind both.
+        The request's number is the org's next, given by the insert itself: on PostgreSQL
+        drawn from the org's sequence (``_next_number``), on SQLite the org's last plus
+        one, read in this write transaction (``_INSERT_NUMBERED_SQLITE``). The unique
+        (org_id, number) index stands behind both.
         """
-        if self.dialect != "postgresql":
-            last = await execute_in(self.session, _LAST_NUMBER, {"org_id": row["org_id"]})
-            row["number"] = (last[0].issued if last else 0) + 1
-            record = record._replace(number=row["number"])
         # The new row is what was written: the values read back as written (UTC
-        # timestamps, the same JSON); on PostgreSQL, its number once the insert drew it.
+        # timestamps, the same JSON), with the number the insert gave it.
         if self.dialect == "postgresql":
             params = {
                 **row,
@@ -562,10 +577,11 @@ class ApprovalRepository:
             if written.plans:  # its org can notify: the sender is woken
                 self._created_plan.written(self.session)
             return record._replace(number=written.number)
-        if not await count_in(self.session, _INSERT_REQUEST[self.dialect], row):
+        numbered = await execute_in(self.session, _INSERT_NUMBERED_SQLITE, row)
+        if not numbered:
             return None
         await self.add_event(event)
-        return record
+        return record._replace(number=numbered[0].number)
 
     async def find_by_idempotency_key(self, org_id: uuid.UUID, key: str) -> RequestRecord | None:
         rows = await execute_in(self.session, _REQUEST_BY_KEY, {"org_id": org_id, "key": key})

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from signoff.common.validation import nesting_depth
 from signoff.receipts.arguments import canonical_hash
 
 PreviewKind = Literal["text", "markdown", "diff", "sql", "json", "email"]
@@ -87,23 +88,9 @@ def parse_json(content: str, max_depth: int) -> Any:
         raise PreviewError(f"is not valid JSON: {exc.msg} (line {exc.lineno})") from None
     except RecursionError:
         raise PreviewError(f"is nested deeper than {max_depth} levels") from None
-    if _depth(value) > max_depth:
+    if nesting_depth(value) > max_depth:
         raise PreviewError(f"is nested deeper than {max_depth} levels")
     return value
-
-
-def _depth(value: Any) -> int:
-    deepest, stack = 0, [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            stack.extend((child, depth + 1) for child in item.values())
-        elif isinstance(item, list):
-            stack.extend((child, depth + 1) for child in item)
-        else:
-            continue
-        deepest = max(deepest, depth + 1)
-    return deepest
 
 
 def format_json(value: Any, indent: str = "") -> str:

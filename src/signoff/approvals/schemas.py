@@ -33,6 +33,7 @@ from signoff.common.time import parse_timestamp, utcnow
 from signoff.common.validation import (
     MAX_URL_LENGTH,
     Count,
+    nesting_depth,
     settings_from,
     validate_callback_url,
 )
@@ -65,22 +66,6 @@ HEADER_VALUE_PATTERN = re.compile(r"^(?:[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])
 # The highest page a list reads: far past any real history, and within every offset type.
 MAX_PAGE = 10_000_000
 _UNENCODED_PLUS_OFFSET = re.compile(r" (\d{2}:?\d{2})$")
-
-
-def nesting_depth(value: Any) -> int:
-    """How many objects and arrays lie inside one another in ``value`` (a scalar: 0)."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            stack.extend((child, depth + 1) for child in item.values())
-        elif isinstance(item, list):
-            stack.extend((child, depth + 1) for child in item)
-        else:
-            continue
-        deepest = max(deepest, depth + 1)
-    return deepest
 
 
 def _json_object(

@@ -188,3 +188,19 @@ def settings_from(info_context: Any) -> Settings:
     from signoff.config import get_settings
 
     return get_settings()
+
+
+def nesting_depth(value: Any) -> int:
+    """How many objects and arrays lie inside one another in ``value`` (a scalar: 0)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+    return deepest

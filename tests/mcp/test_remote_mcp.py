@@ -217,3 +217,51 @@ async def test_calls_without_credentials_count_against_the_address(
             for _ in range(3)
         ]
     assert statuses == [401, 401, 429]
+
+
+async def test_arguments_and_preview_go_in_and_the_receipt_comes_back(live: Live, org: Org) -> None:
+    arguments = {"table": "staging_events", "keep_days": 30}
+    schema = {
+        "type": "object",
+        "properties": {"table": {"type": "string"}, "keep_days": {"type": "integer"}},
+        "required": ["table"],
+    }
+    async with live.session(org.member.api_key) as mcp:
+        asked = structured(
+            await mcp.call_tool(
+                "request_approval",
+                {
+                    "title": "Trim the staging events",
+                    "description": "Disk at 90 %.",
+                    "priority": "medium",
+                    "arguments": arguments,
+                    "arguments_schema": schema,
+                    "preview": {"kind": "sql", "content": "DELETE FROM staging_events"},
+                },
+            )
+        )
+        assert asked["arguments"] == arguments and asked["arguments_edited"] is False
+        async with httpx.AsyncClient(base_url=live.base_url) as api:
+            created = (
+                await api.get(f"/api/v1/approvals/{asked['id']}", headers=org.member.headers)
+            ).json()
+            assert created["preview"]["kind"] == "sql"
+            decided = await api.patch(
+                f"/api/v1/approvals/{asked['id']}",
+                json={"decision": "approve"},
+                headers=org.admin.headers,
+            )
+            assert decided.status_code == 200, decided.text
+            # The creating connection reads the receipt, as GET /api/v1/approvals/:id shows it.
+            read_back = (
+                await api.get(f"/api/v1/approvals/{asked['id']}", headers=org.member.headers)
+            ).json()
+        waited = structured(
+            await mcp.call_tool("wait_for_decision", {"id": asked["id"], "timeout_seconds": 5})
+        )
+        read = structured(await mcp.call_tool("get_approval", {"id": asked["id"]}))
+    for answer in (waited, read):
+        assert answer["status"] == "approved"
+        assert (answer["arguments"], answer["arguments_edited"]) == (arguments, False)
+        assert answer["arguments_hash"] == read_back["arguments_hash"]
+        assert answer["receipt"] == read_back["receipt"] and answer["receipt"].count(".") == 2

@@ -31,12 +31,16 @@ class Live:
     def mcp_url(self) -> str:
         return self.base_url + "/mcp"
 
-    def session(self, token: str) -> Client:
+    def session(self, token: str, **options: Any) -> Client:
+        """The SDK's client; ``options`` go to ``Client`` (e.g. ``mode="legacy"`` for the
+        2025-11-25 handshake, an ``elicitation_callback``)."""
         http = httpx2.AsyncClient(
             headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=60)
         )
         return Client(
-            streamable_http_client(self.mcp_url, http_client=http), read_timeout_seconds=60
+            streamable_http_client(self.mcp_url, http_client=http),
+            read_timeout_seconds=60,
+            **options,
         )
 
 

@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 from signoff_client._client import AsyncSignoffClient, __version__
 from signoff_client._errors import APIConnectionError, APIError, WaitTimeout
 from signoff_client._models import Approval
+from signoff_client.mcp_tasks import TaskMiddleware
 
 ClientFactory = Callable[[Context[Any, Any]], AsyncSignoffClient]
 
@@ -145,7 +146,12 @@ def build_server(
 
     ``version`` is what the server reports in its ``serverInfo``: this package's own by
     default, the server's when ``/mcp`` serves the same tools."""
-    server: MCPServer[Any] = MCPServer(name, version=version, instructions=INSTRUCTIONS)
+    # request_approval as a task, for clients that ask for one (mcp_tasks.py).
+    tasks = TaskMiddleware(client_for, summarize)
+    server: MCPServer[Any] = MCPServer(
+        name, version=version, instructions=INSTRUCTIONS, middleware=[tasks]
+    )
+    tasks.server = server
     read_only = ToolAnnotations(readOnlyHint=True, openWorldHint=True)
 
     @server.tool(annotations=ToolAnnotations(destructiveHint=False, openWorldHint=True))

@@ -1,0 +1,150 @@
+"""``request_approval`` as an MCP task on ``/mcp``: the SDK's own client at protocol
+2025-11-25 creates the task, polls it with ``tasks/get``, reads ``tasks/result`` and
+cancels with ``tasks/cancel``; a person decides through the API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import mcp_types as types
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from mcp import Client
+from tests.conftest import Org
+from tests.mcp.conftest import Live
+
+pytestmark = pytest.mark.anyio
+
+ASK = {"title": "Drop the old backups", "description": "Disk is full.", "priority": "high"}
+
+
+async def create_task(mcp: Client, arguments: dict[str, Any]) -> types.Task:
+    request = types.CallToolRequest(
+        params=types.CallToolRequestParams(
+            name="request_approval", arguments=arguments, task=types.TaskMetadata(ttl=60_000)
+        )
+    )
+    created = await mcp.session.send_request(request, types.CreateTaskResult)
+    return created.task
+
+
+async def get_task(mcp: Client, task_id: str) -> types.GetTaskResult:
+    request = types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=task_id))
+    return await mcp.session.send_request(request, types.GetTaskResult)
+
+
+async def task_result(mcp: Client, task_id: str) -> types.CallToolResult:
+    request = types.GetTaskPayloadRequest(params=types.GetTaskPayloadRequestParams(task_id=task_id))
+    return await mcp.session.send_request(request, types.CallToolResult)
+
+
+async def cancel_task(mcp: Client, task_id: str) -> types.CancelTaskResult:
+    request = types.CancelTaskRequest(params=types.CancelTaskRequestParams(task_id=task_id))
+    return await mcp.session.send_request(request, types.CancelTaskResult)
+
+
+async def decide(live: Live, org: Org, approval_id: str, decision: str, comment: str) -> None:
+    async with httpx.AsyncClient(base_url=live.base_url) as api:
+        answer = await api.patch(
+            f"/api/v1/approvals/{approval_id}",
+            json={"decision": decision, "comment": comment},
+            headers=org.admin.headers,
+        )
+        assert answer.status_code == 200, answer.text
+
+
+async def test_a_task_works_until_a_person_approves_then_completes(live: Live, org: Org) -> None:
+    arguments = {"paths": ["/backups/2023"]}
+    async with live.session(org.member.api_key, mode="legacy") as mcp:
+        assert mcp.protocol_version == "2025-11-25"
+        assert mcp.server_capabilities.tasks is not None
+        assert mcp.server_capabilities.tasks.requests.tools.call is not None  # type: ignore[union-attr]
+        tools = {tool.name: tool for tool in (await mcp.list_tools()).tools}
+        assert tools["request_approval"].execution.task_support == "optional"  # type: ignore[union-attr]
+        assert tools["get_approval"].execution is None
+
+        task = await create_task(mcp, {**ASK, "arguments": arguments})
+        assert task.status == "working" and task.poll_interval
+        polled = await get_task(mcp, task.task_id)
+        assert (polled.task_id, polled.status) == (task.task_id, "working")
+
+        await decide(live, org, task.task_id, "approve", "go")
+        done = await get_task(mcp, task.task_id)
+        assert done.status == "completed"
+        result = await task_result(mcp, task.task_id)
+    assert not result.is_error
+    answer = result.structured_content
+    assert (answer["status"], answer["comment"], answer["arguments"]) == (
+        "approved",
+        "go",
+        arguments,
+    )
+    assert answer["receipt"].count(".") == 2
+    assert result.meta == {"io.modelcontextprotocol/related-task": {"taskId": task.task_id}}
+
+
+async def test_a_rejection_fails_the_task_with_the_reason(live: Live, org: Org) -> None:
+    async with live.session(org.member.api_key, mode="legacy") as mcp:
+        task = await create_task(mcp, ASK)
+        await decide(live, org, task.task_id, "reject", "keep them")
+        failed = await get_task(mcp, task.task_id)
+        result = await task_result(mcp, task.task_id)
+    assert failed.status == "failed"
+    assert failed.status_message == f"Rejected by {org.admin.name}: keep them"
+    assert result.is_error and result.structured_content["status"] == "rejected"
+
+
+async def test_cancelling_the_task_cancels_the_request(live: Live, org: Org) -> None:
+    async with live.session(org.member.api_key, mode="legacy") as mcp:
+        task = await create_task(mcp, ASK)
+        cancelled = await cancel_task(mcp, task.task_id)
+        assert (cancelled.status, cancelled.status_message) == ("failed", "Cancelled.")
+        again = False
+        try:
+            await cancel_task(mcp, task.task_id)
+        except MCPError as exc:
+            again = exc.error.code == types.INVALID_PARAMS
+        assert again  # a task already over cannot be cancelled twice
+    async with httpx.AsyncClient(base_url=live.base_url) as api:
+        read = await api.get(f"/api/v1/approvals/{task.task_id}", headers=org.member.headers)
+    assert read.json()["status"] == "cancelled"
+
+
+async def test_a_task_outlives_the_connection_and_reads_only_for_its_org(
+    live: Live, org: Org, other_org: Org
+) -> None:
+    async with live.session(org.member.api_key, mode="legacy") as mcp:
+        task = await create_task(mcp, ASK)
+    await decide(live, org, task.task_id, "approve", "fine")
+    # A new connection (another replica, or after a restart) knows the task: it is the request.
+    async with live.session(org.member.api_key, mode="legacy") as mcp:
+        assert (await get_task(mcp, task.task_id)).status == "completed"
+    async with live.session(other_org.member.api_key, mode="legacy") as mcp:
+        unknown = False
+        try:
+            await get_task(mcp, task.task_id)
+        except MCPError as exc:
+            unknown = exc.error.code == types.INVALID_PARAMS
+    assert unknown
+
+
+async def test_a_refused_create_makes_no_task(live: Live, org: Org) -> None:
+    async with live.session(org.member.api_key, mode="legacy") as mcp:
+        request = types.CallToolRequest(
+            params=types.CallToolRequestParams(
+                name="request_approval",
+                arguments={**ASK, "priority": "whenever"},
+                task=types.TaskMetadata(ttl=60_000),
+            )
+        )
+        refused = await mcp.session.send_request(request, types.CallToolResult)
+    assert refused.is_error
+
+
+async def test_clients_without_tasks_keep_the_plain_tool(live: Live, org: Org) -> None:
+    for mode in ("legacy", "auto"):
+        async with live.session(org.member.api_key, mode=mode) as mcp:
+            answer = await mcp.call_tool("request_approval", ASK)
+        assert answer.structured_content["status"] == "pending"

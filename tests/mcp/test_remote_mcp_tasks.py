@@ -10,6 +10,7 @@ import httpx
 import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_PROTOCOL_VERSION
 
 from mcp import Client
 from tests.conftest import Org
@@ -143,8 +144,14 @@ async def test_a_refused_create_makes_no_task(live: Live, org: Org) -> None:
     assert refused.is_error
 
 
-async def test_clients_without_tasks_keep_the_plain_tool(live: Live, org: Org) -> None:
-    for mode in ("legacy", "auto"):
+async def test_the_newest_protocol_and_the_one_before_both_work(live: Live, org: Org) -> None:
+    """The SDK's newest revision (2026-07-28, negotiated by default) and the handshake
+    revision before it; clients that do not ask for a task get the plain tool on both."""
+    for mode, version in (("auto", LATEST_PROTOCOL_VERSION), ("legacy", LATEST_HANDSHAKE_VERSION)):
         async with live.session(org.member.api_key, mode=mode) as mcp:
-            answer = await mcp.call_tool("request_approval", ASK)
-        assert answer.structured_content["status"] == "pending"
+            assert mcp.protocol_version == version
+            asked = (await mcp.call_tool("request_approval", ASK)).structured_content
+            assert asked["status"] == "pending"
+            await decide(live, org, asked["id"], "approve", "ok")
+            read = (await mcp.call_tool("get_approval", {"id": asked["id"]})).structured_content
+        assert (read["status"], read["comment"]) == ("approved", "ok")

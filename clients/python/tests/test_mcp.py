@@ -154,3 +154,35 @@ async def test_a_bad_key_is_a_tool_error_too(live: LiveServer) -> None:
     async with Client(params, read_timeout_seconds=60) as mcp:
         result = await mcp.call_tool("list_approvals", {})
         assert result.is_error and "UNAUTHORIZED: " in result.content[0].text
+
+
+async def test_request_approval_as_a_task_until_a_person_decides(
+    live: LiveServer, member: SignoffClient
+) -> None:
+    """The stdio server serves the task too (protocol 2025-11-25, the SDK's client)."""
+    import mcp_types as types
+
+    ask = {"title": "Rotate the keys", "description": "Yearly.", "priority": "low"}
+    async with Client(stdio_server(live), read_timeout_seconds=60, mode="legacy") as mcp:
+        assert mcp.server_capabilities.tasks is not None
+        call = types.CallToolRequestParams(
+            name="request_approval",
+            arguments={**ask, "arguments": {"kid": "2026"}},
+            task=types.TaskMetadata(ttl=60_000),
+        )
+        created = await mcp.session.send_request(
+            types.CallToolRequest(params=call), types.CreateTaskResult
+        )
+        task_id = created.task.task_id
+        poll = types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=task_id))
+        assert (await mcp.session.send_request(poll, types.GetTaskResult)).status == "working"
+
+        member.decide(task_id, "approve", "ok")  # a human, through the API
+        assert (await mcp.session.send_request(poll, types.GetTaskResult)).status == "completed"
+        payload = types.GetTaskPayloadRequest(
+            params=types.GetTaskPayloadRequestParams(task_id=task_id)
+        )
+        result = await mcp.session.send_request(payload, types.CallToolResult)
+    assert result.structured_content["status"] == "approved"
+    assert result.structured_content["arguments"] == {"kid": "2026"}
+    assert result.structured_content["receipt"]

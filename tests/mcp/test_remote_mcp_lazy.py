@@ -74,9 +74,9 @@ def builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     made: list[int] = []
     real = sdk.build_mcp_server
 
-    def counted(http: httpx.AsyncClient) -> Any:
+    def counted(http: httpx.AsyncClient, **options: Any) -> Any:
         made.append(1)
-        return real(http)
+        return real(http, **options)
 
     monkeypatch.setattr(sdk, "build_mcp_server", counted)
     return made
@@ -106,7 +106,7 @@ async def test_concurrent_first_requests_share_one_start(
 async def test_a_server_that_cannot_start_answers_503(
     monkeypatch: pytest.MonkeyPatch, live: Live, org: Org
 ) -> None:
-    def broken(http: httpx.AsyncClient) -> Any:
+    def broken(http: httpx.AsyncClient, **options: Any) -> Any:
         raise RuntimeError("no MCP today")
 
     monkeypatch.setattr(sdk, "build_mcp_server", broken)

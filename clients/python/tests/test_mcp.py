@@ -186,3 +186,30 @@ async def test_request_approval_as_a_task_until_a_person_decides(
     assert result.structured_content["status"] == "approved"
     assert result.structured_content["arguments"] == {"kid": "2026"}
     assert result.structured_content["receipt"]
+
+
+async def test_a_client_that_accepts_every_elicitation_is_sent_to_the_page_and_decides_nothing(
+    live: LiveServer, member: SignoffClient
+) -> None:
+    import mcp_types as types
+
+    asked: list[types.ElicitRequestParams] = []
+
+    async def accept_everything(
+        context: object, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        asked.append(params)
+        return types.ElicitResult(action="accept", content={"decision": "approve"})
+
+    async with Client(
+        stdio_server(live),
+        read_timeout_seconds=60,
+        mode="legacy",  # the 2025-11-25 handshake: elicitation is a request to the client
+        elicitation_callback=accept_everything,
+    ) as mcp:
+        ask = {"title": "Refund 1182", "description": "Damaged.", "priority": "high"}
+        answer = structured(await mcp.call_tool("request_approval", {**ask, "wait_seconds": 1}))
+    assert answer["status"] == "pending"
+    assert len(asked) == 1 and isinstance(asked[0], types.ElicitRequestURLParams)
+    assert asked[0].url == f"{live.base_url}/requests/{answer['id']}"
+    assert member.get_approval(answer["id"]).status == "pending"

@@ -39,8 +39,9 @@ def _bearer_of(ctx: Context[Any, Any]) -> str:
     return token.strip()
 
 
-def build_mcp_server(http: httpx.AsyncClient) -> MCPServer:
-    """The stdio server's tools, each calling this app in-process through ``http``."""
+def build_mcp_server(http: httpx.AsyncClient, pages_at: str | None = None) -> MCPServer:
+    """The stdio server's tools, each calling this app in-process through ``http``;
+    ``pages_at`` (the public URL) is where clients that open URLs send their user."""
 
     def client_for(ctx: Context[Any, Any]) -> AsyncSignoffClient:
         # Both kinds of credentials travel as a bearer; the client only names them.
@@ -48,7 +49,7 @@ def build_mcp_server(http: httpx.AsyncClient) -> MCPServer:
             IN_PROCESS_BASE_URL, oauth_token=_bearer_of(ctx), http_client=http
         )
 
-    server = build_server(client_for, version=__version__)
+    server = build_server(client_for, version=__version__, pages_at=pages_at)
     # Stateless: every MCP request stands alone, so any replica can answer any of
     # them, and a tool's progress notifications travel on its own request's stream.
     server.streamable_http_app(

@@ -123,7 +123,7 @@ class RemoteMcp:
 
         transport = httpx.ASGITransport(app=self.app)
         async with httpx.AsyncClient(transport=transport, base_url=sdk.IN_PROCESS_BASE_URL) as http:
-            server = sdk.build_mcp_server(http)
+            server = sdk.build_mcp_server(http, pages_at=self.settings.public_url)
             async with server.session_manager.run():
                 run.endpoint = sdk.mcp_endpoint(server)
                 run.ready.set()

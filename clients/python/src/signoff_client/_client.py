@@ -420,6 +420,11 @@ class AsyncSignoffClient:
         self._owns_http = http_client is None
         self._keys = _KeyCache(JWKS_TTL_SECONDS)
 
+    @property
+    def base_url(self) -> str:
+        """The server this client calls (where its pages are, too)."""
+        return self._settings.base_url
+
     @classmethod
     def from_env(cls, **options: Any) -> AsyncSignoffClient:
         """From ``SIGNOFF_URL`` and ``SIGNOFF_API_KEY`` (or ``SIGNOFF_OAUTH_TOKEN``)."""

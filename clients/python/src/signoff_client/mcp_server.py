@@ -22,7 +22,13 @@ from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    ClientCapabilities,
+    ElicitationCapability,
+    ToolAnnotations,
+    UrlElicitationCapability,
+)
 from pydantic import BaseModel, Field
 
 from signoff_client._client import AsyncSignoffClient, __version__
@@ -31,6 +37,12 @@ from signoff_client._models import Approval
 from signoff_client.mcp_tasks import TaskMiddleware
 
 ClientFactory = Callable[[Context[Any, Any]], AsyncSignoffClient]
+
+# How long request_approval waits for the client to answer "open this page?".
+ELICITATION_TIMEOUT_SECONDS = 30.0
+URL_ELICITATION = ClientCapabilities(
+    elicitation=ElicitationCapability(url=UrlElicitationCapability())
+)
 
 # How often a waiting tool tells the MCP client it is still waiting.
 PROGRESS_INTERVAL_SECONDS = 5.0
@@ -139,13 +151,36 @@ async def wait_with_progress(
         waiting.cancel()
 
 
+async def send_to_page(ctx: Context[Any, Any], pages_at: str, approval_id: str) -> None:
+    """Asks a client that can open URLs (URL-mode elicitation) to send its user to the
+    request's page on signoff, where the decision is made.
+
+    The answer is never a decision: "accept" only means the user agreed to open the page,
+    and no form is ever asked for. So a client that accepts every elicitation approves
+    nothing. A connection that cannot carry the question (the stateless /mcp at a
+    handshake revision has no back-channel) is simply not asked.
+    """
+    if not ctx.request_context.session.check_client_capability(URL_ELICITATION):
+        return
+    url = f"{pages_at.rstrip('/')}/requests/{approval_id}"
+    message = "A person must approve this on signoff: open the request's page to decide."
+    with contextlib.suppress(MCPError, TimeoutError):
+        async with asyncio.timeout(ELICITATION_TIMEOUT_SECONDS):
+            await ctx.elicit_url(message, url, elicitation_id=approval_id)
+
+
 def build_server(
-    client_for: ClientFactory, *, name: str = "signoff", version: str = __version__
+    client_for: ClientFactory,
+    *,
+    name: str = "signoff",
+    version: str = __version__,
+    pages_at: str | None = None,
 ) -> MCPServer[Any]:
     """The MCP server with signoff's tools; ``client_for(ctx)`` gives each call its client.
 
     ``version`` is what the server reports in its ``serverInfo``: this package's own by
-    default, the server's when ``/mcp`` serves the same tools."""
+    default, the server's when ``/mcp`` serves the same tools. ``pages_at`` is the public
+    URL of signoff's pages, for clients that can be sent there (``send_to_page``)."""
     # request_approval as a task, for clients that ask for one (mcp_tasks.py).
     tasks = TaskMiddleware(client_for, summarize)
     server: MCPServer[Any] = MCPServer(
@@ -219,6 +254,8 @@ def build_server(
                 source="mcp",
                 idempotency_key=True,
             )
+            if pages_at is not None and not approval.is_final:
+                await send_to_page(ctx, pages_at, approval.id)
             if wait_seconds:
                 approval = await wait_with_progress(client, ctx, approval.id, wait_seconds)
         return summarize(approval)
@@ -290,7 +327,8 @@ async def serve_stdio() -> None:
     # httpx logs every request at INFO; the host shows our stderr to people, keep it short.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     async with AsyncSignoffClient.from_env() as client:
-        await build_server(lambda _ctx: client).run_stdio_async()
+        server = build_server(lambda _ctx: client, pages_at=client.base_url)
+        await server.run_stdio_async()
 
 
 def main() -> None:

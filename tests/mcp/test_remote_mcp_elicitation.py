@@ -1,0 +1,50 @@
+"""Elicitation on ``/mcp``: a client that accepts every elicitation decides nothing.
+
+The stateless transport has no back-channel at a handshake revision, so it is not asked
+to open the page there (the stdio server asks: clients/python/tests/test_mcp.py)."""
+
+from __future__ import annotations
+
+import httpx
+import mcp_types as types
+import pytest
+
+from tests.conftest import Org
+from tests.mcp.conftest import Live, structured
+
+pytestmark = pytest.mark.anyio
+
+ASK = {"title": "Wire the refund", "description": "Order 1182.", "priority": "high"}
+
+
+async def test_a_client_that_accepts_every_elicitation_approves_nothing(
+    live: Live, org: Org
+) -> None:
+    asked_to_open: list[types.ElicitRequestParams] = []
+
+    async def accept_everything(
+        context: object, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        asked_to_open.append(params)
+        # The most eager client there is: "accept", with a form's worth of "yes".
+        return types.ElicitResult(action="accept", content={"decision": "approve"})
+
+    async with live.session(
+        org.member.api_key, mode="legacy", elicitation_callback=accept_everything
+    ) as mcp:
+        asked = structured(await mcp.call_tool("request_approval", {**ASK, "wait_seconds": 1}))
+        waited = structured(
+            await mcp.call_tool("wait_for_decision", {"id": asked["id"], "timeout_seconds": 1})
+        )
+    assert (asked["status"], waited["status"]) == ("pending", "pending")
+    # Whatever it was asked (nothing, here), no form was ever put to it.
+    assert all(isinstance(p, types.ElicitRequestURLParams) for p in asked_to_open)
+    async with httpx.AsyncClient(base_url=live.base_url) as api:
+        read = await api.get(f"/api/v1/approvals/{asked['id']}", headers=org.admin.headers)
+    assert (read.json()["status"], read.json()["decided_by"]) == ("pending", None)
+
+
+async def test_a_client_without_elicitation_is_not_asked(live: Live, org: Org) -> None:
+    async with live.session(org.member.api_key, mode="legacy") as mcp:
+        asked = structured(await mcp.call_tool("request_approval", ASK))
+    assert asked["status"] == "pending"

@@ -118,7 +118,9 @@ def build_form(schema: Mapping[str, Any] | None, arguments: Mapping[str, Any]) -
         )
     required = set((schema or {}).get("required") or [])
     fields = []
-    for name, prop in properties.items():
+    # The required first (PostgreSQL's JSON does not keep the schema's own order).
+    ordered = sorted(properties.items(), key=lambda item: item[0] not in required)
+    for name, prop in ordered:
         kind, item_kind = _kind_of(prop)
         present = name in arguments
         value = arguments.get(name)

@@ -139,6 +139,15 @@ class ArgumentsMismatch(AppError):
     default_message = "These arguments are not the ones the receipt was issued for."
 
 
+class EditsNotAllowed(AppError):
+    status_code = 400
+    code = "EDITS_NOT_ALLOWED"
+    default_message = (
+        "This request has no arguments_schema: its arguments cannot be edited, only "
+        "approved or rejected as they are."
+    )
+
+
 class ReceiptUsedUp(Conflict):
     code = "RECEIPT_USED_UP"
     default_message = "The receipt has been used as many times as it may be."

@@ -56,6 +56,8 @@ def pending_request(**fields: Any) -> RequestRecord:
         "arguments_hash": EMPTY_ARGUMENTS_HASH,
         "arguments_edited": False,
         "receipt_ttl_seconds": 900,
+        "original_arguments": None,
+        "original_arguments_hash": None,
     }
     values.update(fields)
     return RequestRecord(**values)
@@ -106,6 +108,9 @@ class FakeApprovals:
 
     async def add_vote(self, vote: NewVote) -> None:
         self.votes.append(vote)
+
+    async def delete_votes(self, request_id: uuid.UUID) -> None:
+        self.votes = [vote for vote in self.votes if vote.request_id != request_id]
 
     async def update_step(
         self,

@@ -25,6 +25,7 @@ from signoff.common.ids import parse_id
 from signoff.common.time import parse_timestamp, utcnow
 from signoff.context import AppContext
 from signoff.models import WebhookDelivery
+from signoff.models.approvals import EMPTY_ARGUMENTS_HASH
 from signoff.orgs import service as orgs_service
 from signoff.wiring import Wiring
 from tests.conftest import (
@@ -185,6 +186,10 @@ async def test_decision_is_delivered_signed_with_the_payload_and_headers(
         "comment": "Ship it",
         "decision_comment": "Ship it",
         "metadata": {"sha": "abc123", "nested": {"n": [1, 2]}},
+        # What the action runs with (none given: {}), as the receipt names it.
+        "arguments": {},
+        "arguments_hash": EMPTY_ARGUMENTS_HASH,
+        "arguments_edited": False,
         # The approval's receipt (docs/receipts.md), as the admin's answer showed it.
         "receipt": decided["receipt"],
     }

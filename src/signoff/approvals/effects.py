@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+import jsonpatch
+
 from signoff import metrics
 from signoff.approvals import state
 from signoff.approvals.repository import NewEvent, NewVote
@@ -67,12 +69,14 @@ class ApprovalWrites(Protocol):
 
     async def add_vote(self, vote: NewVote) -> None: ...
 
+    async def delete_votes(self, request_id: uuid.UUID) -> None: ...
+
     async def update_step(
         self,
         step_id: uuid.UUID,
         *,
         status: str,
-        decided_at: datetime,
+        decided_at: datetime | None,
         decided_by: uuid.UUID | None,
         comment: str | None,
     ) -> None: ...
@@ -277,6 +281,8 @@ class _Sink(Protocol):
 
     async def vote(self, vote: NewVote) -> None: ...
 
+    async def dismiss_votes(self, row: RequestRecord) -> None: ...
+
     async def change_step(self, step_id: uuid.UUID, values: dict[str, Any]) -> None: ...
 
     async def replace_steps(self, row: RequestRecord, steps: Sequence[StepRecord]) -> None: ...
@@ -317,17 +323,8 @@ async def _dispatch(
             values = _request_values(row, effect, author, now)
             await sink.update(row, values)
             return row._replace(**values)
-        case state.RecordVote():
-            assert author is not None  # only people vote
-            vote = NewVote(
-                request_id=row.id,
-                step_id=effect.step_id,
-                user_id=author.user_id,
-                decision=effect.decision,
-                comment=effect.comment,
-                created_at=now,
-            )
-            await sink.vote(vote)
+        case state.RecordVote() | state.DismissVotes():
+            await _votes(sink, row, effect, author, now)
         case state.ChangeStep():
             await sink.change_step(effect.step_id, _step_values(effect, author, now))
         case state.ReplaceSteps():
@@ -351,6 +348,29 @@ async def _dispatch(
         case state.PublishChange():
             sink.publish(row, effect.final)
     return row
+
+
+async def _votes(
+    sink: _Sink,
+    row: RequestRecord,
+    effect: state.RecordVote | state.DismissVotes,
+    author: Author | None,
+    now: datetime,
+) -> None:
+    """A vote recorded, or (an edit of the arguments) every earlier one dismissed."""
+    if isinstance(effect, state.DismissVotes):
+        await sink.dismiss_votes(row)
+        return
+    assert author is not None  # only people vote
+    vote = NewVote(
+        request_id=row.id,
+        step_id=effect.step_id,
+        user_id=author.user_id,
+        decision=effect.decision,
+        comment=effect.comment,
+        created_at=now,
+    )
+    await sink.vote(vote)
 
 
 async def _decision_output(
@@ -386,6 +406,9 @@ class _WriteNow:
 
     async def vote(self, vote: NewVote) -> None:
         await self.uow.approvals.add_vote(vote)
+
+    async def dismiss_votes(self, row: RequestRecord) -> None:
+        await self.uow.approvals.delete_votes(row.id)
 
     async def change_step(self, step_id: uuid.UUID, values: dict[str, Any]) -> None:
         await self.uow.approvals.update_step(step_id, **values)
@@ -458,6 +481,9 @@ class _Gathered:
     async def vote(self, vote: NewVote) -> None:
         raise AssertionError("a vote is written on its own")
 
+    async def dismiss_votes(self, row: RequestRecord) -> None:
+        raise AssertionError("an edit is written on its own")
+
     async def receipt(self, row: RequestRecord, decided_by: Sequence[uuid.UUID]) -> None:
         raise AssertionError("an approval is written on its own")
 
@@ -488,9 +514,26 @@ def _request_values(
     }
     if effect.required_approvals is not None:
         values.update(required_approvals=effect.required_approvals, has_steps=True)
+    if effect.edit is not None:
+        values.update(_edited_fields(row, effect.edit))
     if effect.status in state.TERMINAL_STATUSES:
         values.update(_final_fields(effect, row, author, now))
     return values
+
+
+def _edited_fields(row: RequestRecord, edit: state.ArgumentsEdit) -> dict[str, Any]:
+    """The new arguments; the ones the request was created with are kept at the first
+    edit (a later edit keeps the first's)."""
+    fields: dict[str, Any] = {
+        "arguments": dict(edit.arguments),
+        "arguments_hash": edit.new_hash,
+        "arguments_edited": True,
+    }
+    if not row.arguments_edited:
+        fields.update(
+            original_arguments=row.arguments or {}, original_arguments_hash=row.arguments_hash
+        )
+    return fields
 
 
 def _final_fields(
@@ -529,10 +572,23 @@ def _decision_facts(
         decided_by=decider,
         comment=comment,
         metadata=row.metadata_ or {},
+        arguments=row.arguments or {},
+        arguments_hash=row.arguments_hash,
+        arguments_edited=row.arguments_edited,
+        arguments_patch=_patch_since_created(row),
         callback_url=row.callback_url,
         callback_headers_encrypted=row.callback_headers_encrypted,
         receipt_encrypted=receipt,
     )
+
+
+def _patch_since_created(row: RequestRecord) -> list[dict[str, Any]] | None:
+    """The RFC 6902 patch from the arguments the request was created with to its own
+    (None when never edited)."""
+    if not row.arguments_edited:
+        return None
+    patch = jsonpatch.make_patch(row.original_arguments or {}, row.arguments or {})
+    return list(patch.patch)
 
 
 def _new_step(request_id: uuid.UUID, spec: state.StepSpec, now: datetime) -> StepRecord:
@@ -550,7 +606,9 @@ def _new_step(request_id: uuid.UUID, spec: state.StepSpec, now: datetime) -> Ste
 
 
 def _step_values(effect: state.ChangeStep, author: Author | None, now: datetime) -> dict[str, Any]:
-    """The columns ``effect`` sets on its step."""
+    """The columns ``effect`` sets on its step (a step reopened by an edit: undecided)."""
+    if effect.status == "pending":
+        return {"status": "pending", "decided_at": None, "decided_by": None, "comment": None}
     return {
         "status": effect.status,
         "decided_at": now,

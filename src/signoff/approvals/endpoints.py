@@ -64,6 +64,7 @@ from signoff.common.validation import parse_json_body, read_json_object, validat
 from signoff.context import AppContext, context_of
 from signoff.errors import (
     AlreadyVoted,
+    EditsNotAllowed,
     Forbidden,
     NotFound,
     RequestNotPending,
@@ -304,6 +305,7 @@ def _parse_wait(value: str | None, maximum: int) -> float:
         NotFound,
         RequestNotPending,
         AlreadyVoted,
+        EditsNotAllowed,
         ServiceUnavailable,
     ),
     openapi_extra=json_body_doc(DecideApprovalRequest),
@@ -311,7 +313,11 @@ def _parse_wait(value: str | None, maximum: int) -> float:
     description="Count-based requests need `required_approvals` approvals by distinct users; "
     "until then the answer is 200 with `status: pending`. One reject rejects. An approval "
     "issues a receipt (docs/receipts.md); 503 SERVICE_UNAVAILABLE if it cannot be signed "
-    "(the signing key does not decrypt with this server's SIGNOFF_SECRET_KEY).",
+    "(the signing key does not decrypt with this server's SIGNOFF_SECRET_KEY). Approve "
+    'with edits: `arguments` beside `decision: "approve"` replaces the request\'s '
+    "arguments, which must satisfy its `arguments_schema` (400 VALIDATION_ERROR naming "
+    "each failing JSON pointer; 400 EDITS_NOT_ALLOWED without a schema); earlier "
+    "approvals no longer count and the edit is this approval.",
 )
 async def decide_approval(request: Request, request_id: UuidPath, principal: Writer) -> Response:
     ctx = context_of(request)

@@ -138,4 +138,10 @@ REQUEST_FIELDS: tuple[RequestField, ...] = (
         "form; that of `{}` without arguments. The receipt names it.",
     ),
     RequestField("arguments_edited", "flag", bool, "Changed by an approver; false until then."),
+    RequestField(
+        "original_arguments_hash",
+        "plain",
+        str | None,
+        "The hash of the arguments as created, once an approver edited them; null until then.",
+    ),
 )

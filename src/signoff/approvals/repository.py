@@ -320,6 +320,14 @@ _DECIDE_STEP = PreparedQuery(
         comment=bindparam("new_comment"),
     )
 )
+# Approve with edits: a step approved on the old arguments opens again.
+_REOPEN_STEP = PreparedQuery(
+    update(_STEPS)
+    .where(_STEPS.c.id == bindparam("step_id"), _STEPS.c.status == "approved")
+    .values(status="pending", decided_at=None, decided_by=None, comment=None)
+)
+# Approve with edits: the votes cast on the old arguments no longer count.
+_DELETE_VOTES = PreparedQuery(delete(Vote).where(Vote.request_id == bindparam("request_id")))
 _ANY_VOTE = PreparedQuery(
     select(Vote.id).where(Vote.request_id == bindparam("request_id")).limit(1)
 )
@@ -711,6 +719,9 @@ class ApprovalRepository:
     async def add_vote(self, vote: Vote | NewVote) -> None:
         await queue_write(self.session, _INSERT_VOTE, _new_row_values(vote, _INSERT_VOTE))
 
+    async def delete_votes(self, request_id: uuid.UUID) -> None:
+        await queue_write(self.session, _DELETE_VOTES, {"request_id": request_id})
+
     async def has_votes(self, request_id: uuid.UUID) -> bool:
         return bool(await execute_in(self.session, _ANY_VOTE, {"request_id": request_id}))
 
@@ -770,10 +781,13 @@ class ApprovalRepository:
         step_id: uuid.UUID,
         *,
         status: str,
-        decided_at: datetime,
+        decided_at: datetime | None,
         decided_by: uuid.UUID | None,
         comment: str | None,
     ) -> None:
+        if status == "pending":  # reopened by an edit of the arguments
+            await queue_write(self.session, _REOPEN_STEP, {"step_id": step_id})
+            return
         values = {
             "step_id": step_id,
             "new_status": status,

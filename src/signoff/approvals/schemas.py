@@ -37,6 +37,7 @@ from signoff.common.validation import (
     settings_from,
     validate_callback_url,
 )
+from signoff.errors import ValidationFailed
 from signoff.receipts.arguments import arguments_hash, check_against_schema
 
 ACTION_TYPE_PATTERN = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
@@ -400,11 +401,37 @@ class DecideApprovalRequest(BaseModel):
         None, description="Stored in the audit trail and sent in the callback."
     )
     source: Annotated[str, _LABEL] | None = None
+    arguments: dict[str, Any] | None = Field(
+        None,
+        description="Approve with edits: the arguments the action is to run with instead "
+        'of the request\'s. Only beside `decision: "approve"`, only on a request with an '
+        "`arguments_schema` (else 400 `EDITS_NOT_ALLOWED`), and they must satisfy it (else "
+        "400 `VALIDATION_ERROR` naming each failing JSON pointer). Earlier approvals no "
+        "longer count; the edit counts as this approval.",
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _absent_means_default(cls, data: Any) -> Any:
-        return _drop_absent(data, frozenset({"comment", "source"}))
+        return _drop_absent(data, frozenset({"comment", "source", "arguments"}))
+
+    @field_validator("arguments")
+    @classmethod
+    def _arguments(
+        cls, value: dict[str, Any] | None, info: ValidationInfo
+    ) -> dict[str, Any] | None:
+        settings = settings_from(info.context)
+        value = _json_object(value, settings.max_metadata_depth, settings.max_arguments_bytes)
+        arguments_hash(value)  # raises what RFC 8785 cannot encode
+        return value
+
+    @model_validator(mode="after")
+    def _edits_only_approve(self) -> DecideApprovalRequest:
+        if self.arguments is not None and self.decision != "approve":
+            raise ValidationFailed.for_field(
+                "arguments", "only an approval may edit the arguments; a reject takes none"
+            )
+        return self
 
     @field_validator("comment")
     @classmethod

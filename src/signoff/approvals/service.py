@@ -261,7 +261,12 @@ async def _decide_request(
     check: PrincipalCheck | None = None,
 ) -> TransitionResult:
     action = state.Decide(
-        principal.actor, payload.decision, payload.comment, payload.source, _via(payload)
+        principal.actor,
+        payload.decision,
+        payload.comment,
+        payload.source,
+        _via(payload),
+        payload.arguments,
     )
     if uow.approvals.can_decide_without_lock:
         done = await _without_lock(uow, principal, request_id, action, now, check)
@@ -632,7 +637,13 @@ async def _vote_step(
 ) -> TransitionResult:
     """A vote on one step of the chain."""
     action = state.VoteStep(
-        principal.actor, step_id, payload.decision, payload.comment, payload.source, _via(payload)
+        principal.actor,
+        step_id,
+        payload.decision,
+        payload.comment,
+        payload.source,
+        _via(payload),
+        payload.arguments,
     )
     if uow.approvals.can_decide_without_lock:
         done = await _without_lock(uow, principal, request_id, action, now, check)
@@ -731,4 +742,7 @@ def _view_of(
         ),
         connection_id=row.connection_id,
         has_callback=bool(row.callback_url),
+        arguments=row.arguments,
+        arguments_schema=row.arguments_schema,
+        arguments_hash=row.arguments_hash,
     )

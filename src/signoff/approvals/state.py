@@ -18,6 +18,11 @@ Rules (decisions.md sections 2 and 3):
   a step reject rejects the request and skips the remaining steps. Sequential chains are
   voted in order. Only a step's approver or an admin may vote it; only an admin may decide
   a request with steps directly (an override that skips the pending steps).
+- Approve with edits (``Decide``/``VoteStep`` with ``arguments``): only an approve, only
+  on a request with an ``arguments_schema``, whose edited arguments satisfy it. Votes on
+  the old arguments no longer count: a count-based request's earlier approvals are
+  dismissed (those people are asked again), a chain's approved steps reopen; the edit
+  counts as the editor's approval. Arguments equal to the request's are no edit.
 - Configuring steps: an admin, or the connection that created the request, while it is
   pending and nobody has voted; only an admin may configure fewer steps than the request
   needs approvals now.
@@ -36,10 +41,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
+import jsonpatch
+
 from signoff.auth.actor import Actor
 from signoff.errors import (
     AlreadyVoted,
     Conflict,
+    EditsNotAllowed,
     Forbidden,
     NotFound,
     OwnerDeactivated,
@@ -49,6 +57,7 @@ from signoff.errors import (
     StepsLocked,
     ValidationFailed,
 )
+from signoff.receipts.arguments import arguments_hash, check_against_schema
 
 RequestStatus = Literal["pending", "approved", "rejected", "cancelled", "expired"]
 StepStatus = Literal["pending", "approved", "rejected", "skipped"]
@@ -86,6 +95,10 @@ class RequestView:
     steps: tuple[StepView, ...] = ()
     connection_id: uuid.UUID | None = None  # the connection that created it
     has_callback: bool = False
+    # What an edit is checked against and compared with (approve with edits).
+    arguments: Mapping[str, Any] | None = None
+    arguments_schema: Mapping[str, Any] | None = None
+    arguments_hash: str = ""
 
     @property
     def has_votes(self) -> bool:
@@ -114,6 +127,8 @@ class Decide:
     source: str | None = None
     # Made from a notification ("email", "slack", ...): the audit event records it.
     via: str | None = None
+    # Approve with edits: the arguments the action is to run with instead.
+    arguments: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +139,18 @@ class VoteStep:
     comment: str | None = None
     source: str | None = None
     via: str | None = None
+    arguments: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ArgumentsEdit:
+    """An approver's edit of the arguments: the new ones, the RFC 6902 patch from the
+    request's current ones, and both hashes."""
+
+    arguments: Mapping[str, Any]
+    patch: tuple[Mapping[str, Any], ...]
+    previous_hash: str
+    new_hash: str
 
 
 @dataclass(frozen=True)
@@ -163,6 +190,7 @@ EventType = Literal[
     "request.expired",
     "step.approved",
     "steps.configured",
+    "arguments.edited",
 ]
 
 
@@ -186,6 +214,13 @@ class UpdateRequest:
     current_approvals: int
     required_approvals: int | None = None  # a configured chain sets the bar anew
     comment: str | None = None  # the deciding comment, on a final transition
+    edit: ArgumentsEdit | None = None  # approve with edits: the new arguments
+
+
+@dataclass(frozen=True)
+class DismissVotes:
+    """Approve with edits: every vote cast so far (all approvals, on a pending request) was
+    on the old arguments and no longer counts; it is deleted, so its voter may vote again."""
 
 
 @dataclass(frozen=True)
@@ -267,6 +302,7 @@ class PublishChange:
 Effect = (
     InsertRequest
     | UpdateRequest
+    | DismissVotes
     | RecordVote
     | ChangeStep
     | ReplaceSteps
@@ -292,6 +328,10 @@ class Transition:
     step_changes: StepChanges = field(default_factory=tuple)
     # An admin decided a request with steps directly.
     is_override: bool = False
+    # Approve with edits: the edit, and whom it asks again (dismissed voters, reopened
+    # steps' approvers).
+    edit: ArgumentsEdit | None = None
+    asked_again: tuple[uuid.UUID, ...] = ()
     # Everything the transition causes, in the order it is written (see above).
     effects: tuple[Effect, ...] = ()
 
@@ -360,6 +400,9 @@ def _decide_transition(request: RequestView, action: Action, now: datetime) -> T
     status = effective_status(request, now)
     if status != "pending":
         raise RequestNotPending(status)
+    edit = _edit(request, action) if isinstance(action, Decide | VoteStep) else None
+    if edit is not None:
+        return _edited_vote(request, action, edit)  # type: ignore[arg-type]
     match action:
         case Cancel():
             return Transition("cancelled", request.current_approvals, "request.cancelled")
@@ -370,6 +413,55 @@ def _decide_transition(request: RequestView, action: Action, now: datetime) -> T
         case VoteStep():
             return _step_vote(request, action)
     raise AssertionError(f"unhandled action {action!r}")  # pragma: no cover
+
+
+def _edit(request: RequestView, action: Decide | VoteStep) -> ArgumentsEdit | None:
+    """The edit ``action`` makes to the arguments, or None (none given, or the same ones);
+    raise when it may not be made."""
+    if action.arguments is None:
+        return None
+    if action.decision != "approve":
+        raise ValidationFailed.for_field(
+            "arguments", "only an approval may edit the arguments; a reject takes none"
+        )
+    if request.arguments_schema is None:
+        raise EditsNotAllowed()
+    check_against_schema(action.arguments, request.arguments_schema)
+    new_hash = arguments_hash(action.arguments)
+    if new_hash == request.arguments_hash:
+        return None
+    patch = jsonpatch.make_patch(dict(request.arguments or {}), dict(action.arguments))
+    return ArgumentsEdit(
+        dict(action.arguments), tuple(patch.patch), request.arguments_hash, new_hash
+    )
+
+
+def _edited_vote(
+    request: RequestView, action: Decide | VoteStep, edit: ArgumentsEdit
+) -> Transition:
+    """An approve with edits: the votes on the old arguments no longer count, the edit is
+    the editor's approval (an admin's override of a chain approves it outright)."""
+    if isinstance(action, Decide) and request.steps:
+        return replace(_override(request, "approve"), edit=edit)
+    if isinstance(action, Decide):
+        if action.actor.user_id in request.voters:
+            raise AlreadyVoted()
+        status: RequestStatus = "approved" if request.required_approvals <= 1 else "pending"
+        event: EventType = "request.approved" if status == "approved" else "request.vote_recorded"
+        again = tuple(sorted(request.voters, key=str)) if status == "pending" else ()
+        return Transition(status, 1, event, records_vote=True, edit=edit, asked_again=again)
+    voted = replace(_step_vote(request, action), edit=edit)  # the step's own refusals
+    reopened = [s for s in request.steps if s.status == "approved"]
+    changes: StepChanges = ((action.step_id, "approved"), *((s.id, "pending") for s in reopened))
+    done = len(request.steps) == 1
+    return replace(
+        voted,
+        status="approved" if done else "pending",
+        current_approvals=1,
+        event="request.approved" if done else "step.approved",
+        step_changes=changes,
+        asked_again=tuple(s.approver_id for s in reopened),
+    )
 
 
 def _check_owner_authority(request: RequestView, action: Action) -> None:
@@ -423,8 +515,11 @@ def _effects(request: RequestView, action: Action, transition: Transition) -> tu
             transition.status,
             transition.current_approvals,
             comment=comment if transition.is_final else None,
+            edit=transition.edit,
         )
     ]
+    if transition.edit is not None and request.has_votes and not transition.is_override:
+        effects.append(DismissVotes())
     if isinstance(action, Decide | VoteStep) and (transition.records_vote or step_id):
         effects.append(RecordVote(action.decision, comment, step_id))
     effects.extend(
@@ -440,6 +535,9 @@ def _effects(request: RequestView, action: Action, transition: Transition) -> tu
         effects.append(SendCallback(comment))
     if transition.is_final:
         effects.append(StopReminders())
+    elif transition.asked_again and not (request.steps and request.is_sequential):
+        # Asked again: their approval was of the old arguments.
+        effects.append(NotifyStepsOpened(transition.asked_again))
     elif isinstance(action, VoteStep) and request.is_sequential:
         # The next step of the chain opens.
         effects.append(NotifyStepsOpened(_open_approvers(request, transition.step_changes)))
@@ -467,7 +565,8 @@ def _approvers(
     """Who approved, as the receipt names them: an override's admin alone; else every
     approving voter (a chain: each approved step's voter), this action's actor included."""
     actor = action.actor.user_id
-    if transition.is_override:
+    if transition.is_override or transition.edit is not None:
+        # An edit dismissed every earlier approval: the editor alone approved these.
         return (actor,)
     if request.steps:
         earlier = [
@@ -509,6 +608,9 @@ def _audit_events(request: RequestView, action: Action, transition: Transition) 
         data["override"] = True
         data["skipped_steps"] = [str(sid) for sid, _ in transition.step_changes]
     events = []
+    if transition.edit is not None:
+        data["arguments_edited"] = True
+        events.append(_edited_event(request, action, transition, transition.edit))
     if isinstance(action, VoteStep):
         step_status = dict(transition.step_changes)[action.step_id]
         step_data = {**data, "step_id": str(action.step_id), "step_status": step_status}
@@ -516,6 +618,27 @@ def _audit_events(request: RequestView, action: Action, transition: Transition) 
     if transition.event != "step.approved":
         events.append(WriteEvent(transition.event, data))
     return events
+
+
+def _edited_event(
+    request: RequestView, action: Action, transition: Transition, edit: ArgumentsEdit
+) -> WriteEvent:
+    """``arguments.edited``: the patch, both hashes, and that the edit is the editor's
+    approval, the earlier ones dismissed."""
+    data: dict[str, Any] = {
+        "patch": [dict(op) for op in edit.patch],
+        "previous_arguments_hash": edit.previous_hash,
+        "arguments_hash": edit.new_hash,
+        "counts_as_approval": True,
+    }
+    if isinstance(action, VoteStep):
+        data["step_id"] = str(action.step_id)
+    if request.voters:
+        data["dismissed_approvals"] = sorted(str(v) for v in request.voters)
+    reopened = [str(sid) for sid, status in transition.step_changes if status == "pending"]
+    if reopened:
+        data["reopened_steps"] = reopened
+    return WriteEvent("arguments.edited", data)
 
 
 def _expire(request: RequestView, now: datetime) -> Transition:

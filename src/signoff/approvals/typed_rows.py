@@ -55,6 +55,8 @@ class RequestRecord(NamedTuple):
     arguments_hash: str
     arguments_edited: bool
     receipt_ttl_seconds: int
+    original_arguments: dict[str, Any] | None
+    original_arguments_hash: str | None
 
 
 class StepRecord(NamedTuple):

@@ -44,6 +44,8 @@ def describe_event(
         order = {str(step.id): step.step_order for step in steps}.get(str(data.get("step_id")))
         step = f"Step {order}" if order is not None else "A step"
         return f"{step} {kind.removeprefix('step.')} by {who}{_via(data)}"
+    if kind == "arguments.edited":
+        return _edited(data, who)
     if kind == "steps.configured":
         count = len(data.get("steps") or [])
         return f"Approval chain of {count} step{'s' if count != 1 else ''} set by {who}"
@@ -67,6 +69,17 @@ def _decision(kind: str, data: Mapping[str, Any], who: str) -> str:
     required = data.get("required_approvals") or 1
     if word == "Approved" and required > 1:
         return f"{text} ({data.get('current_approvals', 0)} of {required})"
+    return text
+
+
+def _edited(data: Mapping[str, Any], who: str) -> str:
+    """An approver's edit of the arguments: it is their approval, and the earlier ones
+    were on other arguments."""
+    changes = len(data.get("patch") or [])
+    text = f"Arguments edited by {who} ({changes} change{'s' if changes != 1 else ''})"
+    text += "; the edit counts as their approval"
+    if data.get("dismissed_approvals") or data.get("reopened_steps"):
+        text += ", and earlier approvals were asked again"
     return text
 
 

@@ -11,8 +11,10 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import urlencode
 
+import orjson
 from fastapi import APIRouter, Depends, FastAPI
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -23,7 +25,7 @@ from signoff.common.ids import parse_id
 from signoff.common.time import utcnow
 from signoff.common.validation import validate_model
 from signoff.context import AppContext, context_of
-from signoff.dashboard import passwords, service
+from signoff.dashboard import argument_form, passwords, service
 from signoff.dashboard.admin import router as admin_router
 from signoff.dashboard.first_steps import FirstSteps, first_steps
 from signoff.dashboard.previews import render_preview
@@ -389,7 +391,16 @@ async def decide(request: Request, request_id: str, viewer: Viewer = User) -> Re
     back = f"/requests/{rid}"
     if viewer.org.emergency_stop:
         return redirect(back, flash="The emergency stop is on: nothing is decided.", kind="error")
-    data = {"decision": fields.get("decision"), "comment": fields.get("comment", "").strip()}
+    data: dict[str, Any] = {
+        "decision": fields.get("decision"),
+        "comment": fields.get("comment", "").strip(),
+    }
+    if fields.get("arguments"):
+        # Edit and approve: the arguments the confirm page carries (checked again here).
+        try:
+            data["arguments"] = orjson.loads(fields["arguments"])
+        except orjson.JSONDecodeError:
+            return redirect(back, flash="The edited arguments are not valid JSON.", kind="error")
     try:
         payload = validate_model(
             DecideApprovalRequest, {**data, "source": "dashboard"}, ctx.settings
@@ -413,9 +424,61 @@ async def decide(request: Request, request_id: str, viewer: Viewer = User) -> Re
     verb = "approved" if payload.decision == "approve" else "rejected"
     final = result.transition.is_final
     message = f"You {verb} this request." if final else "Your vote is recorded."
+    if result.transition.edit is not None:
+        message = "You edited the arguments. " + message
+        if result.transition.asked_again:
+            message += " Earlier approvals were of the old arguments: they are asked again."
     if final and callback:
         message += " The caller has been told."
     return redirect(back, flash=message)
+
+
+async def _editable_page(request: Request, rid: uuid.UUID, viewer: Viewer) -> service.RequestPage:
+    """The request's page, if this person may edit its arguments and approve now."""
+    try:
+        async with context_of(request).reading() as uow:
+            page = await service.request_page(uow, viewer.member, rid)
+    except AppError:
+        raise not_found("This request") from None
+    if page.request["status"] != "pending" or not page.can_decide or not page.has_schema:
+        raise not_found("An editable request")
+    return page
+
+
+@router.get("/requests/{request_id}/edit")
+async def edit_page(request: Request, request_id: str, viewer: Viewer = User) -> Response:
+    """Edit and approve: the form the request's ``arguments_schema`` generates."""
+    page = await _editable_page(request, _request_id(request_id), viewer)
+    form = argument_form.build_form(page.schema, page.request["arguments"])
+    return await render(request, "request_edit.html", viewer, r=page, form=form, changes=None)
+
+
+@router.post("/requests/{request_id}/edit")
+async def review_edit(request: Request, request_id: str, viewer: Viewer = User) -> Response:
+    """The edited arguments read back and checked: the form again with its errors, or the
+    changes to confirm (saved only by the confirm's POST to the decision)."""
+    fields = await checked_form(request, viewer)
+    page = await _editable_page(request, _request_id(request_id), viewer)
+    original = page.request["arguments"]
+    posted = {k: v for k, v in fields.items() if k.startswith(argument_form.PREFIX)}
+    if argument_form.WHOLE in fields:
+        posted[argument_form.WHOLE] = fields[argument_form.WHOLE]
+    edited, form = argument_form.read_form(page.schema, original, posted)
+    if fields.get("back") or edited is None:
+        status = 200 if fields.get("back") else 400
+        return await render(
+            request, "request_edit.html", viewer, status, r=page, form=form, changes=None
+        )
+    return await render(
+        request,
+        "request_edit.html",
+        viewer,
+        r=page,
+        form=form,
+        changes=argument_form.changes(original, edited),
+        arguments_json=orjson.dumps(edited).decode(),
+        posted=posted,
+    )
 
 
 @router.post("/requests/{request_id}/comments")

@@ -368,6 +368,13 @@ class RequestPage:
     can_decide: bool = False
     already_voted: bool = False
     metadata_items: list[tuple[int, str, str | None]] = field(default_factory=list)
+    argument_items: list[tuple[int, str, str | None]] = field(default_factory=list)
+    # The request's arguments_schema (approve with edits), if it has one.
+    schema: dict[str, Any] | None = None
+
+    @property
+    def has_schema(self) -> bool:
+        return self.schema is not None
 
 
 class RequestPageWork(Protocol):
@@ -415,6 +422,8 @@ async def request_page(
         names=names,
         notifications=sent,
         metadata_items=list(metadata_tree(body["metadata"])),
+        argument_items=list(metadata_tree(body["arguments"])),
+        schema=row.arguments_schema,
     )
     page.already_voted = any(v.user_id == member.user_id and v.step_id is None for v in votes)
     if body["status"] == "pending":

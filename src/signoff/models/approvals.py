@@ -114,6 +114,10 @@ class ApprovalRequest(Base):
         String(64), default=EMPTY_ARGUMENTS_HASH, server_default=EMPTY_ARGUMENTS_HASH
     )
     arguments_edited: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # The arguments as the request was created with, and their hash, once an approver
+    # edited them (migration 0027): the callback's patch and the page's diff start there.
+    original_arguments: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    original_arguments_hash: Mapped[str | None] = mapped_column(String(64), default=None)
     # How long the receipt its approval issues is valid.
     receipt_ttl_seconds: Mapped[int] = mapped_column(
         Integer,

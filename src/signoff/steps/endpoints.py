@@ -26,6 +26,7 @@ from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body
 from signoff.context import context_of
 from signoff.errors import (
+    EditsNotAllowed,
     Forbidden,
     NotFound,
     RequestNotPending,
@@ -101,13 +102,15 @@ async def list_steps(request: Request, request_id: UuidPath, principal: Reader) 
         RequestNotPending,
         StepNotPending,
         StepOutOfOrder,
+        EditsNotAllowed,
         ServiceUnavailable,
     ),
     openapi_extra=json_body_doc(DecideApprovalRequest),
     summary="Vote on one step",
     description="The step's approver or an admin; the step and request pending (409 "
     "STEP_NOT_PENDING / REQUEST_NOT_PENDING); sequential chains in order (409 "
-    "STEP_OUT_OF_ORDER).",
+    "STEP_OUT_OF_ORDER). With `arguments` (approve with edits, on a request with an "
+    "`arguments_schema`, else 400 EDITS_NOT_ALLOWED) the steps approved before reopen.",
 )
 async def vote_step(
     request: Request, request_id: UuidPath, step_id: UuidPath, principal: Writer

@@ -33,6 +33,7 @@ from signoff.common.time import format_timestamp
 from signoff.crypto import SecretBox
 from signoff.errors import ValidationFailed
 from signoff.logs import current_request_id, new_request_id
+from signoff.models.approvals import EMPTY_ARGUMENTS_HASH
 from signoff.models.webhooks import WebhookAttempt
 from signoff.webhooks.delivery import AttemptResult
 from signoff.webhooks.repository import (
@@ -217,6 +218,12 @@ class DecisionFacts:
     metadata: Mapping[str, Any]
     callback_url: str
     callback_headers_encrypted: str | None
+    # What the action runs with; edited by an approver: the RFC 6902 patch from the
+    # arguments as created (None when never edited).
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    arguments_hash: str = EMPTY_ARGUMENTS_HASH
+    arguments_edited: bool = False
+    arguments_patch: list[dict[str, Any]] | None = None
     # The approval's receipt, encrypted; put into the body only when an attempt is signed.
     receipt_encrypted: str | None = None
 
@@ -226,7 +233,7 @@ def decision_payload(facts: DecisionFacts) -> dict[str, Any]:
     section 13). Expiry and operator cancellations have no deciding user: ``decided_by`` null.
     """
     decided_by = facts.decided_by.as_payload() if facts.decided_by else None
-    return {
+    payload: dict[str, Any] = {
         "event": EVENT_DECIDED,
         "id": str(facts.request_id),
         "request_id": str(facts.request_id),
@@ -240,7 +247,13 @@ def decision_payload(facts: DecisionFacts) -> dict[str, Any]:
         "comment": facts.comment,
         "decision_comment": facts.comment,
         "metadata": facts.metadata,
+        "arguments": facts.arguments,
+        "arguments_hash": facts.arguments_hash,
+        "arguments_edited": facts.arguments_edited,
     }
+    if facts.arguments_patch is not None:
+        payload["arguments_patch"] = facts.arguments_patch
+    return payload
 
 
 def sample_payload(decider: Decider, now: datetime) -> dict[str, Any]:
@@ -261,6 +274,9 @@ def sample_payload(decider: Decider, now: datetime) -> dict[str, Any]:
         "comment": "This is a test delivery.",
         "decision_comment": "This is a test delivery.",
         "metadata": {},
+        "arguments": {},
+        "arguments_hash": EMPTY_ARGUMENTS_HASH,
+        "arguments_edited": False,
     }
 
 

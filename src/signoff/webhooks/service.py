@@ -219,6 +219,8 @@ class DecisionFacts:
     callback_headers_encrypted: str | None
     # The approval's receipt, encrypted; put into the body only when an attempt is signed.
     receipt_encrypted: str | None = None
+    # Who decided when no user did: a policy names itself and its version here.
+    decided_by_name: str | None = None
 
 
 def decision_payload(facts: DecisionFacts) -> dict[str, Any]:
@@ -236,7 +238,7 @@ def decision_payload(facts: DecisionFacts) -> dict[str, Any]:
         "action_type": facts.action_type,
         "decided_at": format_timestamp(facts.decided_at),
         "decided_by": decided_by,
-        "decided_by_name": facts.decided_by.name if facts.decided_by else None,
+        "decided_by_name": facts.decided_by.name if facts.decided_by else facts.decided_by_name,
         "comment": facts.comment,
         "decision_comment": facts.comment,
         "metadata": facts.metadata,

@@ -58,6 +58,11 @@ SCOPE_TABLE: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/oauth/token"): PUBLIC,
     ("GET", "/api/v1/routing"): READ,
     ("PUT", "/api/v1/routing"): WRITE,
+    ("GET", "/api/v1/policies"): READ,
+    ("PUT", "/api/v1/policies"): WRITE,
+    ("GET", "/api/v1/policies/versions"): READ,
+    ("POST", "/api/v1/policies/versions/{}/restore"): WRITE,
+    ("POST", "/api/v1/policies/dry-run"): WRITE,
     # The executor redeems the receipt of what it is about to do: a write.
     ("POST", "/api/v1/receipts/redeem"): WRITE,
     ("GET", "/api/v1/approvals/{}/notifications"): READ,
@@ -267,6 +272,13 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("PUT", "/api/v1/routing"): lambda env: _plain(
         "PUT", "/api/v1/routing", {"channels": {}, "rules": []}
     ),
+    ("GET", "/api/v1/policies"): lambda env: _plain("GET", "/api/v1/policies"),
+    ("PUT", "/api/v1/policies"): lambda env: _plain("PUT", "/api/v1/policies", {"rules": []}),
+    ("GET", "/api/v1/policies/versions"): lambda env: _plain("GET", "/api/v1/policies/versions"),
+    ("POST", "/api/v1/policies/versions/{}/restore"): lambda env: _restore_policy(env),
+    ("POST", "/api/v1/policies/dry-run"): lambda env: _plain(
+        "POST", "/api/v1/policies/dry-run", {"rules": [], "days": 1}
+    ),
     ("POST", "/api/v1/receipts/redeem"): _redeem,
     ("GET", "/api/v1/approvals/{}/notifications"): lambda env: _with(
         env, "GET", "/api/v1/approvals/{rid}/notifications", None
@@ -281,6 +293,12 @@ BUILDERS: dict[tuple[str, str], Builder] = {
 
 async def _plain(method: str, url: str, body: dict[str, Any] | None = None) -> Call:
     return method, url, body
+
+
+async def _restore_policy(env: Env) -> Call:
+    """A version to restore: saved by the admin's key first."""
+    saved = await env.client.put("/api/v1/policies", json={"rules": []}, headers=env.admin.headers)
+    return "POST", f"/api/v1/policies/versions/{saved.json()['version']}/restore", None
 
 
 async def _client_call(env: Env, method: str) -> Call:

@@ -65,7 +65,7 @@ HOSTILE = [
             budget={"per": "day", "max_sum": 1e300, "sum_of": "amount"},
         ),
         "a number above 0",
-    ),  # fmt: skip
+    ),
     (rule("bad", "true", "auto_reject"), "reason"),
     (rule("bad", "true", "require", required_approvals=0), "integer 1 to 20"),
 ]

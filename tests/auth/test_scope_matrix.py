@@ -194,6 +194,12 @@ async def _retry(env: Env) -> Call:
     return "POST", f"/api/v1/webhooks/{log.json()['data'][0]['delivery_id']}/retry", None
 
 
+async def _restore_policy(env: Env) -> Call:
+    """A version to restore: saved by the admin's key first."""
+    saved = await env.client.put("/api/v1/policies", json={"rules": []}, headers=env.admin.headers)
+    return "POST", f"/api/v1/policies/versions/{saved.json()['version']}/restore", None
+
+
 async def _redeem(env: Env) -> Call:
     created = await create_approval(env.client, env.admin, arguments={"replicas": 3})
     decided = await env.client.patch(
@@ -275,7 +281,7 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("GET", "/api/v1/policies"): lambda env: _plain("GET", "/api/v1/policies"),
     ("PUT", "/api/v1/policies"): lambda env: _plain("PUT", "/api/v1/policies", {"rules": []}),
     ("GET", "/api/v1/policies/versions"): lambda env: _plain("GET", "/api/v1/policies/versions"),
-    ("POST", "/api/v1/policies/versions/{}/restore"): lambda env: _restore_policy(env),
+    ("POST", "/api/v1/policies/versions/{}/restore"): _restore_policy,
     ("POST", "/api/v1/policies/dry-run"): lambda env: _plain(
         "POST", "/api/v1/policies/dry-run", {"rules": [], "days": 1}
     ),
@@ -293,12 +299,6 @@ BUILDERS: dict[tuple[str, str], Builder] = {
 
 async def _plain(method: str, url: str, body: dict[str, Any] | None = None) -> Call:
     return method, url, body
-
-
-async def _restore_policy(env: Env) -> Call:
-    """A version to restore: saved by the admin's key first."""
-    saved = await env.client.put("/api/v1/policies", json={"rules": []}, headers=env.admin.headers)
-    return "POST", f"/api/v1/policies/versions/{saved.json()['version']}/restore", None
 
 
 async def _client_call(env: Env, method: str) -> Call:

@@ -9,6 +9,7 @@ run out. Nothing is stored.
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -46,9 +47,15 @@ async def dry_run(
     repo: PolicyRepository, member: OrgMember, data: Any, days: int, now: datetime
 ) -> dict[str, Any]:
     require_admin(member)
+    return await replay_history(repo, member.org_id, data, days, now)
+
+
+async def replay_history(
+    repo: PolicyRepository, org_id: uuid.UUID, data: Any, days: int, now: datetime
+) -> dict[str, Any]:
     _, document = compile_document(data)
-    history = await repo.decided_since(member.org_id, now - timedelta(days=days))
-    names = await repo.connection_names(member.org_id)
+    history = await repo.decided_since(org_id, now - timedelta(days=days))
+    names = await repo.connection_names(org_id)
     replay = _Replay(document)
     for past in history:
         _replay_one(replay, past, names)

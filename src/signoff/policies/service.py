@@ -45,10 +45,14 @@ def version_dict(row: VersionRow, *, with_rules: bool = True) -> dict[str, Any]:
 
 
 async def read_document(repo: PolicyRepository, member: OrgMember) -> dict[str, Any]:
-    """The version in force; version 0 with no rules when none was ever saved."""
     require_admin(member)
-    version = await repo.current_version(member.org_id)
-    row = await repo.version(member.org_id, version) if version else None
+    return await document_of(repo, member.org_id)
+
+
+async def document_of(repo: PolicyRepository, org_id: uuid.UUID) -> dict[str, Any]:
+    """The version in force; version 0 with no rules when none was ever saved."""
+    version = await repo.current_version(org_id)
+    row = await repo.version(org_id, version) if version else None
     if row is None:
         empty: dict[str, Any] = {"version": 0, "rules": [], "author": None, "created_at": None}
         return empty | {"restored_from": None, "rule_count": 0}
@@ -65,12 +69,24 @@ async def save_document(
     """Check and compile the whole document, then store it as the next version (nothing
     is stored unless every rule is right)."""
     require_admin(member)
+    author = (member.user_id, member.user_name)
+    return await save_rules(repo, member.org_id, data, author, now, restored_from)
+
+
+async def save_rules(
+    repo: PolicyRepository,
+    org_id: uuid.UUID,
+    data: Any,
+    author: tuple[uuid.UUID, str] | None,
+    now: datetime,
+    restored_from: int | None = None,
+) -> dict[str, Any]:
+    """Store ``data`` as the org's next version; ``author`` None: the operator (CLI)."""
     stored, _ = compile_document(data)
-    version = (await repo.current_version(member.org_id) or 0) + 1
-    await repo.add_version(
-        member.org_id, version, stored, member.user_id, member.user_name, now, restored_from
-    )
-    row = await repo.version(member.org_id, version)
+    version = (await repo.current_version(org_id) or 0) + 1
+    author_id, author_name = author if author else (None, None)
+    await repo.add_version(org_id, version, stored, author_id, author_name, now, restored_from)
+    row = await repo.version(org_id, version)
     assert row is not None  # written just now, in this transaction
     return version_dict(row)
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import cel
+
 from signoff.policies.document import CompiledDocument, Rule, compile_stored
 
 logger = logging.getLogger(__name__)
@@ -63,16 +65,21 @@ def activation(facts: RequestFacts, now: datetime) -> dict[str, Any]:
 
 
 def first_match(document: CompiledDocument, variables: dict[str, Any]) -> Rule | None:
-    """The first rule whose condition is true, or None."""
+    """The first rule whose condition is true, or None. The variables are converted to
+    CEL values once (a ``cel.Context``), not once per rule: with a plain dict every
+    evaluation converts them anew, which costs far more than evaluating."""
+    if not document.rules:
+        return None
+    context = cel.Context(variables)
     for rule in document.rules:
-        if matches(rule, variables):
+        if matches(rule, context):
             return rule
     return None
 
 
-def matches(rule: Rule, variables: dict[str, Any]) -> bool:
+def matches(rule: Rule, context: Any) -> bool:
     try:
-        result = rule.program.execute(variables)
+        result = rule.program.execute(context)
     except Exception as exc:
         logger.info("policy condition %r failed at run time: %s", rule.name, str(exc)[:200])
         return False

@@ -70,6 +70,27 @@ class Rule:
 class CompiledDocument:
     version: int
     rules: tuple[Rule, ...]
+    # The fields of ``request`` the conditions name (None: possibly any), and whether any
+    # reads ``now``: only those are converted to CEL values for an evaluation, which
+    # costs more than evaluating (a dry run converts one request per past request).
+    request_fields: frozenset[str] | None = None
+    now_fields: frozenset[str] | None = None
+
+
+def fields_read(conditions: list[str], variable: str) -> frozenset[str] | None:
+    """The ``<variable>.<field>`` names the conditions spell out, read off their text (a
+    bound, not a parse; a string literal naming one only adds a field): None when the
+    variable appears otherwise too (``request["x"]``, ``now`` alone), so every field is
+    then given."""
+    field_read = re.compile(rf"\b{variable}\s*\.\s*([A-Za-z_]\w*)")
+    named = re.compile(rf"\b{variable}\b")
+    fields: set[str] = set()
+    for text in conditions:
+        found = field_read.findall(text)
+        if len(found) != len(named.findall(text)):
+            return None
+        fields.update(found)
+    return frozenset(fields)
 
 
 def compile_document(data: Any, version: int = 0) -> tuple[list[dict[str, Any]], CompiledDocument]:
@@ -97,7 +118,14 @@ def compile_document(data: Any, version: int = 0) -> tuple[list[dict[str, Any]],
         stored.append(stored_rule(rule))
     if errors:
         raise ValidationFailed.for_fields(errors)
-    return stored, CompiledDocument(version, tuple(compiled))
+    conditions = [rule.condition for rule in compiled]
+    document = CompiledDocument(
+        version,
+        tuple(compiled),
+        fields_read(conditions, "request"),
+        fields_read(conditions, "now"),
+    )
+    return stored, document
 
 
 def compile_stored(rules: list[dict[str, Any]], version: int) -> CompiledDocument:

@@ -18,7 +18,7 @@ from typing import Any
 from signoff.auth.principal import OrgMember
 from signoff.common.time import format_timestamp
 from signoff.policies.document import CompiledDocument, Rule, compile_document
-from signoff.policies.evaluator import RequestFacts, activation, first_match
+from signoff.policies.evaluator import RequestFacts, first_match
 from signoff.policies.repository import PastRequest, PolicyRepository
 from signoff.policies.service import budget_amount, require_admin, scope_key, window_start
 
@@ -41,6 +41,7 @@ class _Replay:
     disagreement_count: int = 0
     spent: dict[tuple[str, str, datetime], _Spent] = field(default_factory=dict)
     exhausted: dict[str, dict[str, Any]] = field(default_factory=dict)
+    memo: dict[bytes, Rule | None] = field(default_factory=dict)
 
 
 async def dry_run(
@@ -77,7 +78,7 @@ def _facts(past: PastRequest, names: dict[Any, str]) -> RequestFacts:
 
 def _replay_one(replay: _Replay, past: PastRequest, names: dict[Any, str]) -> None:
     facts = _facts(past, names)
-    rule = first_match(replay.document, activation(facts, past.created_at))
+    rule = first_match(replay.document, facts, past.created_at, replay.memo)
     if rule is None:
         replay.decided["people"] += 1
         return

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 import cel
+import orjson
 
 from signoff.policies.document import CompiledDocument, Rule, compile_stored
 
@@ -39,51 +40,78 @@ class RequestFacts:
     connection_name: str | None
 
 
-def activation(facts: RequestFacts, now: datetime) -> dict[str, Any]:
-    """The variables a condition sees: ``request`` and ``now`` (UTC)."""
+def activation(
+    facts: RequestFacts, now: datetime, document: CompiledDocument | None = None
+) -> dict[str, Any]:
+    """The variables a condition sees: ``request`` and ``now`` (UTC); with ``document``,
+    only the parts its conditions read."""
+    request: dict[str, Any] = {
+        "action_type": facts.action_type or "",
+        "source": facts.source or "",
+        "priority": facts.priority,
+        "title": facts.title,
+        "metadata": facts.metadata,
+        "arguments": facts.arguments,
+        "connection": {
+            "id": str(facts.connection_id) if facts.connection_id else "",
+            "name": facts.connection_name or "",
+        },
+    }
+    now_values = {
+        "hour": now.hour,
+        "minute": now.minute,
+        # ISO: Monday is 1, Sunday 7.
+        "weekday": now.isoweekday(),
+        "date": now.date().isoformat(),
+    }
+    if document is None:
+        return {"request": request, "now": now_values}
     return {
-        "request": {
-            "action_type": facts.action_type or "",
-            "source": facts.source or "",
-            "priority": facts.priority,
-            "title": facts.title,
-            "metadata": dict(facts.metadata),
-            "arguments": dict(facts.arguments),
-            "connection": {
-                "id": str(facts.connection_id) if facts.connection_id else "",
-                "name": facts.connection_name or "",
-            },
-        },
-        "now": {
-            "hour": now.hour,
-            "minute": now.minute,
-            # ISO: Monday is 1, Sunday 7.
-            "weekday": now.isoweekday(),
-            "date": now.date().isoformat(),
-        },
+        "request": _only(request, document.request_fields),
+        "now": _only(now_values, document.now_fields),
     }
 
 
-def first_match(document: CompiledDocument, variables: dict[str, Any]) -> Rule | None:
-    """The first rule whose condition is true, or None. The variables are converted to
-    CEL values once (a ``cel.Context``), not once per rule: with a plain dict every
-    evaluation converts them anew, which costs far more than evaluating."""
+def _only(values: dict[str, Any], fields: frozenset[str] | None) -> dict[str, Any]:
+    if fields is None:
+        return values
+    return {key: value for key, value in values.items() if key in fields}
+
+
+def first_match(
+    document: CompiledDocument,
+    facts: RequestFacts,
+    now: datetime,
+    memo: dict[bytes, Rule | None] | None = None,
+) -> Rule | None:
+    """The first rule whose condition is true, or None. A condition that fails at run
+    time does not match (logged). The variables are converted to CEL values once (a
+    ``cel.Context``), not once per rule: with a plain dict every evaluation converts
+    them anew, which costs far more than evaluating.
+
+    ``memo``: answers by the variables the conditions read, for many evaluations of one
+    document (a dry run): the answer is a function of them alone, and converting them
+    costs more than looking them up."""
     if not document.rules:
         return None
+    variables = activation(facts, now, document)
+    if memo is None:
+        return _first_match(document, variables)
+    key = orjson.dumps(variables, option=orjson.OPT_SORT_KEYS, default=str)
+    if key not in memo:
+        memo[key] = _first_match(document, variables)
+    return memo[key]
+
+
+def _first_match(document: CompiledDocument, variables: dict[str, Any]) -> Rule | None:
     context = cel.Context(variables)
     for rule in document.rules:
-        if matches(rule, context):
-            return rule
+        try:
+            if rule.program.execute(context) is True:
+                return rule
+        except Exception as exc:
+            logger.info("policy condition %r failed at run time: %s", rule.name, str(exc)[:200])
     return None
-
-
-def matches(rule: Rule, context: Any) -> bool:
-    try:
-        result = rule.program.execute(context)
-    except Exception as exc:
-        logger.info("policy condition %r failed at run time: %s", rule.name, str(exc)[:200])
-        return False
-    return result is True
 
 
 class CompiledCache:

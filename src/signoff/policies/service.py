@@ -16,7 +16,7 @@ from signoff.auth.principal import OrgMember, Principal
 from signoff.common.time import format_timestamp
 from signoff.errors import Forbidden, NotFound, ValidationFailed
 from signoff.policies.document import Budget, CompiledDocument, Rule, compile_document
-from signoff.policies.evaluator import RequestFacts, activation, compiled_documents, first_match
+from signoff.policies.evaluator import RequestFacts, compiled_documents, first_match
 from signoff.policies.repository import PolicyRepository, VersionRow
 
 
@@ -147,7 +147,7 @@ async def verdict_for_create(
     document = await document_in_force(repo, principal.org_id)
     if document is None:
         return NO_VERDICT
-    rule = first_match(document, activation(facts, now))
+    rule = first_match(document, facts, now)
     if rule is None:
         return NO_VERDICT
     data = {"rule": rule.name, "version": document.version, "effect": rule.effect}

@@ -55,7 +55,14 @@ async def replay_history(
     repo: PolicyRepository, org_id: uuid.UUID, data: Any, days: int, now: datetime
 ) -> dict[str, Any]:
     _, document = compile_document(data)
-    history = await repo.decided_since(org_id, now - timedelta(days=days))
+    fields = document.request_fields
+    sums = any(rule.budget is not None and rule.budget.sum_of for rule in document.rules)
+    history = await repo.decided_since(
+        org_id,
+        now - timedelta(days=days),
+        with_metadata=fields is None or "metadata" in fields,
+        with_arguments=fields is None or "arguments" in fields or sums,
+    )
     names = await repo.connection_names(org_id)
     replay = _Replay(document)
     for past in history:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, bindparam, func, literal_column, select
+from sqlalchemy import Table, bindparam, func, literal_column, null, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -83,7 +83,6 @@ class PastRequest:
     arguments: dict[str, Any] | None
     connection_id: uuid.UUID | None
     created_at: datetime
-    decided_at: datetime | None
     auto_approved: bool
 
 
@@ -199,9 +198,17 @@ class PolicyRepository:
         }
         return bool(await execute_in(self.session, _SPEND[self.dialect], params))
 
-    async def decided_since(self, org_id: uuid.UUID, since: datetime) -> Sequence[PastRequest]:
+    async def decided_since(
+        self,
+        org_id: uuid.UUID,
+        since: datetime,
+        *,
+        with_metadata: bool = True,
+        with_arguments: bool = True,
+    ) -> Sequence[PastRequest]:
         """The org's requests created since ``since`` that a person or a policy decided
-        (approved or rejected), oldest first; on the (org_id, created_at) index."""
+        (approved or rejected), oldest first; on the (org_id, created_at) index. The JSON
+        columns only when asked for: decoding them is most of reading a long history."""
         r = ApprovalRequest
         rows = await self.session.execute(
             select(
@@ -212,11 +219,10 @@ class PolicyRepository:
                 r.priority,
                 r.action_type,
                 r.source,
-                r.metadata_,
-                r.arguments,
+                r.metadata_ if with_metadata else null(),
+                r.arguments if with_arguments else null(),
                 r.connection_id,
                 r.created_at,
-                r.decided_at,
                 r.auto_approved,
             )
             .where(

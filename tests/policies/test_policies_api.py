@@ -175,3 +175,26 @@ async def test_a_sum_budget_caps_the_amount(client: httpx.AsyncClient, org: Org)
         for amount in amounts
     ]
     assert [c["status"] for c in created] == ["approved", "pending", "approved", "pending"]
+
+
+async def test_the_emergency_stop_comes_before_policies(
+    client: httpx.AsyncClient, org: Org
+) -> None:
+    assert (await save(client, org, rule("everything", "true", "auto_approve"))).is_success
+    stop = await client.put(
+        "/api/v1/emergency-stop", json={"active": True}, headers=org.admin.headers
+    )
+    assert stop.status_code == 200, stop.text
+    refused = await client.post(
+        "/api/v1/approvals",
+        json={"title": "t", "description": "d", "priority": "low"},
+        headers=org.member.headers,
+    )
+    assert_error(refused, 503, "EMERGENCY_STOP")
+
+
+async def test_escalate_sets_an_expiry(client: httpx.AsyncClient, org: Org) -> None:
+    escalate = rule("soon", 'request.priority == "high"', "escalate", expires_in_seconds=600)
+    assert (await save(client, org, escalate)).is_success
+    created = await create_approval(client, org.member, priority="high")
+    assert created["status"] == "pending" and created["expires_at"] is not None

@@ -12,7 +12,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 PIP := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --disable-pip-version-check --progress-bar off -c constraints.txt
 
-.PHONY: install install-runtime serve worker test lint format typecheck check bench bench-compare bench-callbacks bench-longpoll bench-dashboard bench-notifications bench-replacements bench-fleet bench-size bench-expiry clean
+.PHONY: install install-runtime serve worker test lint format typecheck check bench bench-compare bench-callbacks bench-longpoll bench-dashboard bench-notifications bench-replacements bench-fleet bench-size bench-expiry bench-policies clean
 
 CLIENT := clients/python
 
@@ -70,6 +70,10 @@ bench-compare: $(STAMP)
 	$(BIN)/python -m bench.compare --base "$(BASE)" $(if $(HEAD),--head "$(HEAD)") $(BENCH_ARGS)
 
 # Decision callbacks: decision-to-receipt latency, deliveries per second (docs/performance.md).
+# Policies: the dry run over 100,000 past requests; create CPU under 1,000 rules against none.
+bench-policies: $(STAMP)
+	$(BIN)/python -m bench.policies $(BENCH_ARGS)
+
 bench-callbacks: $(STAMP)
 	$(BIN)/python -m bench.callbacks $(BENCH_ARGS)
 

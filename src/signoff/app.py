@@ -39,6 +39,8 @@ from signoff.oauth.endpoints import router as oauth_router
 from signoff.operations.endpoints import router as metrics_router
 from signoff.operations.service import check_ready
 from signoff.orgs.endpoints import router as orgs_router
+from signoff.policies.endpoints import router as policies_router
+from signoff.policies.pages import pages as policy_pages
 from signoff.receipts.endpoints import router as receipts_router
 from signoff.remote_mcp.server import RemoteMcp
 from signoff.retention.service import run_retention
@@ -262,7 +264,9 @@ def create_app(
         steps_router,
         webhooks_router,
         notifications_router,
+        policies_router,
         notification_pages,
+        policy_pages,
         slack_webhook,
         receipts_router,
     )

@@ -17,6 +17,7 @@ from signoff.notifications.planning.repository import created_plan_from, plans_w
 from signoff.notifications.repository import NotificationRepository
 from signoff.oauth.repository import OAuthRepository
 from signoff.orgs.repository import OrgRepository
+from signoff.policies.repository import PolicyRepository
 from signoff.receipts.keys import KeyRing
 from signoff.receipts.service import ReceiptWrites
 from signoff.storage import QueryRunner
@@ -96,6 +97,7 @@ class UnitOfWork:
         self._outbox = outbox
         self.dialect = dialect
         self.approvals = ApprovalRepository(session, dialect, queries, CREATED_PLAN)
+        self.policies = PolicyRepository(session, dialect, queries)
         self.orgs = OrgRepository(session)
         self.webhooks = WebhookRepository(session, dialect)
         self.oauth = OAuthRepository(session)

@@ -58,6 +58,11 @@ SCOPE_TABLE: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/oauth/token"): PUBLIC,
     ("GET", "/api/v1/routing"): READ,
     ("PUT", "/api/v1/routing"): WRITE,
+    ("GET", "/api/v1/policies"): READ,
+    ("PUT", "/api/v1/policies"): WRITE,
+    ("GET", "/api/v1/policies/versions"): READ,
+    ("POST", "/api/v1/policies/versions/{}/restore"): WRITE,
+    ("POST", "/api/v1/policies/dry-run"): WRITE,
     # The executor redeems the receipt of what it is about to do: a write.
     ("POST", "/api/v1/receipts/redeem"): WRITE,
     ("GET", "/api/v1/approvals/{}/notifications"): READ,
@@ -189,6 +194,12 @@ async def _retry(env: Env) -> Call:
     return "POST", f"/api/v1/webhooks/{log.json()['data'][0]['delivery_id']}/retry", None
 
 
+async def _restore_policy(env: Env) -> Call:
+    """A version to restore: saved by the admin's key first."""
+    saved = await env.client.put("/api/v1/policies", json={"rules": []}, headers=env.admin.headers)
+    return "POST", f"/api/v1/policies/versions/{saved.json()['version']}/restore", None
+
+
 async def _redeem(env: Env) -> Call:
     created = await create_approval(env.client, env.admin, arguments={"replicas": 3})
     decided = await env.client.patch(
@@ -266,6 +277,13 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("GET", "/api/v1/routing"): lambda env: _plain("GET", "/api/v1/routing"),
     ("PUT", "/api/v1/routing"): lambda env: _plain(
         "PUT", "/api/v1/routing", {"channels": {}, "rules": []}
+    ),
+    ("GET", "/api/v1/policies"): lambda env: _plain("GET", "/api/v1/policies"),
+    ("PUT", "/api/v1/policies"): lambda env: _plain("PUT", "/api/v1/policies", {"rules": []}),
+    ("GET", "/api/v1/policies/versions"): lambda env: _plain("GET", "/api/v1/policies/versions"),
+    ("POST", "/api/v1/policies/versions/{}/restore"): _restore_policy,
+    ("POST", "/api/v1/policies/dry-run"): lambda env: _plain(
+        "POST", "/api/v1/policies/dry-run", {"rules": [], "days": 1}
     ),
     ("POST", "/api/v1/receipts/redeem"): _redeem,
     ("GET", "/api/v1/approvals/{}/notifications"): lambda env: _with(

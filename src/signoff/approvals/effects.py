@@ -180,7 +180,13 @@ async def apply_create(
     row = new_row(values)
     record = record_written(row)
     gathered = _Gathered()
+    # The row's own event goes with the insert; what a policy adds (its notes, its
+    # decision's event, receipt and callback) is written once the row exists, in order.
+    after: list[state.Effect] = []
     for effect in transition.effects:
+        if isinstance(effect, _CREATE_AFTER) and (gathered.events or after):
+            after.append(effect)
+            continue
         record = await _dispatch(gathered, record, effect, author, now)
     (created_event,) = gathered.events
     created = await uow.approvals.insert_unless_key_taken(row, record, created_event, check)
@@ -188,9 +194,19 @@ async def apply_create(
         return None
     if gathered.created_plans and not uow.approvals.can_write_plan_with_insert:
         await uow.notifications.request_created(created, now)
+    if after:
+        sink = _WriteNow(uow, now)
+        for effect in after:
+            # A policy decides, not the creator: its events name no person.
+            created = await _dispatch(sink, created, effect, None, now)
+        await uow.approvals.flush()
     for org_id, request_id, final in gathered.changes:
         uow.request_changed(org_id, request_id, final=final)
     return created
+
+
+# The effects of a create written after its row (``apply_create``).
+_CREATE_AFTER = (state.WriteEvent, state.IssueReceipt, state.SendCallback)
 
 
 # The effects whose writes are all queued (``storage.queue_write``) and read nothing:
@@ -561,6 +577,7 @@ def _decision_facts(
     if author is not None and row.status != "expired":
         decider = Decider(author.user_id, author.email, author.name)
     return DecisionFacts(
+        decided_by_name=row.decided_by_name if decider is None else None,
         request_id=row.id,
         org_id=row.org_id,
         connection_id=row.connection_id,

@@ -38,6 +38,9 @@ from signoff.crypto import SecretBox
 from signoff.errors import AppError, NotFound, RequestNotPending, ValidationFailed
 from signoff.models import AuditEvent, Comment
 from signoff.models.approvals import DEFAULT_RECEIPT_TTL_SECONDS
+from signoff.policies import service as policies
+from signoff.policies.evaluator import RequestFacts
+from signoff.policies.repository import PolicyRepository
 from signoff.receipts.arguments import arguments_hash
 from signoff.storage import LostRace
 
@@ -56,6 +59,9 @@ class ApprovalsWork(effects.EffectsUnitOfWork, Protocol):
 
     @property
     def approvals(self) -> ApprovalRepository: ...
+
+    @property
+    def policies(self) -> PolicyRepository: ...
 
     @property
     def outbox(self) -> HeldCallbacks: ...
@@ -127,7 +133,20 @@ async def create_request(
         "created_at": now,
         "updated_at": now,
     }
-    action = state.Create(principal.actor, payload.title, payload.priority, payload.source)
+    verdict = await policies.verdict_for_create(
+        uow.policies, principal, _policy_facts(principal, payload), now
+    )
+    values.update(verdict.changes)
+    values.update(_decided_columns(verdict, now))
+    action = state.Create(
+        principal.actor,
+        payload.title,
+        values["priority"],
+        payload.source,
+        policy=_policy_verdict(verdict),
+        has_callback=payload.callback_url is not None,
+        notes=verdict.notes,
+    )
     transition = state.apply(None, action, now)
     author = effects.Author(principal.user_id, principal.user_email, principal.user_name)
     created = await effects.apply_create(uow, values, transition, author, now, check)
@@ -140,6 +159,43 @@ async def create_request(
             raise NotFound("The request holding this idempotency key no longer exists.")
         return CreateResult(existing, created=False)
     return CreateResult(created, created=True)
+
+
+def _policy_facts(principal: Principal, payload: CreateApprovalRequest) -> RequestFacts:
+    """What the org's policy conditions may read of the new request."""
+    return RequestFacts(
+        action_type=payload.action_type,
+        source=payload.source,
+        priority=payload.priority,
+        title=payload.title,
+        metadata=payload.metadata or {},
+        arguments=payload.arguments or {},
+        connection_id=principal.connection_id,
+        connection_name=principal.connection_name,
+    )
+
+
+def _policy_verdict(verdict: policies.CreateVerdict) -> state.PolicyVerdict | None:
+    if verdict.decision not in ("approve", "reject"):
+        return None
+    decision: state.Decision = "approve" if verdict.decision == "approve" else "reject"
+    return state.PolicyVerdict(decision, verdict.data, verdict.reason)
+
+
+def _decided_columns(verdict: policies.CreateVerdict, now: datetime) -> dict[str, Any]:
+    """A request a policy decided is written decided: by no user, the policy and its
+    version named in ``decided_by_name``."""
+    if verdict.decision is None:
+        return {}
+    approved = verdict.decision == "approve"
+    return {
+        "status": "approved" if approved else "rejected",
+        "auto_approved": approved,
+        "decided_at": now,
+        "decided_by": None,
+        "decided_by_name": verdict.label,
+        "decision_comment": verdict.reason,
+    }
 
 
 def _preview_columns(payload: CreateApprovalRequest) -> dict[str, Any]:

@@ -106,15 +106,33 @@ class RequestView:
 
 
 @dataclass(frozen=True)
+class PolicyVerdict:
+    """A policy rule decided a new request (``policies/``): it is created approved
+    (``auto_approve``) or rejected (``auto_reject``, with its reason). ``data`` names the
+    rule and the document's version, for the audit event."""
+
+    decision: Decision
+    data: Mapping[str, Any]
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
 class Create:
     """A new request (``POST /approvals``), its fields validated already. Nothing
     refuses it here: who may create is the caller's to check, and an idempotency key
-    already taken is found by the write itself (``InsertRequest``)."""
+    already taken is found by the write itself (``InsertRequest``).
+
+    ``policy``: the verdict of the org's policies, which makes the create a decision
+    too; ``notes``: audit events the policies add (a budget spent, why the request goes
+    to people), as (type, data)."""
 
     actor: Actor
     title: str
     priority: str
     source: str | None = None
+    policy: PolicyVerdict | None = None
+    has_callback: bool = False
+    notes: tuple[tuple[str, Mapping[str, Any]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -365,19 +383,32 @@ def apply(request: RequestView | None, action: Action, now: datetime) -> Transit
 
 
 def _create(action: Create) -> Transition:
-    """A new request: pending, no approvals; its row, its event, its notifications."""
+    """A new request: pending, no approvals; its row, its event, its notifications. A
+    policy's verdict creates it decided instead: its decision's event, receipt and
+    callback as for a person's, and no notification (nobody has anything to do)."""
     data = {"title": action.title, "priority": action.priority, "source": action.source}
-    return Transition(
-        "pending",
-        0,
-        "request.created",
-        effects=(
-            InsertRequest(),
-            WriteEvent("request.created", data),
-            NotifyCreated(),
-            PublishChange(final=False),
-        ),
-    )
+    effects: list[Effect] = [InsertRequest(), WriteEvent("request.created", data)]
+    effects.extend(WriteEvent(kind, note) for kind, note in action.notes)
+    verdict = action.policy
+    if verdict is None:
+        effects += [NotifyCreated(), PublishChange(final=False)]
+        return Transition("pending", 0, "request.created", effects=tuple(effects))
+    status: RequestStatus = "approved" if verdict.decision == "approve" else "rejected"
+    event: EventType = "request.approved" if status == "approved" else "request.rejected"
+    decided: dict[str, Any] = {
+        "status": status,
+        "decision": verdict.decision,
+        "policy": dict(verdict.data),
+    }
+    if verdict.reason:
+        decided["comment"] = verdict.reason
+    effects.append(WriteEvent(event, decided))
+    if status == "approved":
+        effects.append(IssueReceipt(()))
+    if action.has_callback:
+        effects.append(SendCallback(verdict.reason))
+    effects.append(PublishChange(final=True))
+    return Transition(status, 0, event, effects=tuple(effects))
 
 
 def _decide_transition(request: RequestView, action: Action, now: datetime) -> Transition:

@@ -18,6 +18,7 @@ from signoff.cli.emergency_stop import emergency_stop
 from signoff.cli.keys import keys_app
 from signoff.cli.oauth_client import oauth_client_app
 from signoff.cli.org import org_app
+from signoff.cli.policy import policy_app
 from signoff.cli.purge import purge
 from signoff.cli.routing import routing_app
 from signoff.cli.secret_key import secret_key
@@ -51,6 +52,7 @@ app.add_typer(connection_app, name="connection")
 app.add_typer(oauth_client_app, name="oauth-client")
 app.add_typer(delivery_app, name="delivery")
 app.add_typer(routing_app, name="routing")
+app.add_typer(policy_app, name="policy")
 app.add_typer(keys_app, name="keys")
 app.command()(purge)
 

@@ -38,8 +38,15 @@ def describe_event(
         return f"Requested by {requested_by or who}"
     if kind == "comment.created":
         return f"Comment by {who}"
+    if kind in ("request.approved", "request.rejected") and data.get("policy"):
+        return _policy_decision(kind, data)
     if kind in ("request.vote_recorded", "request.approved", "request.rejected"):
         return _decision(kind, data, who)
+    if kind == "policy.budget_exhausted":
+        return (
+            f"Left to people: policy v{data.get('version')} rule {data.get('rule')} "
+            f"would have approved it, but {data.get('budget')}"
+        )
     if kind.startswith("step."):
         order = {str(step.id): step.step_order for step in steps}.get(str(data.get("step_id")))
         step = f"Step {order}" if order is not None else "A step"
@@ -59,6 +66,14 @@ def describe_event(
         reason = f"HTTP {data['status_code']}" if data.get("status_code") else data.get("error")
         return "Callback failed" + (f" ({reason})" if reason else "")
     return kind.replace(".", " ").replace("_", " ").capitalize()
+
+
+def _policy_decision(kind: str, data: Mapping[str, Any]) -> str:
+    """A decision a policy made at create (``policies/``): which rule, of which version."""
+    policy = data.get("policy") or {}
+    word = "Rejected" if kind == "request.rejected" else "Approved"
+    text = f"{word} automatically by policy v{policy.get('version')}, rule {policy.get('rule')}"
+    return f"{text}: {data['comment']}" if data.get("comment") else text
 
 
 def _decision(kind: str, data: Mapping[str, Any], who: str) -> str:

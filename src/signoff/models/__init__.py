@@ -19,6 +19,7 @@ from signoff.models.oauth import (
 )
 from signoff.models.orgs import Connection, Organization, SetupLink, User
 from signoff.models.passwords import PasswordLink
+from signoff.models.policies import PolicyBudgetUsage, PolicyDocument
 from signoff.models.receipts import Receipt, SigningKey
 from signoff.models.webhooks import WebhookAttempt, WebhookDelivery
 
@@ -40,6 +41,8 @@ __all__ = [
     "OAuthToken",
     "Organization",
     "PasswordLink",
+    "PolicyBudgetUsage",
+    "PolicyDocument",
     "Receipt",
     "RoutingConfig",
     "SetupLink",

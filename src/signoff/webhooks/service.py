@@ -226,6 +226,8 @@ class DecisionFacts:
     arguments_patch: list[dict[str, Any]] | None = None
     # The approval's receipt, encrypted; put into the body only when an attempt is signed.
     receipt_encrypted: str | None = None
+    # Who decided when no user did: a policy names itself and its version here.
+    decided_by_name: str | None = None
 
 
 def decision_payload(facts: DecisionFacts) -> dict[str, Any]:
@@ -243,7 +245,7 @@ def decision_payload(facts: DecisionFacts) -> dict[str, Any]:
         "action_type": facts.action_type,
         "decided_at": format_timestamp(facts.decided_at),
         "decided_by": decided_by,
-        "decided_by_name": facts.decided_by.name if facts.decided_by else None,
+        "decided_by_name": facts.decided_by.name if facts.decided_by else facts.decided_by_name,
         "comment": facts.comment,
         "decision_comment": facts.comment,
         "metadata": facts.metadata,

@@ -1,0 +1,184 @@
+"""``make bench-policies``: what policies cost, in one process on SQLite.
+
+1. **dry run**: ``--history`` (100,000) decided requests seeded straight into the
+   database, then a draft of three rules (one with a budget) replayed over them
+   (``policies.dry_run.replay_history``, as ``POST /api/v1/policies/dry-run`` does).
+   Target: under 5 s.
+2. **create under a document**: ``--creates`` creates through the app (ASGI, no socket)
+   with no policy document, then with a document of ``--rules`` (1,000) rules none of
+   which match; the process CPU per create of each, and the ratio. Target: at most
+   1.15 (the issue's "15 % more CPU per call").
+
+Figures are printed and written to ``bench/results/policies.json``; nothing asserts a
+timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import insert
+
+from signoff.app import create_app
+from signoff.approvals.typed_rows import new_row
+from signoff.common.ids import new_id
+from signoff.common.time import utcnow
+from signoff.config import Settings
+from signoff.crypto import generate_secret_key
+from signoff.migrations import upgrade_to_head
+from signoff.models import ApprovalRequest
+from signoff.orgs import service as orgs_service
+from signoff.policies.dry_run import replay_history
+from signoff.wiring import Wiring
+
+_TABLE: Any = ApprovalRequest.__table__
+RESULTS = Path(__file__).parent / "results" / "policies.json"
+DRAFT = {
+    "rules": [
+        {
+            "name": "small-refunds",
+            "condition": 'request.action_type == "refund.issue" && request.arguments.amount <= 50',
+            "effect": "auto_approve",
+            "budget": {"per": "day", "max_count": 200, "max_sum": 5000, "sum_of": "amount"},
+        },
+        {
+            "name": "no-weekend-prod",
+            "condition": 'request.action_type == "deploy.prod" && now.weekday >= 6',
+            "effect": "auto_reject",
+            "reason": "weekend",
+        },
+        {"name": "urgent", "condition": 'request.priority == "critical"', "effect": "escalate",
+         "expires_in_seconds": 3600},
+    ]
+}  # fmt: skip
+
+
+async def _org(wiring: Wiring) -> tuple[Any, Any, str]:
+    ctx = wiring.ctx
+    now = utcnow()
+    async with ctx.transaction() as uow:
+        org = await orgs_service.create_org(uow.orgs, "Bench", now)
+        user = await orgs_service.create_user(
+            uow.orgs, org.id, email="ada@bench.example", name="Ada", role="admin",
+            password=None, now=now,
+        )  # fmt: skip
+        issued = await orgs_service.create_connection(
+            uow.orgs, ctx.box, ctx.settings, org.id, owner=user, name="bench",
+            rate_limit=100_000, now=now,
+        )  # fmt: skip
+    return org.id, issued.connection.id, issued.api_key
+
+
+async def _seed(wiring: Wiring, org_id: Any, connection_id: Any, count: int) -> None:
+    now = utcnow()
+    kinds = ("refund.issue", "deploy.prod", "deploy.staging", "invoice.pay")
+    rows = []
+    for index in range(count):
+        created = now - timedelta(seconds=(count - index) * 20)
+        rows.append(
+            new_row(
+                {
+                    "id": new_id(),
+                    "org_id": org_id,
+                    "connection_id": connection_id,
+                    "number": index + 1,
+                    "title": f"Request {index}",
+                    "description": "seeded",
+                    "priority": ("low", "medium", "high", "critical")[index % 4],
+                    "action_type": kinds[index % len(kinds)],
+                    "metadata": {"team": "ops"},
+                    "arguments": {"amount": index % 120},
+                    "status": "approved" if index % 3 else "rejected",
+                    "created_at": created,
+                    "updated_at": created,
+                    "decided_at": created,
+                }
+            )
+        )
+    async with wiring.ctx.transaction() as uow:
+        for start in range(0, count, 5000):
+            await uow.session.execute(insert(_TABLE), rows[start : start + 5000])
+
+
+async def _creates(client: httpx.AsyncClient, key: str, count: int) -> float:
+    """Process CPU seconds per create."""
+    headers = {"Authorization": f"Bearer {key}"}
+    body = {"title": "Deploy", "description": "bench", "priority": "low",
+            "action_type": "deploy.staging", "arguments": {"amount": 3}}  # fmt: skip
+    for _ in range(20):  # warm up
+        await client.post("/api/v1/approvals", json=body, headers=headers)
+    started = time.process_time()
+    for _ in range(count):
+        response = await client.post("/api/v1/approvals", json=body, headers=headers)
+        assert response.status_code == 201, response.text
+    return (time.process_time() - started) / count
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as home:
+        url = f"sqlite+aiosqlite:///{home}/bench.db"
+        # Alembic runs its own event loop.
+        await asyncio.to_thread(upgrade_to_head, url)
+        settings = Settings(
+            database_url=url, secret_key=generate_secret_key(), redis_url=None,
+            rate_limit_default=100_000, rate_limit_ceiling=100_000,
+        )  # fmt: skip
+        wiring = Wiring.from_settings(settings)
+        try:
+            org_id, connection_id, key = await _org(wiring)
+            await _seed(wiring, org_id, connection_id, args.history)
+            async with wiring.ctx.reading() as uow:
+                started = time.perf_counter()
+                answer = await replay_history(uow.policies, org_id, DRAFT, 30, utcnow())
+                dry_run_seconds = time.perf_counter() - started
+            print(f"dry run over {answer['requests']:,} requests: {dry_run_seconds:.2f} s")
+            app = create_app(settings, wiring=wiring, background=False)
+            async with app.router.lifespan_context(app):
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport, base_url="http://b") as client:
+                    bare = await _creates(client, key, args.creates)
+                    rules = [
+                        {"name": f"rule-{i}", "effect": "auto_approve",
+                         "condition": f'request.action_type == "never.{i}"'}
+                        for i in range(args.rules)
+                    ]  # fmt: skip
+                    saved = await client.put(
+                        "/api/v1/policies", json={"rules": rules},
+                        headers={"Authorization": f"Bearer {key}"},
+                    )  # fmt: skip
+                    assert saved.status_code == 200, saved.text
+                    ruled = await _creates(client, key, args.creates)
+        finally:
+            await wiring.close()
+    print(
+        f"create CPU: {bare * 1e3:.2f} ms without policies, {ruled * 1e3:.2f} ms under "
+        f"{args.rules:,} rules: {ruled / bare:.2f}x (target at most 1.15x)"
+    )
+    return {
+        "dry_run": {"requests": answer["requests"], "seconds": round(dry_run_seconds, 3)},
+        "create_cpu_ms": {"none": bare * 1e3, "rules": ruled * 1e3, "ratio": ruled / bare},
+        "rules": args.rules,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--history", type=int, default=100_000)
+    parser.add_argument("--creates", type=int, default=500)
+    parser.add_argument("--rules", type=int, default=1000)
+    args = parser.parse_args()
+    figures = asyncio.run(run(args))
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""Every query on policy documents, budget counters, and the history a dry run replays."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Table, bindparam, func, literal_column, null, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from signoff.models import ApprovalRequest, Connection, PolicyBudgetUsage, PolicyDocument
+from signoff.storage import PreparedQuery, QueryRunner, execute_in
+
+# The version in force: the create path's one read of policies, on the unique
+# (org_id, version) index, answered from its last entry.
+_CURRENT_VERSION = PreparedQuery(
+    select(func.max(PolicyDocument.version).label("version")).where(
+        PolicyDocument.org_id == bindparam("org_id")
+    )
+)
+_RULES_OF_VERSION = PreparedQuery(
+    select(PolicyDocument.rules.label("rules")).where(
+        PolicyDocument.org_id == bindparam("org_id"),
+        PolicyDocument.version == bindparam("version"),
+    )
+)
+_USAGE: Table = PolicyBudgetUsage.__table__  # type: ignore[assignment]
+
+
+def _spend(dialect: str) -> PreparedQuery:
+    """Spend one approval (and ``amount``) of a budget window, only while it stays within
+    its caps: an upsert whose update is conditional, so of concurrent spenders on any
+    number of replicas exactly as many as the caps allow get a row back. PostgreSQL
+    makes a conflicting insert wait for the other's commit and re-checks the condition
+    on the row as committed; SQLite has one writer at a time."""
+    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(_USAGE)
+    c = _USAGE.c
+    upsert = insert.values(
+        org_id=bindparam("org_id"),
+        rule=bindparam("rule"),
+        scope_key=bindparam("scope_key"),
+        window_start=bindparam("window_start"),
+        count=literal_column("1"),
+        total=bindparam("amount"),
+    ).on_conflict_do_update(
+        index_elements=["org_id", "rule", "scope_key", "window_start"],
+        set_={"count": c.count + 1, "total": c.total + insert.excluded.total},
+        where=(c.count + 1 <= bindparam("max_count"))
+        & (c.total + insert.excluded.total <= bindparam("max_sum")),
+    )
+    return PreparedQuery(upsert.returning(c.count))
+
+
+_SPEND = {dialect: _spend(dialect) for dialect in ("sqlite", "postgresql")}
+
+
+@dataclass(frozen=True)
+class VersionRow:
+    version: int
+    rules: list[Any]
+    author_id: uuid.UUID | None
+    author_name: str | None
+    restored_from: int | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class PastRequest:
+    """A decided request, as a dry run replays it."""
+
+    id: uuid.UUID
+    number: int | None
+    title: str
+    status: str
+    priority: str
+    action_type: str | None
+    source: str | None
+    metadata: dict[str, Any]
+    arguments: dict[str, Any] | None
+    connection_id: uuid.UUID | None
+    created_at: datetime
+    auto_approved: bool
+
+
+class PolicyRepository:
+    def __init__(
+        self, session: AsyncSession, dialect: str, queries: QueryRunner | None = None
+    ) -> None:
+        self.session = session
+        self.dialect = dialect
+        self.queries = queries
+
+    async def current_version(self, org_id: uuid.UUID) -> int | None:
+        """The version in force, or None when the org never saved a document. Read in
+        autocommit where the storage allows it, so a create that no policy touches keeps
+        its one-statement write (``execute_alone``)."""
+        params = {"org_id": org_id}
+        if self.queries is not None and not self.session.in_transaction():
+            row = await self.queries.one(_CURRENT_VERSION, params)
+        else:
+            rows = await execute_in(self.session, _CURRENT_VERSION, params)
+            row = rows[0] if rows else None
+        return row.version if row is not None else None
+
+    async def begin(self) -> None:
+        """Make the create one transaction with what a policy writes (its budget, its
+        decision), rather than the storage's one-statement write (``execute_alone``)."""
+        await self.session.connection()
+
+    async def rules_of(self, org_id: uuid.UUID, version: int) -> list[Any] | None:
+        params = {"org_id": org_id, "version": version}
+        if self.queries is not None and not self.session.in_transaction():
+            row = await self.queries.one(_RULES_OF_VERSION, params)
+        else:
+            rows = await execute_in(self.session, _RULES_OF_VERSION, params)
+            row = rows[0] if rows else None
+        return list(row.rules) if row is not None else None
+
+    async def add_version(
+        self,
+        org_id: uuid.UUID,
+        version: int,
+        rules: list[dict[str, Any]],
+        author_id: uuid.UUID | None,
+        author_name: str | None,
+        now: datetime,
+        restored_from: int | None = None,
+    ) -> None:
+        """Store a new version; two saves racing for one number meet the unique
+        (org_id, version) constraint, and the loser's transaction fails."""
+        self.session.add(
+            PolicyDocument(
+                org_id=org_id,
+                version=version,
+                rules=rules,
+                author_id=author_id,
+                author_name=author_name,
+                restored_from=restored_from,
+                created_at=now,
+            )
+        )
+        await self.session.flush()
+
+    async def versions(self, org_id: uuid.UUID, limit: int = 100) -> list[VersionRow]:
+        rows = await self.session.execute(
+            select(
+                PolicyDocument.version,
+                PolicyDocument.rules,
+                PolicyDocument.author_id,
+                PolicyDocument.author_name,
+                PolicyDocument.restored_from,
+                PolicyDocument.created_at,
+            )
+            .where(PolicyDocument.org_id == org_id)
+            .order_by(PolicyDocument.version.desc())
+            .limit(limit)
+        )
+        return [VersionRow(*row) for row in rows]
+
+    async def version(self, org_id: uuid.UUID, version: int) -> VersionRow | None:
+        rows = await self.session.execute(
+            select(
+                PolicyDocument.version,
+                PolicyDocument.rules,
+                PolicyDocument.author_id,
+                PolicyDocument.author_name,
+                PolicyDocument.restored_from,
+                PolicyDocument.created_at,
+            ).where(PolicyDocument.org_id == org_id, PolicyDocument.version == version)
+        )
+        found = rows.first()
+        return VersionRow(*found) if found is not None else None
+
+    async def spend(
+        self,
+        org_id: uuid.UUID,
+        rule: str,
+        scope_key: str,
+        window_start: datetime,
+        amount: float,
+        max_count: int,
+        max_sum: float,
+    ) -> bool:
+        """Spend one approval and ``amount`` of the window; False when that would pass a
+        cap (nothing is spent then)."""
+        params = {
+            "org_id": org_id,
+            "rule": rule,
+            "scope_key": scope_key,
+            "window_start": window_start,
+            "amount": amount,
+            "max_count": max_count,
+            "max_sum": max_sum,
+        }
+        return bool(await execute_in(self.session, _SPEND[self.dialect], params))
+
+    async def decided_since(
+        self,
+        org_id: uuid.UUID,
+        since: datetime,
+        *,
+        with_metadata: bool = True,
+        with_arguments: bool = True,
+    ) -> Sequence[PastRequest]:
+        """The org's requests created since ``since`` that a person or a policy decided
+        (approved or rejected), oldest first; on the (org_id, created_at) index. The JSON
+        columns only when asked for: decoding them is most of reading a long history."""
+        r = ApprovalRequest
+        rows = await self.session.execute(
+            select(
+                r.id,
+                r.number,
+                r.title,
+                r.status,
+                r.priority,
+                r.action_type,
+                r.source,
+                r.metadata_ if with_metadata else null(),
+                r.arguments if with_arguments else null(),
+                r.connection_id,
+                r.created_at,
+                r.auto_approved,
+            )
+            .where(
+                r.org_id == org_id,
+                r.created_at >= since,
+                r.status.in_(("approved", "rejected")),
+            )
+            .order_by(r.created_at, r.id)
+        )
+        return [PastRequest(*row) for row in rows]
+
+    async def connection_names(self, org_id: uuid.UUID) -> dict[uuid.UUID, str]:
+        rows = await self.session.execute(
+            select(Connection.id, Connection.name).where(Connection.org_id == org_id)
+        )
+        return {cid: name for cid, name in rows}

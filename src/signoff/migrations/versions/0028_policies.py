@@ -1,7 +1,7 @@
 """policy_documents and policy_budget_usage: policies decide routine requests
 
 Revision ID: 0028
-Revises: 0026
+Revises: 0027
 Create Date: 2026-11-28
 
 Two new tables, nothing rewritten: every saved version of an org's policy document

@@ -48,9 +48,20 @@ from signoff.dashboard.web import (
     safe_next,
     waiting_count,
 )
-from signoff.errors import AppError, Conflict, RequestNotPending, ValidationFailed
+from signoff.errors import (
+    AppError,
+    Conflict,
+    PasskeyRequired,
+    RequestNotPending,
+    ValidationFailed,
+)
 from signoff.oauth import service as oauth_service
 from signoff.oauth.endpoints import CHOOSE_PASSWORD_PATH, SESSION_COOKIE, set_session_cookie
+from signoff.passkeys import service as passkeys_service
+from signoff.passkeys.endpoints import relying_party
+from signoff.passkeys.endpoints import router as passkeys_router
+from signoff.passkeys.rule import passkey_needed
+from signoff.unit_of_work import UnitOfWork
 from signoff.wiring import wiring_of
 
 router = APIRouter(include_in_schema=False)
@@ -376,6 +387,7 @@ async def request_page(request: Request, request_id: str, viewer: Viewer = User)
         r=page,
         preview=preview,
         intent=intent if intent in ("approve", "reject") else None,
+        needs_passkey=passkey_needed(viewer.org.passkey_for, page.request["priority"]),
     )
 
 
@@ -389,7 +401,9 @@ async def decide(request: Request, request_id: str, viewer: Viewer = User) -> Re
     back = f"/requests/{rid}"
     if viewer.org.emergency_stop:
         return redirect(back, flash="The emergency stop is on: nothing is decided.", kind="error")
-    data = {"decision": fields.get("decision"), "comment": fields.get("comment", "").strip()}
+    # The passkey script submits the form itself, without the pressed button's value.
+    decision = fields.get("decision") or fields.get("passkey_decision")
+    data = {"decision": decision, "comment": fields.get("comment", "").strip()}
     try:
         payload = validate_model(
             DecideApprovalRequest, {**data, "source": "dashboard"}, ctx.settings
@@ -398,9 +412,10 @@ async def decide(request: Request, request_id: str, viewer: Viewer = User) -> Re
         return redirect(back, flash=_field_errors(exc), kind="error")
     try:
         async with ctx.transaction() as uow:
-            result = await approvals_service.decide(
-                uow, viewer.member, rid, payload, utcnow(), on="my_step"
-            )
+            result = await _decide_signed(request, uow, viewer, rid, payload, fields)
+    except PasskeyRequired:
+        message = "This request needs your passkey: use a browser with JavaScript on."
+        return redirect(back, flash=message, kind="error")
     except RequestNotPending:
         # Someone else decided meanwhile: the page says who and when.
         return redirect(back, flash="Someone decided this request before you.", kind="info")
@@ -416,6 +431,25 @@ async def decide(request: Request, request_id: str, viewer: Viewer = User) -> Re
     if final and callback:
         message += " The caller has been told."
     return redirect(back, flash=message)
+
+
+async def _decide_signed(
+    request: Request,
+    uow: UnitOfWork,
+    viewer: Viewer,
+    rid: uuid.UUID,
+    payload: DecideApprovalRequest,
+    fields: dict[str, str],
+) -> approvals_service.TransitionResult:
+    """The decision, signed by the person's passkey when the page's script sent an
+    assertion (kept with the vote), else as it is."""
+    now = utcnow()
+    credential = fields.get("passkey_credential")
+    if not credential:
+        return await approvals_service.decide(uow, viewer.member, rid, payload, now, on="my_step")
+    return await passkeys_service.decide_signed(
+        uow, viewer.member, relying_party(request), rid, payload, credential, now
+    )
 
 
 @router.post("/requests/{request_id}/comments")
@@ -481,7 +515,8 @@ async def account(request: Request, viewer: Viewer = User) -> Response:
     ctx = context_of(request)
     async with ctx.reading() as uow:
         grants = await service.authorizations(uow.oauth, viewer.user.id)
-    return await render(request, "account.html", viewer, grants=grants)
+        passkeys = await uow.passkeys.list_for_user(viewer.user.id)
+    return await render(request, "account.html", viewer, grants=grants, passkeys=passkeys)
 
 
 @router.post("/account/password")
@@ -549,4 +584,5 @@ def install_dashboard(app: FastAPI) -> None:
     app.add_exception_handler(PageRefused, on_page_refused)
     app.include_router(router)
     app.include_router(passwords.router)
+    app.include_router(passkeys_router)
     app.include_router(admin_router)

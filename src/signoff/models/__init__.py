@@ -18,6 +18,7 @@ from signoff.models.oauth import (
     OAuthToken,
 )
 from signoff.models.orgs import Connection, Organization, SetupLink, User
+from signoff.models.passkeys import DecisionAssertion, Passkey, PasskeyChallenge
 from signoff.models.passwords import PasswordLink
 from signoff.models.receipts import Receipt, SigningKey
 from signoff.models.webhooks import WebhookAttempt, WebhookDelivery
@@ -30,6 +31,7 @@ __all__ = [
     "Comment",
     "Connection",
     "DashboardSession",
+    "DecisionAssertion",
     "DecisionLink",
     "Notification",
     "NotificationAttempt",
@@ -39,6 +41,8 @@ __all__ = [
     "OAuthClient",
     "OAuthToken",
     "Organization",
+    "Passkey",
+    "PasskeyChallenge",
     "PasswordLink",
     "Receipt",
     "RoutingConfig",

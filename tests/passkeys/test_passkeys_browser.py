@@ -193,3 +193,30 @@ async def test_critical_approval_signed_with_the_passkey(site: Site, chromium: s
         )
         assert answer.status_code == 403
         assert answer.json()["error"]["details"]["url"] == f"{site.url}/requests/{two['id']}"
+
+
+async def test_an_admin_sets_which_decisions_need_a_passkey(
+    ctx: AppContext, site: Site, chromium: str
+) -> None:
+    from playwright.async_api import expect
+
+    async with browser(chromium) as chrome:
+        page = await chrome.new_page(viewport=DESKTOP)
+        await sign_in(page, site.url, site.org.admin)
+        await page.goto(f"{site.url}/admin/users")
+        await page.get_by_label("Need a passkey for").select_option("all")
+        await page.locator("#passkey-setting").get_by_role("button", name="Save").click()
+        await expect(
+            page.get_by_text("Every decision needs the approver's passkey.")
+        ).to_be_visible()
+        await expect(page.get_by_label("Need a passkey for")).to_have_value("all")
+        await assert_accessible(page)
+        await page.locator("#passkey-setting").screenshot(
+            path="test-artifacts/passkeys-admin-setting-desktop.png"
+        )
+        await page.set_viewport_size(PHONE)
+        await page.locator("#passkey-setting").screenshot(
+            path="test-artifacts/passkeys-admin-setting-phone.png"
+        )
+    async with ctx.reading() as uow:
+        assert await service.get_passkey_for(uow.passkeys, uuid.UUID(site.org.id)) == "all"

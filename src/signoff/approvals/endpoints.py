@@ -66,6 +66,7 @@ from signoff.errors import (
     AlreadyVoted,
     Forbidden,
     NotFound,
+    PasskeyRequired,
     RequestNotPending,
     ServiceUnavailable,
     ValidationFailed,
@@ -301,6 +302,7 @@ def _parse_wait(value: str | None, maximum: int) -> float:
     responses=errors(
         ValidationFailed,
         Forbidden,
+        PasskeyRequired,
         NotFound,
         RequestNotPending,
         AlreadyVoted,
@@ -311,7 +313,10 @@ def _parse_wait(value: str | None, maximum: int) -> float:
     description="Count-based requests need `required_approvals` approvals by distinct users; "
     "until then the answer is 200 with `status: pending`. One reject rejects. An approval "
     "issues a receipt (docs/receipts.md); 503 SERVICE_UNAVAILABLE if it cannot be signed "
-    "(the signing key does not decrypt with this server's SIGNOFF_SECRET_KEY).",
+    "(the signing key does not decrypt with this server's SIGNOFF_SECRET_KEY). 403 "
+    "PASSKEY_REQUIRED when the org's `passkey_for` needs the approver's passkey for this "
+    "request: an API key or token cannot sign; `details.url` is the request's page "
+    "(docs/passkeys.md).",
 )
 async def decide_approval(request: Request, request_id: UuidPath, principal: Writer) -> Response:
     ctx = context_of(request)

@@ -19,6 +19,7 @@ from signoff.dashboard.web import (
     form_fields,
     not_found,
     redirect,
+    require_admin,
     require_user,
     safe_next,
 )
@@ -96,6 +97,30 @@ async def remove(request: Request, passkey_id: str, viewer: Viewer = User) -> Re
     except AppError:
         raise not_found("This passkey") from None
     return redirect("/account#passkeys", flash=f"Passkey “{name}” removed.")
+
+
+# ---- the org's setting (admins) ----
+
+PASSKEY_FOR_WORDS = {
+    "off": "No decision needs a passkey.",
+    "critical": "Decisions on critical requests need the approver's passkey.",
+    "all": "Every decision needs the approver's passkey.",
+}
+
+
+@router.post("/admin/passkeys")
+async def set_passkey_for(request: Request, viewer: Viewer = Depends(require_admin)) -> Response:
+    ctx = context_of(request)
+    fields = await checked_form(request, viewer)
+    back = "/admin/users#passkey-setting"
+    try:
+        async with ctx.transaction() as uow:
+            value = await service.set_passkey_for(
+                uow.passkeys, viewer.org.id, fields.get("passkey_for")
+            )
+    except AppError as exc:
+        return redirect(back, flash=exc.message, kind="error")
+    return redirect(back, flash=PASSKEY_FOR_WORDS[value])
 
 
 # ---- signing in ----

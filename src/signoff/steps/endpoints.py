@@ -28,6 +28,7 @@ from signoff.context import context_of
 from signoff.errors import (
     Forbidden,
     NotFound,
+    PasskeyRequired,
     RequestNotPending,
     ServiceUnavailable,
     StepNotPending,
@@ -97,6 +98,7 @@ async def list_steps(request: Request, request_id: UuidPath, principal: Reader) 
     responses=errors(
         ValidationFailed,
         Forbidden,
+        PasskeyRequired,
         NotFound,
         RequestNotPending,
         StepNotPending,
@@ -107,7 +109,8 @@ async def list_steps(request: Request, request_id: UuidPath, principal: Reader) 
     summary="Vote on one step",
     description="The step's approver or an admin; the step and request pending (409 "
     "STEP_NOT_PENDING / REQUEST_NOT_PENDING); sequential chains in order (409 "
-    "STEP_OUT_OF_ORDER).",
+    "STEP_OUT_OF_ORDER). 403 PASSKEY_REQUIRED when the org's `passkey_for` needs the "
+    "approver's passkey for this request: `details.url` is its page (docs/passkeys.md).",
 )
 async def vote_step(
     request: Request, request_id: UuidPath, step_id: UuidPath, principal: Writer

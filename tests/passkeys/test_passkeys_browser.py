@@ -172,6 +172,7 @@ async def test_critical_approval_signed_with_the_passkey(site: Site, chromium: s
         await _open(page, site, one["id"])
         await page.get_by_role("button", name="Approve").click()
         await expect(page.get_by_text("You approved this request.")).to_be_visible()
+        await expect(page.get_by_text("Signed with a passkey")).to_be_visible()
         assert (await site.read(one["id"]))["status"] == "approved"
         await screenshot(page, "passkeys-request-approved-desktop")
         # The form the browser sent, sent again: to the same request, and to another.

@@ -374,6 +374,7 @@ async def request_page(request: Request, request_id: str, viewer: Viewer = User)
     try:
         async with ctx.reading() as uow:
             page = await service.request_page(uow, viewer.member, rid)
+            signed = await uow.passkeys.assertions_of(rid)
     except AppError:
         raise not_found("This request") from None
     intent = request.query_params.get("decide")
@@ -388,6 +389,7 @@ async def request_page(request: Request, request_id: str, viewer: Viewer = User)
         preview=preview,
         intent=intent if intent in ("approve", "reject") else None,
         needs_passkey=passkey_needed(viewer.org.passkey_for, page.request["priority"]),
+        signed_votes={(a.user_id, a.decision) for a in signed},
     )
 
 

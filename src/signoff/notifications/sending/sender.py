@@ -314,6 +314,14 @@ class NotificationSender:
         )
         return Outgoing((row,), (messages.Item(row.request, n.kind, links),))
 
+    async def _passkey_only(self, message: Outgoing) -> bool:
+        """A Slack app's buttons must not decide a request that needs a passkey either:
+        its message opens the request page instead."""
+        async with self.db.read_session() as session:
+            return await _needs_passkey(
+                NotificationRepository(session, self.db.dialect), message.rows
+            )
+
     # ---- 2. send ----
 
     async def _send(self, message: Outgoing, sample: bool = False) -> AttemptResult:
@@ -334,7 +342,9 @@ class NotificationSender:
                 return await send_mail(self.smtp, mail, self.settings.notification_timeout_seconds)
             if kind == "slack":
                 app = "bot_token" in settings
-                sign_in_first = app and _sign_in_first(message)
+                sign_in_first = app and (
+                    _sign_in_first(message) or await self._passkey_only(message)
+                )
                 payload = messages.slack_payload(
                     message.items, app and not sign_in_first, sign_in_first
                 )

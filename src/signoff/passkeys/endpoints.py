@@ -137,6 +137,11 @@ async def signin_options(request: Request) -> Response:
         )
         if session is None or not csrf_ok(session.csrf_token, fields.get("csrf_token")):
             return _refusal(PasskeyRefused("This page expired. Reload it and try again."))
+        # Each call stores a challenge: anonymous callers get as many as sign-in attempts.
+        address = request.client.host if request.client else "unknown"
+        limit = ctx.settings.login_attempts_per_hour
+        if not (await wiring_of(request).limiter.hit(f"passkey:{address}", limit)).allowed:
+            return _refusal(PasskeyRefused("Too many sign-in attempts. Try again later."))
         body = await service.signin_options(uow.passkeys, relying_party(request), now)
     return _json(body)
 

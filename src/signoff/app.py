@@ -25,9 +25,16 @@ from signoff.common.validation import validation_failed_from
 from signoff.compat.endpoints import router as legacy_clients_router
 from signoff.compat.middleware import LegacyDataEnvelope
 from signoff.config import Settings, get_settings
+from signoff.context import context_of
 from signoff.dashboard import error_pages
 from signoff.dashboard.endpoints import install_dashboard
-from signoff.errors import AppError, MethodNotAllowed, NotFound, ServiceUnavailable
+from signoff.errors import (
+    AppError,
+    MethodNotAllowed,
+    NotFound,
+    PasskeyRequired,
+    ServiceUnavailable,
+)
 from signoff.logs import RequestIdMiddleware
 from signoff.metrics import HTTP_STATS
 from signoff.middleware import ApiGuard, BodySizeLimit, StripTrailingSlash
@@ -86,6 +93,10 @@ def _allowed_methods(request: Request) -> set[str]:
 def _install_error_handlers(app: FastAPI) -> None:
     async def on_app_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, AppError)
+        if isinstance(exc, PasskeyRequired) and "url" not in exc.details:
+            # The page where the person can sign the decision with their passkey.
+            public_url = context_of(request).settings.public_url
+            exc.details["url"] = f"{public_url}/requests/{exc.details['request_id']}"
         return await _answer(request, exc)
 
     async def on_validation_error(request: Request, exc: Exception) -> Response:

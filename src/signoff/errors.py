@@ -56,6 +56,23 @@ class Forbidden(AppError):
     default_message = "You are not allowed to do this."
 
 
+class PasskeyRequired(AppError):
+    """The request's decision must be signed with the approver's passkey, which only its
+    page in the dashboard can do: an API key, a token, a mail link or Slack cannot."""
+
+    status_code = 403
+    code = "PASSKEY_REQUIRED"
+    default_message = (
+        "This request needs the approver's passkey: decide it on its page in the dashboard."
+    )
+
+    def __init__(self, request_id: str, url: str | None = None) -> None:
+        details = {"request_id": request_id}
+        if url is not None:
+            details["url"] = url
+        super().__init__(None, details)
+
+
 class InsufficientScope(AppError):
     status_code = 403
     code = "INSUFFICIENT_SCOPE"

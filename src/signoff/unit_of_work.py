@@ -17,6 +17,7 @@ from signoff.notifications.planning.repository import created_plan_from, plans_w
 from signoff.notifications.repository import NotificationRepository
 from signoff.oauth.repository import OAuthRepository
 from signoff.orgs.repository import OrgRepository
+from signoff.passkeys.repository import PasskeyRepository
 from signoff.policies.repository import PolicyRepository
 from signoff.receipts.keys import KeyRing
 from signoff.receipts.service import ReceiptWrites
@@ -101,6 +102,7 @@ class UnitOfWork:
         self.orgs = OrgRepository(session)
         self.webhooks = WebhookRepository(session, dialect)
         self.oauth = OAuthRepository(session)
+        self.passkeys = PasskeyRepository(session)
         self.callbacks = DecisionCallbacks(self.webhooks)
         # Receipts are signed in write transactions only (``AppContext.transaction``).
         self.receipts = ReceiptWrites(session, keys, box, issuer)

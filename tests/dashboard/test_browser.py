@@ -140,7 +140,7 @@ async def sign_in(page: Any, base_url: str, who: Member) -> None:
     await page.goto(f"{base_url}/signin")
     await page.get_by_label("Email").fill(who.email)
     await page.get_by_label("Password").fill(PASSWORD)
-    await page.get_by_role("button", name="Sign in").click()
+    await page.get_by_role("button", name="Sign in", exact=True).click()
     await page.wait_for_url(f"{base_url}/")
 
 

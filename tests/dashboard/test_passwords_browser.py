@@ -56,7 +56,7 @@ async def test_a_generated_password_is_replaced_at_first_sign_in(site: Site, chr
         await ola.goto(f"{site.url}/signin?next=/history")
         await ola.get_by_label("Email").fill("ola@acme.test")
         await ola.get_by_label("Password").fill(password)
-        await ola.get_by_role("button", name="Sign in").click()
+        await ola.get_by_role("button", name="Sign in", exact=True).click()
         await expect(ola.get_by_role("heading", name="Choose your password")).to_be_visible()
         assert "/account/choose-password" in ola.url
         await assert_accessible(ola)

@@ -287,3 +287,38 @@ async def test_names_and_titles_reach_slack_escaped_in_messages_and_updates(
         raw = orjson.dumps(payload).decode()
         for sequence in ("<!channel>", "<!here>", "<@U123>", "<#C123>", "<http://evil"):
             assert sequence not in raw
+
+
+async def test_a_request_that_needs_a_passkey_gets_a_link_and_a_press_is_refused(
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org
+) -> None:
+    """docs/passkeys.md: only the request's page can sign the decision."""
+    import uuid
+
+    from signoff.passkeys import service as passkeys
+
+    off = {"require_sign_in_for_critical": False}
+    async with ctx.transaction() as uow:
+        await passkeys.set_passkey_for(uow.passkeys, uuid.UUID(org.id), "all")
+    async with Receiver() as webhook, Receiver() as response_url:
+        request_id = await setup(api, wiring, org, webhook.url, off, priority="low")
+        [posted] = webhook.received
+        elements = [
+            e
+            for b in orjson.loads(posted.body)["blocks"]
+            if b["type"] == "actions"
+            for e in b["elements"]
+        ]
+        assert elements and not {e["action_id"] for e in elements} & {"approve", "reject"}
+        body = press("U_MEMBER", "approve", request_id, response_url.url)
+        answer = await api.post(
+            "/integrations/slack/interactions", content=body, headers=signed(body)
+        )
+        assert answer.status_code == 200
+        [reply] = await response_url.wait_for(1)
+    shown = orjson.loads(reply.body)
+    assert shown["response_type"] == "ephemeral"
+    assert f"http://signoff.test/requests/{request_id}" in shown["text"]
+    assert "passkey" in shown["text"]
+    read = await api.get(f"/api/v1/approvals/{request_id}", headers=org.admin.headers)
+    assert read.json()["status"] == "pending"

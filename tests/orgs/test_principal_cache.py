@@ -40,6 +40,7 @@ def _principals() -> tuple[repository.PrincipalsByKey, _Queries]:
         "A",
         "admin",
         None,  # the owner is active
+        "off",  # the org's passkey_for
     )
     queries = _Queries(row)
     return repository.PrincipalsByKey(cast(QueryRunner, queries)), queries

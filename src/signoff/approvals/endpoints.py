@@ -67,6 +67,7 @@ from signoff.errors import (
     EditsNotAllowed,
     Forbidden,
     NotFound,
+    PasskeyRequired,
     RequestNotPending,
     ServiceUnavailable,
     ValidationFailed,
@@ -302,6 +303,7 @@ def _parse_wait(value: str | None, maximum: int) -> float:
     responses=errors(
         ValidationFailed,
         Forbidden,
+        PasskeyRequired,
         NotFound,
         RequestNotPending,
         AlreadyVoted,
@@ -317,7 +319,10 @@ def _parse_wait(value: str | None, maximum: int) -> float:
     'with edits: `arguments` beside `decision: "approve"` replaces the request\'s '
     "arguments, which must satisfy its `arguments_schema` (400 VALIDATION_ERROR naming "
     "each failing JSON pointer; 400 EDITS_NOT_ALLOWED without a schema); earlier "
-    "approvals no longer count and the edit is this approval.",
+    "approvals no longer count and the edit is this approval. 403 "
+    "PASSKEY_REQUIRED when the org's `passkey_for` needs the approver's passkey for this "
+    "request: an API key or token cannot sign; `details.url` is the request's page "
+    "(docs/passkeys.md).",
 )
 async def decide_approval(request: Request, request_id: UuidPath, principal: Writer) -> Response:
     ctx = context_of(request)

@@ -35,9 +35,16 @@ from signoff.common.ids import new_id
 from signoff.common.poison import PoisonedRows
 from signoff.common.time import utcnow
 from signoff.crypto import SecretBox
-from signoff.errors import AppError, NotFound, RequestNotPending, ValidationFailed
+from signoff.errors import (
+    AppError,
+    NotFound,
+    PasskeyRequired,
+    RequestNotPending,
+    ValidationFailed,
+)
 from signoff.models import AuditEvent, Comment
 from signoff.models.approvals import DEFAULT_RECEIPT_TTL_SECONDS
+from signoff.passkeys.rule import PasskeyProof, passkey_may_be_needed, passkey_needed
 from signoff.policies import service as policies
 from signoff.policies.evaluator import RequestFacts
 from signoff.policies.repository import PolicyRepository
@@ -272,16 +279,39 @@ async def decide(
     check: PrincipalCheck | None = None,
     *,
     on: DecisionTarget = "request",
+    passkey: PasskeyProof | None = None,
 ) -> TransitionResult:
     """An approve or reject, however it is made: ``PATCH /approvals/:id`` decides the
     request, ``PATCH .../steps/:id`` votes that step, and a person deciding from the
     dashboard, a mail link or Slack votes ``"my_step"``. ``check``: the principal came
-    from memory; the first read confirms it (``PrincipalCheck``)."""
+    from memory; the first read confirms it (``PrincipalCheck``).
+
+    ``passkey``: the proof that the person's passkey signed this very decision, which
+    the org's ``passkey_for`` may require (else 403 PASSKEY_REQUIRED)."""
+    if passkey_may_be_needed(principal.org_passkey_for):
+        await _check_passkey(uow.approvals, principal, request_id, payload, passkey, check)
     if on == "my_step":
         on = await _step_awaiting(uow.approvals, principal, request_id) or "request"
     if isinstance(on, uuid.UUID):
         return await _vote_step(uow, principal, request_id, on, payload, now, check)
     return await _decide_request(uow, principal, request_id, payload, now, check)
+
+
+async def _check_passkey(
+    repo: ApprovalRepository,
+    principal: OrgMember,
+    request_id: uuid.UUID,
+    payload: DecideApprovalRequest,
+    passkey: PasskeyProof | None,
+    check: PrincipalCheck | None,
+) -> None:
+    """Refuse a decision the org wants signed by a passkey unless this one was: read
+    only when the org's setting is on, so other orgs pay nothing for it."""
+    row = await get_request(repo, principal, request_id, check)
+    if not passkey_needed(principal.org_passkey_for, row.priority):
+        return
+    if passkey is None or not passkey.covers(row.id, principal.user_id, payload.decision):
+        raise PasskeyRequired(str(row.id))
 
 
 async def _step_awaiting(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from signoff.auth.actor import Actor
@@ -30,6 +30,8 @@ class OrgMember:
     user_email: str
     user_name: str
     role: Literal["admin", "member"]
+    # The org's ``passkey_for`` setting: which decisions need the person's passkey.
+    org_passkey_for: str = field(default="off", kw_only=True)
 
     @classmethod
     def of(cls, user: User, org: Organization) -> OrgMember:
@@ -42,6 +44,7 @@ class OrgMember:
             user_email=user.email,
             user_name=user.name,
             role="admin" if user.role == "admin" else "member",
+            org_passkey_for=org.passkey_for,
         )
 
     @property

@@ -17,6 +17,7 @@ from signoff.common.time import format_timestamp, utcnow
 from signoff.context import AppContext
 from signoff.models import Organization
 from signoff.orgs import service as orgs_service
+from signoff.passkeys import service as passkeys_service
 from signoff.unit_of_work import UnitOfWork
 
 org_app = typer.Typer(help="Organizations.", no_args_is_help=True)
@@ -79,6 +80,28 @@ def org_rename(org: OrgArgument, new_name: str, as_json: JsonFlag = False) -> No
 
     renamed = run_in_transaction(action)
     emit(as_json, renamed, f"renamed organization {renamed['id']} to {renamed['name']}")
+
+
+@org_app.command("passkeys")
+def org_passkeys(
+    org: OrgArgument,
+    value: Annotated[
+        str | None,
+        typer.Argument(help="off, critical or all; leave out to show the setting."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show or set which decisions need the approver's passkey (docs/passkeys.md)."""
+
+    async def action(_: AppContext, uow: UnitOfWork) -> dict[str, Any]:
+        found = await orgs_service.resolve_org(uow.orgs, org)
+        if value is not None:
+            await passkeys_service.set_passkey_for(uow.passkeys, found.id, value)
+        setting = await passkeys_service.get_passkey_for(uow.passkeys, found.id)
+        return {"id": str(found.id), "passkey_for": setting}
+
+    result = run_in_transaction(action)
+    emit(as_json, result, f"passkey_for: {result['passkey_for']}")
 
 
 @org_app.command("delete")

@@ -50,9 +50,20 @@ from signoff.dashboard.web import (
     safe_next,
     waiting_count,
 )
-from signoff.errors import AppError, Conflict, RequestNotPending, ValidationFailed
+from signoff.errors import (
+    AppError,
+    Conflict,
+    PasskeyRequired,
+    RequestNotPending,
+    ValidationFailed,
+)
 from signoff.oauth import service as oauth_service
 from signoff.oauth.endpoints import CHOOSE_PASSWORD_PATH, SESSION_COOKIE, set_session_cookie
+from signoff.passkeys import service as passkeys_service
+from signoff.passkeys.endpoints import relying_party
+from signoff.passkeys.endpoints import router as passkeys_router
+from signoff.passkeys.rule import passkey_needed
+from signoff.unit_of_work import UnitOfWork
 from signoff.wiring import wiring_of
 
 router = APIRouter(include_in_schema=False)
@@ -365,6 +376,7 @@ async def request_page(request: Request, request_id: str, viewer: Viewer = User)
     try:
         async with ctx.reading() as uow:
             page = await service.request_page(uow, viewer.member, rid)
+            signed = await uow.passkeys.assertions_of(rid)
     except AppError:
         raise not_found("This request") from None
     intent = request.query_params.get("decide")
@@ -378,6 +390,8 @@ async def request_page(request: Request, request_id: str, viewer: Viewer = User)
         r=page,
         preview=preview,
         intent=intent if intent in ("approve", "reject") else None,
+        needs_passkey=passkey_needed(viewer.org.passkey_for, page.request["priority"]),
+        signed_votes={(a.user_id, a.decision) for a in signed},
     )
 
 
@@ -391,8 +405,9 @@ async def decide(request: Request, request_id: str, viewer: Viewer = User) -> Re
     back = f"/requests/{rid}"
     if viewer.org.emergency_stop:
         return redirect(back, flash="The emergency stop is on: nothing is decided.", kind="error")
+    # The passkey script submits the form itself, without the pressed button's value.
     data: dict[str, Any] = {
-        "decision": fields.get("decision"),
+        "decision": fields.get("decision") or fields.get("passkey_decision"),
         "comment": fields.get("comment", "").strip(),
     }
     if fields.get("arguments"):
@@ -409,9 +424,10 @@ async def decide(request: Request, request_id: str, viewer: Viewer = User) -> Re
         return redirect(back, flash=_field_errors(exc), kind="error")
     try:
         async with ctx.transaction() as uow:
-            result = await approvals_service.decide(
-                uow, viewer.member, rid, payload, utcnow(), on="my_step"
-            )
+            result = await _decide_signed(request, uow, viewer, rid, payload, fields)
+    except PasskeyRequired:
+        message = "This request needs your passkey: use a browser with JavaScript on."
+        return redirect(back, flash=message, kind="error")
     except RequestNotPending:
         # Someone else decided meanwhile: the page says who and when.
         return redirect(back, flash="Someone decided this request before you.", kind="info")
@@ -481,6 +497,25 @@ async def review_edit(request: Request, request_id: str, viewer: Viewer = User) 
     )
 
 
+async def _decide_signed(
+    request: Request,
+    uow: UnitOfWork,
+    viewer: Viewer,
+    rid: uuid.UUID,
+    payload: DecideApprovalRequest,
+    fields: dict[str, str],
+) -> approvals_service.TransitionResult:
+    """The decision, signed by the person's passkey when the page's script sent an
+    assertion (kept with the vote), else as it is."""
+    now = utcnow()
+    credential = fields.get("passkey_credential")
+    if not credential:
+        return await approvals_service.decide(uow, viewer.member, rid, payload, now, on="my_step")
+    return await passkeys_service.decide_signed(
+        uow, viewer.member, relying_party(request), rid, payload, credential, now
+    )
+
+
 @router.post("/requests/{request_id}/comments")
 async def add_comment(request: Request, request_id: str, viewer: Viewer = User) -> Response:
     ctx = context_of(request)
@@ -544,7 +579,8 @@ async def account(request: Request, viewer: Viewer = User) -> Response:
     ctx = context_of(request)
     async with ctx.reading() as uow:
         grants = await service.authorizations(uow.oauth, viewer.user.id)
-    return await render(request, "account.html", viewer, grants=grants)
+        passkeys = await uow.passkeys.list_for_user(viewer.user.id)
+    return await render(request, "account.html", viewer, grants=grants, passkeys=passkeys)
 
 
 @router.post("/account/password")
@@ -612,4 +648,5 @@ def install_dashboard(app: FastAPI) -> None:
     app.add_exception_handler(PageRefused, on_page_refused)
     app.include_router(router)
     app.include_router(passwords.router)
+    app.include_router(passkeys_router)
     app.include_router(admin_router)

@@ -18,6 +18,7 @@ from signoff.models.oauth import (
     OAuthToken,
 )
 from signoff.models.orgs import Connection, Organization, SetupLink, User
+from signoff.models.passkeys import DecisionAssertion, Passkey, PasskeyChallenge
 from signoff.models.passwords import PasswordLink
 from signoff.models.policies import PolicyBudgetUsage, PolicyDocument
 from signoff.models.receipts import Receipt, SigningKey
@@ -31,6 +32,7 @@ __all__ = [
     "Comment",
     "Connection",
     "DashboardSession",
+    "DecisionAssertion",
     "DecisionLink",
     "Notification",
     "NotificationAttempt",
@@ -40,6 +42,8 @@ __all__ = [
     "OAuthClient",
     "OAuthToken",
     "Organization",
+    "Passkey",
+    "PasskeyChallenge",
     "PasswordLink",
     "PolicyBudgetUsage",
     "PolicyDocument",

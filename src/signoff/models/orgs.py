@@ -33,6 +33,11 @@ class Organization(Base):
     # Who turned the stop on last, and when: the dashboard's emergency-stop page says it.
     emergency_stop_at: Mapped[datetime | None] = mapped_column(default=None)
     emergency_stop_by: Mapped[uuid.UUID | None] = mapped_column(default=None)
+    # Which decisions need the approver's passkey: "off", "critical" (requests of
+    # priority critical) or "all" (docs/passkeys.md).
+    # The database's default only (fetched back by the insert's RETURNING): an insert
+    # written against an older schema, as migration tests do, does not name the column.
+    passkey_for: Mapped[str] = mapped_column(String(10), server_default="off")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

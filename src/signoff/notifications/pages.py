@@ -47,6 +47,11 @@ _STATE_PAGES: dict[str, tuple[int, str, str]] = {
         "This link was sent to someone else. Open the request to decide as yourself.",
     ),
     "stopped": (503, "Emergency stop", "The emergency stop is on: nothing is decided."),
+    "passkey": (
+        403,
+        "Passkey needed",
+        "This request is decided with your passkey, on its page in signoff: a link cannot sign it.",
+    ),
     "sign_in": (200, "Sign in to decide", "Sign in first: this request needs it."),
 }
 

@@ -42,6 +42,8 @@ PRINCIPAL_COLUMNS = (
     User.role,
     # The owner's deactivation: an API key of theirs goes on, without their authority.
     User.deactivated_at.label("owner_deactivated_at"),
+    # Which decisions need a passkey: an API call never has one (``passkeys.rule``).
+    Organization.passkey_for,
 )
 _PRINCIPAL_BY_KEY_HASH = PreparedQuery(
     select(*PRINCIPAL_COLUMNS)
@@ -77,6 +79,8 @@ def principal_guard() -> ColumnElement[bool]:
             Organization.name == bindparam("principal_org_name", type_=Organization.name.type),
             Organization.emergency_stop
             == bindparam("principal_emergency_stop", type_=Organization.emergency_stop.type),
+            Organization.passkey_for
+            == bindparam("principal_passkey_for", type_=Organization.passkey_for.type),
             User.id == bindparam("principal_user_id", type_=User.id.type),
             User.email == bindparam("principal_user_email", type_=User.email.type),
             User.name == bindparam("principal_user_name", type_=User.name.type),
@@ -96,6 +100,7 @@ def principal_guard_params(check: PrincipalCheck) -> dict[str, Any]:
         "principal_org_id": principal.org_id,
         "principal_org_name": principal.org_name,
         "principal_emergency_stop": principal.org_emergency_stop,
+        "principal_passkey_for": principal.org_passkey_for,
         "principal_user_id": principal.user_id,
         "principal_user_email": principal.user_email,
         "principal_user_name": principal.user_name,
@@ -385,4 +390,5 @@ def principal_from_row(
         scopes=scopes,
         auth_method=auth_method,
         owner_deactivated=row[10] is not None,
+        org_passkey_for=row[11],
     )

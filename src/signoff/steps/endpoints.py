@@ -29,6 +29,7 @@ from signoff.errors import (
     EditsNotAllowed,
     Forbidden,
     NotFound,
+    PasskeyRequired,
     RequestNotPending,
     ServiceUnavailable,
     StepNotPending,
@@ -98,6 +99,7 @@ async def list_steps(request: Request, request_id: UuidPath, principal: Reader) 
     responses=errors(
         ValidationFailed,
         Forbidden,
+        PasskeyRequired,
         NotFound,
         RequestNotPending,
         StepNotPending,
@@ -110,7 +112,9 @@ async def list_steps(request: Request, request_id: UuidPath, principal: Reader) 
     description="The step's approver or an admin; the step and request pending (409 "
     "STEP_NOT_PENDING / REQUEST_NOT_PENDING); sequential chains in order (409 "
     "STEP_OUT_OF_ORDER). With `arguments` (approve with edits, on a request with an "
-    "`arguments_schema`, else 400 EDITS_NOT_ALLOWED) the steps approved before reopen.",
+    "`arguments_schema`, else 400 EDITS_NOT_ALLOWED) the steps approved before reopen. 403 "
+    "PASSKEY_REQUIRED when the org's `passkey_for` needs the "
+    "approver's passkey for this request: `details.url` is its page (docs/passkeys.md).",
 )
 async def vote_step(
     request: Request, request_id: UuidPath, step_id: UuidPath, principal: Writer

@@ -23,10 +23,11 @@ from signoff.models import ApprovalRequest
 from signoff.models.notifications import DecisionLink
 from signoff.notifications.repository import NotificationRepository
 from signoff.notifications.routing.document import RequestFacts, facts_of, link_expiry
+from signoff.passkeys.rule import passkey_needed
 from signoff.unit_of_work import UnitOfWork
 
 LinkState = Literal[
-    "ready", "unknown", "used", "expired", "decided", "sign_in", "foreign", "stopped"
+    "ready", "unknown", "used", "expired", "decided", "sign_in", "foreign", "stopped", "passkey"
 ]
 
 
@@ -127,6 +128,9 @@ async def inspect_link(
     org = await repo.orgs.get_org(link.org_id)
     if emergency_stop or (org is not None and org.emergency_stop):
         return _with(view, "stopped")
+    if org is not None and passkey_needed(org.passkey_for, row.priority):
+        # Only the request's page can sign the decision with the person's passkey.
+        return _with(view, "passkey")
     if viewer is not None and (
         viewer.org_id != link.org_id or (link.user_id and viewer.user_id != link.user_id)
     ):

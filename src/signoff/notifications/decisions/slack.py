@@ -37,7 +37,7 @@ from signoff.common.ids import parse_id
 from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
-from signoff.errors import AppError, RequestNotPending
+from signoff.errors import AppError, PasskeyRequired, RequestNotPending
 from signoff.notifications.repository import NotificationRepository
 from signoff.notifications.routing.document import (
     RequestFacts,
@@ -166,6 +166,11 @@ async def handle_press(ctx: SlackHost, app: SlackApp, press: Press) -> None:
                 )
         except RequestNotPending:
             await _respond(ctx, press, _ephemeral("This request was decided already."))
+            return
+        except PasskeyRequired:
+            url = _request_url(ctx, press)
+            text = f"This request is decided with your passkey, on <{url}|its page in signoff>."
+            await _respond(ctx, press, _ephemeral(text))
             return
         except AppError as exc:
             refusal = f"You may not decide this: {messages.slack_escape(exc.message)}"

@@ -52,6 +52,7 @@ from signoff.notifications.routing.service import channel_settings
 from signoff.notifications.sending import messages
 from signoff.notifications.sending.channels import HttpChannels, SmtpServer, send_mail
 from signoff.notifications.sending.repository import ClaimedNotification, ClaimedRow
+from signoff.passkeys.rule import passkey_needed
 from signoff.storage import Database
 from signoff.webhooks.delivery import AttemptResult, ClientPool
 from signoff.webhooks.urlpolicy import AddressPolicy
@@ -198,7 +199,12 @@ class NotificationSender:
             if held:
                 wait = timedelta(seconds=self.settings.notification_chat_interval_seconds)
                 await repo.put_back([r.notification.id for r in held], token, now + wait)
-            built = [self._with_links(repo, message, now) for message in outgoing]
+            built = [
+                self._without_links(message)
+                if await _needs_passkey(repo, message)
+                else self._with_links(repo, message, now)
+                for message in outgoing
+            ]
         return built, taken, planned
 
     async def _plan(self, now: datetime) -> int:
@@ -308,6 +314,14 @@ class NotificationSender:
         )
         return Outgoing((row,), (messages.Item(row.request, n.kind, links),))
 
+    async def _passkey_only(self, message: Outgoing) -> bool:
+        """A Slack app's buttons must not decide a request that needs a passkey either:
+        its message opens the request page instead."""
+        async with self.db.read_session() as session:
+            return await _needs_passkey(
+                NotificationRepository(session, self.db.dialect), message.rows
+            )
+
     # ---- 2. send ----
 
     async def _send(self, message: Outgoing, sample: bool = False) -> AttemptResult:
@@ -328,7 +342,9 @@ class NotificationSender:
                 return await send_mail(self.smtp, mail, self.settings.notification_timeout_seconds)
             if kind == "slack":
                 app = "bot_token" in settings
-                sign_in_first = app and _sign_in_first(message)
+                sign_in_first = app and (
+                    _sign_in_first(message) or await self._passkey_only(message)
+                )
                 payload = messages.slack_payload(
                     message.items, app and not sign_in_first, sign_in_first
                 )
@@ -517,6 +533,16 @@ def _sign_in_first(message: Outgoing) -> bool:
         return False
     row = message.rows[0]
     return row.request.priority == "critical" and row.notification.require_sign_in
+
+
+async def _needs_passkey(repo: NotificationRepository, rows: Sequence[ClaimedRow]) -> bool:
+    """A request decided only with a passkey gets no one-click links: its message
+    offers the link to its page alone (docs/passkeys.md)."""
+    if len(rows) != 1:
+        return False
+    facts = rows[0].request
+    org = await repo.orgs.get_org(facts.org_id)
+    return org is not None and passkey_needed(org.passkey_for, facts.priority)
 
 
 def _interactive_slack(box: SecretBox, row: ClaimedRow) -> bool:

@@ -1,0 +1,42 @@
+"""Which decisions need a passkey, and the proof that one signed it.
+
+Pure and free of WebAuthn: the approvals service asks it before any decision, whoever
+makes it, so no way of deciding (API key, OAuth token, mail link, Slack, dashboard)
+goes around it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Literal
+
+PasskeyFor = Literal["off", "critical", "all"]
+PASSKEY_FOR_VALUES: tuple[str, ...] = ("off", "critical", "all")
+
+
+def passkey_may_be_needed(passkey_for: str) -> bool:
+    """False when no request of the org needs a passkey: nothing more to read."""
+    return passkey_for in ("critical", "all")
+
+
+def passkey_needed(passkey_for: str, priority: str) -> bool:
+    """Whether a decision on a request of this priority must be signed by a passkey."""
+    if passkey_for == "all":
+        return True
+    return passkey_for == "critical" and priority == "critical"
+
+
+@dataclass(frozen=True)
+class PasskeyProof:
+    """A verified assertion over (request, decision, arguments hash, nonce) made by
+    ``user_id``'s passkey in this transaction (``passkeys.service.verify_decision``)."""
+
+    request_id: uuid.UUID
+    user_id: uuid.UUID
+    decision: str
+
+    def covers(self, request_id: uuid.UUID, user_id: uuid.UUID, decision: str) -> bool:
+        return (
+            self.request_id == request_id and self.user_id == user_id and self.decision == decision
+        )

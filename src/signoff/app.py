@@ -39,6 +39,7 @@ from signoff.oauth.endpoints import router as oauth_router
 from signoff.operations.endpoints import router as metrics_router
 from signoff.operations.service import check_ready
 from signoff.orgs.endpoints import router as orgs_router
+from signoff.orgs.settings_endpoints import router as org_settings_router
 from signoff.receipts.endpoints import router as receipts_router
 from signoff.remote_mcp.server import RemoteMcp
 from signoff.retention.service import run_retention
@@ -257,6 +258,7 @@ def create_app(
         app,
         approvals_router,
         orgs_router,
+        org_settings_router,
         oauth_router,
         oauth_api_router,
         steps_router,

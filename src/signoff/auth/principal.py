@@ -30,6 +30,8 @@ class OrgMember:
     user_email: str
     user_name: str
     role: Literal["admin", "member"]
+    # The org's ``self_approval`` setting (orgs/settings.py): "allow" or "forbid".
+    org_self_approval: str
 
     @classmethod
     def of(cls, user: User, org: Organization) -> OrgMember:
@@ -42,11 +44,16 @@ class OrgMember:
             user_email=user.email,
             user_name=user.name,
             role="admin" if user.role == "admin" else "member",
+            org_self_approval=org.self_approval,
         )
 
     @property
     def is_admin(self) -> bool:
         return self.role == "admin"
+
+    @property
+    def forbids_self_approval(self) -> bool:
+        return self.org_self_approval == "forbid"
 
     @property
     def actor(self) -> Actor:

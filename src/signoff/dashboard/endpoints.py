@@ -139,6 +139,7 @@ async def setup_submit(request: Request, token: str) -> Response:
         name=fields.get("name", ""),
         email=fields.get("email", ""),
         password=fields.get("password", ""),
+        self_approval="forbid" if fields.get("self_approval") == "forbid" else "allow",
     )
     now = utcnow()
     try:

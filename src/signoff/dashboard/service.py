@@ -94,6 +94,8 @@ class SetupForm:
     name: str
     email: str
     password: str
+    # The org's ``self_approval`` setting: the setup page offers "forbid", checked.
+    self_approval: str = "allow"
 
 
 async def complete_setup(repo: OrgRepository, token: str, form: SetupForm, now: datetime) -> User:
@@ -110,6 +112,7 @@ async def complete_setup(repo: OrgRepository, token: str, form: SetupForm, now: 
     if await repo.any_org_exists():
         raise SetupDone()
     org = await orgs.create_org(repo, form.org_name, now)
+    org.self_approval = form.self_approval  # written with the org, at the commit
     return await orgs.create_user(
         repo,
         org.id,
@@ -367,6 +370,9 @@ class RequestPage:
     my_step: StepRecord | None = None
     can_decide: bool = False
     already_voted: bool = False
+    # The org forbids self-approval and the viewer owns the requesting connection: the
+    # page explains why there are no buttons (approvals.service.refuse_self_approval).
+    own_request: bool = False
     metadata_items: list[tuple[int, str, str | None]] = field(default_factory=list)
 
 
@@ -423,6 +429,9 @@ async def request_page(
             page.can_decide = page.my_step is not None or member.is_admin
         else:
             page.can_decide = not page.already_voted
+        requester = (connection.id, connection.owner_id) if connection else None
+        if approvals.is_self_approval(member, requester):
+            page.own_request, page.can_decide, page.my_step = True, False, None
     return page
 
 

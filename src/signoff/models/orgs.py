@@ -33,6 +33,9 @@ class Organization(Base):
     # Who turned the stop on last, and when: the dashboard's emergency-stop page says it.
     emergency_stop_at: Mapped[datetime | None] = mapped_column(default=None)
     emergency_stop_by: Mapped[uuid.UUID | None] = mapped_column(default=None)
+    # Org settings (orgs/settings.py), one column each: "allow" lets the person who
+    # owns a request's connection decide it; "forbid" asks for a second person.
+    self_approval: Mapped[str] = mapped_column(String(16), default="allow", server_default="allow")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -60,10 +63,20 @@ class User(Base):
     must_change_password: Mapped[bool] = mapped_column(
         Boolean, default=False, server_default=false()
     )
+    # Out of office (orgs/delegation.py): from ``away_from`` until ``away_until`` their
+    # steps, inbox and notifications go to ``delegate_id`` too. All three or none.
+    away_from: Mapped[datetime | None] = mapped_column(default=None)
+    away_until: Mapped[datetime | None] = mapped_column(default=None)
+    # A user of the same org (checked when set); no foreign key (migration 0029).
+    delegate_id: Mapped[uuid.UUID | None] = mapped_column(default=None)
 
     @property
     def is_active(self) -> bool:
         return self.deactivated_at is None
+
+
+# Who delegates to a person: read by every inbox (``listing.filters.votable_now``).
+Index("ix_users_delegate_id", User.delegate_id)
 
 
 class Connection(Base):

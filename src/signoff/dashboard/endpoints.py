@@ -26,6 +26,7 @@ from signoff.context import AppContext, context_of
 from signoff.dashboard import passwords, service
 from signoff.dashboard.admin import router as admin_router
 from signoff.dashboard.first_steps import FirstSteps, first_steps
+from signoff.dashboard.people import router as people_router
 from signoff.dashboard.previews import render_preview
 from signoff.dashboard.web import (
     PAGE_HEADERS,
@@ -51,6 +52,7 @@ from signoff.dashboard.web import (
 from signoff.errors import AppError, Conflict, RequestNotPending, ValidationFailed
 from signoff.oauth import service as oauth_service
 from signoff.oauth.endpoints import CHOOSE_PASSWORD_PATH, SESSION_COOKIE, set_session_cookie
+from signoff.orgs.delegation import is_away
 from signoff.wiring import wiring_of
 
 router = APIRouter(include_in_schema=False)
@@ -482,7 +484,19 @@ async def account(request: Request, viewer: Viewer = User) -> Response:
     ctx = context_of(request)
     async with ctx.reading() as uow:
         grants = await service.authorizations(uow.oauth, viewer.user.id)
-    return await render(request, "account.html", viewer, grants=grants)
+        people = await uow.orgs.list_users(viewer.org.id)
+    # Who may stand in: the org's active people but oneself (orgs/delegation.py).
+    others = [p for p in people if p.is_active and p.id != viewer.user.id]
+    delegate = next((p for p in people if p.id == viewer.user.delegate_id), None)
+    return await render(
+        request,
+        "account.html",
+        viewer,
+        grants=grants,
+        others=others,
+        delegate=delegate,
+        away_now=is_away(viewer.user, utcnow()),
+    )
 
 
 @router.post("/account/password")
@@ -551,3 +565,4 @@ def install_dashboard(app: FastAPI) -> None:
     app.include_router(router)
     app.include_router(passwords.router)
     app.include_router(admin_router)
+    app.include_router(people_router)

@@ -424,7 +424,12 @@ async def request_page(
     )
     page.already_voted = any(v.user_id == member.user_id and v.step_id is None for v in votes)
     if body["status"] == "pending":
-        page.my_step = approvals.votable_step(steps, member.user_id, row.is_sequential)
+        stands_in_for = (
+            await uow.approvals.stood_in_for(member.org_id, member.user_id, now) if steps else {}
+        )
+        page.my_step = approvals.votable_step(
+            steps, member.user_id, row.is_sequential, stands_in_for
+        )
         if steps:
             page.can_decide = page.my_step is not None or member.is_admin
         else:

@@ -228,6 +228,30 @@ class OrgRepository:
         )
         return {row.id: row.name for row in rows if row.id != voter_id}
 
+    async def stand_ins(
+        self, org_id: uuid.UUID, user_ids: Sequence[uuid.UUID], now: datetime
+    ) -> list[uuid.UUID]:
+        """Who stands in for ``user_ids`` at ``now`` (their delegates while they are away,
+        and those delegates' own if away too: two hops, orgs/delegation.py), none of
+        ``user_ids`` themselves. By primary key: two small reads at most."""
+        found: list[uuid.UUID] = []
+        hop = list(user_ids)
+        for _ in range(2):
+            if not hop:
+                break
+            rows = await self.session.execute(
+                select(User.delegate_id).where(
+                    User.org_id == org_id,
+                    User.id.in_(hop),
+                    User.delegate_id.is_not(None),
+                    User.away_from <= now,
+                    User.away_until > now,
+                )
+            )
+            hop = [d for (d,) in rows if d is not None and d not in user_ids and d not in found]
+            found += hop
+        return found
+
     async def get_user(self, org_id: uuid.UUID, user_id: uuid.UUID) -> User | None:
         user = await self.session.get(User, user_id)
         return user if user is not None and user.org_id == org_id else None

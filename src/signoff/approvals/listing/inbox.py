@@ -23,8 +23,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.selectable import NamedFromClause, Subquery
 
+from signoff.approvals.json_in_sql import NOW, request_json
 from signoff.approvals.json_in_sql import is_past_expiry as _is_past_expiry
-from signoff.approvals.json_in_sql import request_json
 from signoff.approvals.listing.filters import votable_now
 from signoff.approvals.listing.paging import PAGE, total_of
 from signoff.approvals.listing.search import (
@@ -230,7 +230,7 @@ def _waiting_conditions(
     elif search:
         words = matches_search(dialect, rows)
         conditions.append(or_(numbered, words) if number == "or_words" else words)
-    conditions.append(votable_now(bindparam("user_id"), rows, dialect))
+    conditions.append(votable_now(bindparam("user_id"), rows, dialect, NOW))
     return conditions
 
 

@@ -67,6 +67,7 @@ from signoff.errors import (
     Forbidden,
     NotFound,
     RequestNotPending,
+    SelfApprovalForbidden,
     ServiceUnavailable,
     ValidationFailed,
 )
@@ -301,6 +302,7 @@ def _parse_wait(value: str | None, maximum: int) -> float:
     responses=errors(
         ValidationFailed,
         Forbidden,
+        SelfApprovalForbidden,
         NotFound,
         RequestNotPending,
         AlreadyVoted,
@@ -311,7 +313,9 @@ def _parse_wait(value: str | None, maximum: int) -> float:
     description="Count-based requests need `required_approvals` approvals by distinct users; "
     "until then the answer is 200 with `status: pending`. One reject rejects. An approval "
     "issues a receipt (docs/receipts.md); 503 SERVICE_UNAVAILABLE if it cannot be signed "
-    "(the signing key does not decrypt with this server's SIGNOFF_SECRET_KEY).",
+    "(the signing key does not decrypt with this server's SIGNOFF_SECRET_KEY). 403 "
+    "SELF_APPROVAL_FORBIDDEN while the org's `self_approval` is `forbid` and the caller is "
+    "the requester (the requesting connection's key, or the person who owns it).",
 )
 async def decide_approval(request: Request, request_id: UuidPath, principal: Writer) -> Response:
     ctx = context_of(request)

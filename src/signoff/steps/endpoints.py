@@ -29,6 +29,7 @@ from signoff.errors import (
     Forbidden,
     NotFound,
     RequestNotPending,
+    SelfApprovalForbidden,
     ServiceUnavailable,
     StepNotPending,
     StepOutOfOrder,
@@ -97,6 +98,7 @@ async def list_steps(request: Request, request_id: UuidPath, principal: Reader) 
     responses=errors(
         ValidationFailed,
         Forbidden,
+        SelfApprovalForbidden,
         NotFound,
         RequestNotPending,
         StepNotPending,
@@ -105,7 +107,9 @@ async def list_steps(request: Request, request_id: UuidPath, principal: Reader) 
     ),
     openapi_extra=json_body_doc(DecideApprovalRequest),
     summary="Vote on one step",
-    description="The step's approver or an admin; the step and request pending (409 "
+    description="The step's approver, their delegate while they are away "
+    "(`/api/v1/me/delegation`), or an admin; 403 SELF_APPROVAL_FORBIDDEN for the requester "
+    "while the org forbids self-approval; the step and request pending (409 "
     "STEP_NOT_PENDING / REQUEST_NOT_PENDING); sequential chains in order (409 "
     "STEP_OUT_OF_ORDER).",
 )

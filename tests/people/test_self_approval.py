@@ -195,3 +195,35 @@ async def test_dashboard_shows_the_buttons_to_another_person(
     assert decided.status_code == 303
     read = await client.get(f"/api/v1/approvals/{request['id']}", headers=org.admin.headers)
     assert read.json()["status"] == "approved"
+
+
+async def test_the_inbox_leaves_out_one_s_own_requests_under_four_eyes(
+    ctx: AppContext, client: httpx.AsyncClient, org: Org
+) -> None:
+    from signoff.approvals.listing import InboxFilters, count_waiting, read_inbox
+    from signoff.common.time import utcnow
+
+    own = await create_approval(client, org.member, title="Mine")
+    theirs = await create_approval(client, org.members[1], title="Theirs")
+
+    async def waiting(hide_own: bool) -> set[str]:
+        import orjson
+
+        found = await read_inbox(
+            ctx.db.queries, uuid.UUID(org.id), uuid.UUID(org.member.user_id),
+            InboxFilters(hide_own=hide_own), now=utcnow(), offset=0, limit=50,
+        )  # fmt: skip
+        counted, _ = await count_waiting(
+            ctx.db.queries, uuid.UUID(org.id), uuid.UUID(org.member.user_id),
+            now=utcnow(), hide_own=hide_own,
+        )  # fmt: skip
+        ids = {orjson.loads(item)["id"] for item in found.rendered}
+        assert counted == len(ids) == found.total
+        return ids
+
+    assert await waiting(False) == {own["id"], theirs["id"]}
+    assert await waiting(True) == {theirs["id"]}
+    await forbid(client, org)
+    await signed_in(ctx, client, org.member)
+    inbox = (await client.get("/")).text
+    assert "Theirs" in inbox and "Mine" not in inbox

@@ -294,7 +294,11 @@ async def inbox(
     """What waits for this person's vote now, most urgent first; the total counts up to
     ``WAITING_COUNT_CAP`` (``Page.total_is_exact``)."""
     filters = InboxFilters(
-        priority=view.priority, action_type=view.action_type, source=view.source, search=view.search
+        priority=view.priority,
+        action_type=view.action_type,
+        source=view.source,
+        search=view.search,
+        hide_own=member.forbids_self_approval,
     )
     found = await read_inbox(
         queries,

@@ -83,7 +83,8 @@ class Connection(Base):
     """An integration's identity: one API key, one webhook secret, one rate limit."""
 
     __tablename__ = "connections"
-    __table_args__ = (Index(None, "org_id", "created_at"),)
+    # owner_id: the inbox leaves out a person's own requests under four-eyes (0029).
+    __table_args__ = (Index(None, "org_id", "created_at"), Index(None, "owner_id"))
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     org_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("organizations.id", ondelete="CASCADE"))

@@ -40,9 +40,11 @@ def upgrade() -> None:
     # never deleted one by one (an org's deletion takes them all).
     op.add_column("users", sa.Column("delegate_id", sa.Uuid(), nullable=True))
     op.create_index("ix_users_delegate_id", "users", ["delegate_id"])
+    op.create_index("ix_connections_owner_id", "connections", ["owner_id"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_connections_owner_id", table_name="connections")
     op.drop_index("ix_users_delegate_id", table_name="users")
     op.drop_column("users", "delegate_id")
     op.drop_column("users", "away_until")

@@ -499,8 +499,8 @@ class ApprovalRepository:
         Read on its own (autocommit where there is one), so that a decision made without
         a lock still may be (``can_decide_without_lock``)."""
         params = {"request_id": request_id, "org_id": org_id}
-        if self.queries is not None:
-            row = await self.queries.one(_REQUESTER, params)
+        if self._reads_alone:
+            row = await self.queries.one(_REQUESTER, params)  # type: ignore[union-attr]
         else:
             row = (await self.session.execute(_REQUESTER.statement, params)).first()
         return (row[0], row[1]) if row is not None else None
@@ -512,11 +512,18 @@ class ApprovalRepository:
         (``orgs.repository.stood_in_for``). Read on its own, as ``requester``."""
         params = {"voter": voter_id, "now": now, "org_id": org_id}
         rows: Sequence[Any]
-        if self.queries is not None:
-            rows = await self.queries.all(_STOOD_IN_FOR, params)
+        if self._reads_alone:
+            rows = await self.queries.all(_STOOD_IN_FOR, params)  # type: ignore[union-attr]
         else:
             rows = (await self.session.execute(_STOOD_IN_FOR.statement, params)).all()
         return {row[0]: row[1] for row in rows if row[0] != voter_id}
+
+    @property
+    def _reads_alone(self) -> bool:
+        """PostgreSQL, before the session has begun: a read may go out in autocommit,
+        keeping a decision's transaction free to write alone. Elsewhere (SQLite, whose
+        writer a begun transaction may hold) it is read in the session."""
+        return may_write_alone(self.session, self.queries)
 
     @property
     def can_decide_without_lock(self) -> bool:

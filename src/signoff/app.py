@@ -46,6 +46,7 @@ from signoff.oauth.endpoints import router as oauth_router
 from signoff.operations.endpoints import router as metrics_router
 from signoff.operations.service import check_ready
 from signoff.orgs.endpoints import router as orgs_router
+from signoff.orgs.settings_endpoints import router as org_settings_router
 from signoff.policies.endpoints import router as policies_router
 from signoff.policies.pages import pages as policy_pages
 from signoff.receipts.endpoints import router as receipts_router
@@ -270,6 +271,7 @@ def create_app(
         app,
         approvals_router,
         orgs_router,
+        org_settings_router,
         oauth_router,
         oauth_api_router,
         steps_router,

@@ -97,6 +97,18 @@ class OwnerDeactivated(AppError):
     )
 
 
+class SelfApprovalForbidden(AppError):
+    """The org asks for a second person (``self_approval: forbid``): whoever owns the
+    connection that made a request, or its API key, may not decide it."""
+
+    status_code = 403
+    code = "SELF_APPROVAL_FORBIDDEN"
+    default_message = (
+        "This organization forbids self-approval: the person who owns the requesting "
+        "connection (or its API key) may not decide this request. Another approver must."
+    )
+
+
 class NotFound(AppError):
     status_code = 404
     code = "NOT_FOUND"

@@ -79,6 +79,7 @@ def _principal(scopes: tuple[str, ...]) -> Principal:
         user_email="a@acme.example",
         user_name="A",
         role="member",
+        org_self_approval="allow",
         scopes=scopes,
     )
 

@@ -13,12 +13,14 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 
 from signoff.auth.principal import ALL_SCOPES
+from signoff.common.time import format_timestamp, utcnow
 from signoff.context import AppContext
 from signoff.middleware import PUBLIC_API_PATHS
 from tests.conftest import Member, Org, approval_body, create_approval
@@ -67,6 +69,12 @@ SCOPE_TABLE: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/receipts/redeem"): WRITE,
     ("GET", "/api/v1/approvals/{}/notifications"): READ,
     ("POST", "/api/v1/connections/{}/transfer"): ADMIN_API_KEY,
+    ("GET", "/api/v1/org/settings"): READ,
+    # An OAuth token, however broad, cannot loosen four-eyes.
+    ("PATCH", "/api/v1/org/settings"): ADMIN_API_KEY,
+    ("GET", "/api/v1/me/delegation"): READ,
+    ("PUT", "/api/v1/me/delegation"): WRITE,
+    ("DELETE", "/api/v1/me/delegation"): WRITE,
 }
 
 DEPENDENCY_OF = {
@@ -294,6 +302,20 @@ BUILDERS: dict[tuple[str, str], Builder] = {
         f"/api/v1/connections/{env.org.members[-1].connection_id}/transfer",
         {"owner_id": env.admin.user_id},
     ),
+    ("GET", "/api/v1/org/settings"): lambda env: _plain("GET", "/api/v1/org/settings"),
+    ("PATCH", "/api/v1/org/settings"): lambda env: _plain(
+        "PATCH", "/api/v1/org/settings", {"self_approval": "allow"}
+    ),
+    ("GET", "/api/v1/me/delegation"): lambda env: _plain("GET", "/api/v1/me/delegation"),
+    ("PUT", "/api/v1/me/delegation"): lambda env: _plain(
+        "PUT",
+        "/api/v1/me/delegation",
+        {
+            "away_until": format_timestamp(utcnow() + timedelta(days=7)),
+            "delegate_id": env.org.members[-1].user_id,
+        },
+    ),
+    ("DELETE", "/api/v1/me/delegation"): lambda env: _plain("DELETE", "/api/v1/me/delegation"),
 }
 
 

@@ -254,6 +254,9 @@ def test_operation_keeps_its_contract(
                 if path == "/api/v1/emergency-stop" and method == "PUT":
                     # The stop would refuse every later write: lift it for the next calls.
                     live_server.http.put("/api/v1/emergency-stop", json={"active": False})
+                if path == "/api/v1/org/settings" and method == "PATCH":
+                    # Four-eyes would refuse the later calls' own decisions: allow again.
+                    live_server.http.patch("/api/v1/org/settings", json={"self_approval": "allow"})
 
         try:
             call()

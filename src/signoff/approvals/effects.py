@@ -17,8 +17,8 @@ applies transitions to an in-memory fake in milliseconds.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -43,6 +43,22 @@ class Author:
     user_id: uuid.UUID
     email: str
     name: str
+    # The away people this person stands in for, by id, with their names: a vote for
+    # one of them is recorded as "Bob for Ann" (``as_voted``).
+    stands_in_for: Mapping[uuid.UUID, str] = field(default_factory=dict, compare=False)
+
+
+def as_voted(author: Author | None, transition: state.Transition) -> Author | None:
+    """The author as the decision's records name them: "Bob for Ann" when the vote was
+    cast for an away approver (the state machine's ``on_behalf_of``)."""
+    if author is None or not author.stands_in_for:
+        return author
+    for effect in transition.effects:
+        if isinstance(effect, state.WriteEvent) and "on_behalf_of" in effect.data:
+            stood_in = author.stands_in_for.get(uuid.UUID(effect.data["on_behalf_of"]))
+            if stood_in is not None:
+                return replace(author, name=f"{author.name} for {stood_in}")
+    return author
 
 
 class ApprovalWrites(Protocol):
@@ -151,6 +167,7 @@ async def apply_transition(
 ) -> RequestRecord:
     """Write every effect of ``transition`` on the locked request ``row``, in order; the
     request as it now is."""
+    author = as_voted(author, transition)
     sink = _WriteNow(uow, now)
     for effect in transition.effects:
         row = await _dispatch(sink, row, effect, author, now)

@@ -69,6 +69,7 @@ from signoff.errors import (
     NotFound,
     PasskeyRequired,
     RequestNotPending,
+    SelfApprovalForbidden,
     ServiceUnavailable,
     ValidationFailed,
 )
@@ -304,6 +305,7 @@ def _parse_wait(value: str | None, maximum: int) -> float:
         ValidationFailed,
         Forbidden,
         PasskeyRequired,
+        SelfApprovalForbidden,
         NotFound,
         RequestNotPending,
         AlreadyVoted,
@@ -322,7 +324,10 @@ def _parse_wait(value: str | None, maximum: int) -> float:
     "approvals no longer count and the edit is this approval. 403 "
     "PASSKEY_REQUIRED when the org's `passkey_for` needs the approver's passkey for this "
     "request: an API key or token cannot sign; `details.url` is the request's page "
-    "(docs/passkeys.md).",
+    "(docs/passkeys.md). 403 "
+    ""
+    "SELF_APPROVAL_FORBIDDEN while the org's `self_approval` is `forbid` and the caller is "
+    "the requester (the requesting connection's key, or the person who owns it).",
 )
 async def decide_approval(request: Request, request_id: UuidPath, principal: Writer) -> Response:
     ctx = context_of(request)

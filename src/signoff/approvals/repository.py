@@ -44,8 +44,16 @@ from signoff.approvals.typed_rows import (
 from signoff.auth.principal import PrincipalCheck
 from signoff.common.ids import new_id
 from signoff.common.time import utcnow
-from signoff.models import ApprovalRequest, ApprovalStep, AuditEvent, Comment, User, Vote
-from signoff.orgs.repository import principal_guard, principal_guard_params
+from signoff.models import (
+    ApprovalRequest,
+    ApprovalStep,
+    AuditEvent,
+    Comment,
+    Connection,
+    User,
+    Vote,
+)
+from signoff.orgs.repository import principal_guard, principal_guard_params, stood_in_for
 from signoff.storage import (
     PreparedQuery,
     QueryRunner,
@@ -231,6 +239,24 @@ _INSERT_VOTE = PreparedQuery(
 )
 _COUNT_BASED_VOTERS = PreparedQuery(
     select(Vote.user_id).where(Vote.request_id == bindparam("request_id"), Vote.step_id.is_(None))
+)
+
+# Who asked: the request's connection and that connection's owner now (self-approval).
+_REQUESTER = PreparedQuery(
+    select(ApprovalRequest.connection_id, Connection.owner_id)
+    .join(Connection, Connection.id == ApprovalRequest.connection_id)
+    .where(
+        ApprovalRequest.id == bindparam("request_id"),
+        ApprovalRequest.org_id == bindparam("org_id"),
+    )
+)
+
+# Who a voter stands in for now, with their names (orgs/delegation.py).
+_STOOD_IN_FOR = PreparedQuery(
+    select(User.id, User.name).where(
+        User.org_id == bindparam("org_id"),
+        User.id.in_(stood_in_for(bindparam("voter"), bindparam("now"))),
+    )
 )
 
 _REQUEST_BY_ID = PreparedQuery(
@@ -473,6 +499,39 @@ class ApprovalRepository:
         self._expected_versions: dict[uuid.UUID, str] = {}
         # The chains ``replace_steps`` wrote, by request (``chain_written``).
         self._chains_written: dict[uuid.UUID, list[StepRecord]] = {}
+
+    async def requester(
+        self, org_id: uuid.UUID, request_id: uuid.UUID
+    ) -> tuple[uuid.UUID, uuid.UUID] | None:
+        """The request's connection and that connection's owner; None: no such request.
+        Read on its own (autocommit where there is one), so that a decision made without
+        a lock still may be (``can_decide_without_lock``)."""
+        params = {"request_id": request_id, "org_id": org_id}
+        if self._reads_alone:
+            row = await self.queries.one(_REQUESTER, params)  # type: ignore[union-attr]
+        else:
+            row = (await self.session.execute(_REQUESTER.statement, params)).first()
+        return (row[0], row[1]) if row is not None else None
+
+    async def stood_in_for(
+        self, org_id: uuid.UUID, voter_id: uuid.UUID, now: datetime
+    ) -> dict[uuid.UUID, str]:
+        """The away people ``voter_id`` stands in for at ``now``, with their names
+        (``orgs.repository.stood_in_for``). Read on its own, as ``requester``."""
+        params = {"voter": voter_id, "now": now, "org_id": org_id}
+        rows: Sequence[Any]
+        if self._reads_alone:
+            rows = await self.queries.all(_STOOD_IN_FOR, params)  # type: ignore[union-attr]
+        else:
+            rows = (await self.session.execute(_STOOD_IN_FOR.statement, params)).all()
+        return {row[0]: row[1] for row in rows if row[0] != voter_id}
+
+    @property
+    def _reads_alone(self) -> bool:
+        """PostgreSQL, before the session has begun: a read may go out in autocommit,
+        keeping a decision's transaction free to write alone. Elsewhere (SQLite, whose
+        writer a begun transaction may hold) it is read in the session."""
+        return may_write_alone(self.session, self.queries)
 
     @property
     def can_decide_without_lock(self) -> bool:

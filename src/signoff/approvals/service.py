@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable, MutableSequence, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, MutableSequence, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal, Protocol, TypeVar, cast
 
@@ -40,6 +40,7 @@ from signoff.errors import (
     NotFound,
     PasskeyRequired,
     RequestNotPending,
+    SelfApprovalForbidden,
     ValidationFailed,
 )
 from signoff.models import AuditEvent, Comment
@@ -290,10 +291,16 @@ async def decide(
     the org's ``passkey_for`` may require (else 403 PASSKEY_REQUIRED)."""
     if passkey_may_be_needed(principal.org_passkey_for):
         await _check_passkey(uow.approvals, principal, request_id, payload, passkey, check)
+    if principal.forbids_self_approval:
+        await refuse_self_approval(uow.approvals, principal, request_id)
+    stands_in_for: dict[uuid.UUID, str] = {}
+    if on != "request":
+        # Out of office: a delegate votes the steps of those they stand in for.
+        stands_in_for = await uow.approvals.stood_in_for(principal.org_id, principal.user_id, now)
     if on == "my_step":
-        on = await _step_awaiting(uow.approvals, principal, request_id) or "request"
+        on = await _step_awaiting(uow.approvals, principal, request_id, stands_in_for) or "request"
     if isinstance(on, uuid.UUID):
-        return await _vote_step(uow, principal, request_id, on, payload, now, check)
+        return await _vote_step(uow, principal, request_id, on, payload, now, check, stands_in_for)
     return await _decide_request(uow, principal, request_id, payload, now, check)
 
 
@@ -314,24 +321,61 @@ async def _check_passkey(
         raise PasskeyRequired(str(row.id))
 
 
-async def _step_awaiting(
+async def refuse_self_approval(
     repo: ApprovalRepository, member: OrgMember, request_id: uuid.UUID
+) -> None:
+    """Four-eyes (the org's ``self_approval: forbid``): whoever owns the requesting
+    connection, or acts through its API key, decides nothing on its requests. Every
+    human decision passes here (API, dashboard, mail links, Slack); policies and
+    standing approvals do not, since no person decides there."""
+    if is_self_approval(member, await repo.requester(member.org_id, request_id)):
+        raise SelfApprovalForbidden(
+            details={"request_id": str(request_id), "user_id": str(member.user_id)}
+        )
+
+
+def is_self_approval(member: OrgMember, requester: tuple[uuid.UUID, uuid.UUID] | None) -> bool:
+    """Whether ``member`` is the requester (``requester``: the request's connection and
+    its owner) in the sense four-eyes forbids; always False while the org allows it."""
+    if requester is None or not member.forbids_self_approval:
+        return False
+    connection_id, owner_id = requester
+    return member.user_id == owner_id or member.actor.connection_id == connection_id
+
+
+async def _step_awaiting(
+    repo: ApprovalRepository,
+    member: OrgMember,
+    request_id: uuid.UUID,
+    stands_in_for: Collection[uuid.UUID] = (),
 ) -> uuid.UUID | None:
-    """The step of the request's chain that awaits ``member``'s vote, if any."""
+    """The step of the request's chain that awaits ``member``'s vote, if any: their own
+    first, else one of someone they stand in for."""
     row = await get_request(repo, member, request_id)
     if not row.has_steps:
         return None
-    step = votable_step(await repo.list_steps(row.id), member.user_id, row.is_sequential)
+    steps = await repo.list_steps(row.id)
+    step = votable_step(steps, member.user_id, row.is_sequential, stands_in_for)
     return step.id if step is not None else None
 
 
 def votable_step(
-    steps: Sequence[StepRecord], user_id: uuid.UUID, sequential: bool
+    steps: Sequence[StepRecord],
+    user_id: uuid.UUID,
+    sequential: bool,
+    stands_in_for: Collection[uuid.UUID] = (),
 ) -> StepRecord | None:
-    """The pending step of ``steps`` assigned to ``user_id`` that may be voted now (a
-    sequential chain's earlier steps all approved)."""
+    """The pending step of ``steps`` assigned to ``user_id`` (else to someone they stand
+    in for) that may be voted now (a sequential chain's earlier steps all approved)."""
+    own = _votable_of(steps, {user_id}, sequential)
+    return own or (_votable_of(steps, set(stands_in_for), sequential) if stands_in_for else None)
+
+
+def _votable_of(
+    steps: Sequence[StepRecord], approvers: set[uuid.UUID], sequential: bool
+) -> StepRecord | None:
     for step in steps:
-        if step.approver_id == user_id and step.status == "pending":
+        if step.approver_id in approvers and step.status == "pending":
             earlier = [s for s in steps if s.step_order < step.step_order]
             if not sequential or all(s.status == "approved" for s in earlier):
                 return step
@@ -376,6 +420,7 @@ async def _without_lock(
     now: datetime,
     check: PrincipalCheck | None = None,
     before_writes: Callable[[ApprovalReads], Awaitable[None]] | None = None,
+    author: effects.Author | None = None,
 ) -> tuple[TransitionResult, Sequence[StepRecord]] | None:
     """PostgreSQL: a transition (a decision, a step vote, a chain's first configuration)
     made without a lock, in a few round trips: the request read (in autocommit,
@@ -426,7 +471,7 @@ async def _without_lock(
         try:
             async with repo.unless_changed(row.id, version):
                 changed = await effects.apply_transition(
-                    uow, row, transition, author_of(principal), now
+                    uow, row, transition, author or author_of(principal), now
                 )
         except LostRace:
             del uow.changes[changes:]  # nothing was written: nothing to announce
@@ -441,10 +486,13 @@ async def _transition(
     action: state.Action,
     principal: OrgMember | None,
     now: datetime,
+    author: effects.Author | None = None,
 ) -> TransitionResult:
-    """Ask the state machine about ``action`` on the locked ``row``, and apply its answer."""
+    """Ask the state machine about ``action`` on the locked ``row``, and apply its answer
+    (``author``: as the records name the person, if not ``author_of(principal)``)."""
     transition = state.apply(await _view(uow.approvals, row), action, now)
-    row = await effects.apply_transition(uow, row, transition, author_of(principal), now)
+    author = author or author_of(principal)
+    row = await effects.apply_transition(uow, row, transition, author, now)
     return TransitionResult(row, transition)
 
 
@@ -453,10 +501,14 @@ def _via(payload: DecideApprovalRequest) -> str | None:
     return payload.via if isinstance(payload, RelayedDecision) else None
 
 
-def author_of(principal: OrgMember | None) -> effects.Author | None:
+def author_of(
+    principal: OrgMember | None, stands_in_for: Mapping[uuid.UUID, str] | None = None
+) -> effects.Author | None:
     if principal is None:
         return None
-    return effects.Author(principal.user_id, principal.user_email, principal.user_name)
+    return effects.Author(
+        principal.user_id, principal.user_email, principal.user_name, stands_in_for or {}
+    )
 
 
 async def cancel(
@@ -720,10 +772,15 @@ async def _vote_step(
     payload: DecideApprovalRequest,
     now: datetime,
     check: PrincipalCheck | None = None,
+    stands_in_for: Mapping[uuid.UUID, str] | None = None,
 ) -> TransitionResult:
-    """A vote on one step of the chain."""
+    """A vote on one step of the chain; ``stands_in_for``: the away people whose steps
+    the voter may vote too, with their names."""
+    stands_in_for = stands_in_for or {}
+    actor = replace(principal.actor, stands_in_for=frozenset(stands_in_for))
+    author = author_of(principal, stands_in_for)
     action = state.VoteStep(
-        principal.actor,
+        actor,
         step_id,
         payload.decision,
         payload.comment,
@@ -732,15 +789,15 @@ async def _vote_step(
         payload.arguments,
     )
     if uow.approvals.can_decide_without_lock:
-        done = await _without_lock(uow, principal, request_id, action, now, check)
+        done = await _without_lock(uow, principal, request_id, action, now, check, author=author)
         if done is not None:
             result, steps = done
             # The state machine found the step in this chain.
             (voted,) = (step for step in steps if step.id == step_id)
-            written = effects.step_as_written(voted, result.transition, author_of(principal), now)
+            written = effects.step_as_written(voted, result.transition, author, now)
             return TransitionResult(result.request, result.transition, written)
     row = await _get_locked(uow.approvals, principal, request_id, check)
-    result = await _transition(uow, row, action, principal, now)
+    result = await _transition(uow, row, action, principal, now, author)
     step = await uow.approvals.get_step(row.id, step_id)
     assert step is not None  # the state machine found it in the locked chain
     return TransitionResult(result.request, result.transition, step)

@@ -422,8 +422,11 @@ def _decide_transition(request: RequestView, action: Action, now: datetime) -> T
         # Who may vote is checked before the request's state, so the answer to a stranger
         # does not depend on what happened to the request.
         step = _find_step(request, action.step_id)
-        if step.approver_id != action.actor.user_id and not action.actor.is_admin:
-            raise Forbidden("Only the step's approver or an admin may vote on this step.")
+        if not (_may_vote_for(action.actor, step) or action.actor.is_admin):
+            raise Forbidden(
+                "Only the step's approver, their delegate while they are away, or an admin "
+                "may vote on this step."
+            )
     if isinstance(action, Decide) and request.steps and not action.actor.is_admin:
         raise Forbidden(
             "This request has approval steps: vote on your step, or ask an admin to override."
@@ -493,6 +496,20 @@ def _edited_vote(
         step_changes=changes,
         asked_again=tuple(s.approver_id for s in reopened),
     )
+
+
+def _may_vote_for(actor: Actor, step: StepView) -> bool:
+    return step.approver_id == actor.user_id or step.approver_id in actor.stands_in_for
+
+
+def _on_behalf_of(request: RequestView, action: VoteStep) -> uuid.UUID | None:
+    """The away approver a delegate votes for ("Bob for Ann"); None for one's own step
+    (or an admin's vote on a step that is nobody's they stand in for)."""
+    step = _find_step(request, action.step_id)
+    actor = action.actor
+    if step.approver_id != actor.user_id and step.approver_id in actor.stands_in_for:
+        return step.approver_id
+    return None
 
 
 def _check_owner_authority(request: RequestView, action: Action) -> None:
@@ -635,6 +652,8 @@ def _audit_events(request: RequestView, action: Action, transition: Transition) 
             data["source"] = action.source
         if action.via:
             data["via"] = action.via
+    if isinstance(action, VoteStep) and (stood_in := _on_behalf_of(request, action)):
+        data["on_behalf_of"] = str(stood_in)
     if transition.is_override:
         data["override"] = True
         data["skipped_steps"] = [str(sid) for sid, _ in transition.step_changes]

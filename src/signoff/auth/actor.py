@@ -17,3 +17,6 @@ class Actor:
     # That connection's owner is deactivated: it acts for the integration only, with no
     # person's authority (auth/authority.py): it may cancel its own requests, not decide.
     owner_deactivated: bool = False
+    # The people this one stands in for now (out of office: orgs/delegation.py): they
+    # may vote the steps assigned to them.
+    stands_in_for: frozenset[uuid.UUID] = frozenset()

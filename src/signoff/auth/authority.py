@@ -45,6 +45,7 @@ WITHOUT_ACTIVE_OWNER: dict[tuple[str, str], Reach] = {
     ("GET", "/api/v1/emergency-stop"): "all",
     ("GET", "/api/v1/team/members"): "all",
     ("GET", "/api/v1/org/action-types"): "all",
+    ("GET", "/api/v1/org/settings"): "all",
     # Served only for older clients (compat/), which fill pickers from them.
     ("GET", "/api/v1/teams"): "all",
     ("GET", "/api/v1/templates"): "all",

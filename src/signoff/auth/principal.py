@@ -30,6 +30,8 @@ class OrgMember:
     user_email: str
     user_name: str
     role: Literal["admin", "member"]
+    # The org's ``self_approval`` setting (orgs/settings.py): "allow" or "forbid".
+    org_self_approval: str
     # The org's ``passkey_for`` setting: which decisions need the person's passkey.
     org_passkey_for: str = field(default="off", kw_only=True)
 
@@ -44,12 +46,17 @@ class OrgMember:
             user_email=user.email,
             user_name=user.name,
             role="admin" if user.role == "admin" else "member",
+            org_self_approval=org.self_approval,
             org_passkey_for=org.passkey_for,
         )
 
     @property
     def is_admin(self) -> bool:
         return self.role == "admin"
+
+    @property
+    def forbids_self_approval(self) -> bool:
+        return self.org_self_approval == "forbid"
 
     @property
     def actor(self) -> Actor:

@@ -101,7 +101,8 @@ class ErrorBody(BaseModel):
     details: dict[str, Any] = Field(
         description="VALIDATION_ERROR: `fields`, a list of `{field, message}`; "
         "INSUFFICIENT_SCOPE: `required_scope`; OWNER_DEACTIVATED: `connection_id` and "
-        "`owner_id`; REQUEST_NOT_PENDING and STEP_NOT_PENDING: "
+        "`owner_id`; SELF_APPROVAL_FORBIDDEN: `request_id` and `user_id`; "
+        "REQUEST_NOT_PENDING and STEP_NOT_PENDING: "
         "`status`; PAYLOAD_TOO_LARGE: `max_bytes`; otherwise usually empty."
     )
 

@@ -28,6 +28,7 @@ from signoff.context import AppContext, context_of
 from signoff.dashboard import argument_form, passwords, service
 from signoff.dashboard.admin import router as admin_router
 from signoff.dashboard.first_steps import FirstSteps, first_steps
+from signoff.dashboard.people import router as people_router
 from signoff.dashboard.previews import render_preview
 from signoff.dashboard.web import (
     PAGE_HEADERS,
@@ -59,6 +60,7 @@ from signoff.errors import (
 )
 from signoff.oauth import service as oauth_service
 from signoff.oauth.endpoints import CHOOSE_PASSWORD_PATH, SESSION_COOKIE, set_session_cookie
+from signoff.orgs.delegation import is_away
 from signoff.passkeys import service as passkeys_service
 from signoff.passkeys.endpoints import relying_party
 from signoff.passkeys.endpoints import router as passkeys_router
@@ -152,6 +154,7 @@ async def setup_submit(request: Request, token: str) -> Response:
         name=fields.get("name", ""),
         email=fields.get("email", ""),
         password=fields.get("password", ""),
+        self_approval="forbid" if fields.get("self_approval") == "forbid" else "allow",
     )
     now = utcnow()
     try:
@@ -580,7 +583,20 @@ async def account(request: Request, viewer: Viewer = User) -> Response:
     async with ctx.reading() as uow:
         grants = await service.authorizations(uow.oauth, viewer.user.id)
         passkeys = await uow.passkeys.list_for_user(viewer.user.id)
-    return await render(request, "account.html", viewer, grants=grants, passkeys=passkeys)
+        people = await uow.orgs.list_users(viewer.org.id)
+    # Who may stand in: the org's active people but oneself (orgs/delegation.py).
+    others = [p for p in people if p.is_active and p.id != viewer.user.id]
+    delegate = next((p for p in people if p.id == viewer.user.delegate_id), None)
+    return await render(
+        request,
+        "account.html",
+        viewer,
+        grants=grants,
+        passkeys=passkeys,
+        others=others,
+        delegate=delegate,
+        away_now=is_away(viewer.user, utcnow()),
+    )
 
 
 @router.post("/account/password")
@@ -650,3 +666,4 @@ def install_dashboard(app: FastAPI) -> None:
     app.include_router(passwords.router)
     app.include_router(passkeys_router)
     app.include_router(admin_router)
+    app.include_router(people_router)

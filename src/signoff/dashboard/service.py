@@ -94,6 +94,8 @@ class SetupForm:
     name: str
     email: str
     password: str
+    # The org's ``self_approval`` setting: the setup page offers "forbid", checked.
+    self_approval: str = "allow"
 
 
 async def complete_setup(repo: OrgRepository, token: str, form: SetupForm, now: datetime) -> User:
@@ -110,6 +112,7 @@ async def complete_setup(repo: OrgRepository, token: str, form: SetupForm, now: 
     if await repo.any_org_exists():
         raise SetupDone()
     org = await orgs.create_org(repo, form.org_name, now)
+    org.self_approval = form.self_approval  # written with the org, at the commit
     return await orgs.create_user(
         repo,
         org.id,
@@ -291,7 +294,11 @@ async def inbox(
     """What waits for this person's vote now, most urgent first; the total counts up to
     ``WAITING_COUNT_CAP`` (``Page.total_is_exact``)."""
     filters = InboxFilters(
-        priority=view.priority, action_type=view.action_type, source=view.source, search=view.search
+        priority=view.priority,
+        action_type=view.action_type,
+        source=view.source,
+        search=view.search,
+        hide_own=member.forbids_self_approval,
     )
     found = await read_inbox(
         queries,
@@ -367,6 +374,9 @@ class RequestPage:
     my_step: StepRecord | None = None
     can_decide: bool = False
     already_voted: bool = False
+    # The org forbids self-approval and the viewer owns the requesting connection: the
+    # page explains why there are no buttons (approvals.service.refuse_self_approval).
+    own_request: bool = False
     metadata_items: list[tuple[int, str, str | None]] = field(default_factory=list)
     argument_items: list[tuple[int, str, str | None]] = field(default_factory=list)
     # The request's arguments_schema (approve with edits), if it has one.
@@ -427,11 +437,19 @@ async def request_page(
     )
     page.already_voted = any(v.user_id == member.user_id and v.step_id is None for v in votes)
     if body["status"] == "pending":
-        page.my_step = approvals.votable_step(steps, member.user_id, row.is_sequential)
+        stands_in_for = (
+            await uow.approvals.stood_in_for(member.org_id, member.user_id, now) if steps else {}
+        )
+        page.my_step = approvals.votable_step(
+            steps, member.user_id, row.is_sequential, stands_in_for
+        )
         if steps:
             page.can_decide = page.my_step is not None or member.is_admin
         else:
             page.can_decide = not page.already_voted
+        requester = (connection.id, connection.owner_id) if connection else None
+        if approvals.is_self_approval(member, requester):
+            page.own_request, page.can_decide, page.my_step = True, False, None
     return page
 
 

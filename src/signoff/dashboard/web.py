@@ -270,7 +270,11 @@ async def waiting_count(request: Request, viewer: Viewer) -> Waiting:
         return cached
     waiting = Waiting(
         *await count_waiting(
-            context_of(request).db.queries, viewer.org.id, viewer.user.id, now=utcnow()
+            context_of(request).db.queries,
+            viewer.org.id,
+            viewer.user.id,
+            now=utcnow(),
+            hide_own=viewer.org.self_approval == "forbid",
         )
     )
     live.counts.put(viewer.org.id, viewer.user.id, waiting)

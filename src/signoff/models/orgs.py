@@ -38,6 +38,9 @@ class Organization(Base):
     # The database's default only (fetched back by the insert's RETURNING): an insert
     # written against an older schema, as migration tests do, does not name the column.
     passkey_for: Mapped[str] = mapped_column(String(10), server_default="off")
+    # Org settings (orgs/settings.py), one column each: "allow" lets the person who
+    # owns a request's connection decide it; "forbid" asks for a second person.
+    self_approval: Mapped[str] = mapped_column(String(16), default="allow", server_default="allow")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -65,17 +68,28 @@ class User(Base):
     must_change_password: Mapped[bool] = mapped_column(
         Boolean, default=False, server_default=false()
     )
+    # Out of office (orgs/delegation.py): from ``away_from`` until ``away_until`` their
+    # steps, inbox and notifications go to ``delegate_id`` too. All three or none.
+    away_from: Mapped[datetime | None] = mapped_column(default=None)
+    away_until: Mapped[datetime | None] = mapped_column(default=None)
+    # A user of the same org (checked when set); no foreign key (migration 0029).
+    delegate_id: Mapped[uuid.UUID | None] = mapped_column(default=None)
 
     @property
     def is_active(self) -> bool:
         return self.deactivated_at is None
 
 
+# Who delegates to a person: read by every inbox (``listing.filters.votable_now``).
+Index("ix_users_delegate_id", User.delegate_id)
+
+
 class Connection(Base):
     """An integration's identity: one API key, one webhook secret, one rate limit."""
 
     __tablename__ = "connections"
-    __table_args__ = (Index(None, "org_id", "created_at"),)
+    # owner_id: the inbox leaves out a person's own requests under four-eyes (0029).
+    __table_args__ = (Index(None, "org_id", "created_at"), Index(None, "owner_id"))
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     org_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("organizations.id", ondelete="CASCADE"))

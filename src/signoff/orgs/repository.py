@@ -12,15 +12,19 @@ from sqlalchemy import (
     ColumnElement,
     CursorResult,
     Row,
+    Select,
+    and_,
     bindparam,
     delete,
     exists,
     func,
     select,
+    union,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from signoff.auth.principal import ALL_SCOPES, Principal, PrincipalCheck
 from signoff.models import ApprovalRequest, Base, Connection, Organization, SetupLink, User
@@ -44,6 +48,7 @@ PRINCIPAL_COLUMNS = (
     User.deactivated_at.label("owner_deactivated_at"),
     # Which decisions need a passkey: an API call never has one (``passkeys.rule``).
     Organization.passkey_for,
+    Organization.self_approval,
 )
 _PRINCIPAL_BY_KEY_HASH = PreparedQuery(
     select(*PRINCIPAL_COLUMNS)
@@ -86,6 +91,8 @@ def principal_guard() -> ColumnElement[bool]:
             User.name == bindparam("principal_user_name", type_=User.name.type),
             User.role == bindparam("principal_role", type_=User.role.type),
             User.deactivated_at.is_(None) == bindparam("principal_owner_active", type_=Boolean()),
+            Organization.self_approval
+            == bindparam("principal_self_approval", type_=Organization.self_approval.type),
         )
     )
 
@@ -106,7 +113,30 @@ def principal_guard_params(check: PrincipalCheck) -> dict[str, Any]:
         "principal_user_name": principal.user_name,
         "principal_role": principal.role,
         "principal_owner_active": not principal.owner_deactivated,
+        "principal_self_approval": principal.org_self_approval,
     }
+
+
+# Who stands in for whom (orgs/delegation.py), in SQL: the inbox and votes read it.
+
+
+def _away(user: Any, now: ColumnElement[Any]) -> ColumnElement[bool]:
+    return and_(user.away_from <= now, user.away_until > now)
+
+
+def stood_in_for(voter: ColumnElement[Any], now: ColumnElement[Any]) -> Select[Any]:
+    """The ids of the people ``voter`` stands in for at ``now``: those away who delegate
+    to them, and those away who delegate to someone away who delegates to them. Two
+    lookups in ``ix_users_delegate_id``; most people stand in for nobody, and then the
+    answer is empty at the cost of one index probe."""
+    first, second = aliased(User), aliased(User)
+    direct = select(first.id).where(first.delegate_id == voter, _away(first, now))
+    passed_on = (
+        select(second.id)
+        .join(first, second.delegate_id == first.id)
+        .where(first.delegate_id == voter, _away(first, now), _away(second, now))
+    )
+    return select(union(direct, passed_on).subquery().c.id)
 
 
 # The setup link's one row (models.orgs.SetupLink).
@@ -170,6 +200,62 @@ class OrgRepository:
         await self.session.execute(
             update(Organization).where(Organization.id == org_id).values(**values)
         )
+
+    async def update_settings(self, org_id: uuid.UUID, values: dict[str, str]) -> None:
+        """Write settings (``orgs.settings``: names and values checked already)."""
+        if values:
+            await self.session.execute(
+                update(Organization).where(Organization.id == org_id).values(**values)
+            )
+
+    async def lock_users(
+        self, org_id: uuid.UUID, user_ids: set[uuid.UUID]
+    ) -> dict[uuid.UUID, User]:
+        """The org's users of ``user_ids``, read afresh and locked in id order
+        (PostgreSQL; SQLite's writer lock already serializes writes)."""
+        statement = (
+            select(User)
+            .where(User.org_id == org_id, User.id.in_(user_ids))
+            .order_by(User.id)
+            .execution_options(populate_existing=True)
+        )
+        if self.session.get_bind().dialect.name == "postgresql":
+            statement = statement.with_for_update()
+        return {user.id: user for user in (await self.session.scalars(statement)).all()}
+
+    async def stood_in_for(
+        self, org_id: uuid.UUID, voter_id: uuid.UUID, now: datetime
+    ) -> dict[uuid.UUID, str]:
+        """Who ``voter_id`` stands in for at ``now`` (``stood_in_for``), with their names."""
+        ids = stood_in_for(bindparam("voter", voter_id), bindparam("now", now)).subquery()
+        rows = await self.session.execute(
+            select(User.id, User.name).where(User.org_id == org_id, User.id.in_(select(ids.c.id)))
+        )
+        return {row.id: row.name for row in rows if row.id != voter_id}
+
+    async def stand_ins(
+        self, org_id: uuid.UUID, user_ids: Sequence[uuid.UUID], now: datetime
+    ) -> list[uuid.UUID]:
+        """Who stands in for ``user_ids`` at ``now`` (their delegates while they are away,
+        and those delegates' own if away too: two hops, orgs/delegation.py), none of
+        ``user_ids`` themselves. By primary key: two small reads at most."""
+        found: list[uuid.UUID] = []
+        hop = list(user_ids)
+        for _ in range(2):
+            if not hop:
+                break
+            rows = await self.session.execute(
+                select(User.delegate_id).where(
+                    User.org_id == org_id,
+                    User.id.in_(hop),
+                    User.delegate_id.is_not(None),
+                    User.away_from <= now,
+                    User.away_until > now,
+                )
+            )
+            hop = [d for (d,) in rows if d is not None and d not in user_ids and d not in found]
+            found += hop
+        return found
 
     async def get_user(self, org_id: uuid.UUID, user_id: uuid.UUID) -> User | None:
         user = await self.session.get(User, user_id)
@@ -391,4 +477,5 @@ def principal_from_row(
         auth_method=auth_method,
         owner_deactivated=row[10] is not None,
         org_passkey_for=row[11],
+        org_self_approval=row[12],
     )

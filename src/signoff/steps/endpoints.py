@@ -31,6 +31,7 @@ from signoff.errors import (
     NotFound,
     PasskeyRequired,
     RequestNotPending,
+    SelfApprovalForbidden,
     ServiceUnavailable,
     StepNotPending,
     StepOutOfOrder,
@@ -100,6 +101,7 @@ async def list_steps(request: Request, request_id: UuidPath, principal: Reader) 
         ValidationFailed,
         Forbidden,
         PasskeyRequired,
+        SelfApprovalForbidden,
         NotFound,
         RequestNotPending,
         StepNotPending,
@@ -109,7 +111,9 @@ async def list_steps(request: Request, request_id: UuidPath, principal: Reader) 
     ),
     openapi_extra=json_body_doc(DecideApprovalRequest),
     summary="Vote on one step",
-    description="The step's approver or an admin; the step and request pending (409 "
+    description="The step's approver, their delegate while they are away "
+    "(`/api/v1/me/delegation`), or an admin; 403 SELF_APPROVAL_FORBIDDEN for the requester "
+    "while the org forbids self-approval; the step and request pending (409 "
     "STEP_NOT_PENDING / REQUEST_NOT_PENDING); sequential chains in order (409 "
     "STEP_OUT_OF_ORDER). With `arguments` (approve with edits, on a request with an "
     "`arguments_schema`, else 400 EDITS_NOT_ALLOWED) the steps approved before reopen. 403 "

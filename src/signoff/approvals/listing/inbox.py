@@ -23,8 +23,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.selectable import NamedFromClause, Subquery
 
+from signoff.approvals.json_in_sql import NOW, request_json
 from signoff.approvals.json_in_sql import is_past_expiry as _is_past_expiry
-from signoff.approvals.json_in_sql import request_json
 from signoff.approvals.listing.filters import votable_now
 from signoff.approvals.listing.paging import PAGE, total_of
 from signoff.approvals.listing.search import (
@@ -33,7 +33,7 @@ from signoff.approvals.listing.search import (
     search_query,
     search_terms,
 )
-from signoff.models import ApprovalRequest
+from signoff.models import ApprovalRequest, Connection
 from signoff.storage import PreparedQuery, QueryRunner, SQLiteIndex
 
 # Most urgent first: the order of the inbox's priorities.
@@ -54,6 +54,9 @@ class InboxFilters:
     action_type: str | None = None
     source: str | None = None
     search: str | None = None
+    # Four-eyes (the org's ``self_approval: forbid``): leave out the requests asked for
+    # through the person's own connections, which they may not decide.
+    hide_own: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,11 +96,17 @@ async def read_inbox(
 
 
 async def count_waiting(
-    queries: QueryRunner, org_id: uuid.UUID, user_id: uuid.UUID, *, now: datetime
+    queries: QueryRunner,
+    org_id: uuid.UUID,
+    user_id: uuid.UUID,
+    *,
+    now: datetime,
+    hide_own: bool = False,
 ) -> tuple[int, bool]:
     """How many requests wait for ``user_id``'s vote now, exact up to
     ``WAITING_COUNT_CAP``: (the count or the cap, whether it is exact)."""
-    inbox = _inbox_call(queries.dialect_name, org_id, user_id, InboxFilters(), now)
+    filters = InboxFilters(hide_own=hide_own)
+    inbox = _inbox_call(queries.dialect_name, org_id, user_id, filters, now)
     assert inbox is not None  # no search: always a query
     (_, count), params = inbox
     return _capped(total_of(await queries.all(count, params)))
@@ -140,7 +149,7 @@ def _inbox_call(
             return None
         params["search_query"] = search_query(dialect, terms, org_id)
     priorities = (filters.priority,) if filters.priority else INBOX_PRIORITIES
-    return inbox_queries(dialect, priorities, present, words, number), params
+    return inbox_queries(dialect, priorities, present, words, number, filters.hide_own), params
 
 
 # How an inbox search tests a request's number (``number_searched``): not at all, as the
@@ -155,6 +164,7 @@ def inbox_queries(
     filters: frozenset[str],
     search: bool,
     number: NumberTest = None,
+    hide_own: bool = False,
 ) -> tuple[PreparedQuery, PreparedQuery]:
     """The inbox's page and its bounded count, prepared once per shape of filters.
 
@@ -167,7 +177,9 @@ def inbox_queries(
     """
     if not set(priorities) <= set(INBOX_PRIORITIES):
         raise ValueError(f"not priorities: {priorities}")
-    parts = [_inbox_part(dialect, priority, filters, search, number) for priority in priorities]
+    parts = [
+        _inbox_part(dialect, priority, filters, search, number, hide_own) for priority in priorities
+    ]
     merged = (
         parts[0]
         if len(parts) == 1
@@ -190,7 +202,7 @@ def inbox_queries(
     ]
     return (
         PreparedQuery(page, sqlite_indexes=hints if dialect == "sqlite" else ()),
-        _inbox_count(dialect, priorities, filters, search, number),
+        _inbox_count(dialect, priorities, filters, search, number, hide_own),
     )
 
 
@@ -205,6 +217,7 @@ def _waiting_conditions(
     filters: frozenset[str],
     search: bool,
     number: NumberTest = None,
+    hide_own: bool = False,
 ) -> list[ColumnElement[bool]]:
     """The requests of ``rows`` that wait for the ``user_id`` parameter's vote now, of
     one of ``priorities``, and pass the filters and the search (words, and ``number``).
@@ -230,12 +243,22 @@ def _waiting_conditions(
     elif search:
         words = matches_search(dialect, rows)
         conditions.append(or_(numbered, words) if number == "or_words" else words)
-    conditions.append(votable_now(bindparam("user_id"), rows, dialect))
+    conditions.append(votable_now(bindparam("user_id"), rows, dialect, NOW))
+    if hide_own:
+        # The person's own connections: an uncorrelated subquery, read once per
+        # statement through ``ix_connections_owner_id`` (migration 0029).
+        own = select(Connection.id).where(Connection.owner_id == bindparam("user_id"))
+        conditions.append(rows.c.connection_id.not_in(own))
     return conditions
 
 
 def _inbox_part(
-    dialect: str, priority: str, filters: frozenset[str], search: bool, number: NumberTest
+    dialect: str,
+    priority: str,
+    filters: frozenset[str],
+    search: bool,
+    number: NumberTest,
+    hide_own: bool = False,
 ) -> Subquery:
     """One priority's part of an inbox page: its first ``reach`` waiting requests, oldest
     first, with the priority's place in the urgency order."""
@@ -243,7 +266,7 @@ def _inbox_part(
     urgency = literal_column(str(INBOX_PRIORITIES.index(priority)), Integer()).label("urgency")
     return (
         select(rows.c.id, urgency, rows.c.created_at)
-        .where(*_waiting_conditions(dialect, rows, (priority,), filters, search, number))
+        .where(*_waiting_conditions(dialect, rows, (priority,), filters, search, number, hide_own))
         .order_by(rows.c.created_at, rows.c.id)
         .limit(bindparam("reach"))
         .subquery(f"part_{priority}")
@@ -256,13 +279,14 @@ def _inbox_count(
     filters: frozenset[str],
     search: bool,
     number: NumberTest,
+    hide_own: bool = False,
 ) -> PreparedQuery:
     """How many requests wait, counted one past ``WAITING_COUNT_CAP`` at most."""
     rows = ApprovalRequest.__table__.alias("waiting")
     waiting = (
         select(literal_column("1"))
         .select_from(rows)
-        .where(*_waiting_conditions(dialect, rows, priorities, filters, search, number))
+        .where(*_waiting_conditions(dialect, rows, priorities, filters, search, number, hide_own))
         .limit(bindparam("count_reach"))
         .subquery("counted")
     )

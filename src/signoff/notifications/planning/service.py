@@ -236,6 +236,8 @@ async def _plan_step_opened(
     if not approvers:
         return []  # each has decided since: nobody to tell
     people = await org.people(repo, request.org_id, rule)
+    # Out of office: whoever stands in for an away approver is told as well.
+    approvers = [*approvers, *await repo.orgs.stand_ins(request.org_id, approvers, now)]
     plan = _Planner(request, rule, org.channels, now, people, approvers)
     plan.add("step_opened", now, rule.channels, "step_approvers")
     return plan.rows

@@ -45,6 +45,7 @@ from signoff.retention.service import run_retention
 from signoff.steps.endpoints import router as steps_router
 from signoff.webhooks.endpoints import router as webhooks_router
 from signoff.wiring import Wiring
+from signoff.worker.audit_chain import run_audit_sealer
 from signoff.worker.deliveries import run_delivery_worker
 from signoff.worker.notifications import run_notification_sender
 from signoff.worker.sweeper import run_expiry_sweep
@@ -224,6 +225,7 @@ def create_app(
                     run_notification_sender(wiring.notifications, wiring.hub, stop),
                     name="notification sender",
                 ),
+                asyncio.create_task(run_audit_sealer(ctx, stop), name="audit sealer"),
             ]
             if background
             else []

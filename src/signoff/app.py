@@ -19,6 +19,7 @@ from starlette.routing import Match
 from signoff import __version__
 from signoff.api_docs import install_docs
 from signoff.approvals.endpoints import router as approvals_router
+from signoff.audit.endpoints import router as audit_router
 from signoff.common.http import json_response
 from signoff.common.openapi_declarations import errors
 from signoff.common.validation import validation_failed_from
@@ -264,6 +265,7 @@ def create_app(
         steps_router,
         webhooks_router,
         notifications_router,
+        audit_router,
         notification_pages,
         slack_webhook,
         receipts_router,

@@ -16,13 +16,13 @@ from joserfc.jwk import OKPKey
 from sqlalchemy import Table, delete, func, insert, select, update
 
 from signoff.audit import chain
+from signoff.audit.sealing import seal_once, seal_org_now
 from signoff.audit.service import cloudevent, export_records
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.models import AuditCheckpoint, AuditEvent
 from signoff.receipts.keys import SigningKey
-from signoff.worker.audit_chain import seal_once, seal_org_now
-from tests.conftest import Org, create_approval, create_org
+from tests.conftest import Org, assert_error, create_approval, create_org
 
 EVENTS = cast(Table, AuditEvent.__table__)
 CHECKPOINTS = cast(Table, AuditCheckpoint.__table__)
@@ -244,3 +244,37 @@ async def test_two_processes_seal_one_chain(api_only: httpx.AsyncClient, ctx: Ap
     assert sum(json.loads(out)["sealed"] for out, _ in outputs) >= 60, outputs
     result = await _verify(ctx, client, org)
     assert (result.ok, result.last_seq) == (True, 60), result.problem
+
+
+# ---- the export route ----
+
+
+async def test_admins_export_the_chain_and_it_verifies(
+    client: httpx.AsyncClient, ctx: AppContext
+) -> None:
+    org = await _sealed_org(ctx, client, requests=3)
+    await create_approval(client, org.admin, title="Not sealed yet")
+    answer = await client.get("/api/v1/audit/export", headers=org.admin.headers)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"].startswith("application/x-ndjson")
+    lines = answer.text.splitlines()
+    result = chain.verify(chain.parse_lines(lines), (await _jwks(client)).get)
+    assert (result.ok, result.last_seq) == (True, 4), result.problem
+    assert json.loads(lines[-1])["kind"] == "checkpoint"  # the head, signed for the export
+    later = await client.get(
+        "/api/v1/audit/export?since_seq=3&format=cloudevents", headers=org.admin.headers
+    )
+    events = [json.loads(line) for line in later.text.splitlines()]
+    assert events[0]["specversion"] == "1.0" and events[0]["data"]["seq"] == 3
+    assert chain.verify(chain.parse_lines(later.text.splitlines()), None).ok
+
+
+async def test_the_export_is_for_admins_and_refuses_bad_parameters(
+    client: httpx.AsyncClient, ctx: AppContext
+) -> None:
+    org = await create_org(ctx, "Guarded", members=1)
+    refused = await client.get("/api/v1/audit/export", headers=org.member.headers)
+    assert_error(refused, 403, "FORBIDDEN")
+    for query in ("since_seq=0", "since_seq=x", "since_seq=99999999999999999999", "format=xml"):
+        answer = await client.get(f"/api/v1/audit/export?{query}", headers=org.admin.headers)
+        assert_error(answer, 400, "VALIDATION_ERROR")

@@ -58,6 +58,7 @@ SCOPE_TABLE: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/oauth/token"): PUBLIC,
     ("GET", "/api/v1/routing"): READ,
     ("PUT", "/api/v1/routing"): WRITE,
+    ("GET", "/api/v1/audit/export"): READ,
     # The executor redeems the receipt of what it is about to do: a write.
     ("POST", "/api/v1/receipts/redeem"): WRITE,
     ("GET", "/api/v1/approvals/{}/notifications"): READ,
@@ -264,6 +265,7 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("GET", "/api/v1/oauth-clients/{}"): lambda env: _client_call(env, "GET"),
     ("DELETE", "/api/v1/oauth-clients/{}"): lambda env: _client_call(env, "DELETE"),
     ("GET", "/api/v1/routing"): lambda env: _plain("GET", "/api/v1/routing"),
+    ("GET", "/api/v1/audit/export"): lambda env: _plain("GET", "/api/v1/audit/export"),
     ("PUT", "/api/v1/routing"): lambda env: _plain(
         "PUT", "/api/v1/routing", {"channels": {}, "rules": []}
     ),

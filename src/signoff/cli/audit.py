@@ -12,11 +12,11 @@ import typer
 from joserfc.jwk import OKPKey
 
 from signoff.audit import chain
+from signoff.audit.sealing import seal_once, seal_org_now
 from signoff.audit.service import cloudevent, export_records
 from signoff.cli.common import OrgOption, emit, err, fail, run_with_context
 from signoff.context import AppContext
 from signoff.orgs import service as orgs_service
-from signoff.worker.audit_chain import seal_once, seal_org_now
 
 audit_app = typer.Typer(help="The hash-chained audit trail: export and verify.")
 
@@ -48,7 +48,7 @@ def export(
         async with ctx.reading() as uow:
             org_id = (await orgs_service.resolve_org(uow.orgs, org)).id
         await seal_org_now(ctx, org_id, checkpoint=True)
-        source = f"{ctx.settings.public_url or 'signoff'}/orgs/{org_id}"
+        source = f"{ctx.settings.public_url}/orgs/{org_id}"
         lines = 0
         async for record in export_records(ctx.db.read_session, org_id, since_seq):
             item = cloudevent(record, source) if fmt == "cloudevents" else record

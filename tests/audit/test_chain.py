@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import uuid
+from datetime import timedelta
 from typing import Any, cast
 
 import httpx
@@ -20,8 +21,9 @@ from signoff.audit.sealing import seal_once, seal_org_now
 from signoff.audit.service import cloudevent, export_records
 from signoff.common.time import utcnow
 from signoff.context import AppContext
-from signoff.models import AuditCheckpoint, AuditEvent
+from signoff.models import ApprovalRequest, AuditCheckpoint, AuditEvent
 from signoff.receipts.keys import SigningKey
+from signoff.retention import service as retention
 from tests.conftest import Org, assert_error, create_approval, create_org
 
 EVENTS = cast(Table, AuditEvent.__table__)
@@ -278,3 +280,54 @@ async def test_the_export_is_for_admins_and_refuses_bad_parameters(
     for query in ("since_seq=0", "since_seq=x", "since_seq=99999999999999999999", "format=xml"):
         answer = await client.get(f"/api/v1/audit/export?{query}", headers=org.admin.headers)
         assert_error(answer, 400, "VALIDATION_ERROR")
+
+
+# ---- retention ----
+
+
+async def _purgeable_org(ctx: AppContext, client: httpx.AsyncClient) -> Org:
+    """Two old cancelled requests between live ones: the purge makes holes in the chain."""
+    org = await create_org(ctx, "Kept", members=1)
+    await create_approval(client, org.admin, title="Live before")
+    for index in range(2):
+        old = await create_approval(client, org.admin, title=f"Old {index}")
+        gone = await client.delete(f"/api/v1/approvals/{old['id']}", headers=org.admin.headers)
+        assert gone.status_code == 200, gone.text
+        await _sql(
+            ctx,
+            update(ApprovalRequest)
+            .where(ApprovalRequest.id == uuid.UUID(old["id"]))
+            .values(decided_at=utcnow() - timedelta(days=100)),
+        )
+    await create_approval(client, org.admin, title="Live after")
+    await seal_org_now(ctx, uuid.UUID(org.id), checkpoint=True)
+    return org
+
+
+async def test_a_purge_signs_where_the_chain_now_starts_and_it_still_verifies(
+    client: httpx.AsyncClient, ctx: AppContext
+) -> None:
+    org = await _purgeable_org(ctx, client)
+    report = await retention.purge(
+        ctx.transaction,
+        utcnow() - timedelta(days=30),
+        org_id=uuid.UUID(org.id),
+        sign=retention.chain_signer(ctx),
+    )
+    assert report.requests == 2
+    records = await _export(ctx, org.id)
+    assert records[0]["kind"] == "checkpoint" and records[0]["checkpoint"] == "pruned"
+    assert records[0]["seq"] == 5  # live 1; old 2-3 and 4-5 (created, cancelled)
+    assert [r["seq"] for r in records if r["kind"] == "event"] == [6]
+    result = await _verify(ctx, client, org)
+    assert (result.ok, result.last_seq) == (True, 6), result.problem
+
+
+async def test_a_purge_without_its_checkpoint_breaks_the_chain(
+    client: httpx.AsyncClient, ctx: AppContext
+) -> None:
+    """What the pruned checkpoint prevents: the purge's holes read as removed events."""
+    org = await _purgeable_org(ctx, client)
+    await retention.purge(ctx.transaction, utcnow() - timedelta(days=30), org_id=uuid.UUID(org.id))
+    result = await _verify(ctx, client, org)
+    assert (result.ok, result.problem) == (False, "event #2 was removed")

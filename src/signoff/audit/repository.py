@@ -118,3 +118,21 @@ async def last_pruned(session: AsyncSession, org_id: uuid.UUID) -> Row[Any] | No
             .limit(1)
         )
     ).first()
+
+
+async def last_event_of(
+    session: AsyncSession, org_id: uuid.UUID, request_ids: Sequence[uuid.UUID]
+) -> Any:
+    """The sealed event with the highest seq among these requests' (seq and hash)."""
+    return (
+        await session.execute(
+            select(_EVENTS.c.seq, _EVENTS.c.hash)
+            .where(
+                _EVENTS.c.org_id == org_id,
+                _EVENTS.c.request_id.in_(request_ids),
+                _EVENTS.c.seq.is_not(None),
+            )
+            .order_by(_EVENTS.c.seq.desc())
+            .limit(1)
+        )
+    ).first()

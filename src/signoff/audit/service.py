@@ -196,3 +196,30 @@ def cloudevent(record: dict[str, Any], source: str) -> dict[str, Any]:
         "datacontenttype": "application/json",
         "data": record,
     }
+
+
+# ---- retention ----
+
+
+async def prune_for_purge(
+    session: AsyncSession,
+    dialect: str,
+    org_id: uuid.UUID,
+    request_ids: list[uuid.UUID],
+    sign: Signer,
+    policy: CheckpointPolicy,
+    now: datetime,
+) -> int | None:
+    """Before a purge deletes ``request_ids`` (in this transaction): seal the org's
+    waiting events, then sign "pruned up to seq N, head hash H" where N is the last
+    event of those requests. Exports start there (docs/audit.md, "Retention"), so the
+    holes the purge makes lie before the chain's verified start. The seq pruned to, or
+    None when those requests have no sealed event past the last pruning."""
+    while (await seal_org(session, dialect, org_id, None, policy, now)).events == SEAL_BATCH:
+        pass
+    last = await repository.last_event_of(session, org_id, request_ids)
+    pruned = await repository.last_pruned(session, org_id)
+    if last is None or (pruned is not None and pruned.seq >= last.seq):
+        return None
+    await _add_checkpoint(session, org_id, "pruned", int(last.seq), str(last.hash), sign, now)
+    return int(last.seq)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -57,14 +58,22 @@ def _format(request: Request) -> str:
 async def export_audit(request: Request, principal: Reader) -> Response:
     if not principal.is_admin:
         raise Forbidden("Only an admin of the organization may export its audit trail.")
+    return await export_response(request, principal.org_id)
+
+
+async def export_response(
+    request: Request, org_id: uuid.UUID, headers: dict[str, str] | None = None
+) -> Response:
+    """The export of ``org_id`` as the query asks (the API's route and the dashboard's
+    download button both answer this)."""
     since_seq, fmt = _since_seq(request), _format(request)
     ctx = context_of(request)
-    await seal_org_now(ctx, principal.org_id, checkpoint=True)
-    source = f"{ctx.settings.public_url}/orgs/{principal.org_id}"
+    await seal_org_now(ctx, org_id, checkpoint=True)
+    source = f"{ctx.settings.public_url}/orgs/{org_id}"
 
     async def lines() -> AsyncIterator[bytes]:
-        async for record in export_records(ctx.db.read_session, principal.org_id, since_seq):
+        async for record in export_records(ctx.db.read_session, org_id, since_seq):
             item: dict[str, Any] = cloudevent(record, source) if fmt == "cloudevents" else record
             yield json.dumps(item, separators=(",", ":")).encode() + b"\n"
 
-    return StreamingResponse(lines(), media_type="application/x-ndjson")
+    return StreamingResponse(lines(), media_type="application/x-ndjson", headers=headers)

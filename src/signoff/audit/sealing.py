@@ -41,6 +41,8 @@ async def seal_once(ctx: AppContext, *, force_checkpoint: bool = False) -> int:
             sealed += result.events
             if result.events < service.SEAL_BATCH:
                 break
+        async with ctx.db.write_transaction() as session:
+            await service.verify_stored(session, org_id, utcnow())
     return sealed
 
 

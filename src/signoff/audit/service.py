@@ -223,3 +223,37 @@ async def prune_for_purge(
         return None
     await _add_checkpoint(session, org_id, "pruned", int(last.seq), str(last.hash), sign, now)
     return int(last.seq)
+
+
+# ---- the worker's own check ----
+
+
+async def verify_stored(
+    session: AsyncSession, org_id: uuid.UUID, now: datetime, limit: int = EXPORT_PAGE
+) -> tuple[int, int | None]:
+    """Recompute up to ``limit`` of the org's stored events after the last verified one,
+    from its hash; record how far the chain holds (or the first seq that does not).
+    Incremental: each round starts where the last ended. (verified seq, failed seq)."""
+    head = await repository.head(session, org_id)
+    if head is None or head.verify_failed_seq is not None:
+        return (0, None) if head is None else (int(head.verified_seq), head.verify_failed_seq)
+    seq, prev = int(head.verified_seq), str(head.verified_hash)
+    pruned = await repository.last_pruned(session, org_id)
+    if pruned is not None and pruned.seq > seq:
+        seq, prev = int(pruned.seq), str(pruned.hash)
+    failed = None
+    for row in await repository.events_page(session, org_id, seq, limit):
+        digest = event_hash(_canonical(row, seq + 1, prev))
+        if row.seq != seq + 1 or row.prev_hash != prev or row.hash != digest:
+            failed = seq + 1
+            break
+        seq, prev = seq + 1, digest
+    await repository.update_head(
+        session,
+        org_id,
+        verified_seq=seq,
+        verified_hash=prev,
+        verified_at=now,
+        verify_failed_seq=failed,
+    )
+    return seq, failed

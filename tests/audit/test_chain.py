@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import uuid
 from datetime import timedelta
@@ -331,3 +332,46 @@ async def test_a_purge_without_its_checkpoint_breaks_the_chain(
     await retention.purge(ctx.transaction, utcnow() - timedelta(days=30), org_id=uuid.UUID(org.id))
     result = await _verify(ctx, client, org)
     assert (result.ok, result.problem) == (False, "event #2 was removed")
+
+
+# ---- the command line ----
+
+
+def _signoff(ctx: AppContext, *args: str) -> Any:
+    env = {
+        **os.environ,
+        "SIGNOFF_DATABASE_URL": ctx.settings.database_url,
+        "SIGNOFF_SECRET_KEY": str(ctx.settings.secret_key),
+    }
+    command = [sys.executable, "-m", "signoff.cli", *args]
+    return subprocess.run(
+        command, env=env, check=False, capture_output=True, text=True, timeout=120
+    )
+
+
+async def test_signoff_audit_export_and_verify_with_a_jwks_file(
+    client: httpx.AsyncClient, ctx: AppContext, tmp_path: Any
+) -> None:
+    org = await _sealed_org(ctx, client, requests=2)
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text((await client.get("/.well-known/jwks.json")).text)
+    export = tmp_path / "export.jsonl"
+    made = await asyncio.to_thread(
+        _signoff, ctx, "audit", "export", "--org", org.id, "--format", "cloudevents", "-o",
+        str(export),
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    good = await asyncio.to_thread(
+        _signoff, ctx, "audit", "verify", str(export), "--jwks", str(jwks), "--json"
+    )
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert json.loads(good.stdout)["ok"] and json.loads(good.stdout)["signatures_checked"]
+    lines = export.read_text().splitlines()
+    forged = json.loads(lines[0])
+    forged["data"]["type"] = "request.approved"
+    export.write_text("\n".join([json.dumps(forged), *lines[1:]]) + "\n")
+    bad = await asyncio.to_thread(
+        _signoff, ctx, "audit", "verify", str(export), "--jwks", str(jwks)
+    )
+    assert bad.returncode == 1
+    assert "chain broken: event #1 was changed" in bad.stdout

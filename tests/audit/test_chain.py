@@ -375,3 +375,56 @@ async def test_signoff_audit_export_and_verify_with_a_jwks_file(
     )
     assert bad.returncode == 1
     assert "chain broken: event #1 was changed" in bad.stdout
+
+
+async def test_a_sealer_killed_mid_burst_leaves_a_valid_chain(
+    api_only: httpx.AsyncClient, ctx: AppContext
+) -> None:
+    """kill -9 of a sealing process, then a restart: no gap, no half-sealed batch."""
+    org = await create_org(ctx, "Killed", members=1)
+    request = await create_approval(api_only, org.admin, title="Busy")
+    org_id, request_id = uuid.UUID(org.id), uuid.UUID(request["id"])
+    now = utcnow()
+    rows = [
+        {
+            "id": uuid.uuid4(),
+            "org_id": org_id,
+            "request_id": request_id,
+            "type": "comment.created",
+            "actor_id": None,
+            "data": {"n": index},
+            "created_at": now + timedelta(microseconds=index),
+        }
+        for index in range(3000)
+    ]
+    async with ctx.db.write_transaction() as session:
+        await session.execute(insert(EVENTS), rows)
+    env = {
+        **os.environ,
+        "SIGNOFF_DATABASE_URL": ctx.settings.database_url,
+        "SIGNOFF_SECRET_KEY": str(ctx.settings.secret_key),
+    }
+    sealer = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "signoff.cli", "audit", "seal", env=env
+    )
+    for _ in range(400):  # until its first batches commit, then kill it mid-burst
+        async with ctx.db.read_session() as session:
+            done = await session.scalar(
+                select(func.count()).where(EVENTS.c.org_id == org_id, EVENTS.c.seq.is_not(None))
+            )
+        if done or sealer.returncode is not None:
+            break
+        await asyncio.sleep(0.05)
+    if sealer.returncode is None:
+        sealer.kill()  # SIGKILL: no cleanup runs
+    await sealer.wait()
+    await seal_once(ctx, force_checkpoint=True)  # the restart
+    async with ctx.db.read_session() as session:
+        seqs = (
+            await session.scalars(
+                select(EVENTS.c.seq).where(EVENTS.c.org_id == org_id).order_by(EVENTS.c.seq)
+            )
+        ).all()
+    assert seqs == list(range(1, 3002))
+    result = await _verify(ctx, api_only, org)
+    assert (result.ok, result.last_seq) == (True, 3001), result.problem

@@ -19,6 +19,7 @@ from starlette.routing import Match
 from signoff import __version__
 from signoff.api_docs import install_docs
 from signoff.approvals.endpoints import router as approvals_router
+from signoff.audit.endpoints import router as audit_router
 from signoff.common.http import json_response
 from signoff.common.openapi_declarations import errors
 from signoff.common.validation import validation_failed_from
@@ -55,6 +56,7 @@ from signoff.retention.service import run_retention
 from signoff.steps.endpoints import router as steps_router
 from signoff.webhooks.endpoints import router as webhooks_router
 from signoff.wiring import Wiring
+from signoff.worker.audit_chain import run_audit_sealer
 from signoff.worker.deliveries import run_delivery_worker
 from signoff.worker.notifications import run_notification_sender
 from signoff.worker.sweeper import run_expiry_sweep
@@ -238,6 +240,7 @@ def create_app(
                     run_notification_sender(wiring.notifications, wiring.hub, stop),
                     name="notification sender",
                 ),
+                asyncio.create_task(run_audit_sealer(ctx, stop), name="audit sealer"),
             ]
             if background
             else []
@@ -278,6 +281,7 @@ def create_app(
         webhooks_router,
         notifications_router,
         policies_router,
+        audit_router,
         notification_pages,
         policy_pages,
         slack_webhook,

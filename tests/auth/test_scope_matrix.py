@@ -65,6 +65,7 @@ SCOPE_TABLE: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/policies/versions"): READ,
     ("POST", "/api/v1/policies/versions/{}/restore"): WRITE,
     ("POST", "/api/v1/policies/dry-run"): WRITE,
+    ("GET", "/api/v1/audit/export"): READ,
     # The executor redeems the receipt of what it is about to do: a write.
     ("POST", "/api/v1/receipts/redeem"): WRITE,
     ("GET", "/api/v1/approvals/{}/notifications"): READ,
@@ -283,6 +284,7 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("GET", "/api/v1/oauth-clients/{}"): lambda env: _client_call(env, "GET"),
     ("DELETE", "/api/v1/oauth-clients/{}"): lambda env: _client_call(env, "DELETE"),
     ("GET", "/api/v1/routing"): lambda env: _plain("GET", "/api/v1/routing"),
+    ("GET", "/api/v1/audit/export"): lambda env: _plain("GET", "/api/v1/audit/export"),
     ("PUT", "/api/v1/routing"): lambda env: _plain(
         "PUT", "/api/v1/routing", {"channels": {}, "rules": []}
     ),

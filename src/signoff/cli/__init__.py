@@ -11,6 +11,7 @@ import sys
 import typer
 
 from signoff import __version__
+from signoff.cli.audit import audit_app
 from signoff.cli.connection import connection_app
 from signoff.cli.db import db_app
 from signoff.cli.delivery import delivery_app
@@ -45,6 +46,7 @@ app.command()(worker)
 app.command("secret-key")(secret_key)
 app.command()(version)
 app.command("emergency-stop")(emergency_stop)
+app.add_typer(audit_app, name="audit")
 app.add_typer(db_app, name="db")
 app.add_typer(org_app, name="org")
 app.add_typer(user_app, name="user")

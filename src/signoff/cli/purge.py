@@ -50,7 +50,12 @@ def purge(
             async with ctx.reading() as uow:
                 org_id = (await orgs_service.resolve_org(uow.orgs, org)).id
         return await service.purge(
-            ctx.transaction, cutoff, org_id=org_id, batch_size=batch_size, dry_run=dry_run
+            ctx.transaction,
+            cutoff,
+            org_id=org_id,
+            batch_size=batch_size,
+            dry_run=dry_run,
+            sign=service.chain_signer(ctx),
         )
 
     report = run_with_context(action)

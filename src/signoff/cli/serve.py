@@ -90,6 +90,7 @@ def first_run_setup_link(settings: Settings, host: str, port: int) -> str | None
 def worker() -> None:
     """Run only the background work (deliveries, notifications, expiry sweep), for scale-out."""
     from signoff.retention.service import run_retention
+    from signoff.worker.audit_chain import run_audit_sealer
     from signoff.worker.deliveries import run_delivery_worker
     from signoff.worker.notifications import run_notification_sender
     from signoff.worker.sweeper import run_expiry_sweep
@@ -112,6 +113,7 @@ def worker() -> None:
                 run_delivery_worker(ctx, wiring.webhooks, wiring.hub, stop),
                 run_notification_sender(wiring.notifications, wiring.hub, stop),
                 run_retention(ctx, stop),
+                run_audit_sealer(ctx, stop),
             )
         finally:
             await wiring.close()

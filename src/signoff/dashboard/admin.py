@@ -21,6 +21,8 @@ from starlette.responses import Response
 
 from signoff.approvals import service as approvals
 from signoff.approvals.schemas import DecideApprovalRequest
+from signoff.audit import repository as audit_repository
+from signoff.audit.endpoints import export_response
 from signoff.common.time import utcnow
 from signoff.common.validation import validate_model
 from signoff.context import context_of
@@ -584,6 +586,7 @@ async def audit_page(request: Request, viewer: Viewer = Admin) -> Response:
         listing = await admin.audit(repo, viewer.member, filters, page)
         types = await repo.audit_types(viewer.org.id)
         people = await admin.users(uow, viewer.member)
+        chain = await audit_repository.head(uow.session, viewer.org.id)
     kept = {
         k: v
         for k, v in query.items()
@@ -599,8 +602,16 @@ async def audit_page(request: Request, viewer: Viewer = Admin) -> Response:
         people=people,
         names={p.id: p.name for p in people},
         error=error,
+        chain=chain,
         page_link=lambda n: "/admin/audit?" + urlencode({**kept, "page": n}),
     )
+
+
+@router.get("/admin/audit/export")
+async def audit_export(request: Request, viewer: Viewer = Admin) -> Response:
+    """The export button: the hash-chained trail as a file (docs/audit.md)."""
+    disposition = {"Content-Disposition": 'attachment; filename="signoff-audit.jsonl"'}
+    return await export_response(request, viewer.org.id, disposition)
 
 
 # ---- the admin's override of a chain (a form on the request's page) ----

@@ -2,6 +2,7 @@
 
 from signoff.models.activity import AuditEvent, Comment
 from signoff.models.approvals import ApprovalRequest, ApprovalStep, Vote
+from signoff.models.audit import AuditChainHead, AuditCheckpoint
 from signoff.models.base import Base
 from signoff.models.notifications import (
     DecisionLink,
@@ -27,6 +28,8 @@ from signoff.models.webhooks import WebhookAttempt, WebhookDelivery
 __all__ = [
     "ApprovalRequest",
     "ApprovalStep",
+    "AuditChainHead",
+    "AuditCheckpoint",
     "AuditEvent",
     "Base",
     "Comment",

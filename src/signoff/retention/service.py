@@ -18,6 +18,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from signoff.audit.service import CheckpointPolicy, Signer, prune_for_purge
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.retention.repository import RetentionRepository
@@ -60,16 +61,19 @@ async def purge(
     org_id: uuid.UUID | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     dry_run: bool = False,
+    sign: Signer | None = None,
 ) -> PurgeReport:
     """Delete finished requests decided before ``before`` (of one org, or of all), batch
-    by batch; or, with ``dry_run``, count them."""
+    by batch; or, with ``dry_run``, count them. ``sign``: the audit chain's signer; with
+    it each batch first signs a "pruned" checkpoint, so the org's chain still verifies
+    from there (docs/audit.md, "Retention")."""
     report = PurgeReport(before, dry_run)
     for org in await _org_ids(transaction, org_id):
         if dry_run:
             async with transaction() as uow:
                 report.requests += await _repo(uow).count_purgeable(org, before)
             continue
-        async for deleted in _batches(transaction, org, before, batch_size):
+        async for deleted in _batches(transaction, org, before, batch_size, sign):
             report.batches += 1
             report.requests += deleted["requests"]
             report.rows.update(deleted)
@@ -77,12 +81,20 @@ async def purge(
 
 
 async def _batches(
-    transaction: Transaction, org_id: uuid.UUID, before: datetime, batch_size: int
+    transaction: Transaction,
+    org_id: uuid.UUID,
+    before: datetime,
+    batch_size: int,
+    sign: Signer | None,
 ) -> AsyncIterator[dict[str, int]]:
     while True:
         async with transaction() as uow:
             repo = _repo(uow)
             ids = await repo.purgeable_ids(org_id, before, batch_size)
+            if ids and sign is not None:
+                await prune_for_purge(
+                    uow.session, uow.dialect, org_id, list(ids), sign, _NO_CHECKPOINT, utcnow()
+                )
             deleted = await repo.delete_requests(ids) if ids else None
         if deleted is None:
             return
@@ -92,6 +104,19 @@ async def _batches(
         await asyncio.sleep(0)  # let other work of this process run between batches
 
 
+# Sealing during a purge signs only the "pruned" checkpoint; the worker signs heads.
+_NO_CHECKPOINT = CheckpointPolicy(every_events=2**62, every_seconds=float("inf"))
+
+
+def chain_signer(ctx: AppContext) -> Signer:
+    """The receipts' current key, looked up when signing (``ctx.transaction`` loads it)."""
+
+    def sign(payload: bytes, typ: str) -> str:
+        return ctx.keys.current.sign(payload, typ)
+
+    return sign
+
+
 async def run_retention(ctx: AppContext, stop: asyncio.Event) -> None:
     """The worker's loop: every hour, purge what is older than SIGNOFF_RETENTION_DAYS."""
     days = ctx.settings.retention_days
@@ -99,7 +124,9 @@ async def run_retention(ctx: AppContext, stop: asyncio.Event) -> None:
         return
     while not stop.is_set():
         try:
-            report = await purge(ctx.transaction, utcnow() - timedelta(days=days))
+            report = await purge(
+                ctx.transaction, utcnow() - timedelta(days=days), sign=chain_signer(ctx)
+            )
             if report.requests:
                 logger.info(
                     "retention: purged %d requests older than %d days", report.requests, days

@@ -1,0 +1,1 @@
+"""The hash-chained audit trail (docs/audit.md): sealing, checkpoints, export, verify."""

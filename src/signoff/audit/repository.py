@@ -1,0 +1,138 @@
+"""Every query of the audit chain."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any, cast
+
+from sqlalchemy import Row, Table, bindparam, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from signoff.audit.chain import GENESIS_HASH
+from signoff.models import AuditChainHead, AuditCheckpoint, AuditEvent
+from signoff.storage import insert_ignoring_conflicts
+
+_EVENTS = cast(Table, AuditEvent.__table__)
+_HEADS = cast(Table, AuditChainHead.__table__)
+_CHECKPOINTS = cast(Table, AuditCheckpoint.__table__)
+
+
+async def orgs_with_unsealed(session: AsyncSession, limit: int) -> Sequence[uuid.UUID]:
+    """Orgs that have events not yet in their chain (index ix_audit_events_seq_org)."""
+    rows = await session.execute(
+        select(_EVENTS.c.org_id).where(_EVENTS.c.seq.is_(None)).distinct().limit(limit)
+    )
+    return [row.org_id for row in rows]
+
+
+async def lock_head(session: AsyncSession, dialect: str, org_id: uuid.UUID) -> Row[Any]:
+    """The org's head row, created at genesis if missing, locked until the transaction
+    ends (PostgreSQL ``FOR UPDATE``; SQLite's write transaction holds the file's lock)."""
+    statement = select(_HEADS).where(_HEADS.c.org_id == org_id).with_for_update()
+    row = (await session.execute(statement)).first()
+    if row is not None:
+        return row
+    genesis = {
+        "org_id": org_id,
+        "seq": 0,
+        "hash": GENESIS_HASH,
+        "checkpoint_seq": 0,
+        "verified_seq": 0,
+        "verified_hash": GENESIS_HASH,
+    }
+    await session.execute(insert_ignoring_conflicts(dialect, _HEADS, ("org_id",)), genesis)
+    return (await session.execute(statement)).one()
+
+
+async def unsealed_events(
+    session: AsyncSession, org_id: uuid.UUID, limit: int
+) -> Sequence[Row[Any]]:
+    return (
+        await session.execute(
+            select(_EVENTS)
+            .where(_EVENTS.c.org_id == org_id, _EVENTS.c.seq.is_(None))
+            .order_by(_EVENTS.c.created_at, _EVENTS.c.id)
+            .limit(limit)
+        )
+    ).all()
+
+
+async def set_chain_fields(session: AsyncSession, rows: Sequence[dict[str, Any]]) -> None:
+    """One executemany: each event's seq, prev_hash and hash, by id."""
+    if rows:
+        await session.execute(
+            update(_EVENTS)
+            .where(_EVENTS.c.id == bindparam("event_id"), _EVENTS.c.seq.is_(None))
+            .values(seq=bindparam("seq"), prev_hash=bindparam("prev_hash"), hash=bindparam("h")),
+            list(rows),
+            execution_options={"synchronize_session": False},
+        )
+
+
+async def update_head(session: AsyncSession, org_id: uuid.UUID, **values: Any) -> None:
+    await session.execute(update(_HEADS).where(_HEADS.c.org_id == org_id).values(**values))
+
+
+async def add_checkpoint(session: AsyncSession, row: dict[str, Any]) -> None:
+    await session.execute(insert(_CHECKPOINTS), row)
+
+
+async def head(session: AsyncSession, org_id: uuid.UUID) -> Row[Any] | None:
+    return (await session.execute(select(_HEADS).where(_HEADS.c.org_id == org_id))).first()
+
+
+async def events_page(
+    session: AsyncSession, org_id: uuid.UUID, after_seq: int, limit: int
+) -> Sequence[Row[Any]]:
+    """Sealed events after ``after_seq``, by seq (index ux_audit_events_org_seq)."""
+    return (
+        await session.execute(
+            select(_EVENTS)
+            .where(_EVENTS.c.org_id == org_id, _EVENTS.c.seq > after_seq)
+            .order_by(_EVENTS.c.seq)
+            .limit(limit)
+        )
+    ).all()
+
+
+async def checkpoints_between(
+    session: AsyncSession, org_id: uuid.UUID, after_seq: int, up_to: int | None
+) -> Sequence[Row[Any]]:
+    statement = select(_CHECKPOINTS).where(
+        _CHECKPOINTS.c.org_id == org_id, _CHECKPOINTS.c.seq > after_seq
+    )
+    if up_to is not None:
+        statement = statement.where(_CHECKPOINTS.c.seq <= up_to)
+    return (
+        await session.execute(statement.order_by(_CHECKPOINTS.c.seq, _CHECKPOINTS.c.created_at))
+    ).all()
+
+
+async def last_pruned(session: AsyncSession, org_id: uuid.UUID) -> Row[Any] | None:
+    return (
+        await session.execute(
+            select(_CHECKPOINTS)
+            .where(_CHECKPOINTS.c.org_id == org_id, _CHECKPOINTS.c.kind == "pruned")
+            .order_by(_CHECKPOINTS.c.seq.desc())
+            .limit(1)
+        )
+    ).first()
+
+
+async def last_event_of(
+    session: AsyncSession, org_id: uuid.UUID, request_ids: Sequence[uuid.UUID]
+) -> Any:
+    """The sealed event with the highest seq among these requests' (seq and hash)."""
+    return (
+        await session.execute(
+            select(_EVENTS.c.seq, _EVENTS.c.hash)
+            .where(
+                _EVENTS.c.org_id == org_id,
+                _EVENTS.c.request_id.in_(request_ids),
+                _EVENTS.c.seq.is_not(None),
+            )
+            .order_by(_EVENTS.c.seq.desc())
+            .limit(1)
+        )
+    ).first()

@@ -1,0 +1,259 @@
+"""Sealing events into their org's chain, signing checkpoints, and the export's records.
+
+Events are written by their use cases as before (seq NULL), at no extra cost on the
+request path; ``seal_org`` numbers and hashes them in order, under the org's head row
+lock, in one transaction: concurrent sealers (two workers, an export, a purge) wait on
+each other, so the chain never forks or skips, and a killed sealer commits nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from signoff.audit import repository
+from signoff.audit.chain import (
+    CHECKPOINT_TYPE,
+    canonical_event,
+    chain_timestamp,
+    checkpoint_payload,
+    event_hash,
+)
+from signoff.common.ids import new_id
+
+SEAL_BATCH = 500
+EXPORT_PAGE = 500
+
+Signer = Callable[[bytes, str], str]
+
+
+@dataclass(frozen=True)
+class CheckpointPolicy:
+    every_events: int
+    every_seconds: float
+
+
+@dataclass(frozen=True)
+class Sealed:
+    org_id: uuid.UUID
+    events: int
+    head_seq: int
+    checkpointed: bool
+
+
+async def seal_org(
+    session: AsyncSession,
+    dialect: str,
+    org_id: uuid.UUID,
+    sign: Signer | None,
+    policy: CheckpointPolicy,
+    now: datetime,
+    *,
+    force_checkpoint: bool = False,
+) -> Sealed:
+    """Seal up to ``SEAL_BATCH`` of the org's unsealed events, then sign the head if the
+    policy says it is time (or ``force_checkpoint``)."""
+    head = await repository.lock_head(session, dialect, org_id)
+    seq, prev = int(head.seq), str(head.hash)
+    rows = await repository.unsealed_events(session, org_id, SEAL_BATCH)
+    updates = []
+    for row in rows:
+        seq += 1
+        digest = event_hash(_canonical(row, seq, prev))
+        updates.append({"event_id": row.id, "seq": seq, "prev_hash": prev, "h": digest})
+        prev = digest
+    await repository.set_chain_fields(session, updates)
+    values: dict[str, Any] = {"seq": seq, "hash": prev}
+    due = seq > head.checkpoint_seq and (
+        force_checkpoint
+        or seq - head.checkpoint_seq >= policy.every_events
+        or head.checkpoint_at is None
+        or (now - head.checkpoint_at).total_seconds() >= policy.every_seconds
+    )
+    if due and sign is not None:
+        await _add_checkpoint(session, org_id, "head", seq, prev, sign, now)
+        values |= {"checkpoint_seq": seq, "checkpoint_at": now}
+    if updates or "checkpoint_seq" in values:
+        await repository.update_head(session, org_id, **values)
+    return Sealed(org_id, len(updates), seq, "checkpoint_seq" in values)
+
+
+async def _add_checkpoint(
+    session: AsyncSession,
+    org_id: uuid.UUID,
+    kind: str,
+    seq: int,
+    head_hash: str,
+    sign: Signer,
+    now: datetime,
+) -> None:
+    token = sign(checkpoint_payload(org_id, kind, seq, head_hash, now), CHECKPOINT_TYPE)
+    await repository.add_checkpoint(
+        session,
+        {
+            "id": new_id(),
+            "org_id": org_id,
+            "kind": kind,
+            "seq": seq,
+            "hash": head_hash,
+            "jws": token,
+            "created_at": now,
+        },
+    )
+
+
+def _canonical(row: Row[Any], seq: int, prev: str) -> dict[str, Any]:
+    return canonical_event(
+        seq=seq,
+        id=row.id,
+        org_id=row.org_id,
+        request_id=row.request_id,
+        type=row.type,
+        actor_id=row.actor_id,
+        data=row.data,
+        created_at=row.created_at,
+        prev_hash=prev,
+    )
+
+
+# ---- export ----
+
+
+def event_record(row: Row[Any]) -> dict[str, Any]:
+    """An event as exported: its canonical form (without prev_hash's place changing)
+    plus ``hash``; ``kind`` tells it from a checkpoint."""
+    record = _canonical(row, int(row.seq), str(row.prev_hash))
+    return {"kind": "event", **record, "hash": row.hash}
+
+
+def checkpoint_record(row: Row[Any]) -> dict[str, Any]:
+    return {
+        "kind": "checkpoint",
+        "checkpoint": row.kind,
+        "org_id": str(row.org_id),
+        "seq": int(row.seq),
+        "hash": row.hash,
+        "created_at": chain_timestamp(row.created_at),
+        "jws": row.jws,
+    }
+
+
+async def export_records(
+    reading: Callable[[], AbstractAsyncContextManager[AsyncSession]],
+    org_id: uuid.UUID,
+    since_seq: int,
+) -> AsyncIterator[dict[str, Any]]:
+    """The org's sealed events from ``since_seq`` by seq, each signed checkpoint right
+    after the event it signs; one short read per page, so memory stays flat however
+    long the chain. Starts with the last ``pruned`` checkpoint when the purge removed
+    the events before ``since_seq`` (verification begins there)."""
+    after = max(since_seq, 1) - 1
+    async with reading() as session:
+        pruned = await repository.last_pruned(session, org_id)
+    if pruned is not None and pruned.seq >= after:
+        yield checkpoint_record(pruned)
+        after = int(pruned.seq)
+    while True:
+        async with reading() as session:
+            page = await repository.events_page(session, org_id, after, EXPORT_PAGE)
+            last = int(page[-1].seq) if page else None
+            marks = await repository.checkpoints_between(session, org_id, after, last)
+        if not page:
+            for mark in marks:
+                if mark.kind != "pruned":
+                    yield checkpoint_record(mark)
+            return
+        by_seq: dict[int, list[Row[Any]]] = {}
+        for mark in marks:
+            if mark.kind != "pruned":
+                by_seq.setdefault(int(mark.seq), []).append(mark)
+        for row in page:
+            yield event_record(row)
+            for mark in by_seq.get(int(row.seq), ()):
+                yield checkpoint_record(mark)
+        after = int(page[-1].seq)
+
+
+def cloudevent(record: dict[str, Any], source: str) -> dict[str, Any]:
+    """A record as a CloudEvents 1.0 JSON event; its data is the record unchanged."""
+    is_event = record["kind"] == "event"
+    return {
+        "specversion": "1.0",
+        "id": record["id"] if is_event else f"checkpoint-{record['org_id']}-{record['seq']}",
+        "source": source,
+        "type": f"dev.signoff.audit.{record['type']}"
+        if is_event
+        else "dev.signoff.audit.checkpoint",
+        "subject": f"{record['org_id']}/{record['seq']}",
+        "time": record["created_at"],
+        "datacontenttype": "application/json",
+        "data": record,
+    }
+
+
+# ---- retention ----
+
+
+async def prune_for_purge(
+    session: AsyncSession,
+    dialect: str,
+    org_id: uuid.UUID,
+    request_ids: list[uuid.UUID],
+    sign: Signer,
+    policy: CheckpointPolicy,
+    now: datetime,
+) -> int | None:
+    """Before a purge deletes ``request_ids`` (in this transaction): seal the org's
+    waiting events, then sign "pruned up to seq N, head hash H" where N is the last
+    event of those requests. Exports start there (docs/audit.md, "Retention"), so the
+    holes the purge makes lie before the chain's verified start. The seq pruned to, or
+    None when those requests have no sealed event past the last pruning."""
+    while (await seal_org(session, dialect, org_id, None, policy, now)).events == SEAL_BATCH:
+        pass
+    last = await repository.last_event_of(session, org_id, request_ids)
+    pruned = await repository.last_pruned(session, org_id)
+    if last is None or (pruned is not None and pruned.seq >= last.seq):
+        return None
+    await _add_checkpoint(session, org_id, "pruned", int(last.seq), str(last.hash), sign, now)
+    return int(last.seq)
+
+
+# ---- the worker's own check ----
+
+
+async def verify_stored(
+    session: AsyncSession, org_id: uuid.UUID, now: datetime, limit: int = EXPORT_PAGE
+) -> tuple[int, int | None]:
+    """Recompute up to ``limit`` of the org's stored events after the last verified one,
+    from its hash; record how far the chain holds (or the first seq that does not).
+    Incremental: each round starts where the last ended. (verified seq, failed seq)."""
+    head = await repository.head(session, org_id)
+    if head is None or head.verify_failed_seq is not None:
+        return (0, None) if head is None else (int(head.verified_seq), head.verify_failed_seq)
+    seq, prev = int(head.verified_seq), str(head.verified_hash)
+    pruned = await repository.last_pruned(session, org_id)
+    if pruned is not None and pruned.seq > seq:
+        seq, prev = int(pruned.seq), str(pruned.hash)
+    failed = None
+    for row in await repository.events_page(session, org_id, seq, limit):
+        digest = event_hash(_canonical(row, seq + 1, prev))
+        if row.seq != seq + 1 or row.prev_hash != prev or row.hash != digest:
+            failed = seq + 1
+            break
+        seq, prev = seq + 1, digest
+    await repository.update_head(
+        session,
+        org_id,
+        verified_seq=seq,
+        verified_hash=prev,
+        verified_at=now,
+        verify_failed_seq=failed,
+    )
+    return seq, failed

@@ -1,0 +1,48 @@
+"""The audit chain's per-org head and its signed checkpoints (docs/audit.md)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import BigInteger, ForeignKey, Index, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from signoff.common.ids import new_id
+from signoff.common.time import utcnow
+from signoff.models.base import Base
+
+
+class AuditChainHead(Base):
+    """One row per org: the last sealed event, the last checkpoint and how far the
+    worker has verified. Sealing locks this row, so one org's chain grows one
+    transaction at a time on both databases."""
+
+    __tablename__ = "audit_chain_heads"
+
+    org_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("organizations.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(BigInteger)
+    hash: Mapped[str] = mapped_column(String(64))
+    checkpoint_seq: Mapped[int] = mapped_column(BigInteger)
+    checkpoint_at: Mapped[datetime | None] = mapped_column(default=None)
+    verified_seq: Mapped[int] = mapped_column(BigInteger)
+    verified_hash: Mapped[str] = mapped_column(String(64))
+    verified_at: Mapped[datetime | None] = mapped_column(default=None)
+    verify_failed_seq: Mapped[int | None] = mapped_column(BigInteger, default=None)
+
+
+class AuditCheckpoint(Base):
+    """A signed head: ``kind`` is ``head`` or ``pruned`` (events up to ``seq`` purged)."""
+
+    __tablename__ = "audit_checkpoints"
+    __table_args__ = (Index("ix_audit_checkpoints_org_seq", "org_id", "seq"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
+    org_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("organizations.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    hash: Mapped[str] = mapped_column(String(64))
+    jws: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -126,7 +126,12 @@ async def _approved_receipts(client: httpx.AsyncClient, count: int) -> list[str]
         async with semaphore:
             created = await client.post(
                 "/api/v1/approvals",
-                json={"title": f"Deploy #{index}", "arguments": {**ARGUMENTS, "n": index}},
+                json={
+                    "title": f"Deploy #{index}",
+                    "description": "Roll out billing",
+                    "priority": "high",
+                    "arguments": {**ARGUMENTS, "n": index},
+                },
             )
             created.raise_for_status()
             decided = await client.patch(

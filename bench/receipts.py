@@ -34,6 +34,7 @@ import orjson
 
 from bench.run import (
     DEFAULT_POSTGRES_URL,
+    KEEPALIVE_EXPIRY,
     RESULTS_DIR,
     Options,
     deployed,
@@ -170,8 +171,13 @@ def bench_redeem(
         headers = {"Authorization": f"Bearer {deployment.api_key}"}
 
         async def run() -> tuple[list[float], dict[int, int], float, float]:
+            # Idle connections dropped before the server closes them, as bench.run does:
+            # else a request may go out on a connection the server is closing.
             async with httpx.AsyncClient(
-                base_url=deployment.server.url, headers=headers, timeout=60.0
+                base_url=deployment.server.url,
+                headers=headers,
+                timeout=60.0,
+                limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY),
             ) as client:
                 log(f"[{target}] approving {count:,} requests with arguments")
                 tokens = await _approved_receipts(client, count)

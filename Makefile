@@ -12,7 +12,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 PIP := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --disable-pip-version-check --progress-bar off -c constraints.txt
 
-.PHONY: install install-runtime serve worker test lint format typecheck check bench bench-compare bench-callbacks bench-longpoll bench-dashboard bench-notifications bench-replacements bench-fleet bench-size bench-expiry bench-policies clean
+.PHONY: install install-runtime serve worker test lint format typecheck check bench bench-compare bench-callbacks bench-longpoll bench-dashboard bench-notifications bench-replacements bench-fleet bench-size bench-expiry bench-policies bench-receipts clean
 
 CLIENT := clients/python
 
@@ -108,6 +108,11 @@ bench-size: $(STAMP)
 # received, and the other org's p99 meanwhile (docs/performance.md).
 bench-expiry: $(STAMP)
 	$(BIN)/python -m bench.expiry $(BENCH_ARGS)
+
+# Receipts: verify_receipt offline per second on one core (target >= 5,000/s), and
+# POST /api/v1/receipts/redeem's rate and p99 on each database (docs/performance.md).
+bench-receipts: $(STAMP)
+	$(BIN)/python -m bench.receipts $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

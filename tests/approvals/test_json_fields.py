@@ -56,7 +56,9 @@ async def test_every_path_renders_a_request_alike(client: httpx.AsyncClient, org
     [listed] = (await client.get("/api/v1/approvals", headers=org.member.headers)).json()["data"]
     callback = json.loads(receiver.bodies[0])
 
-    assert list(listed) == DECLARED
+    # List items add what they say of the receipt, never the receipt itself.
+    assert list(listed) == [*DECLARED, "receipt_issued", "receipt_uses"]
+    assert listed["receipt_issued"] is detail["receipt_issued"] is True
     assert [key for key in detail if key in DECLARED] == DECLARED
     assert [key for key in decided if key in DECLARED] == DECLARED
     for key in DECLARED:

@@ -21,7 +21,7 @@ from signoff.approvals.json_answers import request_to_dict
 from signoff.approvals.typed_rows import RequestRecord
 from signoff.common.time import utcnow
 from signoff.context import AppContext
-from signoff.models import ApprovalRequest
+from signoff.models import ApprovalRequest, Receipt
 from tests.conftest import Org, create_approval
 from tests.helpers import NO_SWEEP, backdate_expiry
 
@@ -112,11 +112,16 @@ def _in(delta: timedelta) -> str:
 async def _presented_by_python(ctx: AppContext, org: Org) -> dict[str, dict[str, Any]]:
     now = utcnow()
     async with ctx.reading() as uow:
+        uses = dict((await uow.session.execute(select(Receipt.request_id, Receipt.uses))).all())
         rows = await uow.session.scalars(
             select(ApprovalRequest).where(ApprovalRequest.org_id == uuid.UUID(org.id))
         )
         # Read through the ORM, apart from every prepared statement the API runs.
-        return {str(row.id): request_to_dict(record_of(row), now) for row in rows}
+        return {
+            str(row.id): request_to_dict(record_of(row), now)
+            | {"receipt_issued": row.id in uses, "receipt_uses": uses.get(row.id, 0)}
+            for row in rows
+        }
 
 
 async def test_a_list_item_is_what_every_other_read_presents(

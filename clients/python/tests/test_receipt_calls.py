@@ -144,16 +144,49 @@ def test_a_receipt_from_a_new_key_fetches_the_keys_again(
     fake.keys = [KEY, rotated]
     assert client.verify_receipt(sign(rotated, current_claims())).kid == "k2"
     assert fake.paths() == ["/.well-known/jwks.json"] * 2
-    # Once fetched again, a key still missing is refused, without a third fetch.
-    fake.keys = [KEY]
-    with pytest.raises(UnknownReceiptKey):
-        client.verify_receipt(sign(new_key("k3"), current_claims()))
-    assert fake.paths() == ["/.well-known/jwks.json"] * 3
     assert (
         client.verify_receipt(sign(KEY, current_claims()), arguments={"path": "/srv/old"}).sub
         == "req-1"
     )
+    assert len(fake.paths()) == 2
+
+
+def test_forged_kids_fetch_the_keys_again_at_most_once_per_interval(
+    fake: FakeSignoff, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr("signoff_client._client.time.monotonic", lambda: clock[0])
+    http = httpx.Client(transport=httpx.MockTransport(fake.handle))
+    client = SignoffClient(
+        "https://signoff.test", "gk_test", http_client=http, jwks_refetch_interval=60.0
+    )
+    client.jwks()
+    for forged in range(20):
+        with pytest.raises(UnknownReceiptKey):
+            client.verify_receipt(sign(new_key(f"forged-{forged}"), current_claims()))
+    # The first unknown kid fetched the keys again; the other 19 were refused from the cache.
+    assert fake.paths() == ["/.well-known/jwks.json"] * 2
+    clock[0] += 59.0
+    with pytest.raises(UnknownReceiptKey):
+        client.verify_receipt(sign(new_key("forged-late"), current_claims()))
+    assert len(fake.paths()) == 2
+    # Past the interval a real rotation is found again.
+    clock[0] += 2.0
+    rotated = new_key("k2")
+    fake.keys = [KEY, rotated]
+    assert client.verify_receipt(sign(rotated, current_claims())).kid == "k2"
     assert len(fake.paths()) == 3
+
+
+@pytest.mark.anyio
+async def test_the_async_client_limits_refetches_too(fake: FakeSignoff) -> None:
+    http = httpx.AsyncClient(transport=httpx.MockTransport(fake.handle))
+    async with AsyncSignoffClient("https://signoff.test", "gk_test", http_client=http) as client:
+        await client.jwks()
+        for forged in range(5):
+            with pytest.raises(UnknownReceiptKey):
+                await client.verify_receipt(sign(new_key(f"forged-{forged}"), current_claims()))
+    assert fake.paths() == ["/.well-known/jwks.json"] * 2
 
 
 # ---- redeem ----

@@ -255,7 +255,8 @@ async def _read_detail(
         steps, votes = await service.steps_and_votes(reads, row)
         body["steps"] = [step_to_dict(step) for step in steps]
         body["votes"] = [vote_to_dict(vote) for vote in votes]
-        body.update(await _receipt_fields(ctx, principal, row))
+    # Every read says whether a receipt was issued, a pending one too (as list items do).
+    body.update(await _receipt_fields(ctx, principal, row))
     pause = ctx.settings.long_poll_recheck_seconds
     if row.expires_at is not None:
         # Wake at the deadline: the request reads as expired from then on.

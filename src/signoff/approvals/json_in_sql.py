@@ -27,11 +27,12 @@ from sqlalchemy import (
     cast,
     func,
     literal_column,
+    select,
 )
 
 from signoff.approvals.json_fields import REQUEST_FIELDS
 from signoff.approvals.typed_rows import COLUMN_OF_FIELD
-from signoff.models import ApprovalRequest
+from signoff.models import ApprovalRequest, Receipt
 from signoff.models.base import UTCDateTime
 
 # The read time, as the list query binds it: a pending request past its deadline reads
@@ -39,6 +40,7 @@ from signoff.models.base import UTCDateTime
 NOW = bindparam("now", type_=UTCDateTime())
 
 _REQUESTS: Table = ApprovalRequest.__table__  # type: ignore[assignment]
+_RECEIPTS: Table = Receipt.__table__  # type: ignore[assignment]
 _Column = ColumnElement[Any]
 
 
@@ -53,9 +55,9 @@ def is_past_expiry(rows: FromClause = _REQUESTS) -> ColumnElement[bool]:
 
 def request_json(dialect: str, rows: FromClause = _REQUESTS) -> ColumnElement[str]:
     """The request of each row as a JSON object (text), with the keys and values of
-    ``request_to_dict``, both derived from ``json_fields.REQUEST_FIELDS``; ``callback_headers``
-    is never rendered. ``rows``: the requests table, or a selection of its columns (a
-    subquery)."""
+    ``request_to_dict``, both derived from ``json_fields.REQUEST_FIELDS``, then
+    ``receipt_issued`` and ``receipt_uses``; ``callback_headers`` is never rendered.
+    ``rows``: the requests table, or a selection of its columns (a subquery)."""
     render: _Renderer = _SQLite if dialect == "sqlite" else _PostgreSQL
     r = rows.c
     expired = and_(r.status == _sql("pending"), is_past_expiry(rows))
@@ -69,7 +71,24 @@ def request_json(dialect: str, rows: FromClause = _REQUESTS) -> ColumnElement[st
         if field.when_expired:
             value = case((expired, read_expired[field.when_expired]), else_=value)
         pairs.append((field.key, _render_kind(render, field.kind, value)))
+    pairs.extend(_receipt_counts(render, rows))
     return render.object(pairs)
+
+
+def _receipt_counts(render: _Renderer, rows: FromClause) -> list[tuple[str, ColumnElement[Any]]]:
+    """``receipt_issued`` and ``receipt_uses`` of each row (``receipts.service.answer_fields``
+    without the receipt, which lists never carry): one lookup in the receipts' unique
+    ``request_id`` index per row."""
+    uses = (
+        select(_RECEIPTS.c.uses)
+        .where(_RECEIPTS.c.request_id == rows.c.id)
+        .correlate(rows)
+        .scalar_subquery()
+    )
+    return [
+        ("receipt_issued", render.boolean(uses.is_not(None))),
+        ("receipt_uses", render.plain(func.coalesce(uses, _sql(0)))),
+    ]
 
 
 def _render_kind(render: _Renderer, kind: str, value: ColumnElement[Any]) -> ColumnElement[Any]:

@@ -634,14 +634,23 @@ ApprovalRequestOut: type[BaseModel] = create_model(
 )
 
 
-class ReceiptFieldsOut(BaseModel):
+class ReceiptCountsOut(BaseModel):
+    """What every read, lists included, says of a request's receipt."""
+
+    receipt_issued: bool = Field(description="An approval issued a receipt.")
+    receipt_uses: int = Field(ge=0, description="How many times it was redeemed.")
+
+
+class ReceiptFieldsOut(ReceiptCountsOut):
     receipt: str | None = Field(
         description="The receipt the approval issued (a compact JWS, docs/receipts.md), "
         "for the connection that created the request and for admins; null for others "
-        "and before approval."
+        "and before approval. Never in lists."
     )
-    receipt_issued: bool = Field(description="An approval issued a receipt.")
-    receipt_uses: int = Field(ge=0, description="How many times it was redeemed.")
+
+
+class ApprovalListItemOut(ApprovalRequestOut, ReceiptCountsOut):
+    """A list item: the request, and whether a receipt was issued (never the receipt)."""
 
 
 class ApprovalRequestDetailOut(ApprovalRequestOut, ReceiptFieldsOut):
@@ -666,7 +675,7 @@ class PaginationOut(BaseModel):
 
 
 class ApprovalListOut(BaseModel):
-    data: list[ApprovalRequestOut]
+    data: list[ApprovalListItemOut]
     pagination: PaginationOut
     total_is_exact: bool = Field(
         description="False when counting stopped at 10,000: there are more matches."

@@ -24,6 +24,7 @@ from referencing.exceptions import NoSuchResource
 
 from signoff.errors import ValidationFailed
 from signoff.models.approvals import EMPTY_ARGUMENTS_HASH
+from signoff.receipts.schema_patterns import LinearTimeValidator, refused_patterns
 
 HASH_PREFIX = "sha-256:"
 # At most this many failures are named in one answer.
@@ -96,8 +97,12 @@ def check_against_schema(arguments: Mapping[str, Any] | None, schema: Mapping[st
         raise ValidationFailed.for_fields(
             [_field("arguments_schema", exc.absolute_path, exc.message)]
         ) from None
+    # Regular expressions are matched by RE2, in linear time (receipts/schema_patterns.py).
+    refused = [_field("arguments_schema", at, why) for at, why in refused_patterns(schema)]
+    if refused:
+        raise ValidationFailed.for_fields(refused[:_MAX_REPORTED])
     registry: Registry[Any] = Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
-    validator = Draft202012Validator(schema, registry=registry)
+    validator = LinearTimeValidator(schema, registry=registry)
     failures: list[dict[str, str]] = []
     try:
         for error in validator.iter_errors(dict(arguments or {})):

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from joserfc import jws
 from joserfc.jwk import OKPKey
+from joserfc.jws import JWSRegistry
 
 from signoff.common.ids import new_id
 from signoff.common.time import utcnow
@@ -60,15 +61,26 @@ def new_key_row(box: SecretBox, now: datetime) -> dict[str, Any]:
     }
 
 
+# Built once: ``serialize_compact`` would otherwise build a registry for every receipt.
+_SIGNING_REGISTRY = JWSRegistry(algorithms=[ALGORITHM])
+
+
 @dataclass(frozen=True)
 class SigningKey:
+    """The current key, parsed once, with the header every receipt it signs carries."""
+
     kid: str
     key: OKPKey
+    header: dict[str, str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "header", {"alg": ALGORITHM, "typ": TOKEN_TYPE, "kid": self.kid})
 
     def sign(self, payload: bytes, typ: str = TOKEN_TYPE) -> str:
         """A compact JWS of ``payload``; ``typ`` tells a receipt from an audit checkpoint."""
-        header = {"alg": ALGORITHM, "typ": typ, "kid": self.kid}
-        return jws.serialize_compact(header, payload, self.key, algorithms=[ALGORITHM])
+        # A copy: joserfc may add to the header it is given.
+        header = dict(self.header) if typ == TOKEN_TYPE else {**self.header, "typ": typ}
+        return jws.serialize_compact(header, payload, self.key, registry=_SIGNING_REGISTRY)
 
 
 class KeyRing:

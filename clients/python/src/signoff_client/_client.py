@@ -39,6 +39,9 @@ DEFAULT_WAIT_SECONDS = 300.0
 # How long a fetched key set is trusted before it is fetched again. A receipt signed by a
 # key not in it yet (after a rotation) fetches it again at once.
 JWKS_TTL_SECONDS = 300.0
+# A receipt naming a key the cached set lacks fetches the set again at most this often:
+# receipts with forged kids cannot make the client hammer the server.
+JWKS_REFETCH_INTERVAL_SECONDS = 30.0
 USER_AGENT = f"signoff-client/{__version__}"
 
 
@@ -125,10 +128,12 @@ class _DecisionWait:
 class _KeyCache:
     """The server's receipt keys, as last fetched, and whether they are still fresh."""
 
-    def __init__(self, ttl: float) -> None:
+    def __init__(self, ttl: float, refetch_interval: float) -> None:
         self.ttl = ttl
+        self.refetch_interval = refetch_interval
         self.keys: KeySet | None = None
         self.fetched_at = 0.0
+        self.refetched_at: float | None = None  # the last fetch for an unknown kid
 
     def current(self) -> KeySet | None:
         if self.keys is not None and time.monotonic() - self.fetched_at < self.ttl:
@@ -141,14 +146,24 @@ class _KeyCache:
 
     def verify(self, token: str, checks: Mapping[str, Any]) -> Receipt | None:
         """The receipt checked against the cached keys; None when they must be fetched
-        (none fresh, or the receipt's key is not among them: the server rotated)."""
+        (none fresh, or the receipt's key is not among them: the server rotated, unless
+        that fetch was made less than ``refetch_interval`` ago, then ``UnknownReceiptKey``)."""
         keys = self.current()
         if keys is None:
             return None
         try:
             return verify_receipt(token, jwks=keys, **checks)
         except UnknownReceiptKey:
+            if not self._may_refetch():
+                raise
             return None
+
+    def _may_refetch(self) -> bool:
+        now = time.monotonic()
+        if self.refetched_at is not None and now - self.refetched_at < self.refetch_interval:
+            return False
+        self.refetched_at = now
+        return True
 
 
 def _connection_error(call: Call[Any], exc: httpx.TransportError) -> APIConnectionError:
@@ -171,6 +186,9 @@ class SignoffClient:
     ``oauth_token=...`` for a user's OAuth access token. Use it as a context manager, or
     call ``close()``. ``retries`` is how many times a retryable failure is retried
     (an int, or a ``RetryPolicy``); ``http_client`` replaces the ``httpx.Client`` used.
+    ``jwks_refetch_interval``: a receipt naming a key the cached ``jwks()`` lacks fetches
+    the keys again at most once per this many seconds; until then it is refused
+    (``UnknownReceiptKey``).
     """
 
     def __init__(
@@ -182,11 +200,12 @@ class SignoffClient:
         timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
         retries: int | RetryPolicy = 3,
         http_client: httpx.Client | None = None,
+        jwks_refetch_interval: float = JWKS_REFETCH_INTERVAL_SECONDS,
     ) -> None:
         self._settings = _Settings(base_url, api_key, oauth_token, timeout, retries)
         self._http = http_client or httpx.Client()
         self._owns_http = http_client is None
-        self._keys = _KeyCache(JWKS_TTL_SECONDS)
+        self._keys = _KeyCache(JWKS_TTL_SECONDS, jwks_refetch_interval)
 
     @classmethod
     def from_env(cls, **options: Any) -> SignoffClient:
@@ -385,7 +404,8 @@ class SignoffClient:
         action_type: str | None = None,
     ) -> Receipt:
         """``verify_receipt`` against this server's keys, fetched again once if the
-        receipt names a key the cached set lacks (the server rotated its keys)."""
+        receipt names a key the cached set lacks (the server rotated its keys), at most
+        once per ``jwks_refetch_interval`` seconds."""
         checks: dict[str, Any] = {"arguments": arguments, "action_type": action_type}
         return self._keys.verify(token, checks) or verify_receipt(
             token, jwks=self.jwks(refresh=True), **checks
@@ -414,11 +434,12 @@ class AsyncSignoffClient:
         timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
         retries: int | RetryPolicy = 3,
         http_client: httpx.AsyncClient | None = None,
+        jwks_refetch_interval: float = JWKS_REFETCH_INTERVAL_SECONDS,
     ) -> None:
         self._settings = _Settings(base_url, api_key, oauth_token, timeout, retries)
         self._http = http_client or httpx.AsyncClient()
         self._owns_http = http_client is None
-        self._keys = _KeyCache(JWKS_TTL_SECONDS)
+        self._keys = _KeyCache(JWKS_TTL_SECONDS, jwks_refetch_interval)
 
     @property
     def base_url(self) -> str:

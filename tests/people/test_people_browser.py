@@ -83,4 +83,4 @@ async def test_the_requester_sees_no_buttons_and_the_pages_read_well(
         await admin.get_by_role("button", name="Save settings").click()
         await expect(admin.get_by_text("Settings saved.")).to_be_visible()
     read = await site.api.get("/api/v1/org/settings", headers=ann.headers)
-    assert read.json() == {"self_approval": "allow"}
+    assert read.json() == {"self_approval": "allow", "passkey_for": "off"}

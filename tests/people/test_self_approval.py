@@ -21,7 +21,7 @@ async def forbid(client: httpx.AsyncClient, org: Org) -> None:
         "/api/v1/org/settings", headers=org.admin.headers, json={"self_approval": "forbid"}
     )
     assert changed.status_code == 200, changed.text
-    assert changed.json() == {"self_approval": "forbid"}
+    assert changed.json() == {"self_approval": "forbid", "passkey_for": "off"}
 
 
 async def _decide(
@@ -40,7 +40,7 @@ async def test_settings_default_to_allow_and_every_member_reads_them(
 ) -> None:
     read = await client.get("/api/v1/org/settings", headers=org.member.headers)
     assert read.status_code == 200, read.text
-    assert read.json() == {"self_approval": "allow"}
+    assert read.json() == {"self_approval": "allow", "passkey_for": "off"}
 
 
 async def test_only_admins_change_settings(client: httpx.AsyncClient, org: Org) -> None:
@@ -49,7 +49,7 @@ async def test_only_admins_change_settings(client: httpx.AsyncClient, org: Org) 
     )
     assert_error(refused, 403, "FORBIDDEN")
     read = await client.get("/api/v1/org/settings", headers=org.admin.headers)
-    assert read.json() == {"self_approval": "allow"}
+    assert read.json() == {"self_approval": "allow", "passkey_for": "off"}
 
 
 @pytest.mark.parametrize(
@@ -68,7 +68,7 @@ async def test_unknown_settings_and_values_are_named_and_nothing_changes(
     details = assert_error(refused, 400, "VALIDATION_ERROR")
     assert [f["field"] for f in details["fields"]] == named
     read = await client.get("/api/v1/org/settings", headers=org.admin.headers)
-    assert read.json() == {"self_approval": "allow"}
+    assert read.json() == {"self_approval": "allow", "passkey_for": "off"}
 
 
 async def test_a_body_that_is_no_object_is_refused(client: httpx.AsyncClient, org: Org) -> None:
@@ -227,3 +227,24 @@ async def test_the_inbox_leaves_out_one_s_own_requests_under_four_eyes(
     await signed_in(ctx, client, org.member)
     inbox = (await client.get("/")).text
     assert "Theirs" in inbox and "Mine" not in inbox
+
+
+async def test_passkey_for_is_a_setting_the_api_enforces(
+    client: httpx.AsyncClient, org: Org
+) -> None:
+    """``passkey_for`` through the settings document: once ``critical``, an API key no
+    longer decides a critical request (403 PASSKEY_REQUIRED), and a bad value is a 400."""
+    bad = await client.patch(
+        "/api/v1/org/settings", headers=org.admin.headers, json={"passkey_for": "sometimes"}
+    )
+    assert_error(bad, 400, "VALIDATION_ERROR")
+    changed = await client.patch(
+        "/api/v1/org/settings", headers=org.admin.headers, json={"passkey_for": "critical"}
+    )
+    assert changed.status_code == 200, changed.text
+    assert changed.json() == {"self_approval": "allow", "passkey_for": "critical"}
+    critical = await create_approval(client, org.admin, priority="critical")
+    answer = await _decide(client, critical, org.admin)
+    assert_error(answer, 403, "PASSKEY_REQUIRED")
+    routine = await create_approval(client, org.admin, priority="low")
+    assert (await _decide(client, routine, org.admin)).status_code == 200

@@ -44,10 +44,10 @@ async def settings_page(request: Request, viewer: Viewer = Admin) -> Response:
 
 @router.post(SETTINGS_PAGE)
 async def save_settings(request: Request, viewer: Viewer = Admin) -> Response:
-    """As ``PATCH /api/v1/org/settings`` with every setting of the form."""
+    """As ``PATCH /api/v1/org/settings`` with the settings the form sends."""
     fields = await checked_form(request, viewer)
     try:
-        changes = parse_changes({name: fields.get(name, "") for name in SETTINGS})
+        changes = parse_changes({name: fields[name] for name in SETTINGS if name in fields})
     except ValidationFailed as exc:
         return redirect(SETTINGS_PAGE, flash=exc.message, kind="error")
     async with context_of(request).transaction() as uow:

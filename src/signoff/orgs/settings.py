@@ -36,6 +36,13 @@ SETTINGS: dict[str, Setting] = {
             "Whether the person who owns a request's connection (or its API key) may "
             "decide it. `forbid` asks for a second person: four-eyes.",
         ),
+        Setting(
+            "passkey_for",
+            ("off", "critical", "all"),
+            "off",
+            "Which decisions need the approver's passkey, signed on the request's page: "
+            "none, those of critical requests, or all (docs/passkeys.md).",
+        ),
     )
 }
 

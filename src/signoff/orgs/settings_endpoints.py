@@ -41,6 +41,11 @@ class OrgSettingsDoc(BaseModel):
         description=SETTINGS["self_approval"].description,
         json_schema_extra={"enum": list(SETTINGS["self_approval"].values)},
     )
+    passkey_for: str | None = Field(
+        None,
+        description=SETTINGS["passkey_for"].description,
+        json_schema_extra={"enum": list(SETTINGS["passkey_for"].values)},
+    )
 
 
 # Every member may read the rules their decisions follow.
@@ -52,7 +57,9 @@ Reader = Annotated[Principal, Depends(require_scope("approvals:read"))]
     response_model=OrgSettingsDoc,
     summary="The org's settings",
     description="Every setting of the org, with its value: `self_approval` is `allow` "
-    "(the person who owns a request's connection may decide it) or `forbid` (four-eyes).",
+    "(the person who owns a request's connection may decide it) or `forbid` (four-eyes); "
+    "`passkey_for` is `off`, `critical` or `all` (which decisions need the approver's "
+    "passkey).",
 )
 async def get_org_settings(request: Request, principal: Reader) -> Response:
     async with context_of(request).reading() as uow:

@@ -41,6 +41,7 @@ def _principals() -> tuple[repository.PrincipalsByKey, _Queries]:
         "admin",
         None,  # the owner is active
         "off",  # the org's passkey_for
+        "allow",  # the org's self_approval
     )
     queries = _Queries(row)
     return repository.PrincipalsByKey(cast(QueryRunner, queries)), queries

@@ -31,7 +31,7 @@ class OrgMember:
     user_name: str
     role: Literal["admin", "member"]
     # The org's ``self_approval`` setting (orgs/settings.py): "allow" or "forbid".
-    org_self_approval: str
+    org_self_approval: str = field(default="allow", kw_only=True)
     # The org's ``passkey_for`` setting: which decisions need the person's passkey.
     org_passkey_for: str = field(default="off", kw_only=True)
 

@@ -42,6 +42,7 @@ def _principals() -> tuple[repository.PrincipalsByKey, _Queries]:
         None,  # the owner is active
         "off",  # the org's passkey_for
         "allow",  # the org's self_approval
+        0,  # the org's policy version
     )
     queries = _Queries(row)
     return repository.PrincipalsByKey(cast(QueryRunner, queries)), queries

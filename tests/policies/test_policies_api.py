@@ -198,3 +198,29 @@ async def test_escalate_sets_an_expiry(client: httpx.AsyncClient, org: Org) -> N
     assert (await save(client, org, escalate)).is_success
     created = await create_approval(client, org.member, priority="high")
     assert created["status"] == "pending" and created["expires_at"] is not None
+
+
+async def test_a_key_in_use_sees_each_new_version_at_once(
+    client: httpx.AsyncClient, org: Org
+) -> None:
+    """The version in force travels with the caller's principal, which a replica may
+    remember: a save or a restore makes the next create of a key already in use follow
+    the new document, with no stale verdict in between."""
+    before = await create_approval(client, org.member, action_type="refund.issue")
+    assert before["status"] == "pending"  # the member's principal now remembered
+    assert (await save(client, org, rule("refunds", REFUNDS, "auto_approve"))).is_success
+    ruled = await create_approval(
+        client, org.member, action_type="refund.issue", arguments={"amount": 5}
+    )
+    assert ruled["status"] == "approved" and ruled["decided_by_name"] == "policy v1: refunds"
+    assert (await save(client, org)).is_success  # version 2: no rules
+    unruled = await create_approval(
+        client, org.member, action_type="refund.issue", arguments={"amount": 5}
+    )
+    assert unruled["status"] == "pending"
+    restored = await client.post("/api/v1/policies/versions/1/restore", headers=org.admin.headers)
+    assert restored.is_success, restored.text
+    again = await create_approval(
+        client, org.member, action_type="refund.issue", arguments={"amount": 5}
+    )
+    assert again["status"] == "approved" and again["decided_by_name"] == "policy v3: refunds"

@@ -32,6 +32,8 @@ class OrgMember:
     role: Literal["admin", "member"]
     # The org's ``self_approval`` setting (orgs/settings.py): "allow" or "forbid".
     org_self_approval: str = field(default="allow", kw_only=True)
+    # The org's policy document in force (``policies``): 0 when it has none.
+    org_policy_version: int = field(default=0, kw_only=True)
     # The org's ``passkey_for`` setting: which decisions need the person's passkey.
     org_passkey_for: str = field(default="off", kw_only=True)
 
@@ -47,6 +49,7 @@ class OrgMember:
             user_name=user.name,
             role="admin" if user.role == "admin" else "member",
             org_self_approval=org.self_approval,
+            org_policy_version=org.policy_version,
             org_passkey_for=org.passkey_for,
         )
 

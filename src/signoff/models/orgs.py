@@ -43,6 +43,10 @@ class Organization(Base):
     # The database's default only, like ``passkey_for``: an insert written against an
     # older schema (the migration tests) does not name the column.
     self_approval: Mapped[str] = mapped_column(String(16), server_default="allow")
+    # The policy document's version in force (0: none ever saved), raised by each save in
+    # the save's transaction. It travels with the principal, which the create's first
+    # statement confirms, so a create reads no policy table unless the org has one.
+    policy_version: Mapped[int] = mapped_column(Integer, server_default="0")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

@@ -49,6 +49,7 @@ PRINCIPAL_COLUMNS = (
     # Which decisions need a passkey: an API call never has one (``passkeys.rule``).
     Organization.passkey_for,
     Organization.self_approval,
+    Organization.policy_version,
 )
 _PRINCIPAL_BY_KEY_HASH = PreparedQuery(
     select(*PRINCIPAL_COLUMNS)
@@ -93,6 +94,8 @@ def principal_guard() -> ColumnElement[bool]:
             User.deactivated_at.is_(None) == bindparam("principal_owner_active", type_=Boolean()),
             Organization.self_approval
             == bindparam("principal_self_approval", type_=Organization.self_approval.type),
+            Organization.policy_version
+            == bindparam("principal_policy_version", type_=Organization.policy_version.type),
         )
     )
 
@@ -114,6 +117,7 @@ def principal_guard_params(check: PrincipalCheck) -> dict[str, Any]:
         "principal_role": principal.role,
         "principal_owner_active": not principal.owner_deactivated,
         "principal_self_approval": principal.org_self_approval,
+        "principal_policy_version": principal.org_policy_version,
     }
 
 
@@ -478,4 +482,5 @@ def principal_from_row(
         owner_deactivated=row[10] is not None,
         org_passkey_for=row[11],
         org_self_approval=row[12],
+        org_policy_version=row[13],
     )

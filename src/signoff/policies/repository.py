@@ -8,15 +8,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, bindparam, func, literal_column, null, select
+from sqlalchemy import Table, bindparam, func, literal_column, null, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from signoff.models import ApprovalRequest, Connection, PolicyBudgetUsage, PolicyDocument
+from signoff.models import (
+    ApprovalRequest,
+    Connection,
+    Organization,
+    PolicyBudgetUsage,
+    PolicyDocument,
+)
 from signoff.storage import PreparedQuery, QueryRunner, execute_in
 
-# The version in force: the create path's one read of policies, on the unique
-# (org_id, version) index, answered from its last entry.
+# The newest version (saves and the API's reads; a create reads the principal's
+# ``org_policy_version`` instead), on the unique (org_id, version) index.
 _CURRENT_VERSION = PreparedQuery(
     select(func.max(PolicyDocument.version).label("version")).where(
         PolicyDocument.org_id == bindparam("org_id")
@@ -95,9 +101,8 @@ class PolicyRepository:
         self.queries = queries
 
     async def current_version(self, org_id: uuid.UUID) -> int | None:
-        """The version in force, or None when the org never saved a document. Read in
-        autocommit where the storage allows it, so a create that no policy touches keeps
-        its one-statement write (``execute_alone``)."""
+        """The newest version, or None when the org never saved a document (in
+        autocommit where the storage allows it)."""
         params = {"org_id": org_id}
         if self.queries is not None and not self.session.in_transaction():
             row = await self.queries.one(_CURRENT_VERSION, params)
@@ -105,6 +110,13 @@ class PolicyRepository:
             rows = await execute_in(self.session, _CURRENT_VERSION, params)
             row = rows[0] if rows else None
         return row.version if row is not None else None
+
+    async def put_in_force(self, org_id: uuid.UUID, version: int) -> None:
+        """Make ``version`` the org's document in force (``organizations.policy_version``,
+        which every principal of the org carries), in the save's transaction."""
+        await self.session.execute(
+            update(Organization).where(Organization.id == org_id).values(policy_version=version)
+        )
 
     async def begin(self) -> None:
         """Make the create one transaction with what a policy writes (its budget, its

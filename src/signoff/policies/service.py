@@ -86,6 +86,7 @@ async def save_rules(
     version = (await repo.current_version(org_id) or 0) + 1
     author_id, author_name = author if author else (None, None)
     await repo.add_version(org_id, version, stored, author_id, author_name, now, restored_from)
+    await repo.put_in_force(org_id, version)
     row = await repo.version(org_id, version)
     assert row is not None  # written just now, in this transaction
     return version_dict(row)
@@ -127,11 +128,13 @@ class CreateVerdict:
 NO_VERDICT = CreateVerdict()
 
 
-async def document_in_force(repo: PolicyRepository, org_id: uuid.UUID) -> CompiledDocument | None:
-    """The org's compiled document in force, from the cache by (org, version): one
-    indexed read of the version number per create; the rules only on a cache miss. A
-    save on any replica raises the version, so every replica sees it at once."""
-    version = await repo.current_version(org_id)
+async def document_in_force(
+    repo: PolicyRepository, org_id: uuid.UUID, version: int
+) -> CompiledDocument | None:
+    """The org's compiled document of ``version`` (the principal's ``org_policy_version``,
+    which the create's first statement confirms), from the cache by (org, version): no
+    read at all without a document, the rules only on a cache miss. A save on any
+    replica raises the org's version, so a remembered principal goes stale at once."""
     if not version:
         return None
     compiled = compiled_documents.get(org_id, version)
@@ -144,7 +147,7 @@ async def document_in_force(repo: PolicyRepository, org_id: uuid.UUID) -> Compil
 async def verdict_for_create(
     repo: PolicyRepository, principal: Principal, facts: RequestFacts, now: datetime
 ) -> CreateVerdict:
-    document = await document_in_force(repo, principal.org_id)
+    document = await document_in_force(repo, principal.org_id, principal.org_policy_version)
     if document is None:
         return NO_VERDICT
     rule = first_match(document, facts, now)

@@ -25,6 +25,11 @@ depends_on = None
 
 
 def upgrade() -> None:
+    # The version in force, beside the org's other settings the principal carries.
+    op.add_column(
+        "organizations",
+        sa.Column("policy_version", sa.Integer(), nullable=False, server_default="0"),
+    )
     json_type = sa.JSON().with_variant(JSONB(), "postgresql")
     op.create_table(
         "policy_documents",
@@ -60,5 +65,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_column("organizations", "policy_version")
     op.drop_table("policy_budget_usage")
     op.drop_table("policy_documents")

@@ -22,6 +22,7 @@ TOP_LEVEL = (
     "version",
     "emergency-stop",
     "purge",
+    "audit",
     "db",
     "org",
     "user",
@@ -29,6 +30,7 @@ TOP_LEVEL = (
     "oauth-client",
     "delivery",
     "routing",
+    "policy",
     "keys",
 )
 

@@ -64,7 +64,14 @@ async def _call(http: httpx.AsyncClient, method: str, url: str) -> httpx.Respons
 async def test_every_route_checks_org_and_role(
     ctx: AppContext, app: Any, client: httpx.AsyncClient, org: Org, other_org: Org
 ) -> None:
-    request = await create_approval(client, org.admin, title="Acme secret plan")
+    # With a schema, so that its Edit and approve page opens too.
+    request = await create_approval(
+        client,
+        org.admin,
+        title="Acme secret plan",
+        arguments={"n": 1},
+        arguments_schema={"type": "object", "properties": {"n": {"type": "integer"}}},
+    )
     oauth_client = await register_client(ctx, org.member)
     await grant(ctx, oauth_client, org.member)
     delivery_id = await _a_delivery(ctx, client, org)

@@ -36,9 +36,8 @@ from signoff.errors import (
     PasskeyRequired,
     ServiceUnavailable,
 )
-from signoff.logs import RequestIdMiddleware
 from signoff.metrics import HTTP_STATS
-from signoff.middleware import ApiGuard, BodySizeLimit, StripTrailingSlash
+from signoff.middleware import ApiGuard
 from signoff.notifications.endpoints import router as notifications_router
 from signoff.notifications.pages import pages as notification_pages
 from signoff.notifications.slack_webhook import webhook as slack_webhook
@@ -299,14 +298,13 @@ def create_app(
     install_dashboard(app)  # the server-rendered pages, after the API's routes
     if settings.compat_legacy_clients:
         app.add_middleware(LegacyDataEnvelope)
-    # Added inner first: the guard wraps the size limit, so a 413 carries rate headers too.
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(ApiGuard, wiring=wiring)
-    # Outside the guard: its refusals carry X-Request-Id and are counted too.
+    # One layer for slashes, request ids, stats, the guard and the body limit: each layer
+    # wraps `send` again, and on the write path those wrappers cost (middleware.py).
     app.add_middleware(
-        RequestIdMiddleware,
+        ApiGuard,
+        wiring=wiring,
+        max_bytes=settings.max_body_bytes,
         stats=HTTP_STATS if settings.metrics_enabled else None,
         routes=app.router.routes,
     )
-    app.add_middleware(StripTrailingSlash)
     return app

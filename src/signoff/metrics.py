@@ -1,7 +1,7 @@
 """Prometheus metrics: the process's instruments, and the middleware that times requests.
 
 Counters and histograms live in one registry for the process (``REGISTRY``), updated where
-things happen: a request (``logs.RequestIdMiddleware`` into ``HTTP_STATS``), a final transition
+things happen: a request (``middleware.ApiGuard`` into ``HTTP_STATS``), a final transition
 (``count_decision``), a callback attempt (``count_callback_attempt``), a row parked by
 poison-row isolation (``count_poisoned_row``). Values read from the database (queue depth,
 sweep lag) and the pool's use are computed when ``/metrics`` is scraped

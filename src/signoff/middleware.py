@@ -1,22 +1,29 @@
-"""ASGI middleware for ``/api/v1`` (and ``/mcp``): authentication, rate limits, emergency
-stop, body size.
+"""Our one ASGI layer (``ApiGuard``): trailing slashes, request ids and HTTP stats for every
+request; authentication, rate limits and the emergency stop for ``/api/v1`` (and ``/mcp``);
+the body size limit.
 
-Pure ASGI (no BaseHTTPMiddleware) to keep the hot path cheap. The guard runs before
-routing, so every ``/api/v1`` answer, errors and unknown paths included, carries the
-``X-RateLimit-*`` headers (decisions.md section 7).
+One layer, not one per concern: each layer wrapped ``send`` again, and those wrappers were a
+tenth of a decide's CPU (docs/decisions/0025). Pure ASGI (no BaseHTTPMiddleware) for the
+same reason. The guard runs before routing, so every ``/api/v1`` answer, errors and unknown
+paths included, carries the ``X-RateLimit-*`` headers (decisions.md section 7).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import time
+from collections.abc import Awaitable, Callable, Sequence
 
 import orjson
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from signoff.auth.principal import PrincipalCheck, StalePrincipal
 from signoff.config import Settings
 from signoff.errors import AppError, EmergencyStopActive, PayloadTooLarge, RateLimited, Unauthorized
+from signoff.logs import bind_request_id, request_id_of, unbind_request_id
+from signoff.metrics import HttpStats
 from signoff.ratelimit.limiter import RateLimitDecision
 from signoff.remote_mcp.resource import MCP_PATH, resource_metadata_url
 from signoff.wiring import Wiring
@@ -69,35 +76,109 @@ def _bearer_token(scope: Scope) -> str | None:
     return None
 
 
+class _Answer:
+    """One request's answer as it goes out: the one ``send`` wrapper of the layer.
+
+    It adds the rate limit headers of the call (once the guard has them), then
+    ``X-Request-Id``, to whatever starts the answer, the guard's own refusals included;
+    it notes the status for the HTTP stats; and, for a call whose principal no statement
+    has confirmed yet, it confirms it before anything goes out (``ApiGuard._confirm``).
+    """
+
+    __slots__ = ("_request_id", "_send", "confirm", "rate_headers", "started", "status")
+
+    def __init__(self, send: Send, request_id: str) -> None:
+        self._send = send
+        self._request_id = (b"x-request-id", request_id.encode("ascii"))
+        self.status = 500
+        self.started = False
+        self.rate_headers: list[tuple[bytes, bytes]] = []
+        self.confirm: Callable[[], Awaitable[None]] | None = None
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            if self.confirm is not None:
+                await self.confirm()
+            self.started = True
+            self.status = message["status"]
+            message["headers"] = [
+                *message.get("headers", []),
+                *self.rate_headers,
+                self._request_id,
+            ]
+        await self._send(message)
+
+    async def refuse(self, error: AppError, decision: RateLimitDecision | None = None) -> None:
+        """Answer ``error`` before the app is called (with the caller's allowance)."""
+        if decision is not None:
+            self.rate_headers = decision.headers()
+        await send_error(self.send, error)
+
+
 class ApiGuard:
-    def __init__(self, app: ASGIApp, wiring: Wiring) -> None:
+    """The one layer every HTTP request passes: see the module's docstring. In order: the
+    trailing slash goes, the request id is taken or made (and bound for the logs), the
+    ``/api/v1`` or ``/mcp`` guard runs, then the body size limit, then the app."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        wiring: Wiring,
+        max_bytes: int,
+        stats: HttpStats | None = None,
+        routes: Sequence[BaseRoute] = (),
+    ) -> None:
         self.app = app
         # Its services and settings are read at each call, not kept: a test swaps some.
         self.wiring = wiring
+        self.max_bytes = max_bytes
+        self.stats = stats
+        # The app's own list, read at call time: routes added later count too.
+        self.routes = routes
 
     @property
     def settings(self) -> Settings:
         return self.wiring.ctx.settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if scope["type"] == "http" and path == MCP_PATH:
-            await self._guard_mcp(scope, receive, send)
-            return
-        if scope["type"] != "http" or not (path == API_PREFIX or path.startswith(API_PREFIX + "/")):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = time.perf_counter()
+        scope = strip_trailing_slash(scope)
+        request_id = request_id_of(scope["headers"])
+        answer = _Answer(send, request_id)
+        token = bind_request_id(request_id)
+        try:
+            await self._dispatch(scope, receive, answer)
+        finally:
+            unbind_request_id(token)
+            if self.stats is not None:
+                # The scope the router saw: it names the route that served the call.
+                self.stats.observe_request(
+                    scope, self.routes, answer.status, time.perf_counter() - started
+                )
+
+    async def _dispatch(self, scope: Scope, receive: Receive, answer: _Answer) -> None:
+        path = scope["path"]
+        if path == MCP_PATH:
+            await self._guard_mcp(scope, receive, answer)
+            return
+        if not (path == API_PREFIX or path.startswith(API_PREFIX + "/")):
+            # The dashboard, health, discovery documents: only the body limit applies.
+            await self._call_limited(scope, receive, answer)
+            return
         if scope["method"] not in WRITE_METHODS:
-            await self._guard_api(scope, receive, send)
+            await self._guard_api(scope, receive, answer)
             return
         writes = self.wiring.api_writes
         writes.started()
         try:
-            await self._guard_api(scope, receive, send)
+            await self._guard_api(scope, receive, answer)
         finally:
             writes.ended()
 
-    async def _guard_api(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _guard_api(self, scope: Scope, receive: Receive, answer: _Answer) -> None:
         path = scope["path"]
         settings = self.settings
         client = scope.get("client") or ("unknown", 0)
@@ -108,7 +189,7 @@ class ApiGuard:
             decision = await self.wiring.limiter.peek(
                 address_key, settings.rate_limit_unauthenticated
             )
-            await self._call_with_headers(scope, receive, send, decision)
+            await self._call_with_headers(scope, receive, answer, decision)
             return
         token = _bearer_token(scope)
         method = scope["method"]
@@ -118,7 +199,7 @@ class ApiGuard:
                 replayable = _ReplayableReceive(receive)
                 try:
                     check = PrincipalCheck(remembered)
-                    await self._serve(scope, replayable.receive, send, token, check)
+                    await self._serve(scope, replayable.receive, answer, token, check)
                     return
                 except StalePrincipal:
                     # Nothing was written or sent: the call starts over with the
@@ -128,12 +209,12 @@ class ApiGuard:
                     state = scope.get("state", {})
                     state.pop("principal", None)
                     state.pop("principal_check", None)
-                    await self._serve_authenticated(scope, receive, send, token, counted=True)
+                    await self._serve_authenticated(scope, receive, answer, token, counted=True)
                     return
-        await self._serve_authenticated(scope, receive, send, token, counted=False)
+        await self._serve_authenticated(scope, receive, answer, token, counted=False)
 
     async def _serve_authenticated(
-        self, scope: Scope, receive: Receive, send: Send, token: str | None, *, counted: bool
+        self, scope: Scope, receive: Receive, answer: _Answer, token: str | None, *, counted: bool
     ) -> None:
         """The call, with the principal read now. ``counted``: this call has been counted
         against its connection's limit already (a call started over), and is not again."""
@@ -144,16 +225,15 @@ class ApiGuard:
             decision = await self.wiring.limiter.hit(
                 f"ip:{client[0]}", self.settings.rate_limit_unauthenticated
             )
-            error: AppError = Unauthorized() if decision.allowed else RateLimited()
-            await send_error(send, error, decision.headers())
+            await answer.refuse(Unauthorized() if decision.allowed else RateLimited(), decision)
             return
-        await self._serve(scope, receive, send, token, PrincipalCheck(principal, True), counted)
+        await self._serve(scope, receive, answer, token, PrincipalCheck(principal, True), counted)
 
     async def _serve(
         self,
         scope: Scope,
         receive: Receive,
-        send: Send,
+        answer: _Answer,
         token: str | None,
         check: PrincipalCheck,
         counted: bool = False,
@@ -169,7 +249,7 @@ class ApiGuard:
         )
         if not decision.allowed:
             await self._confirm(token, check)
-            await send_error(send, RateLimited(), decision.headers())
+            await answer.refuse(RateLimited(), decision)
             return
         if (
             method in WRITE_METHODS
@@ -177,13 +257,13 @@ class ApiGuard:
             and scope.get("path") != EMERGENCY_STOP_PATH
         ):
             await self._confirm(token, check)
-            await send_error(send, EmergencyStopActive(), decision.headers())
+            await answer.refuse(EmergencyStopActive(), decision)
             return
         state = scope.setdefault("state", {})
         state["principal"] = principal
         if not check.confirmed:
             state["principal_check"] = check
-        await self._call_with_headers(scope, receive, send, decision, token, check)
+        await self._call_with_headers(scope, receive, answer, decision, token, check)
 
     async def _confirm(self, token: str | None, check: PrincipalCheck) -> None:
         """Before anything is answered with a principal no statement has confirmed (a 404,
@@ -195,7 +275,7 @@ class ApiGuard:
             raise StalePrincipal()
         check.confirmed = True
 
-    async def _guard_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _guard_mcp(self, scope: Scope, receive: Receive, answer: _Answer) -> None:
         """``/mcp`` authenticates as ``/api/v1`` does. Its tools act through ``/api/v1``
         calls made in-process with the caller's credentials (remote_mcp/sdk.py), and
         those are what is counted and what the emergency stop refuses: one tool call
@@ -214,12 +294,12 @@ class ApiGuard:
             error.headers["WWW-Authenticate"] = (
                 f'Bearer resource_metadata="{resource_metadata_url(settings)}"'
             )
-            await send_error(send, error, decision.headers())
+            await answer.refuse(error, decision)
             return
         limit = min(principal.rate_limit_per_hour, settings.rate_limit_ceiling)
         decision = await self.wiring.limiter.peek(f"conn:{principal.connection_id.hex}", limit)
         scope.setdefault("state", {})["principal"] = principal
-        await self._call_with_headers(scope, receive, send, decision)
+        await self._call_with_headers(scope, receive, answer, decision)
 
     async def _count(
         self, connection_key: str, hourly_limit: int, method: str, counted: bool = False
@@ -239,33 +319,51 @@ class ApiGuard:
         self,
         scope: Scope,
         receive: Receive,
-        send: Send,
+        answer: _Answer,
         decision: RateLimitDecision,
         token: str | None = None,
         check: PrincipalCheck | None = None,
     ) -> None:
-        started = False
+        answer.rate_headers = decision.headers()
+        if check is not None:
 
-        async def send_with_headers(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                if check is not None:
-                    await self._confirm(token, check)
-                started = True
-                message["headers"] = [*message.get("headers", []), *decision.headers()]
-            await send(message)
+            async def confirm() -> None:
+                await self._confirm(token, check)
 
+            answer.confirm = confirm
         try:
-            await self.app(scope, receive, send_with_headers)
+            await self._call_limited(scope, receive, answer)
         except StalePrincipal:
-            if started:  # pragma: no cover - raised only before the answer starts
+            if answer.started:  # pragma: no cover - raised only before the answer starts
                 raise RuntimeError("a principal went stale after the answer started") from None
+            answer.confirm = None  # the call starts over, with its own check
             raise
         except Exception:
             # The envelope, never a stack trace; the trace goes to the log.
             logger.exception("unhandled error in %s %s", scope["method"], scope["path"])
-            if not started:
-                await send_error(send, AppError(), decision.headers())
+            if not answer.started:
+                answer.confirm = None  # as before the fold: a 500 reads no principal
+                await send_error(answer.send, AppError())
+
+    async def _call_limited(self, scope: Scope, receive: Receive, answer: _Answer) -> None:
+        """The app, with 413 PAYLOAD_TOO_LARGE for bodies over the limit, declared or
+        streamed."""
+        max_bytes = self.max_bytes
+        if declared_too_large(scope, max_bytes):
+            await send_error(answer.send, payload_too_large(max_bytes))
+            return
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > max_bytes:
+                    raise payload_too_large(max_bytes)
+            return message
+
+        await self.app(scope, limited_receive, answer.send)
 
 
 def _confirmed_in_first_statement(method: str, path: str) -> bool:
@@ -296,53 +394,26 @@ class _ReplayableReceive:
         return receive
 
 
-class BodySizeLimit:
-    """413 PAYLOAD_TOO_LARGE for bodies over the limit, declared or streamed."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        for name, value in scope["headers"]:
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                await send_error(send, self._error())
-                return
-        received = 0
-
-        async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise self._error()
-            return message
-
-        await self.app(scope, limited_receive, send)
-
-    def _error(self) -> PayloadTooLarge:
-        return PayloadTooLarge(
-            f"The request body exceeds {self.max_bytes} bytes.", {"max_bytes": self.max_bytes}
-        )
+def declared_too_large(scope: Scope, max_bytes: int) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"content-length" and value.isdigit() and int(value) > max_bytes:
+            return True
+    return False
 
 
-class StripTrailingSlash:
+def payload_too_large(max_bytes: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"The request body exceeds {max_bytes} bytes.", {"max_bytes": max_bytes})
+
+
+def strip_trailing_slash(scope: Scope) -> Scope:
     """``/api/v1/approvals/`` is ``/api/v1/approvals``: answered, not redirected.
 
     A redirect would be a non-2xx answer without the error envelope, and clients that
-    append slashes would pay a round trip for every call.
+    append slashes would pay a round trip for every call. A copy, not a change: the
+    server's scope stays as it came.
     """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if scope["type"] == "http" and len(path) > 1 and path.endswith("/"):
-            stripped = path.rstrip("/") or "/"
-            scope = {**scope, "path": stripped, "raw_path": stripped.encode()}
-        await self.app(scope, receive, send)
+    path = scope.get("path", "")
+    if len(path) > 1 and path.endswith("/"):
+        stripped = path.rstrip("/") or "/"
+        return {**scope, "path": stripped, "raw_path": stripped.encode()}
+    return scope

@@ -256,7 +256,10 @@ def test_operation_keeps_its_contract(
                     live_server.http.put("/api/v1/emergency-stop", json={"active": False})
                 if path == "/api/v1/org/settings" and method == "PATCH":
                     # Four-eyes would refuse the later calls' own decisions: allow again.
-                    live_server.http.patch("/api/v1/org/settings", json={"self_approval": "allow"})
+                    live_server.http.patch(
+                        "/api/v1/org/settings",
+                        json={"self_approval": "allow", "passkey_for": "off"},
+                    )
 
         try:
             call()

@@ -72,10 +72,15 @@ def _free_port() -> int:
 
 @pytest.fixture
 def server(settings: Settings) -> Iterator[str]:
+    yield from live_server(settings, "127.0.0.1")
+
+
+def live_server(settings: Settings, host_name: str) -> Iterator[str]:
     """``signoff``'s app under uvicorn in a thread of its own (its own event loop and
-    AppContext, as a separate process would have), on a free loopback port."""
+    AppContext, as a separate process would have), on a free loopback port, its public
+    address named ``host_name`` (WebAuthn wants a domain: ``localhost``)."""
     port = _free_port()
-    base_url = f"http://127.0.0.1:{port}"
+    base_url = f"http://{host_name}:{port}"
     application = create_app(settings.model_copy(update={"public_url": base_url}))
     config = uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning")
     uv = uvicorn.Server(config)

@@ -8,17 +8,13 @@ reached as http://localhost:<port>. Screenshots: test-artifacts/passkeys-*.png."
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
-from signoff.app import create_app
 from signoff.config import Settings
 from signoff.context import AppContext
 from signoff.passkeys import service
@@ -27,10 +23,10 @@ from tests.dashboard.test_browser import (
     DESKTOP,
     PHONE,
     Site,
-    _free_port,
     assert_accessible,
     browser,
     chromium,
+    live_server,
     screenshot,
     settings_overrides,
     sign_in,
@@ -43,23 +39,7 @@ __all__ = ["chromium", "settings_overrides"]  # fixtures
 
 @pytest.fixture
 def localhost_server(settings: Settings) -> Iterator[str]:
-    port = _free_port()
-    base_url = f"http://localhost:{port}"
-    application = create_app(settings.model_copy(update={"public_url": base_url}))
-    config = uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning")
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not uv.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise AssertionError("the test server did not start")
-        time.sleep(0.02)
-    try:
-        yield base_url
-    finally:
-        uv.should_exit = True
-        thread.join(10)
+    yield from live_server(settings, "localhost")
 
 
 @pytest.fixture

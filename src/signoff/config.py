@@ -118,9 +118,11 @@ class Settings(BaseSettings):
     receipt_ttl_max_seconds: int = Field(24 * 3600, ge=60)
     # How often a process looks for a newer signing key (`signoff keys rotate`).
     signing_key_refresh_seconds: float = Field(60.0, gt=0)
-    # The audit chain (docs/audit.md): the worker seals new events this often, and signs
-    # the org's head after this many new events or this many seconds, whichever first.
+    # The audit chain (docs/audit.md): the worker seals new events this often, re-checks
+    # the stored chain this often, and signs the org's head after this many new events or
+    # this many seconds, whichever first.
     audit_seal_interval_seconds: float = Field(1.0, gt=0)
+    audit_verify_interval_seconds: float = Field(30.0, gt=0)
     audit_checkpoint_events: int = Field(1000, ge=1)
     audit_checkpoint_seconds: float = Field(300.0, gt=0)
 

@@ -18,11 +18,11 @@ from joserfc.jwk import OKPKey
 from sqlalchemy import Table, delete, func, insert, select, update
 
 from signoff.audit import chain
-from signoff.audit.sealing import seal_once, seal_org_now
+from signoff.audit.sealing import seal_once, seal_org_now, verify_once
 from signoff.audit.service import cloudevent, export_records
 from signoff.common.time import utcnow
 from signoff.context import AppContext
-from signoff.models import ApprovalRequest, AuditCheckpoint, AuditEvent
+from signoff.models import ApprovalRequest, AuditChainHead, AuditCheckpoint, AuditEvent
 from signoff.receipts.keys import SigningKey
 from signoff.retention import service as retention
 from tests.conftest import Org, assert_error, create_approval, create_org
@@ -428,3 +428,25 @@ async def test_a_sealer_killed_mid_burst_leaves_a_valid_chain(
     assert seqs == list(range(1, 3002))
     result = await _verify(ctx, api_only, org)
     assert (result.ok, result.last_seq) == (True, 3001), result.problem
+
+
+async def test_the_worker_verifies_apart_from_sealing_and_names_a_row_changed_since(
+    client: httpx.AsyncClient, ctx: AppContext
+) -> None:
+    org = await create_org(ctx, "Rechecked", members=1)
+    for index in range(4):
+        await create_approval(client, org.admin, title=f"Change {index}")
+    await seal_once(ctx, verify=False)
+    heads = cast(Table, AuditChainHead.__table__)
+    head_of_org = heads.c.org_id == uuid.UUID(org.id)
+
+    async def head() -> Any:
+        async with ctx.db.read_session() as session:
+            return (await session.execute(select(heads).where(head_of_org))).one()
+
+    assert ((await head()).seq, (await head()).verified_seq) == (4, 0)
+    await _sql(ctx, update(EVENTS).where(_at(org, 3)).values(data={"title": "Other"}))
+    assert await verify_once(ctx) == 2
+    checked = await head()
+    assert (checked.verified_seq, checked.verify_failed_seq) == (2, 3)
+    assert await verify_once(ctx) == 0  # a recorded failure stays until someone looks

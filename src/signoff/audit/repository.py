@@ -78,6 +78,30 @@ async def add_checkpoint(session: AsyncSession, row: dict[str, Any]) -> None:
     await session.execute(insert(_CHECKPOINTS), row)
 
 
+async def orgs_verified_behind(session: AsyncSession, limit: int) -> Sequence[uuid.UUID]:
+    """Orgs whose chain has sealed events the verifier has not re-checked yet (the heads
+    are one row an org)."""
+    rows = await session.execute(
+        select(_HEADS.c.org_id)
+        .where(_HEADS.c.verified_seq < _HEADS.c.seq, _HEADS.c.verify_failed_seq.is_(None))
+        .limit(limit)
+    )
+    return [row.org_id for row in rows]
+
+
+async def set_verified(
+    session: AsyncSession, org_id: uuid.UUID, *, from_seq: int, **values: Any
+) -> bool:
+    """Move the verified mark from ``from_seq``, only if it is still there."""
+    result = await session.execute(
+        update(_HEADS)
+        .where(_HEADS.c.org_id == org_id, _HEADS.c.verified_seq == from_seq)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
 async def head(session: AsyncSession, org_id: uuid.UUID) -> Row[Any] | None:
     return (await session.execute(select(_HEADS).where(_HEADS.c.org_id == org_id))).first()
 

@@ -19,8 +19,9 @@ def checkpoint_policy(ctx: AppContext) -> service.CheckpointPolicy:
     )
 
 
-async def seal_once(ctx: AppContext, *, force_checkpoint: bool = False) -> int:
-    """Seal every org's waiting events (one transaction per org and batch); how many."""
+async def seal_once(ctx: AppContext, *, force_checkpoint: bool = False, verify: bool = True) -> int:
+    """Seal every org's waiting events (one transaction per org and batch), then, when
+    ``verify``, re-check what is stored (``verify_once``); how many events were sealed."""
     await ctx.keys.ready()
     sign = ctx.keys.current.sign
     async with ctx.db.read_session() as session:
@@ -41,9 +42,30 @@ async def seal_once(ctx: AppContext, *, force_checkpoint: bool = False) -> int:
             sealed += result.events
             if result.events < service.SEAL_BATCH:
                 break
-        async with ctx.db.write_transaction() as session:
-            await service.verify_stored(session, org_id, utcnow())
+    if verify:
+        await verify_once(ctx)
     return sealed
+
+
+async def verify_once(ctx: AppContext) -> int:
+    """Re-hash every org's stored events after its verified mark, page by page: each page
+    is hashed in a read and its mark stored by a short write, so writers never wait on
+    the hashing. How many events were checked."""
+    async with ctx.db.read_session() as session:
+        orgs = await service.orgs_to_verify(session, ORGS_PER_ROUND)
+    checked = 0
+    for org_id in orgs:
+        while True:
+            async with ctx.db.read_session() as session:
+                verified = await service.check_stored(session, org_id)
+            if verified is None:
+                break
+            async with ctx.db.write_transaction() as session:
+                stored = await service.record_verified(session, org_id, verified, utcnow())
+            checked += verified.seq - verified.from_seq
+            if not stored or verified.failed_seq is not None or verified.seq == verified.from_seq:
+                break
+    return checked
 
 
 async def seal_org_now(ctx: AppContext, org_id: uuid.UUID, *, checkpoint: bool) -> None:

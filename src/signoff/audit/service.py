@@ -9,7 +9,7 @@ each other, so the chain never forks or skips, and a killed sealer commits nothi
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,7 +28,9 @@ from signoff.audit.chain import (
 )
 from signoff.common.ids import new_id
 
-SEAL_BATCH = 500
+# Sealing holds the org's head lock (on SQLite, the one writer) while it hashes: a
+# smaller batch keeps that pause short for the requests waiting to write.
+SEAL_BATCH = 200
 EXPORT_PAGE = 500
 
 Signer = Callable[[bytes, str], str]
@@ -228,16 +230,32 @@ async def prune_for_purge(
 # ---- the worker's own check ----
 
 
-async def verify_stored(
-    session: AsyncSession, org_id: uuid.UUID, now: datetime, limit: int = EXPORT_PAGE
-) -> tuple[int, int | None]:
+@dataclass(frozen=True)
+class Verified:
+    """How far a stored chain held when re-hashed: from ``from_seq`` up to ``seq`` (whose
+    hash is ``hash``), and the first seq that did not hold, if any."""
+
+    from_seq: int
+    seq: int
+    hash: str
+    failed_seq: int | None
+
+
+async def orgs_to_verify(session: AsyncSession, limit: int) -> Sequence[uuid.UUID]:
+    return await repository.orgs_verified_behind(session, limit)
+
+
+async def check_stored(
+    session: AsyncSession, org_id: uuid.UUID, limit: int = EXPORT_PAGE
+) -> Verified | None:
     """Recompute up to ``limit`` of the org's stored events after the last verified one,
-    from its hash; record how far the chain holds (or the first seq that does not).
-    Incremental: each round starts where the last ended. (verified seq, failed seq)."""
+    from its hash, in a read: the writers are not held while it hashes. None when there
+    is nothing to check (no chain yet, nothing new, or a failure already recorded)."""
     head = await repository.head(session, org_id)
-    if head is None or head.verify_failed_seq is not None:
-        return (0, None) if head is None else (int(head.verified_seq), head.verify_failed_seq)
-    seq, prev = int(head.verified_seq), str(head.verified_hash)
+    if head is None or head.verify_failed_seq is not None or head.verified_seq >= head.seq:
+        return None
+    start = int(head.verified_seq)
+    seq, prev = start, str(head.verified_hash)
     pruned = await repository.last_pruned(session, org_id)
     if pruned is not None and pruned.seq > seq:
         seq, prev = int(pruned.seq), str(pruned.hash)
@@ -248,12 +266,20 @@ async def verify_stored(
             failed = seq + 1
             break
         seq, prev = seq + 1, digest
-    await repository.update_head(
+    return Verified(start, seq, prev, failed)
+
+
+async def record_verified(
+    session: AsyncSession, org_id: uuid.UUID, verified: Verified, now: datetime
+) -> bool:
+    """Store how far the chain held, unless another verifier moved the mark meanwhile
+    (then its answer stands). Whether it was stored."""
+    return await repository.set_verified(
         session,
         org_id,
-        verified_seq=seq,
-        verified_hash=prev,
+        from_seq=verified.from_seq,
+        verified_seq=verified.seq,
+        verified_hash=verified.hash,
         verified_at=now,
-        verify_failed_seq=failed,
+        verify_failed_seq=verified.failed_seq,
     )
-    return seq, failed

@@ -12,10 +12,18 @@ logger = logging.getLogger(__name__)
 
 
 async def run_audit_sealer(ctx: AppContext, stop: asyncio.Event) -> None:
+    """Seal every ``audit_seal_interval_seconds``; re-check the stored chain every
+    ``audit_verify_interval_seconds`` (a re-check right after sealing would only hash
+    again what was just hashed)."""
     interval = ctx.settings.audit_seal_interval_seconds
+    loop = asyncio.get_running_loop()
+    verify_at = loop.time()
     while not stop.is_set():
         try:
-            await seal_once(ctx)
+            verify = loop.time() >= verify_at
+            await seal_once(ctx, verify=verify)
+            if verify:
+                verify_at = loop.time() + ctx.settings.audit_verify_interval_seconds
         except Exception:
             logger.exception("audit sealing failed; retrying after the interval")
         try:

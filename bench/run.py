@@ -610,7 +610,20 @@ def run_scenario(opts: Options, deployment: Deployment, scenario: str) -> Figure
 
 def measure_task_poll(opts: Options, d: Deployment) -> Figure:
     """An MCP client polling its task: ``tasks/get`` on ``/mcp`` for a seeded request (the
-    task is the request), to set beside ``get``, the same read through the API."""
+    task is the request), to set beside ``get``, the same read through the API. One poll
+    first: ``/mcp`` loads the MCP SDK on its first call, once per process, not per poll."""
+    import httpx
+
+    task_id = d.ids_file.read_text().split()[0]
+    poll = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"taskId": task_id}}
+    headers = {
+        "Authorization": f"Bearer {d.api_key}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    first = httpx.post(f"{d.server.url}/mcp", json=poll, headers=headers, timeout=60)
+    if first.status_code != 200 or first.json().get("result", {}).get("taskId") != task_id:
+        raise BenchError(f"tasks/get on /mcp failed: {first.status_code} {first.text}")
     return measure(
         opts, d.workdir, d.server, d.target, "task_poll", "/mcp", "task_poll",
         [str(d.ids_file)], d.auth,

@@ -7,6 +7,8 @@ there (the stdio server asks: clients/python/tests/test_mcp.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import mcp_types as types
 import pytest
@@ -20,17 +22,22 @@ pytestmark = pytest.mark.anyio
 ASK = {"title": "Wire the refund", "description": "Order 1182.", "priority": "high"}
 
 
+def accepting_everything(asked: list[types.ElicitRequestParams]) -> Any:
+    """The most eager client there is: "accept" to every question (noted in ``asked``),
+    with a form's worth of "yes"."""
+
+    async def accept(context: object, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params)
+        return types.ElicitResult(action="accept", content={"decision": "approve"})
+
+    return accept
+
+
 async def test_a_client_that_accepts_every_elicitation_approves_nothing(
     live: Live, org: Org
 ) -> None:
     asked_to_open: list[types.ElicitRequestParams] = []
-
-    async def accept_everything(
-        context: object, params: types.ElicitRequestParams
-    ) -> types.ElicitResult:
-        asked_to_open.append(params)
-        # The most eager client there is: "accept", with a form's worth of "yes".
-        return types.ElicitResult(action="accept", content={"decision": "approve"})
+    accept_everything = accepting_everything(asked_to_open)
 
     async with live.session(
         org.member.api_key, mode="legacy", elicitation_callback=accept_everything
@@ -51,12 +58,7 @@ async def test_the_newest_revision_sends_the_client_to_the_page_and_its_accept_d
     live: Live, org: Org
 ) -> None:
     asked_to_open: list[types.ElicitRequestParams] = []
-
-    async def accept_everything(
-        context: object, params: types.ElicitRequestParams
-    ) -> types.ElicitResult:
-        asked_to_open.append(params)
-        return types.ElicitResult(action="accept", content={"decision": "approve"})
+    accept_everything = accepting_everything(asked_to_open)
 
     async with live.session(org.member.api_key, elicitation_callback=accept_everything) as mcp:
         assert mcp.protocol_version == LATEST_PROTOCOL_VERSION

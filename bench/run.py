@@ -61,7 +61,7 @@ RATE_LIMIT_CEILING = 100_000_000
 # that ended a callbacks bench after its 22nd drain).
 KEEPALIVE_EXPIRY = 2.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-SCENARIOS = ("create", "get", "list", "decide", "chain")
+SCENARIOS = ("create", "get", "list", "decide", "chain", "task_poll")
 # Which baseline each scenario is compared with.
 BASELINE_OF = {"create": "echo", "decide": "echo", "get": "constant", "list": "constant"}
 # The targets. Both databases: p99, peak RSS, no failed calls. SQLite, the
@@ -600,10 +600,34 @@ def run_scenario(opts: Options, deployment: Deployment, scenario: str) -> Figure
         if figure.requests > len(pool):
             log(f"[{d.target}] warning: decide ran past its {len(pool):,} pending requests")
         return figure
+    if scenario == "task_poll":
+        return measure_task_poll(opts, d)
     if scenario == "chain":
         approvers = [make_approver(d, index) for index in range(1, 4)]
         return measure_chains(opts, d.workdir, d.server, d.target, d.api_key, approvers)
     raise BenchError(f"unknown scenario: {scenario}")
+
+
+def measure_task_poll(opts: Options, d: Deployment) -> Figure:
+    """An MCP client polling its task: ``tasks/get`` on ``/mcp`` for a seeded request (the
+    task is the request), to set beside ``get``, the same read through the API. One poll
+    first: ``/mcp`` loads the MCP SDK on its first call, once per process, not per poll."""
+    import httpx
+
+    task_id = d.ids_file.read_text().split()[0]
+    poll = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"taskId": task_id}}
+    headers = {
+        "Authorization": f"Bearer {d.api_key}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    first = httpx.post(f"{d.server.url}/mcp", json=poll, headers=headers, timeout=60)
+    if first.status_code != 200 or first.json().get("result", {}).get("taskId") != task_id:
+        raise BenchError(f"tasks/get on /mcp failed: {first.status_code} {first.text}")
+    return measure(
+        opts, d.workdir, d.server, d.target, "task_poll", "/mcp", "task_poll",
+        [str(d.ids_file)], d.auth,
+    )  # fmt: skip
 
 
 def bench_signoff(target: str, opts: Options, workdir: Path, report: Report) -> list[Figure]:

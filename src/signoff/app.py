@@ -290,7 +290,11 @@ def create_app(
         _add_routes(app, legacy_clients_router)
     _install_health(app, wiring)
     remote_mcp = RemoteMcp(app, settings)
-    app.router.routes.extend(remote_mcp.routes())
+    # Right after the approvals' routes: routes are tried one by one, and a task poll
+    # (tasks/get on /mcp) is called as often as an approval's read; behind every other
+    # API route, matching them alone cost it most of what the read costs.
+    after_approvals = len(approvals_router.routes)
+    app.router.routes[after_approvals:after_approvals] = remote_mcp.routes()
     if settings.metrics_enabled:
         # After the API's routes: a scrape every few seconds need not be tried first.
         app.router.routes.extend(metrics_router.routes)

@@ -25,7 +25,7 @@ from signoff.errors import AppError, EmergencyStopActive, PayloadTooLarge, RateL
 from signoff.logs import bind_request_id, request_id_of, unbind_request_id
 from signoff.metrics import HttpStats
 from signoff.ratelimit.limiter import RateLimitDecision
-from signoff.remote_mcp.resource import MCP_PATH, resource_metadata_url
+from signoff.remote_mcp.resource import COUNT_READ, MCP_PATH, resource_metadata_url
 from signoff.wiring import Wiring
 
 logger = logging.getLogger(__name__)
@@ -298,7 +298,19 @@ class ApiGuard:
             return
         limit = min(principal.rate_limit_per_hour, settings.rate_limit_ceiling)
         decision = await self.wiring.limiter.peek(f"conn:{principal.connection_id.hex}", limit)
-        scope.setdefault("state", {})["principal"] = principal
+        state = scope.setdefault("state", {})
+        state["principal"] = principal
+
+        async def count_read() -> RateLimitDecision:
+            # A call /mcp answers itself (a task poll) makes no /api/v1 call that would
+            # count it: it counts as the API read it stands for.
+            counted = await self._count(
+                principal.connection_id.hex, principal.rate_limit_per_hour, "GET"
+            )
+            answer.rate_headers = counted.headers()
+            return counted
+
+        state[COUNT_READ] = count_read
         await self._call_with_headers(scope, receive, answer, decision)
 
     async def _count(

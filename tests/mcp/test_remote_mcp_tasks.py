@@ -11,9 +11,12 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_PROTOCOL_VERSION
+from signoff_client import mcp_tasks
 
 from mcp import Client
+from signoff.context import AppContext
 from tests.conftest import Org
+from tests.dashboard.support import post_form, signed_in
 from tests.mcp.conftest import Live
 
 pytestmark = pytest.mark.anyio
@@ -155,3 +158,89 @@ async def test_the_newest_protocol_and_the_one_before_both_work(live: Live, org:
             await decide(live, org, asked["id"], "approve", "ok")
             read = (await mcp.call_tool("get_approval", {"id": asked["id"]})).structured_content
         assert (read["status"], read["comment"]) == ("approved", "ok")
+
+
+async def list_tasks(mcp: Client, cursor: str | None = None) -> types.ListTasksResult:
+    params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+    request = types.ListTasksRequest(params=params)
+    return await mcp.session.send_request(request, types.ListTasksResult)
+
+
+async def test_tasks_list_pages_through_the_orgs_tasks_only(
+    live: Live, org: Org, other_org: Org, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mcp_tasks, "TASKS_PAGE_SIZE", 2)
+    async with live.session(other_org.member.api_key, mode="legacy") as mcp:
+        await create_task(mcp, ASK)  # another org's: never listed
+    async with httpx.AsyncClient(base_url=live.base_url) as api:
+        made = await api.post("/api/v1/approvals", json=ASK, headers=org.member.headers)
+        assert made.status_code == 201  # not made over MCP: not a task
+    async with live.session(org.member.api_key, mode="legacy") as mcp:
+        assert mcp.server_capabilities.tasks.list is not None  # type: ignore[union-attr]
+        made_ids = [(await create_task(mcp, ASK)).task_id for _ in range(3)]
+        await decide(live, org, made_ids[0], "reject", "no")
+        first = await list_tasks(mcp)
+        assert first.next_cursor is not None
+        second = await list_tasks(mcp, first.next_cursor)
+        refused = False
+        try:
+            await list_tasks(mcp, "not-a-cursor")
+        except MCPError as exc:
+            refused = exc.error.code == types.INVALID_PARAMS
+    assert refused
+    assert second.next_cursor is None
+    listed = [*first.tasks, *second.tasks]
+    assert [task.task_id for task in listed] == made_ids[::-1]  # newest first
+    assert [task.status for task in listed] == ["working", "working", "failed"]
+
+
+async def test_a_task_poll_counts_against_the_rate_limit_as_an_api_read(
+    live: Live, org: Org
+) -> None:
+    async with live.session(org.member.api_key, mode="legacy") as mcp:
+        task = await create_task(mcp, ASK)
+    poll = {"jsonrpc": "2.0", "id": 7, "method": "tasks/get", "params": {"taskId": task.task_id}}
+    headers = {
+        **org.member.headers,
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    async with httpx.AsyncClient(base_url=live.base_url) as api:
+        answers = [await api.post("/mcp", json=poll, headers=headers) for _ in range(2)]
+        unknown = await api.post(
+            "/mcp",
+            json={**poll, "params": {"taskId": "01a2212c-3e66-7089-80cb-05dfc479c852"}},
+            headers=headers,
+        )
+    remaining = [int(answer.headers["x-ratelimit-remaining"]) for answer in answers]
+    assert remaining[1] == remaining[0] - 1
+    assert answers[1].json() == {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "result": {**answers[1].json()["result"], "taskId": task.task_id, "status": "working"},
+    }
+    assert unknown.json()["error"]["code"] == types.INVALID_PARAMS
+
+
+async def test_a_person_deciding_in_the_browser_completes_the_task(
+    live: Live, org: Org, ctx: AppContext
+) -> None:
+    """End to end: the SDK's client makes the task, a person signed in to the dashboard
+    approves it with the request page's form, and the task completes with that decision."""
+    async with live.session(org.member.api_key, mode="legacy") as mcp:
+        task = await create_task(mcp, {**ASK, "arguments": {"paths": ["/b"]}})
+        async with httpx.AsyncClient(base_url=live.base_url) as browser:
+            await signed_in(ctx, browser, org.admin)
+            page = f"/requests/{task.task_id}"
+            decided = await post_form(
+                browser, page, f"{page}/decision", decision="approve", comment="from the page"
+            )
+            assert decided.status_code == 303, decided.text
+        assert (await get_task(mcp, task.task_id)).status == "completed"
+        result = await task_result(mcp, task.task_id)
+    answer = result.structured_content
+    assert (answer["status"], answer["comment"], answer["decided_by"]) == (
+        "approved",
+        "from the page",
+        org.admin.name,
+    )

@@ -201,15 +201,36 @@ async def test_a_client_that_accepts_every_elicitation_is_sent_to_the_page_and_d
         asked.append(params)
         return types.ElicitResult(action="accept", content={"decision": "approve"})
 
-    async with Client(
-        stdio_server(live),
-        read_timeout_seconds=60,
-        mode="legacy",  # the 2025-11-25 handshake: elicitation is a request to the client
-        elicitation_callback=accept_everything,
-    ) as mcp:
-        ask = {"title": "Refund 1182", "description": "Damaged.", "priority": "high"}
-        answer = structured(await mcp.call_tool("request_approval", {**ask, "wait_seconds": 1}))
-    assert answer["status"] == "pending"
-    assert len(asked) == 1 and isinstance(asked[0], types.ElicitRequestURLParams)
-    assert asked[0].url == f"{live.base_url}/requests/{answer['id']}"
-    assert member.get_approval(answer["id"]).status == "pending"
+    # The 2025-11-25 handshake asks by a request to the client; 2026-07-28 (the SDK's
+    # newest, negotiated by default) inside the tool's answer, and the client retries.
+    for mode, version in (("legacy", "2025-11-25"), ("auto", "2026-07-28")):
+        asked.clear()
+        async with Client(
+            stdio_server(live),
+            read_timeout_seconds=60,
+            mode=mode,
+            elicitation_callback=accept_everything,
+        ) as mcp:
+            assert mcp.protocol_version == version
+            ask = {"title": "Refund 1182", "description": "Damaged.", "priority": "high"}
+            answer = structured(await mcp.call_tool("request_approval", {**ask, "wait_seconds": 1}))
+        assert answer["status"] == "pending"
+        assert len(asked) == 1 and isinstance(asked[0], types.ElicitRequestURLParams)
+        assert asked[0].url == f"{live.base_url}/requests/{answer['id']}"
+        assert member.get_approval(answer["id"]).status == "pending"
+
+
+async def test_tasks_list_on_stdio_pages_the_tasks(live: LiveServer, member: SignoffClient) -> None:
+    import mcp_types as types
+
+    ask = {"title": "Rotate the keys", "description": "Yearly.", "priority": "low"}
+    async with Client(stdio_server(live), read_timeout_seconds=60, mode="legacy") as mcp:
+        call = types.CallToolRequestParams(
+            name="request_approval", arguments=ask, task=types.TaskMetadata(ttl=60_000)
+        )
+        created = await mcp.session.send_request(
+            types.CallToolRequest(params=call), types.CreateTaskResult
+        )
+        listed = await mcp.session.send_request(types.ListTasksRequest(), types.ListTasksResult)
+    assert listed.tasks[0].task_id == created.task.task_id
+    assert listed.tasks[0].status == "working"

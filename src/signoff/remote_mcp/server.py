@@ -38,6 +38,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from signoff.config import Settings
 from signoff.errors import ServiceUnavailable
+from signoff.remote_mcp import task_poll
 from signoff.remote_mcp.resource import MCP_PATH, PROTECTED_RESOURCE_PATH, resource_metadata_url
 
 logger = logging.getLogger(__name__)
@@ -138,7 +139,15 @@ class _LazyEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         endpoint = await self.remote.endpoint()
-        await endpoint(scope, receive, send)
+        if not task_poll.may_be_poll(scope):
+            await endpoint(scope, receive, send)
+            return
+        # A task poll is answered here, with one read (remote_mcp/task_poll.py).
+        body, messages = await task_poll.read_body(receive)
+        if (poll := task_poll.parse(body)) is not None:
+            await task_poll.answer(scope, send, poll)
+            return
+        await endpoint(scope, task_poll.replaying(messages, receive), send)
 
 
 class _LazyMetadata:

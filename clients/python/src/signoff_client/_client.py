@@ -28,7 +28,15 @@ from signoff_client._errors import (
     UnknownReceiptKey,
     WaitTimeout,
 )
-from signoff_client._models import Approval, AuditEvent, Comment, Redemption, Step, StepVote
+from signoff_client._models import (
+    Approval,
+    ApprovalPage,
+    AuditEvent,
+    Comment,
+    Redemption,
+    Step,
+    StepVote,
+)
 from signoff_client._receipts import Receipt, verify_receipt
 
 __version__ = "0.1.0"
@@ -301,6 +309,11 @@ class SignoffClient:
     def get_approval(self, approval_id: str) -> Approval:
         return self._send(calls.get_approval(approval_id))
 
+    def list_page(self, page: int = 1, **filters: Any) -> ApprovalPage:
+        """One numbered page of the requests matching ``filters``, newest first, with its
+        ``pagination`` (for callers that hand pages on, as MCP's ``tasks/list`` does)."""
+        return self._send(calls.list_page(filters, page))
+
     def list_approvals(self, **filters: Any) -> Iterator[Approval]:
         """Every request matching ``filters`` (status, priority, action_type, source, search,
         created_after, ...), newest first, fetching page after page as you iterate."""
@@ -533,6 +546,10 @@ class AsyncSignoffClient:
 
     async def get_approval(self, approval_id: str) -> Approval:
         return await self._send(calls.get_approval(approval_id))
+
+    async def list_page(self, page: int = 1, **filters: Any) -> ApprovalPage:
+        """See ``SignoffClient.list_page``."""
+        return await self._send(calls.list_page(filters, page))
 
     async def list_approvals(self, **filters: Any) -> AsyncGenerator[Approval, None]:
         """See ``SignoffClient.list_approvals``."""

@@ -26,9 +26,13 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import (
     ClientCapabilities,
     ElicitationCapability,
+    ElicitRequest,
+    ElicitRequestURLParams,
+    InputRequiredResult,
     ToolAnnotations,
     UrlElicitationCapability,
 )
+from mcp_types.version import is_version_at_least
 from pydantic import BaseModel, Field
 
 from signoff_client._client import AsyncSignoffClient, __version__
@@ -43,6 +47,12 @@ ELICITATION_TIMEOUT_SECONDS = 30.0
 URL_ELICITATION = ClientCapabilities(
     elicitation=ElicitationCapability(url=UrlElicitationCapability())
 )
+
+# The first revision that asks the client inside the tool's answer (``input_required``)
+# rather than by a request of its own, which the stateless /mcp could not carry.
+INPUT_REQUIRED_VERSION = "2026-07-28"
+OPEN_PAGE = "open_page"
+PAGE_MESSAGE = "A person must approve this on signoff: open the request's page to decide."
 
 # How often a waiting tool tells the MCP client it is still waiting.
 PROGRESS_INTERVAL_SECONDS = 5.0
@@ -151,9 +161,30 @@ async def wait_with_progress(
         waiting.cancel()
 
 
+def page_of(pages_at: str, approval_id: str) -> str:
+    return f"{pages_at.rstrip('/')}/requests/{approval_id}"
+
+
+def asks_in_answer(ctx: Context[Any, Any]) -> bool:
+    """Whether this call asks the client inside its answer (``input_required``)."""
+    return is_version_at_least(ctx.request_context.protocol_version, INPUT_REQUIRED_VERSION)
+
+
+def page_question(pages_at: str, approval_id: str) -> InputRequiredResult:
+    """The answer that asks the client to send its user to the request's page (URL mode);
+    ``request_state`` carries the request's id to the retry, which reads the request."""
+    ask = ElicitRequestURLParams(
+        message=PAGE_MESSAGE, url=page_of(pages_at, approval_id), elicitation_id=approval_id
+    )
+    return InputRequiredResult(
+        input_requests={OPEN_PAGE: ElicitRequest(params=ask)}, request_state=approval_id
+    )
+
+
 async def send_to_page(ctx: Context[Any, Any], pages_at: str, approval_id: str) -> None:
     """Asks a client that can open URLs (URL-mode elicitation) to send its user to the
-    request's page on signoff, where the decision is made.
+    request's page on signoff, where the decision is made; at the handshake revisions, as
+    a request to the client (``page_question`` does it at the newer ones).
 
     The answer is never a decision: "accept" only means the user agreed to open the page,
     and no form is ever asked for. So a client that accepts every elicitation approves
@@ -162,11 +193,9 @@ async def send_to_page(ctx: Context[Any, Any], pages_at: str, approval_id: str) 
     """
     if not ctx.request_context.session.check_client_capability(URL_ELICITATION):
         return
-    url = f"{pages_at.rstrip('/')}/requests/{approval_id}"
-    message = "A person must approve this on signoff: open the request's page to decide."
     with contextlib.suppress(MCPError, TimeoutError):
         async with asyncio.timeout(ELICITATION_TIMEOUT_SECONDS):
-            await ctx.elicit_url(message, url, elicitation_id=approval_id)
+            await ctx.elicit_url(PAGE_MESSAGE, page_of(pages_at, approval_id), approval_id)
 
 
 def build_server(
@@ -232,7 +261,7 @@ def build_server(
                 le=MAX_WAIT_SECONDS,
             ),
         ] = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | InputRequiredResult:
         """Ask a human to approve an action before you take it.
 
         Returns the request's id and status; once decided, also the comment and who
@@ -242,21 +271,30 @@ def build_server(
         """
         client = client_for(ctx)
         with api_errors():
-            approval = await client.create_approval(
-                title,
-                description,
-                priority,
-                action_type=action_type,
-                metadata=metadata,
-                arguments=arguments,
-                arguments_schema=arguments_schema,
-                preview=preview.model_dump() if preview is not None else None,
-                source="mcp",
-                idempotency_key=True,
-            )
-            if pages_at is not None and not approval.is_final:
-                await send_to_page(ctx, pages_at, approval.id)
-            if wait_seconds:
+            if ctx.request_state is not None:
+                # The retry after the client was asked to open the page: whatever it
+                # answered, the request it made is read as it is, never decided here.
+                approval = await client.get_approval(ctx.request_state)
+            else:
+                approval = await client.create_approval(
+                    title,
+                    description,
+                    priority,
+                    action_type=action_type,
+                    metadata=metadata,
+                    arguments=arguments,
+                    arguments_schema=arguments_schema,
+                    preview=preview.model_dump() if preview is not None else None,
+                    source="mcp",
+                    idempotency_key=True,
+                )
+                if pages_at is not None and not approval.is_final:
+                    if asks_in_answer(ctx):
+                        if ctx.request_context.session.check_client_capability(URL_ELICITATION):
+                            return page_question(pages_at, approval.id)
+                    else:
+                        await send_to_page(ctx, pages_at, approval.id)
+            if wait_seconds and not approval.is_final:
                 approval = await wait_with_progress(client, ctx, approval.id, wait_seconds)
         return summarize(approval)
 

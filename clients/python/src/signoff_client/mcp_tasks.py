@@ -12,7 +12,9 @@ middleware: it runs before the SDK validates anything and answers ``tasks/*`` it
 States: ``working`` while the request is pending; ``completed`` once approved (its
 result carries the decision, the final arguments and the receipt); ``failed`` when
 rejected, expired or cancelled, the reason in ``statusMessage``. ``tasks/cancel``
-cancels the request.
+cancels the request. ``tasks/list`` pages through the requests made over MCP that the
+caller's credentials can read (their org's), newest first; the cursor is the next page's
+number.
 """
 
 from __future__ import annotations
@@ -40,7 +42,14 @@ POLL_INTERVAL_MS = 5000
 RESULT_WAIT_SECONDS = 60.0
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 
-TASKS_CAPABILITY: dict[str, Any] = {"cancel": {}, "requests": {"tools": {"call": {}}}}
+TASKS_CAPABILITY: dict[str, Any] = {
+    "list": {},
+    "cancel": {},
+    "requests": {"tools": {"call": {}}},
+}
+# The requests tasks/list shows: those made through request_approval.
+TASK_SOURCE = "mcp"
+TASKS_PAGE_SIZE = 50
 
 Summarize = Callable[[Any], dict[str, Any]]
 ClientFor = Callable[[Context[Any, Any]], AsyncSignoffClient]
@@ -93,6 +102,15 @@ def _dumped(result: HandlerResult) -> dict[str, Any]:
     return dict(result or {})
 
 
+def _page_of(cursor: Any) -> int:
+    """The page a ``tasks/list`` cursor names (the first without one)."""
+    if cursor is None:
+        return 1
+    if not isinstance(cursor, str) or not cursor.isdigit() or int(cursor) < 1:
+        raise MCPError(code=INVALID_PARAMS, message="cursor is not one this server gave")
+    return int(cursor)
+
+
 def _task_id(ctx: ServerRequestContext[Any, Any]) -> str:
     task_id = (ctx.params or {}).get("taskId")
     if not isinstance(task_id, str) or not task_id:
@@ -126,6 +144,8 @@ class TaskMiddleware:
             return task_of(await self._read(ctx, lambda client, i: client.cancel(i)))
         if ctx.method == "tasks/result":
             return tool_result(await self._read(ctx, self._decision))
+        if ctx.method == "tasks/list":
+            return await self._list(ctx)
         return await call_next(ctx)
 
     @staticmethod
@@ -172,10 +192,26 @@ class TaskMiddleware:
             except WaitTimeout:
                 continue
 
+    async def _list(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+        page = _page_of((ctx.params or {}).get("cursor"))
+        read = await self._call(
+            ctx,
+            lambda client: client.list_page(page, source=TASK_SOURCE, page_size=TASKS_PAGE_SIZE),
+        )
+        answer: dict[str, Any] = {"tasks": [task_of(self.summarize(a)) for a in read.data]}
+        if page < read.pagination.total_pages:
+            answer["nextCursor"] = str(page + 1)
+        return answer
+
     async def _read(self, ctx: ServerRequestContext[Any, Any], call: Any) -> dict[str, Any]:
+        task_id = _task_id(ctx)
+        return self.summarize(await self._call(ctx, lambda client: call(client, task_id)))
+
+    async def _call(self, ctx: ServerRequestContext[Any, Any], call: Any) -> Any:
+        """``call(client)`` with the caller's client; API errors become JSON-RPC errors."""
         try:
             client = self.client_for(Context(request_context=ctx, mcp_server=self.server))
-            return self.summarize(await call(client, _task_id(ctx)))
+            return await call(client)
         except APIError as exc:
             # An unknown task and one already over are the caller's mistake (spec: -32602).
             code = INVALID_PARAMS if exc.code in {"NOT_FOUND", "REQUEST_NOT_PENDING"} else -32603

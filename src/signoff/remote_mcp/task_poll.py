@@ -1,0 +1,140 @@
+"""``tasks/get`` on ``/mcp`` answered before the SDK: a task poll is one indexed read.
+
+Through the SDK a poll costs a per-request server task, the JSON-RPC dispatcher and then
+an in-process ``GET /api/v1/approvals/:id`` that passes the API guard a second time:
+many times what the API's own read costs, for the one call an MCP client makes over and
+over. Here the body is read, and a lone ``tasks/get`` at the tasks revision is answered
+with one read of the request, scoped to the caller's org, under the same scope
+(``approvals:read``) as that API read; anything else goes on to the SDK untouched, with
+its body replayed.
+
+The task it answers is the one the SDK path answers (``signoff_client.mcp_tasks``), so
+both give the same states and messages.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.types import Message, Receive, Scope, Send
+
+from signoff.approvals import service
+from signoff.approvals.json_answers import request_to_dict
+from signoff.approvals.repository import ApprovalReads
+from signoff.common.http import principal_with_scope
+from signoff.common.time import utcnow
+from signoff.context import context_of
+from signoff.errors import AppError, RateLimited
+from signoff.remote_mcp.resource import COUNT_READ
+
+TASKS_VERSION = "2025-11-25"
+PROTOCOL_HEADER = b"mcp-protocol-version"
+# A tasks/get is a few hundred bytes; a larger body is not one, and goes to the SDK.
+MAX_POLL_BODY = 2048
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+
+@dataclass(frozen=True)
+class Poll:
+    rpc_id: str | int
+    task_id: uuid.UUID
+
+
+def may_be_poll(scope: Scope) -> bool:
+    """A POST at the tasks revision (the header names it on every call after initialize)."""
+    if scope["method"] != "POST":
+        return False
+    return any(
+        name == PROTOCOL_HEADER and value == TASKS_VERSION.encode()
+        for name, value in scope["headers"]
+    )
+
+
+async def read_body(receive: Receive) -> tuple[bytes, list[Message]]:
+    """The whole body, and the messages it came in (to replay them to the SDK)."""
+    messages: list[Message] = []
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        messages.append(message)
+        chunks.append(message.get("body", b""))
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return b"".join(chunks), messages
+
+
+def replaying(messages: list[Message], receive: Receive) -> Receive:
+    """``receive`` that hands out ``messages`` again before going on to the real one."""
+    queued = list(messages)
+
+    async def replay() -> Message:
+        return queued.pop(0) if queued else await receive()
+
+    return replay
+
+
+def parse(body: bytes) -> Poll | None:
+    """The poll ``body`` is, or None for anything the SDK should answer."""
+    if len(body) > MAX_POLL_BODY:
+        return None
+    try:
+        message = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(message, dict) or message.get("method") != "tasks/get":
+        return None
+    rpc_id, params = message.get("id"), message.get("params")
+    if message.get("jsonrpc") != "2.0" or not isinstance(rpc_id, str | int):
+        return None
+    if not isinstance(params, dict) or not isinstance(params.get("taskId"), str):
+        return None
+    try:
+        return Poll(rpc_id, uuid.UUID(params["taskId"]))
+    except ValueError:
+        return None  # not a request's id: the SDK path says so in its own words
+
+
+def summary_of(body: dict[str, Any]) -> dict[str, Any]:
+    """The fields of an API read that ``mcp_tasks.task_of`` reads."""
+    return {
+        "id": body["id"],
+        "status": body["status"],
+        "decided_by": body["decided_by_name"] or body["decided_by"],
+        "comment": body["decision_comment"],
+        "decided_at": body["decided_at"],
+        "created_at": body["created_at"],
+    }
+
+
+async def read_task(scope: Scope, task_id: uuid.UUID) -> dict[str, Any]:
+    """The task that is request ``task_id``, read as the caller (AppError if it cannot)."""
+    from signoff_client.mcp_tasks import task_of  # the SDK is loaded by now
+
+    request = Request(scope)
+    principal = principal_with_scope(request, "approvals:read")
+    reads = ApprovalReads(context_of(request).db.queries)
+    row = await service.get_request(reads, principal, task_id)
+    return task_of(summary_of(request_to_dict(row, utcnow())))
+
+
+async def answer(scope: Scope, send: Send, poll: Poll) -> None:
+    """The JSON-RPC answer to ``poll``, as JSON (the client accepts it beside SSE); the
+    poll counts against the caller's rate limit as the API read it stands for."""
+    reply: dict[str, Any] = {"jsonrpc": "2.0", "id": poll.rpc_id}
+    try:
+        decision = await scope["state"][COUNT_READ]()
+        if not decision.allowed:
+            raise RateLimited()
+        reply["result"] = await read_task(scope, poll.task_id)
+    except AppError as exc:
+        # An unknown task is the caller's mistake (spec: -32602), as on the SDK path.
+        code = INVALID_PARAMS if exc.code == "NOT_FOUND" else INTERNAL_ERROR
+        reply["error"] = {"code": code, "message": f"{exc.code}: {exc.message}"}
+    body = orjson.dumps(reply)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -39,7 +39,7 @@ from signoff.config import Settings
 from signoff.context import AppContext, context_of
 from signoff.errors import Forbidden, NotFound, ValidationFailed
 from signoff.models import DashboardSession, OAuthClient, User
-from signoff.oauth import service
+from signoff.oauth import ciba, service
 from signoff.oauth.errors import (
     AuthorizePageError,
     AuthorizeRedirectError,
@@ -414,6 +414,9 @@ def _client_credentials(request: Request, params: dict[str, str]) -> service.Cli
     return service.ClientCredentials(client_id, secret)
 
 
+GRANT_TYPES = ("authorization_code", "refresh_token", ciba.GRANT_TYPE)
+
+
 async def token(request: Request) -> Response:
     ctx = context_of(request)
     try:
@@ -422,9 +425,9 @@ async def token(request: Request) -> Response:
         grant_type = params.get("grant_type")
         if grant_type is None:
             raise invalid_request("Send grant_type.")
-        if grant_type not in ("authorization_code", "refresh_token"):
+        if grant_type not in GRANT_TYPES:
             raise OAuthError(
-                "unsupported_grant_type", "grant_type must be authorization_code or refresh_token."
+                "unsupported_grant_type", f"grant_type must be one of {', '.join(GRANT_TYPES)}."
             )
     except OAuthError as exc:
         return _oauth_error(exc)
@@ -436,9 +439,15 @@ async def token(request: Request) -> Response:
     except OAuthError as exc:
         return _oauth_error(exc)
     error: OAuthError | None = None
+    issued: service.IssuedTokens | ciba.CibaTokens
     async with ctx.transaction() as uow:
         try:
-            if grant_type == "authorization_code":
+            if grant_type == ciba.GRANT_TYPE:
+                # A poll's next_poll_at is committed even when it answers a refusal.
+                issued = await ciba.poll(
+                    uow, client, params.get("auth_req_id"), ctx.box, ctx.settings, now
+                )
+            elif grant_type == "authorization_code":
                 issued = await service.exchange_code(
                     uow.oauth,
                     client,
@@ -519,7 +528,11 @@ def server_metadata(settings: Settings) -> dict[str, Any]:
         "scopes_supported": list(ALL_SCOPES),
         "response_types_supported": ["code"],
         "response_modes_supported": ["query"],
-        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "grant_types_supported": list(GRANT_TYPES),
+        # OpenID CIBA (docs/ciba.md).
+        "backchannel_authentication_endpoint": f"{base}/oauth/bc-authorize",
+        "backchannel_token_delivery_modes_supported": list(ciba.DELIVERY_MODES),
+        "backchannel_user_code_parameter_supported": False,
         "token_endpoint_auth_methods_supported": auth_methods,
         "revocation_endpoint_auth_methods_supported": auth_methods,
         "introspection_endpoint_auth_methods_supported": auth_methods,
@@ -533,6 +546,26 @@ def server_metadata(settings: Settings) -> dict[str, Any]:
 async def metadata(request: Request) -> Response:
     """RFC 8414."""
     return json_response(server_metadata(context_of(request).settings))
+
+
+@router.post("/oauth/bc-authorize")
+async def backchannel_authorize(request: Request) -> Response:
+    """OpenID CIBA core section 7: ask a person of the client's org for a decision."""
+    ctx = context_of(request)
+    try:
+        params = await _client_params(request)
+        given = _client_credentials(request, params)
+        async with ctx.reading() as uow:
+            client = await service.authenticate_client(uow.oauth, given)
+        ciba.check_client(client)
+        checked = ciba.check_params(client, params, ctx.settings)
+        now = utcnow()
+        async with ctx.transaction() as uow:
+            user = await ciba.find_person(uow, client, checked.login_hint)
+            answer = await ciba.authorize(uow, client, checked, user, ctx.box, ctx.settings, now)
+    except OAuthError as exc:
+        return _oauth_error(exc)
+    return json_response(answer.to_body(), 200, NO_STORE)
 
 
 # ---- /api/v1/oauth-clients ----
@@ -565,6 +598,12 @@ Admin = Annotated[Principal, Depends(require_admin_api_key)]
 async def create_oauth_client(request: Request, principal: Admin) -> Response:
     ctx = context_of(request)
     payload = await parse_json_body(request, CreateOAuthClient, ctx.settings)
+    registration = await ciba.check_registration(
+        wiring_of(request).webhooks.policy,
+        payload.ciba,
+        payload.backchannel_token_delivery_mode,
+        payload.backchannel_client_notification_endpoint,
+    )
     async with ctx.transaction() as uow:
         connection_id = principal.connection_id
         if payload.connection_id:
@@ -583,6 +622,7 @@ async def create_oauth_client(request: Request, principal: Admin) -> Response:
             redirect_uris=payload.redirect_uris,
             public=payload.public,
             now=utcnow(),
+            ciba=registration,
         )
     return json_response(
         {**client_to_dict(issued.client), "client_secret": issued.client_secret}, 201

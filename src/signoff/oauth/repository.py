@@ -6,22 +6,34 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import cast
+from typing import Any, NamedTuple, cast
 
-from sqlalchemy import CursorResult, delete, func, select, update
+from sqlalchemy import CursorResult, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.auth.principal import Principal
 from signoff.models import (
+    ApprovalRequest,
     Connection,
     DashboardSession,
     OAuthAuthorizationCode,
+    OAuthBackchannelRequest,
     OAuthClient,
     OAuthToken,
     Organization,
     User,
 )
 from signoff.orgs.repository import PRINCIPAL_COLUMNS, principal_from_row
+
+
+class BackchannelPoll(NamedTuple):
+    """What a CIBA poll reads of its request."""
+
+    status: str
+    expires_at: datetime | None
+    token_issued_at: datetime | None
+    user_id: uuid.UUID
+    scope: str
 
 
 @dataclass(frozen=True)
@@ -41,7 +53,12 @@ class OAuthRepository:
         self.session = session
 
     async def add(
-        self, row: OAuthClient | OAuthAuthorizationCode | OAuthToken | DashboardSession
+        self,
+        row: OAuthClient
+        | OAuthAuthorizationCode
+        | OAuthToken
+        | DashboardSession
+        | OAuthBackchannelRequest,
     ) -> None:
         self.session.add(row)
         await self.session.flush()
@@ -265,6 +282,89 @@ class OAuthRepository:
         if row is None:
             return None
         return principal_from_row(row, scopes=tuple(row[-1].split()), auth_method="oauth")
+
+    async def principal_of_connection(self, connection_id: uuid.UUID) -> Principal | None:
+        """The connection acting as with its API key: who a CIBA client's requests are from."""
+        row = (
+            await self.session.execute(
+                select(*PRINCIPAL_COLUMNS)
+                .join(Organization, Organization.id == Connection.org_id)
+                .join(User, User.id == Connection.owner_id)
+                .where(Connection.id == connection_id, Connection.revoked_at.is_(None))
+            )
+        ).first()
+        return principal_from_row(row) if row is not None else None
+
+    # ---- CIBA requests ----
+
+    async def poll_backchannel(
+        self, request_id: uuid.UUID, client_pk: uuid.UUID, now: datetime, next_poll: datetime
+    ) -> BackchannelPoll | None:
+        """Record a poll that came no sooner than allowed and read where its request stands,
+        both by primary key; None if it came too soon or is not this client's.
+
+        The comparison and the write are one statement, so two replicas answering two
+        quick polls at once cannot both let them through."""
+        bc = OAuthBackchannelRequest
+        polled = (
+            await self.session.execute(
+                update(bc)
+                .where(
+                    bc.request_id == request_id,
+                    bc.client_pk == client_pk,
+                    or_(bc.next_poll_at.is_(None), bc.next_poll_at <= now),
+                )
+                .values(next_poll_at=next_poll)
+                .returning(bc.token_issued_at, bc.user_id, bc.scope)
+                .execution_options(synchronize_session=False)
+            )
+        ).first()
+        if polled is None:
+            return None
+        request = (
+            await self.session.execute(
+                select(ApprovalRequest.status, ApprovalRequest.expires_at).where(
+                    ApprovalRequest.id == request_id
+                )
+            )
+        ).one()
+        return BackchannelPoll(request.status, request.expires_at, *polled)
+
+    async def backchannel_of_client(
+        self, request_id: uuid.UUID, client_pk: uuid.UUID
+    ) -> OAuthBackchannelRequest | None:
+        return cast(
+            OAuthBackchannelRequest | None,
+            await self.session.scalar(
+                select(OAuthBackchannelRequest).where(
+                    OAuthBackchannelRequest.request_id == request_id,
+                    OAuthBackchannelRequest.client_pk == client_pk,
+                )
+            ),
+        )
+
+    async def claim_backchannel_token(self, request_id: uuid.UUID, now: datetime) -> bool:
+        """Only the first token request of an approved CIBA request gets a token."""
+        result = cast(
+            CursorResult[tuple[()]],
+            await self.session.execute(
+                update(OAuthBackchannelRequest)
+                .where(
+                    OAuthBackchannelRequest.request_id == request_id,
+                    OAuthBackchannelRequest.token_issued_at.is_(None),
+                )
+                .values(token_issued_at=now)
+                .execution_options(synchronize_session=False)
+            ),
+        )
+        return result.rowcount == 1
+
+    async def approved_arguments(self, request_id: uuid.UUID) -> dict[str, Any] | None:
+        """The arguments a request was decided with (after any edit by the approver)."""
+        value = await self.session.scalar(
+            select(ApprovalRequest.arguments).where(ApprovalRequest.id == request_id)
+        )
+        return cast(dict[str, Any] | None, value)
 
     # ---- sign-in sessions ----
 

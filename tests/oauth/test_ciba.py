@@ -17,10 +17,10 @@ from sqlalchemy import select, update
 
 from signoff.common.time import utcnow
 from signoff.context import AppContext
+from signoff.errors import ValidationFailed
 from signoff.models import ApprovalRequest, OAuthBackchannelRequest, OAuthClient
 from signoff.oauth import ciba as ciba_service
 from signoff.oauth import service as oauth_service
-from signoff.errors import ValidationFailed
 from signoff.orgs import service as orgs_service
 from signoff.webhooks.urlpolicy import AddressPolicy
 from tests.conftest import Member, Org, assert_error, make_settings
@@ -166,6 +166,22 @@ async def test_notification_endpoint_is_ssrf_checked(database_url: str) -> None:
     with pytest.raises(ValidationFailed) as refused:
         await ciba_service.check_registration(production, True, "ping", "https://127.0.0.1/ping")
     assert "backchannel_client_notification_endpoint" in str(refused.value.details)
+
+
+async def test_openapi_declares_every_status_of_bc_authorize(client: httpx.AsyncClient) -> None:
+    document = (await client.get("/api/v1/openapi.json")).json()
+    operation = document["paths"]["/oauth/bc-authorize"]["post"]
+    assert set(operation["responses"]) == {"200", "400", "401", "403"}
+    for error in (
+        "invalid_request",
+        "invalid_scope",
+        "unknown_user_id",
+        "unauthorized_client",
+        "invalid_binding_message",
+        "invalid_authorization_details",
+    ):
+        assert error in operation["responses"]["400"]["description"]
+    assert "application/x-www-form-urlencoded" in operation["requestBody"]["content"]
 
 
 # ---- poll mode ----

@@ -49,6 +49,8 @@ from signoff.oauth.errors import (
 )
 from signoff.oauth.pages import SCOPE_DESCRIPTIONS, render
 from signoff.oauth.schemas import (
+    BACKCHANNEL_BODY,
+    BACKCHANNEL_RESPONSES,
     CreateOAuthClient,
     OAuthClientListOut,
     OAuthClientOut,
@@ -65,6 +67,8 @@ NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
 router = APIRouter(tags=["oauth"], include_in_schema=False, route_class=LeanRoute)
 api_router = APIRouter(prefix="/api/v1", tags=["oauth"], route_class=LeanRoute)
+# Protocol endpoints that the OpenAPI document declares (answers in OAuth's shapes).
+documented_router = APIRouter(tags=["oauth"], route_class=LeanRoute)
 
 
 # ---- helpers ----
@@ -548,7 +552,15 @@ async def metadata(request: Request) -> Response:
     return json_response(server_metadata(context_of(request).settings))
 
 
-@router.post("/oauth/bc-authorize")
+@documented_router.post(
+    "/oauth/bc-authorize",
+    responses=BACKCHANNEL_RESPONSES,
+    openapi_extra=BACKCHANNEL_BODY,
+    summary="OpenID CIBA: ask a person for a decision (backchannel authentication)",
+    description="The client authenticates (Basic or client_secret_post). Creates an approval "
+    "request assigned to the user named by `login_hint`; poll `/oauth/token` with the grant "
+    "`urn:openid:params:grant-type:ciba`, or wait for the ping (docs/ciba.md).",
+)
 async def backchannel_authorize(request: Request) -> Response:
     """OpenID CIBA core section 7: ask a person of the client's org for a decision."""
     ctx = context_of(request)

@@ -82,3 +82,65 @@ def client_to_dict(client: OAuthClient) -> dict[str, Any]:
         "created_at": format_timestamp(client.created_at),
         "deleted_at": format_timestamp(client.deleted_at),
     }
+
+
+class OAuthErrorOut(BaseModel):
+    """RFC 6749 section 5.2 and OpenID CIBA core section 13: not the API envelope."""
+
+    error: str
+    error_description: str
+
+
+class BackchannelAuthorizationOut(BaseModel):
+    auth_req_id: str = Field(description="The approval request's id; poll /oauth/token with it.")
+    expires_in: int = Field(description="Seconds until the request expires.")
+    interval: int = Field(description="Least seconds between two polls (slow_down if sooner).")
+
+
+def _oauth_errors(errors: str) -> dict[str, Any]:
+    return {
+        "model": OAuthErrorOut,
+        "description": f"`error`: {errors}.",
+        "headers": {"Cache-Control": {"schema": {"type": "string", "enum": ["no-store"]}}},
+    }
+
+
+BACKCHANNEL_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"model": BackchannelAuthorizationOut, "description": "The request was created."},
+    400: _oauth_errors(
+        "`invalid_request`, `invalid_scope`, `unknown_user_id`, `unauthorized_client`, "
+        "`invalid_binding_message`, `invalid_authorization_details`",
+    ),
+    401: _oauth_errors("`invalid_client`"),
+    403: _oauth_errors("`access_denied` (the user is deactivated)"),
+}
+
+BACKCHANNEL_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/x-www-form-urlencoded": {
+                "schema": {
+                    "type": "object",
+                    "required": ["scope", "login_hint", "binding_message"],
+                    "properties": {
+                        "scope": {"type": "string", "example": "openid approvals:read"},
+                        "login_hint": {"type": "string", "format": "email"},
+                        "binding_message": {"type": "string", "maxLength": 100},
+                        "requested_expiry": {"type": "integer", "minimum": 1},
+                        "authorization_details": {
+                            "type": "string",
+                            "description": "RFC 9396: a JSON array of objects with a type.",
+                        },
+                        "client_notification_token": {
+                            "type": "string",
+                            "description": "Ping mode: required.",
+                        },
+                        "client_id": {"type": "string"},
+                        "client_secret": {"type": "string"},
+                    },
+                }
+            }
+        },
+    }
+}

@@ -48,6 +48,7 @@ from signoff.oauth.errors import (
     invalid_request,
 )
 from signoff.oauth.pages import SCOPE_DESCRIPTIONS, render
+from signoff.oauth.repository import find_active_client_prepared
 from signoff.oauth.schemas import (
     BACKCHANNEL_BODY,
     BACKCHANNEL_RESPONSES,
@@ -421,6 +422,18 @@ def _client_credentials(request: Request, params: dict[str, str]) -> service.Cli
 GRANT_TYPES = ("authorization_code", "refresh_token", ciba.GRANT_TYPE)
 
 
+async def _token_client(
+    ctx: AppContext, given: service.ClientCredentials, grant_type: str
+) -> OAuthClient:
+    """The authenticated client. A CIBA poll reads it with a prepared query outside any
+    session: a poll must cost no more than reading a request."""
+    if grant_type != ciba.GRANT_TYPE or not given.client_id:
+        async with ctx.reading() as uow:
+            return await service.authenticate_client(uow.oauth, given)
+    found = await find_active_client_prepared(ctx.db.queries, given.client_id)
+    return service.check_client_credentials(found, given)
+
+
 async def token(request: Request) -> Response:
     ctx = context_of(request)
     try:
@@ -438,8 +451,7 @@ async def token(request: Request) -> Response:
     now = utcnow()
     try:
         # Refused clients never take the write transaction.
-        async with ctx.reading() as uow:
-            client = await service.authenticate_client(uow.oauth, given)
+        client = await _token_client(ctx, given, grant_type)
     except OAuthError as exc:
         return _oauth_error(exc)
     error: OAuthError | None = None

@@ -321,7 +321,11 @@ class ClientCredentials:
 async def authenticate_client(repo: OAuthRepository, given: ClientCredentials) -> OAuthClient:
     if not given.client_id:
         raise invalid_client("Send client_id (and client_secret for confidential clients).")
-    client = await repo.find_active_client(given.client_id)
+    return check_client_credentials(await repo.find_active_client(given.client_id), given)
+
+
+def check_client_credentials(client: OAuthClient | None, given: ClientCredentials) -> OAuthClient:
+    """The client, if ``given`` authenticates it (``client``: the active one of that id)."""
     if client is None:
         raise invalid_client("Unknown client.")
     if client.is_public:

@@ -20,12 +20,12 @@ from signoff.context import AppContext
 from signoff.errors import ValidationFailed
 from signoff.models import ApprovalRequest, OAuthBackchannelRequest, OAuthClient
 from signoff.oauth import ciba as ciba_service
-from signoff.oauth import service as oauth_service
+from signoff.oauth.service import NO_CIBA
 from signoff.orgs import service as orgs_service
 from signoff.webhooks.urlpolicy import AddressPolicy
 from tests.conftest import Member, Org, assert_error, make_settings
 from tests.dashboard.support import post_form, signed_in
-from tests.oauth.support import Client, bearer
+from tests.oauth.support import Client, bearer, register_client
 
 GRANT = "urn:openid:params:grant-type:ciba"
 DETAILS = [{"type": "payment_initiation", "amount": {"currency": "EUR", "value": "123.50"}}]
@@ -48,20 +48,9 @@ async def register(
     registration = await ciba_service.check_registration(
         AddressPolicy.from_settings(ctx.settings), mode is not None, mode, endpoint
     )
-    async with ctx.transaction() as uow:
-        connection = await uow.oauth.get_connection(uuid.UUID(owner.connection_id))
-        assert connection is not None
-        issued = await oauth_service.register_client(
-            uow.oauth,
-            ctx.settings,
-            connection,
-            name="Agent Smith",
-            redirect_uris=[] if registration.enabled and not public else ["https://x.example/cb"],
-            public=public,
-            now=utcnow(),
-            ciba=registration if not public else oauth_service.NO_CIBA,
-        )
-    return Client(issued.client.client_id, issued.client_secret, "", owner.connection_id)
+    return await register_client(
+        ctx, owner, public=public, name="Agent Smith", ciba=NO_CIBA if public else registration
+    )
 
 
 def auth(client: Client) -> httpx.BasicAuth:
@@ -159,6 +148,31 @@ async def test_registration_over_the_api(client: httpx.AsyncClient, org: Org) ->
         headers=org.admin.headers,
     )
     assert_error(public, 400, "VALIDATION_ERROR")
+
+
+async def test_registration_on_the_dashboard(
+    ctx: AppContext, client: httpx.AsyncClient, org: Org
+) -> None:
+    await signed_in(ctx, client, org.admin)
+    answer = await post_form(
+        client,
+        "/admin/oauth-clients",
+        "/admin/oauth-clients",
+        name="Dashboard agent",
+        connection_id=org.admin.connection_id,
+        redirect_uris="",
+        kind="ciba-ping",
+        notification_endpoint="http://127.0.0.1:9/ping",
+    )
+    assert answer.status_code == 200, answer.text
+    async with ctx.reading() as uow:
+        row = await uow.session.scalar(
+            select(OAuthClient).where(OAuthClient.name == "Dashboard agent")
+        )
+    assert row is not None and row.ciba_enabled and row.ciba_delivery_mode == "ping"
+    assert row.ciba_notification_endpoint == "http://127.0.0.1:9/ping"
+    listed = await client.get("/admin/oauth-clients")
+    assert "OpenID CIBA, ping" in listed.text
 
 
 async def test_notification_endpoint_is_ssrf_checked(database_url: str) -> None:

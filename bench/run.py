@@ -7,6 +7,9 @@ through the API, then wrk at a fixed concurrency for a fixed time on each scenar
 
 - create: ``POST /api/v1/approvals`` (five-field body, unique titles);
 - get:    ``GET /api/v1/approvals/:id`` of random seeded requests;
+- ciba_poll: ``POST /oauth/token`` with the OpenID CIBA grant for random pending
+  backchannel requests (a CIBA client authenticated with Basic, answered
+  ``authorization_pending``; the server's poll interval set to 0 so none is ``slow_down``);
 - list:   ``GET /api/v1/approvals?page=N`` with N random in 1..50 (20 per page);
 - decide: ``PATCH /api/v1/approvals/:id`` approving, every request hit exactly once;
 - chain:  whole approval chains (lua/chain.lua): create a sequential request, set three
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import platform
@@ -61,7 +65,8 @@ RATE_LIMIT_CEILING = 100_000_000
 # that ended a callbacks bench after its 22nd drain).
 KEEPALIVE_EXPIRY = 2.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-SCENARIOS = ("create", "get", "list", "decide", "chain", "task_poll")
+SCENARIOS = ("create", "get", "ciba_poll", "list", "decide", "chain", "task_poll")
+CIBA_REQUESTS = 1_000
 # Which baseline each scenario is compared with.
 BASELINE_OF = {"create": "echo", "decide": "echo", "get": "constant", "list": "constant"}
 # The targets. Both databases: p99, peak RSS, no failed calls. SQLite, the
@@ -168,6 +173,8 @@ def bench_env(database_url: str, secret_key: str) -> dict[str, str]:
         SIGNOFF_DATABASE_URL=database_url,
         SIGNOFF_SECRET_KEY=secret_key,
         SIGNOFF_RATE_LIMIT_CEILING=str(RATE_LIMIT_CEILING),
+        # ciba_poll measures what a poll costs, not how soon slow_down answers it.
+        SIGNOFF_CIBA_INTERVAL_SECONDS="0",
     )
     return env
 
@@ -505,6 +512,7 @@ class Deployment:
     api_key: str
     server: Server
     ids_file: Path
+    connection_id: str = ""
     create_rps: float | None = None  # the create scenario's, once run: sizes decide's pool
 
     @property
@@ -564,7 +572,31 @@ def deployed(
             log(f"[{name}] seeded in {elapsed:.1f} s ({opts.seed / elapsed:,.0f}/s)")
             ids_file = workdir / "seeded-ids.txt"
             ids_file.write_text("\n".join(seeded) + "\n")
-            yield Deployment(target, binary, env, workdir, org["id"], api_key, server, ids_file)
+            yield Deployment(
+                target, binary, env, workdir, org["id"], api_key, server, ids_file,
+                connection["id"],
+            )  # fmt: skip
+
+
+def ciba_requests(d: Deployment) -> tuple[str, str, Path]:
+    """A CIBA client registered with the CLI, and ``CIBA_REQUESTS`` pending backchannel
+    requests made at ``/oauth/bc-authorize``: the client, its secret, the auth_req_ids file."""
+    client = signoff_cli(
+        d.env, d.workdir, "oauth-client", "create", "--connection", d.connection_id,
+        "--name", "bench agent", "--ciba", "--json",
+    )  # fmt: skip
+    auth = (client["client_id"], client["client_secret"])
+    form = {"scope": "openid", "login_hint": "bench@example.com", "binding_message": "bench"}
+    ids = []
+    with httpx.Client(base_url=d.server.url, timeout=30) as http:
+        for _ in range(CIBA_REQUESTS):
+            answer = http.post("/oauth/bc-authorize", data=form, auth=auth)
+            if answer.status_code != 200:
+                raise BenchError(f"bc-authorize answered {answer.status_code}: {answer.text}")
+            ids.append(answer.json()["auth_req_id"])
+    ids_file = d.workdir / "ciba-ids.txt"
+    ids_file.write_text("\n".join(ids) + "\n")
+    return auth[0], auth[1], ids_file
 
 
 def run_scenario(opts: Options, deployment: Deployment, scenario: str) -> Figure:
@@ -584,6 +616,13 @@ def run_scenario(opts: Options, deployment: Deployment, scenario: str) -> Figure
         return figure
     if scenario == "get":
         return run([str(d.ids_file)])
+    if scenario == "ciba_poll":
+        client_id, secret, ids_file = ciba_requests(d)
+        basic = base64.b64encode(f"{client_id}:{secret}".encode()).decode()
+        return measure(
+            opts, d.workdir, d.server, d.target, scenario, "/oauth/token", scenario,
+            [str(ids_file)], [f"Authorization: Basic {basic}"],
+        )  # fmt: skip
     if scenario == "list":
         return run([str(opts.list_pages)])
     if scenario == "decide":

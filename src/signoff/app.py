@@ -42,6 +42,7 @@ from signoff.notifications.endpoints import router as notifications_router
 from signoff.notifications.pages import pages as notification_pages
 from signoff.notifications.slack_webhook import webhook as slack_webhook
 from signoff.oauth.endpoints import api_router as oauth_api_router
+from signoff.oauth.endpoints import documented_router as oauth_documented_router
 from signoff.oauth.endpoints import router as oauth_router
 from signoff.operations.endpoints import router as metrics_router
 from signoff.operations.service import check_ready
@@ -275,6 +276,7 @@ def create_app(
         orgs_router,
         org_settings_router,
         oauth_router,
+        oauth_documented_router,
         oauth_api_router,
         steps_router,
         webhooks_router,

@@ -108,6 +108,12 @@ class Settings(BaseSettings):
     oauth_access_token_ttl_seconds: int = Field(3600, ge=60)
     oauth_refresh_token_ttl_seconds: int = Field(30 * 24 * 3600, ge=60)
     oauth_code_ttl_seconds: int = Field(600, ge=10, le=600)
+    # OpenID CIBA (docs/ciba.md): the least time between two polls of one auth_req_id
+    # (``interval``; 0 turns slow_down off), and how long a request lives when the client
+    # sends no requested_expiry, and at most.
+    ciba_interval_seconds: int = Field(5, ge=0, le=60)
+    ciba_default_expiry_seconds: int = Field(600, ge=10)
+    ciba_max_expiry_seconds: int = Field(24 * 3600, ge=10)
     session_ttl_seconds: int = Field(12 * 3600, ge=60)
     # How long an invitation's or a password reset's one-time link works (needs smtp_url).
     invitation_ttl_hours: int = Field(72, ge=1, le=24 * 30)

@@ -67,6 +67,9 @@ RULES = [
     ("signoff.context", "signoff.webhooks.dispatcher"),
     ("signoff.context", "signoff.orgs"),
     ("signoff.context", "signoff.ratelimit"),
+    # OpenID CIBA builds on approvals and the callback outbox, never the other way round.
+    ("signoff.approvals", "signoff.oauth"),
+    ("signoff.webhooks", "signoff.oauth"),
 ]
 
 

@@ -57,6 +57,7 @@ async def register_client(
     public: bool = False,
     redirect_uris: list[str] | None = None,
     name: str = "Zap Studio",
+    ciba: oauth_service.CibaRegistration = oauth_service.NO_CIBA,
 ) -> Client:
     uris = redirect_uris or [REDIRECT_URI]
     async with ctx.transaction() as uow:
@@ -70,6 +71,7 @@ async def register_client(
             redirect_uris=uris,
             public=public,
             now=utcnow(),
+            ciba=ciba,
         )
     return Client(issued.client.client_id, issued.client_secret, uris[0], owner.connection_id)
 

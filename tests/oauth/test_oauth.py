@@ -815,7 +815,11 @@ async def test_authorization_server_metadata_rfc8414(client: httpx.AsyncClient) 
     assert document["token_endpoint"] == "https://signoff.example/oauth/token"
     assert document["code_challenge_methods_supported"] == ["S256"]
     assert document["scopes_supported"] == ["approvals:read", "approvals:write", "comments:write"]
-    assert document["grant_types_supported"] == ["authorization_code", "refresh_token"]
+    assert document["grant_types_supported"] == [
+        "authorization_code",
+        "refresh_token",
+        "urn:openid:params:grant-type:ciba",
+    ]
     assert document["authorization_response_iss_parameter_supported"] is True
 
 

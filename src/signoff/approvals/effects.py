@@ -32,7 +32,7 @@ from signoff.auth.principal import PrincipalCheck
 from signoff.common.ids import new_id
 from signoff.errors import RequestNotPending
 from signoff.models import Comment
-from signoff.webhooks.service import Decider, DecisionFacts
+from signoff.webhooks.service import CIBA_SOURCE, Decider, DecisionFacts
 
 
 @dataclass(frozen=True)
@@ -612,7 +612,9 @@ def _decision_facts(
         arguments_patch=_patch_since_created(row),
         callback_url=row.callback_url,
         callback_headers_encrypted=row.callback_headers_encrypted,
-        receipt_encrypted=receipt,
+        # A ping carries no receipt: the client fetches it with its token.
+        receipt_encrypted=None if row.source == CIBA_SOURCE else receipt,
+        source=row.source,
     )
 
 

@@ -12,11 +12,12 @@ from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.errors import NotFound
 from signoff.models import Connection
-from signoff.oauth import service
+from signoff.oauth import ciba, service
 from signoff.oauth.repository import OAuthRepository
 from signoff.oauth.schemas import client_to_dict
 from signoff.orgs import service as orgs_service
 from signoff.unit_of_work import UnitOfWork
+from signoff.webhooks.urlpolicy import AddressPolicy
 
 oauth_client_app = typer.Typer(
     help="OAuth clients: integrations that act on behalf of users.", no_args_is_help=True
@@ -38,26 +39,50 @@ def create(
     ],
     name: Annotated[str, typer.Option(help="Shown to people on the consent page.")],
     redirect_uri: Annotated[
-        list[str], typer.Option("--redirect-uri", help="Exact redirect URI; repeat for more.")
-    ],
+        list[str] | None,
+        typer.Option(
+            "--redirect-uri", help="Exact redirect URI; repeat for more (optional with --ciba)."
+        ),
+    ] = None,
     public: Annotated[
         bool,
         typer.Option("--public", help="No secret (browser, mobile, CLI apps); PKCE required."),
     ] = False,
+    ciba_enabled: Annotated[
+        bool, typer.Option("--ciba", help="May use OpenID CIBA (docs/ciba.md).")
+    ] = False,
+    delivery_mode: Annotated[
+        str | None,
+        typer.Option("--ciba-delivery-mode", help="CIBA: poll (default) or ping."),
+    ] = None,
+    notification_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--ciba-notification-endpoint",
+            help="CIBA ping mode: the client's backchannel_client_notification_endpoint.",
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Register a client; prints client_id and, for confidential clients, the secret once."""
 
     async def action(ctx: AppContext, uow: UnitOfWork) -> service.IssuedClient:
+        registration = await ciba.check_registration(
+            AddressPolicy.from_settings(ctx.settings),
+            ciba_enabled,
+            delivery_mode,
+            notification_endpoint,
+        )
         row = await _connection(uow.oauth, connection)
         return await service.register_client(
             uow.oauth,
             ctx.settings,
             row,
             name=name,
-            redirect_uris=redirect_uri,
+            redirect_uris=redirect_uri or [],
             public=public,
             now=utcnow(),
+            ciba=registration,
         )
 
     issued = run_in_transaction(action)

@@ -40,6 +40,7 @@ from signoff.dashboard.web import (
 from signoff.errors import AppError, RequestNotPending, ValidationFailed
 from signoff.invitations import service as invitations
 from signoff.models import Connection, User
+from signoff.oauth import ciba
 from signoff.oauth.service import IssuedClient
 from signoff.unit_of_work import UnitOfWork
 from signoff.webhooks.service import FirstAttempt
@@ -431,6 +432,20 @@ async def clients_page(request: Request, viewer: Viewer = Admin) -> Response:
 @router.post("/admin/oauth-clients")
 async def register_client(request: Request, viewer: Viewer = Admin) -> Response:
     ctx = context_of(request)
+    form = await request.form()
+    kind = str(form.get("kind", ""))
+    try:
+        # Before the transaction: checking a ping endpoint may resolve its host.
+        registration = await ciba.check_registration(
+            wiring_of(request).webhooks.policy,
+            kind.startswith("ciba-"),
+            kind.removeprefix("ciba-") if kind.startswith("ciba-") else None,
+            str(form.get("notification_endpoint", "")).strip() or None
+            if kind == "ciba-ping"
+            else None,
+        )
+    except AppError as exc:
+        return _failed("/admin/oauth-clients", exc)
     return await _issue(
         request,
         viewer,
@@ -444,6 +459,7 @@ async def register_client(request: Request, viewer: Viewer = Admin) -> Response:
             public=fields.get("kind") == "public",
             connection_id=fields.get("connection_id", ""),
             now=utcnow(),
+            ciba=registration,
         ),
         _client_shown,
     )

@@ -317,6 +317,7 @@ async def register_client(
     public: bool,
     connection_id: str,
     now: datetime,
+    ciba: oauth_service.CibaRegistration = oauth_service.NO_CIBA,
 ) -> oauth_service.IssuedClient:
     try:
         owner = await connection(uow, admin, connection_id)
@@ -332,6 +333,7 @@ async def register_client(
         redirect_uris=[line for line in redirect_uris.splitlines() if line.strip()],
         public=public,
         now=now,
+        ciba=ciba,
     )
 
 

@@ -15,6 +15,7 @@ from signoff.models.notifications import (
 from signoff.models.oauth import (
     DashboardSession,
     OAuthAuthorizationCode,
+    OAuthBackchannelRequest,
     OAuthClient,
     OAuthToken,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "NotificationChannel",
     "NotificationPlan",
     "OAuthAuthorizationCode",
+    "OAuthBackchannelRequest",
     "OAuthClient",
     "OAuthToken",
     "Organization",

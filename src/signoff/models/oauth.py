@@ -41,6 +41,11 @@ class OAuthClient(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     # Deleted clients stay for the record; their tokens stop working at once.
     deleted_at: Mapped[datetime | None] = mapped_column(default=None)
+    # OpenID CIBA: whether it may ask for a person's approval out of band, and how it
+    # learns of the decision ("poll" or "ping"; ping POSTs to the notification endpoint).
+    ciba_enabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    ciba_delivery_mode: Mapped[str | None] = mapped_column(String(10), default=None)
+    ciba_notification_endpoint: Mapped[str | None] = mapped_column(Text, default=None)
 
 
 class OAuthAuthorizationCode(Base):
@@ -88,6 +93,30 @@ class OAuthToken(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
     # Refresh tokens only: when it was exchanged. Presenting it again is a replay.
     rotated_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class OAuthBackchannelRequest(Base):
+    """An OpenID CIBA authentication request: the approval request it created (whose id is
+    the ``auth_req_id``), the client that may poll for it, and what the poll needs.
+
+    Keyed by the approval request's id, so a poll is one primary-key lookup. The last poll
+    is kept here (as the earliest time the next may come), not in memory, so that
+    ``slow_down`` holds across replicas.
+    """
+
+    __tablename__ = "oauth_backchannel_requests"
+
+    request_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("approval_requests.id", ondelete="CASCADE"), primary_key=True
+    )
+    client_pk: Mapped[uuid.UUID] = mapped_column(ForeignKey("oauth_clients.id", ondelete="CASCADE"))
+    user_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    scope: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column()
+    next_poll_at: Mapped[datetime | None] = mapped_column(default=None)
+    # Set by the one token request that wins: a token is issued once per auth_req_id.
+    token_issued_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class DashboardSession(Base):

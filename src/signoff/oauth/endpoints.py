@@ -16,7 +16,7 @@ import binascii
 import hmac
 from collections.abc import Mapping
 from typing import Annotated, Any
-from urllib.parse import unquote_plus, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote_plus, urlencode, urlsplit, urlunsplit
 
 import orjson
 from fastapi import APIRouter, Depends, Query
@@ -39,7 +39,7 @@ from signoff.config import Settings
 from signoff.context import AppContext, context_of
 from signoff.errors import Forbidden, NotFound, ValidationFailed
 from signoff.models import DashboardSession, OAuthClient, User
-from signoff.oauth import service
+from signoff.oauth import ciba, service
 from signoff.oauth.errors import (
     AuthorizePageError,
     AuthorizeRedirectError,
@@ -48,7 +48,10 @@ from signoff.oauth.errors import (
     invalid_request,
 )
 from signoff.oauth.pages import SCOPE_DESCRIPTIONS, render
+from signoff.oauth.repository import find_active_client_prepared
 from signoff.oauth.schemas import (
+    BACKCHANNEL_BODY,
+    BACKCHANNEL_RESPONSES,
     CreateOAuthClient,
     OAuthClientListOut,
     OAuthClientOut,
@@ -65,6 +68,8 @@ NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
 router = APIRouter(tags=["oauth"], include_in_schema=False, route_class=LeanRoute)
 api_router = APIRouter(prefix="/api/v1", tags=["oauth"], route_class=LeanRoute)
+# Protocol endpoints that the OpenAPI document declares (answers in OAuth's shapes).
+documented_router = APIRouter(tags=["oauth"], route_class=LeanRoute)
 
 
 # ---- helpers ----
@@ -383,6 +388,12 @@ async def _client_params(request: Request) -> dict[str, str]:
             if not isinstance(value, str | int):
                 raise invalid_request(f"{key} must be a string.")
             items.append((key, str(value)))
+    elif content_type == "application/x-www-form-urlencoded":
+        # What every OAuth client sends, parsed directly: a CIBA client polls often.
+        try:
+            items = parse_qsl((await request.body()).decode(), keep_blank_values=True)
+        except UnicodeDecodeError:
+            raise invalid_request("The body is not UTF-8.") from None
     else:
         form = await request.form()
         items = [(k, v) for k, v in form.multi_items() if isinstance(v, str)]
@@ -414,6 +425,21 @@ def _client_credentials(request: Request, params: dict[str, str]) -> service.Cli
     return service.ClientCredentials(client_id, secret)
 
 
+GRANT_TYPES = ("authorization_code", "refresh_token", ciba.GRANT_TYPE)
+
+
+async def _token_client(
+    ctx: AppContext, given: service.ClientCredentials, grant_type: str
+) -> OAuthClient:
+    """The authenticated client. A CIBA poll reads it with a prepared query outside any
+    session: a poll must cost no more than reading a request."""
+    if grant_type != ciba.GRANT_TYPE or not given.client_id:
+        async with ctx.reading() as uow:
+            return await service.authenticate_client(uow.oauth, given)
+    found = await find_active_client_prepared(ctx.db.queries, given.client_id)
+    return service.check_client_credentials(found, given)
+
+
 async def token(request: Request) -> Response:
     ctx = context_of(request)
     try:
@@ -422,23 +448,28 @@ async def token(request: Request) -> Response:
         grant_type = params.get("grant_type")
         if grant_type is None:
             raise invalid_request("Send grant_type.")
-        if grant_type not in ("authorization_code", "refresh_token"):
+        if grant_type not in GRANT_TYPES:
             raise OAuthError(
-                "unsupported_grant_type", "grant_type must be authorization_code or refresh_token."
+                "unsupported_grant_type", f"grant_type must be one of {', '.join(GRANT_TYPES)}."
             )
     except OAuthError as exc:
         return _oauth_error(exc)
     now = utcnow()
     try:
         # Refused clients never take the write transaction.
-        async with ctx.reading() as uow:
-            client = await service.authenticate_client(uow.oauth, given)
+        client = await _token_client(ctx, given, grant_type)
     except OAuthError as exc:
         return _oauth_error(exc)
     error: OAuthError | None = None
+    issued: service.IssuedTokens | ciba.CibaTokens
     async with ctx.transaction() as uow:
         try:
-            if grant_type == "authorization_code":
+            if grant_type == ciba.GRANT_TYPE:
+                # A poll's next_poll_at is committed even when it answers a refusal.
+                issued = await ciba.poll(
+                    uow, client, params.get("auth_req_id"), ctx.box, ctx.settings, now
+                )
+            elif grant_type == "authorization_code":
                 issued = await service.exchange_code(
                     uow.oauth,
                     client,
@@ -519,7 +550,11 @@ def server_metadata(settings: Settings) -> dict[str, Any]:
         "scopes_supported": list(ALL_SCOPES),
         "response_types_supported": ["code"],
         "response_modes_supported": ["query"],
-        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "grant_types_supported": list(GRANT_TYPES),
+        # OpenID CIBA (docs/ciba.md).
+        "backchannel_authentication_endpoint": f"{base}/oauth/bc-authorize",
+        "backchannel_token_delivery_modes_supported": list(ciba.DELIVERY_MODES),
+        "backchannel_user_code_parameter_supported": False,
         "token_endpoint_auth_methods_supported": auth_methods,
         "revocation_endpoint_auth_methods_supported": auth_methods,
         "introspection_endpoint_auth_methods_supported": auth_methods,
@@ -533,6 +568,34 @@ def server_metadata(settings: Settings) -> dict[str, Any]:
 async def metadata(request: Request) -> Response:
     """RFC 8414."""
     return json_response(server_metadata(context_of(request).settings))
+
+
+@documented_router.post(
+    "/oauth/bc-authorize",
+    responses=BACKCHANNEL_RESPONSES,
+    openapi_extra=BACKCHANNEL_BODY,
+    summary="OpenID CIBA: ask a person for a decision (backchannel authentication)",
+    description="The client authenticates (Basic or client_secret_post). Creates an approval "
+    "request assigned to the user named by `login_hint`; poll `/oauth/token` with the grant "
+    "`urn:openid:params:grant-type:ciba`, or wait for the ping (docs/ciba.md).",
+)
+async def backchannel_authorize(request: Request) -> Response:
+    """OpenID CIBA core section 7: ask a person of the client's org for a decision."""
+    ctx = context_of(request)
+    try:
+        params = await _client_params(request)
+        given = _client_credentials(request, params)
+        async with ctx.reading() as uow:
+            client = await service.authenticate_client(uow.oauth, given)
+        ciba.check_client(client)
+        checked = ciba.check_params(client, params, ctx.settings)
+        now = utcnow()
+        async with ctx.transaction() as uow:
+            user = await ciba.find_person(uow, client, checked.login_hint)
+            answer = await ciba.authorize(uow, client, checked, user, ctx.box, ctx.settings, now)
+    except OAuthError as exc:
+        return _oauth_error(exc)
+    return json_response(answer.to_body(), 200, NO_STORE)
 
 
 # ---- /api/v1/oauth-clients ----
@@ -565,6 +628,12 @@ Admin = Annotated[Principal, Depends(require_admin_api_key)]
 async def create_oauth_client(request: Request, principal: Admin) -> Response:
     ctx = context_of(request)
     payload = await parse_json_body(request, CreateOAuthClient, ctx.settings)
+    registration = await ciba.check_registration(
+        wiring_of(request).webhooks.policy,
+        payload.ciba,
+        payload.backchannel_token_delivery_mode,
+        payload.backchannel_client_notification_endpoint,
+    )
     async with ctx.transaction() as uow:
         connection_id = principal.connection_id
         if payload.connection_id:
@@ -583,6 +652,7 @@ async def create_oauth_client(request: Request, principal: Admin) -> Response:
             redirect_uris=payload.redirect_uris,
             public=payload.public,
             now=utcnow(),
+            ciba=registration,
         )
     return json_response(
         {**client_to_dict(issued.client), "client_secret": issued.client_secret}, 201

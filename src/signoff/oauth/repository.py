@@ -6,22 +6,35 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import cast
+from typing import Any, NamedTuple, cast
 
-from sqlalchemy import CursorResult, delete, func, select, update
+from sqlalchemy import CursorResult, bindparam, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.auth.principal import Principal
 from signoff.models import (
+    ApprovalRequest,
     Connection,
     DashboardSession,
     OAuthAuthorizationCode,
+    OAuthBackchannelRequest,
     OAuthClient,
     OAuthToken,
     Organization,
     User,
 )
 from signoff.orgs.repository import PRINCIPAL_COLUMNS, principal_from_row
+from signoff.storage import PreparedQuery, QueryRunner, execute_alone
+
+
+class BackchannelPoll(NamedTuple):
+    """What a CIBA poll reads of its request."""
+
+    status: str
+    expires_at: datetime | None
+    token_issued_at: datetime | None
+    user_id: uuid.UUID
+    scope: str
 
 
 @dataclass(frozen=True)
@@ -36,12 +49,63 @@ class TokenDetails:
     user_deactivated: bool = False
 
 
+_BC = OAuthBackchannelRequest
+# A CIBA poll: its one write and every read it needs, by primary key (the approval's
+# columns by a subquery: SQLite's RETURNING names the updated table only).
+_POLL_BACKCHANNEL = PreparedQuery(
+    update(_BC)
+    .where(
+        _BC.request_id == bindparam("request_id"),
+        _BC.client_pk == bindparam("client_pk"),
+        or_(_BC.next_poll_at.is_(None), _BC.next_poll_at <= bindparam("now")),
+    )
+    .values(next_poll_at=bindparam("next"))
+    .returning(
+        select(ApprovalRequest.status)
+        .where(ApprovalRequest.id == _BC.request_id)
+        .scalar_subquery()
+        .label("status"),
+        select(ApprovalRequest.expires_at)
+        .where(ApprovalRequest.id == _BC.request_id)
+        .scalar_subquery()
+        .label("expires_at"),
+        _BC.token_issued_at.label("token_issued_at"),
+        _BC.user_id.label("user_id"),
+        _BC.scope.label("scope"),
+    ),
+    row_type=BackchannelPoll,
+)
+_ACTIVE_CLIENT = PreparedQuery(
+    select(*(column.label(column.key) for column in OAuthClient.__table__.columns))
+    .join(Connection, Connection.id == OAuthClient.connection_id)
+    .where(
+        OAuthClient.client_id == bindparam("client_id"),
+        OAuthClient.deleted_at.is_(None),
+        Connection.revoked_at.is_(None),
+    )
+)
+
+
+async def find_active_client_prepared(queries: QueryRunner, client_id: str) -> OAuthClient | None:
+    """``find_active_client`` outside any session, as a prepared read: the client of a
+    CIBA poll, which must cost no more than reading a request (a detached row)."""
+    row = await queries.one(_ACTIVE_CLIENT, {"client_id": client_id})
+    return OAuthClient(**row._asdict()) if row is not None else None
+
+
 class OAuthRepository:
-    def __init__(self, session: AsyncSession) -> None:
+    def __init__(self, session: AsyncSession, queries: QueryRunner | None = None) -> None:
+        """``queries``: where a poll may write in autocommit (``execute_alone``)."""
         self.session = session
+        self.queries = queries
 
     async def add(
-        self, row: OAuthClient | OAuthAuthorizationCode | OAuthToken | DashboardSession
+        self,
+        row: OAuthClient
+        | OAuthAuthorizationCode
+        | OAuthToken
+        | DashboardSession
+        | OAuthBackchannelRequest,
     ) -> None:
         self.session.add(row)
         await self.session.flush()
@@ -265,6 +329,70 @@ class OAuthRepository:
         if row is None:
             return None
         return principal_from_row(row, scopes=tuple(row[-1].split()), auth_method="oauth")
+
+    async def principal_of_connection(self, connection_id: uuid.UUID) -> Principal | None:
+        """The connection acting as with its API key: who a CIBA client's requests are from."""
+        row = (
+            await self.session.execute(
+                select(*PRINCIPAL_COLUMNS)
+                .join(Organization, Organization.id == Connection.org_id)
+                .join(User, User.id == Connection.owner_id)
+                .where(Connection.id == connection_id, Connection.revoked_at.is_(None))
+            )
+        ).first()
+        return principal_from_row(row) if row is not None else None
+
+    # ---- CIBA requests ----
+
+    async def poll_backchannel(
+        self, request_id: uuid.UUID, client_pk: uuid.UUID, now: datetime, next_poll: datetime
+    ) -> BackchannelPoll | None:
+        """Record a poll that came no sooner than allowed and read where its request stands,
+        in one prepared statement by primary key; None if it came too soon or is not this
+        client's.
+
+        The comparison and the write are one statement, so two replicas answering two
+        quick polls at once cannot both let them through. On PostgreSQL it runs in
+        autocommit when it is the transaction's first statement (``execute_alone``)."""
+        params = {"request_id": request_id, "client_pk": client_pk, "now": now, "next": next_poll}
+        rows = await execute_alone(self.session, self.queries, _POLL_BACKCHANNEL, params)
+        return cast(BackchannelPoll, rows[0]) if rows else None
+
+    async def backchannel_of_client(
+        self, request_id: uuid.UUID, client_pk: uuid.UUID
+    ) -> OAuthBackchannelRequest | None:
+        return cast(
+            OAuthBackchannelRequest | None,
+            await self.session.scalar(
+                select(OAuthBackchannelRequest).where(
+                    OAuthBackchannelRequest.request_id == request_id,
+                    OAuthBackchannelRequest.client_pk == client_pk,
+                )
+            ),
+        )
+
+    async def claim_backchannel_token(self, request_id: uuid.UUID, now: datetime) -> bool:
+        """Only the first token request of an approved CIBA request gets a token."""
+        result = cast(
+            CursorResult[tuple[()]],
+            await self.session.execute(
+                update(OAuthBackchannelRequest)
+                .where(
+                    OAuthBackchannelRequest.request_id == request_id,
+                    OAuthBackchannelRequest.token_issued_at.is_(None),
+                )
+                .values(token_issued_at=now)
+                .execution_options(synchronize_session=False)
+            ),
+        )
+        return result.rowcount == 1
+
+    async def approved_arguments(self, request_id: uuid.UUID) -> dict[str, Any] | None:
+        """The arguments a request was decided with (after any edit by the approver)."""
+        value = await self.session.scalar(
+            select(ApprovalRequest.arguments).where(ApprovalRequest.id == request_id)
+        )
+        return cast(dict[str, Any] | None, value)
 
     # ---- sign-in sessions ----
 

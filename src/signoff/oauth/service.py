@@ -63,6 +63,18 @@ AUTHORIZE_PARAMS = (
 
 
 @dataclass(frozen=True)
+class CibaRegistration:
+    """What a client registers for OpenID CIBA (checked by ``ciba.check_registration``)."""
+
+    enabled: bool = False
+    delivery_mode: str | None = None
+    notification_endpoint: str | None = None
+
+
+NO_CIBA = CibaRegistration()
+
+
+@dataclass(frozen=True)
 class IssuedClient:
     """A new client with its secret: the only time the secret is ever readable."""
 
@@ -113,12 +125,17 @@ async def register_client(
     redirect_uris: Sequence[str],
     public: bool,
     now: datetime,
+    ciba: CibaRegistration = NO_CIBA,
 ) -> IssuedClient:
+    """``ciba``: checked by ``ciba.check_registration``; a CIBA client needs no redirect URI."""
     uris = list(dict.fromkeys(check_redirect_uri(uri, settings) for uri in redirect_uris))
-    if not 1 <= len(uris) <= MAX_REDIRECT_URIS:
+    least = 0 if ciba.enabled else 1
+    if not least <= len(uris) <= MAX_REDIRECT_URIS:
         raise ValidationFailed.for_field(
-            "redirect_uris", f"give 1 to {MAX_REDIRECT_URIS} redirect URIs"
+            "redirect_uris", f"give {least} to {MAX_REDIRECT_URIS} redirect URIs"
         )
+    if ciba.enabled and public:
+        raise ValidationFailed.for_field("ciba", "only confidential clients may use CIBA")
     if connection.revoked_at is not None:
         raise ValidationFailed.for_field("connection_id", "the connection is revoked")
     secret = None if public else credentials.generate_client_secret()
@@ -132,6 +149,9 @@ async def register_client(
         secret_hash=credentials.hash_token(secret) if secret else None,
         secret_prefix=credentials.display_prefix(secret) if secret else None,
         created_at=now,
+        ciba_enabled=ciba.enabled,
+        ciba_delivery_mode=ciba.delivery_mode,
+        ciba_notification_endpoint=ciba.notification_endpoint,
     )
     await repo.add(client)
     return IssuedClient(client, secret)
@@ -301,7 +321,11 @@ class ClientCredentials:
 async def authenticate_client(repo: OAuthRepository, given: ClientCredentials) -> OAuthClient:
     if not given.client_id:
         raise invalid_client("Send client_id (and client_secret for confidential clients).")
-    client = await repo.find_active_client(given.client_id)
+    return check_client_credentials(await repo.find_active_client(given.client_id), given)
+
+
+def check_client_credentials(client: OAuthClient | None, given: ClientCredentials) -> OAuthClient:
+    """The client, if ``given`` authenticates it (``client``: the active one of that id)."""
     if client is None:
         raise invalid_client("Unknown client.")
     if client.is_public:
@@ -338,7 +362,7 @@ class IssuedTokens:
         }
 
 
-async def _issue_tokens(
+async def issue_tokens(
     repo: OAuthRepository,
     client: OAuthClient,
     user_id: uuid.UUID,
@@ -411,7 +435,7 @@ async def exchange_code(
     if not await repo.claim_code(row.id, now):
         await repo.revoke_family(row.id, now)
         raise invalid_grant("The authorization code was already used; its tokens are revoked.")
-    return await _issue_tokens(repo, client, row.user_id, row.scope, row.id, None, settings, now)
+    return await issue_tokens(repo, client, row.user_id, row.scope, row.id, None, settings, now)
 
 
 async def refresh_tokens(
@@ -445,7 +469,7 @@ async def refresh_tokens(
     if not await repo.claim_refresh_token(row.id, now):
         await repo.revoke_family(row.family_id, now)
         raise invalid_grant("The refresh token was already used; the grant is revoked.")
-    return await _issue_tokens(
+    return await issue_tokens(
         repo,
         client,
         row.user_id,

@@ -46,6 +46,9 @@ from signoff.webhooks.signing import SigningKeys
 from signoff.webhooks.urlpolicy import AddressPolicy, refusal
 
 EVENT_DECIDED = "approval.decided"
+# The source of requests made by OpenID CIBA (``oauth.ciba``): their callback is CIBA's
+# ping, ``{"auth_req_id": ...}`` with the client's bearer token, and nothing else.
+CIBA_SOURCE = "openid-ciba"
 OUTBOX_KEY = "signoff.outbox"
 DEFAULT_LEASE_SECONDS = 30.0
 
@@ -228,12 +231,17 @@ class DecisionFacts:
     receipt_encrypted: str | None = None
     # Who decided when no user did: a policy names itself and its version here.
     decided_by_name: str | None = None
+    # Where the request came from: a CIBA request's callback is a ping (``CIBA_SOURCE``).
+    source: str | None = None
 
 
 def decision_payload(facts: DecisionFacts) -> dict[str, Any]:
     """interface.md 6.3, plus ``id``, ``decided_by_name`` and ``decision_comment`` (decisions.md
     section 13). Expiry and operator cancellations have no deciding user: ``decided_by`` null.
     """
+    if facts.source == CIBA_SOURCE:
+        # CIBA core section 10.2: the client learns only that it may fetch the result.
+        return {"auth_req_id": str(facts.request_id)}
     decided_by = facts.decided_by.as_payload() if facts.decided_by else None
     payload: dict[str, Any] = {
         "event": EVENT_DECIDED,

@@ -19,7 +19,11 @@ from joserfc import jws
 from joserfc.errors import JoseError
 from joserfc.jwk import OKPKey
 
+from signoff.passkeys.proof import PasskeyRefused, verify_stored_assertion
+
 GENESIS_HASH = "0" * 64
+# The event that carries a vote's passkey assertion (passkeys/service.py).
+PASSKEY_SIGNED = "passkey.signed"
 CHECKPOINT_TYPE = "signoff-audit-checkpoint+jwt"
 EVENT_FIELDS = ("seq", "id", "org_id", "request_id", "type", "actor_id", "data", "created_at")
 
@@ -210,6 +214,23 @@ class _Verifier:
             raise ChainBroken(_classify(record, following, prev), seq)
         self.prev = self.last_hash = computed
         self.last_seq, self.expected = seq, seq + 1
+        if record.get("type") == PASSKEY_SIGNED:
+            _check_passkey(record, seq)
+
+
+def _check_passkey(record: dict[str, Any], seq: int) -> None:
+    """A passkey-signed vote: its assertion checked against the key, relying party and
+    origin it carries, over the challenge rebuilt from the event's own request and the
+    signed decision, arguments hash and nonce (docs/audit.md, "Passkey signatures")."""
+    data = record.get("data")
+    if not isinstance(data, dict):
+        raise ChainBroken(f"event #{seq} has no passkey assertion", seq)
+    try:
+        verify_stored_assertion({**data, "request_id": record.get("request_id")})
+    except PasskeyRefused:
+        raise ChainBroken(
+            f"event #{seq} has a passkey assertion that does not verify", seq
+        ) from None
 
 
 def verify(records: Iterable[dict[str, Any]], keys: KeyLookup | None) -> VerifyResult:

@@ -1,0 +1,161 @@
+"""Passkey-signed votes in the audit chain, on both databases: the assertion goes into
+the chain with the key, relying party and origin it was checked against, so that the
+offline verifier checks it again with nothing but the export; and an assertion whose
+signature was changed, that was made for another origin or relying party, or for
+another request, written into an event before it was sealed, is named by the verifier."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, cast
+
+import httpx
+import pytest
+from sqlalchemy import Table, select, update
+
+from signoff.audit import chain
+from signoff.audit.sealing import seal_org_now
+from signoff.audit.service import export_records
+from signoff.context import AppContext
+from signoff.models import AuditEvent
+from signoff.passkeys.proof import b64url, decision_challenge
+from tests.conftest import Org, create_approval
+from tests.passkeys.test_passkey_decisions import (
+    critical_org,  # noqa: F401 (a fixture)
+    decide_signed,
+    member_of,
+    options_for,
+    with_passkey,
+)
+
+pytestmark = pytest.mark.anyio
+
+EVENTS = cast(Table, AuditEvent.__table__)
+
+
+async def _signed_vote(
+    ctx: AppContext, client: httpx.AsyncClient, org: Org
+) -> tuple[dict[str, Any], Any]:
+    request = await create_approval(client, org.member, priority="critical")
+    device = await with_passkey(ctx, org, org.admin)
+    admin = await member_of(ctx, org.admin)
+    credential = device.assert_(await options_for(ctx, admin, request["id"], "approve"))
+    await decide_signed(ctx, admin, request["id"], "approve", credential)
+    return request, device
+
+
+async def _verified(ctx: AppContext, org: Org) -> chain.VerifyResult:
+    await seal_org_now(ctx, uuid.UUID(org.id), checkpoint=True)
+    lines = [json.dumps(r) async for r in export_records(ctx.db.read_session, uuid.UUID(org.id), 1)]
+    return chain.verify(chain.parse_lines(lines), None)
+
+
+def _signed(org: Org) -> Any:
+    return (EVENTS.c.org_id == uuid.UUID(org.id)) & (EVENTS.c.type == chain.PASSKEY_SIGNED)
+
+
+async def _tamper(ctx: AppContext, org: Org, **values: Any) -> dict[str, Any]:
+    """Change the unsealed passkey event as someone with the database could before the
+    sealer chains it; its data before the change."""
+    async with ctx.db.write_transaction() as session:
+        row = (await session.execute(select(EVENTS).where(_signed(org)))).one()
+        assert row.seq is None
+        data = dict(row.data)
+        changes = values.pop("data", {})
+        await session.execute(
+            update(EVENTS).where(EVENTS.c.id == row.id).values(data={**data, **changes}, **values)
+        )
+    return data
+
+
+async def test_a_signed_vote_is_exported_with_its_assertion_and_verifies(
+    ctx: AppContext,
+    client: httpx.AsyncClient,
+    critical_org: Org,  # noqa: F811
+) -> None:
+    org = critical_org
+    request, _ = await _signed_vote(ctx, client, org)
+    await seal_org_now(ctx, uuid.UUID(org.id), checkpoint=True)
+    records = [r async for r in export_records(ctx.db.read_session, uuid.UUID(org.id), 1)]
+    (event,) = [r for r in records if r.get("type") == chain.PASSKEY_SIGNED]
+    assert event["request_id"] == request["id"]
+    assert event["actor_id"] == org.admin.user_id
+    data = event["data"]
+    assert data["decision"] == "approve"
+    assert data["arguments_hash"] == request["arguments_hash"]
+    for field in ("authenticator_data", "client_data_json", "signature", "credential_id"):
+        assert data[field]
+    assert (data["rp_id"], data["origin"]) == ("signoff.example.com", "https://signoff.example.com")
+    assert data["public_key"]
+    result = await _verified(ctx, org)
+    assert result.ok, result.problem
+
+
+async def test_a_tampered_signature_is_named_by_the_verifier(
+    ctx: AppContext,
+    client: httpx.AsyncClient,
+    critical_org: Org,  # noqa: F811
+) -> None:
+    org = critical_org
+    await _signed_vote(ctx, client, org)
+    data = await _tamper(ctx, org)
+    signature = bytearray(data["signature"].encode())
+    signature[12] = ord("A") if signature[12] != ord("A") else ord("B")
+    await _tamper(ctx, org, data={"signature": signature.decode()})
+    result = await _verified(ctx, org)
+    assert not result.ok
+    assert (
+        result.problem
+        == f"event #{result.problem_seq} has a passkey assertion that does not verify"
+    )
+
+
+@pytest.mark.parametrize(
+    "forgery",
+    [{"origin": "https://evil.example"}, {"rp_id": "evil.example"}],
+    ids=["origin", "rp_id"],
+)
+async def test_an_assertion_from_another_origin_or_relying_party_is_named(
+    ctx: AppContext,
+    client: httpx.AsyncClient,
+    critical_org: Org,  # noqa: F811
+    forgery: dict[str, str],
+) -> None:
+    org = critical_org
+    request, device = await _signed_vote(ctx, client, org)
+    data = await _tamper(ctx, org)
+    # A real signature by the same key, over the same challenge, made for another site.
+    challenge = chain_challenge(request["id"], data)
+    forged = json.loads(device.assert_(json.dumps({"challenge": challenge}), **forgery))
+    response = forged["response"]
+    await _tamper(
+        ctx,
+        org,
+        data={
+            "authenticator_data": response["authenticatorData"],
+            "client_data_json": response["clientDataJSON"],
+            "signature": response["signature"],
+        },
+    )
+    result = await _verified(ctx, org)
+    assert not result.ok and "passkey assertion" in str(result.problem)
+
+
+async def test_an_assertion_moved_to_another_request_is_named(
+    ctx: AppContext,
+    client: httpx.AsyncClient,
+    critical_org: Org,  # noqa: F811
+) -> None:
+    org = critical_org
+    await _signed_vote(ctx, client, org)
+    other = await create_approval(client, org.member, priority="critical")
+    await _tamper(ctx, org, request_id=uuid.UUID(other["id"]))
+    result = await _verified(ctx, org)
+    assert not result.ok and "passkey assertion" in str(result.problem)
+
+
+def chain_challenge(request_id: str, data: dict[str, Any]) -> str:
+    return b64url(
+        decision_challenge(request_id, data["decision"], data["arguments_hash"], data["nonce"])
+    )

@@ -36,8 +36,9 @@ from webauthn.helpers.structs import (
 from signoff.approvals import service as approvals
 from signoff.approvals.repository import NewEvent
 from signoff.approvals.schemas import DecideApprovalRequest
-from signoff.audit.chain import PASSKEY_SIGNED
+from signoff.audit.chain import PASSKEY_REGISTERED, PASSKEY_SIGNED
 from signoff.auth.principal import OrgMember
+from signoff.common.time import utcnow
 from signoff.errors import NotFound, ValidationFailed
 from signoff.models import Passkey
 from signoff.passkeys.proof import (
@@ -202,13 +203,21 @@ async def register(
         created_at=now,
     )
     await repo.add(passkey)
+    # The key goes into the chain: an auditor checks later signatures against it.
+    registered = {"passkey_id": str(passkey.id), "name": name, "credential_id": credential_id}
+    registered["public_key"] = passkey.public_key
+    await repo.record_change(member, PASSKEY_REGISTERED, registered, now)
     return passkey
 
 
-async def remove(repo: PasskeyRepository, member: OrgMember, passkey_id: uuid.UUID) -> str:
+async def remove(
+    repo: PasskeyRepository, member: OrgMember, passkey_id: uuid.UUID, now: datetime
+) -> str:
     name = await repo.remove(member.user_id, passkey_id)
     if name is None:
         raise NotFound("No passkey with this id.")
+    removed = {"passkey_id": str(passkey_id), "name": name}
+    await repo.record_change(member, "passkey.removed", removed, now)
     return name
 
 
@@ -440,9 +449,16 @@ async def get_passkey_for(repo: PasskeyRepository, org_id: uuid.UUID) -> str:
     return await repo.passkey_for(org_id)
 
 
-async def set_passkey_for(repo: PasskeyRepository, org_id: uuid.UUID, value: object) -> str:
-    """Set which decisions need a passkey: "off", "critical" or "all" (else 400)."""
+async def set_passkey_for(
+    repo: PasskeyRepository,
+    org_id: uuid.UUID,
+    value: object,
+    by: uuid.UUID | None = None,
+    now: datetime | None = None,
+) -> str:
+    """Set which decisions need a passkey: "off", "critical" or "all" (else 400);
+    ``by`` None: the operator (CLI)."""
     if not isinstance(value, str) or value not in PASSKEY_FOR_VALUES:
         raise ValidationFailed.for_field("passkey_for", "must be off, critical or all")
-    await repo.set_passkey_for(org_id, value)
+    await repo.set_passkey_for(org_id, value, by, now or utcnow())
     return value

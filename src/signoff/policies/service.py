@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from signoff.audit import events as audit_events
 from signoff.auth.principal import OrgMember, Principal
 from signoff.common.time import format_timestamp
 from signoff.errors import Forbidden, NotFound, ValidationFailed
@@ -87,6 +88,9 @@ async def save_rules(
     author_id, author_name = author if author else (None, None)
     await repo.add_version(org_id, version, stored, author_id, author_name, now, restored_from)
     await repo.put_in_force(org_id, version)
+    change = {"version": version, "restored_from": restored_from}
+    kind = "policy.restored" if restored_from else "policy.saved"
+    await audit_events.record(repo.session, org_id, kind, author_id, change, now)
     row = await repo.version(org_id, version)
     assert row is not None  # written just now, in this transaction
     return version_dict(row)

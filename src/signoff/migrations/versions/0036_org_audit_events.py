@@ -1,0 +1,30 @@
+"""audit_events.request_id may be NULL: events of the org itself (policy and routing
+versions, emergency stops, connections, users, settings, passkeys) join its chain
+
+Revision ID: 0036
+Revises: 0030
+Create Date: 2026-11-28
+
+On SQLite the column's NOT NULL goes with a batch (copy-and-move) rebuild of the table.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0036"
+down_revision = "0030"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("audit_events") as batch_op:
+        batch_op.alter_column("request_id", existing_type=sa.Uuid(), nullable=True)
+
+
+def downgrade() -> None:
+    op.execute("DELETE FROM audit_events WHERE request_id IS NULL")
+    with op.batch_alter_table("audit_events") as batch_op:
+        batch_op.alter_column("request_id", existing_type=sa.Uuid(), nullable=False)

@@ -159,3 +159,35 @@ def chain_challenge(request_id: str, data: dict[str, Any]) -> str:
     return b64url(
         decision_challenge(request_id, data["decision"], data["arguments_hash"], data["nonce"])
     )
+
+
+def _linked(events: list[dict[str, Any]]) -> list[str]:
+    """Export lines of ``events`` chained by the hash rule, as a sealer would."""
+    lines, prev = [], chain.GENESIS_HASH
+    for seq, event in enumerate(events, start=1):
+        canonical = chain.canonical_event(seq=seq, prev_hash=prev, **event)
+        prev = chain.event_hash(canonical)
+        lines.append(json.dumps({"kind": "event", **canonical, "hash": prev}))
+    return lines
+
+
+def test_a_signed_vote_carrying_another_key_than_its_registered_one_is_named() -> None:
+    org, user, request = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    common = {"org_id": org, "actor_id": user, "created_at": "2026-11-28T08:00:00.000000Z"}
+    registered = {
+        **common,
+        "id": uuid.uuid4(),
+        "request_id": None,
+        "type": chain.PASSKEY_REGISTERED,
+        "data": {"credential_id": "cred", "public_key": "registered-key"},
+    }
+    signed = {
+        **common,
+        "id": uuid.uuid4(),
+        "request_id": request,
+        "type": chain.PASSKEY_SIGNED,
+        "data": {"credential_id": "cred", "public_key": "attacker-key"},
+    }
+    result = chain.verify(chain.parse_lines(_linked([registered, signed])), None)
+    assert (result.ok, result.problem_seq) == (False, 2)
+    assert result.problem == "event #2 carries a key its passkey was not registered with"

@@ -163,15 +163,20 @@ async def verdict_for_create(
         await repo.begin()
         return CreateVerdict("reject", label, rule.reason, data)
     if rule.effect == "require":
-        return CreateVerdict(data=data, changes={"required_approvals": rule.required_approvals})
+        changes = {"required_approvals": rule.required_approvals} | _passkey(rule)
+        return CreateVerdict(data=data, changes=changes)
     if rule.effect == "escalate":
-        return CreateVerdict(data=data, changes=_escalation(rule, now))
+        return CreateVerdict(data=data, changes=_escalation(rule, now) | _passkey(rule))
     await repo.begin()
     refused = await _spend_budget(repo, principal.org_id, rule, facts, now)
     if refused is not None:
         note = data | {"budget": refused}
         return CreateVerdict(data=data, notes=(("policy.budget_exhausted", note),))
     return CreateVerdict("approve", label, None, data)
+
+
+def _passkey(rule: Rule) -> dict[str, Any]:
+    return {"passkey_required": True} if rule.passkey else {}
 
 
 def _escalation(rule: Rule, now: datetime) -> dict[str, Any]:

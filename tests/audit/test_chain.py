@@ -46,8 +46,16 @@ async def _verify(ctx: AppContext, client: httpx.AsyncClient, org: Org) -> chain
     return chain.verify(chain.parse_lines(lines), (await _jwks(client)).get)
 
 
+async def requests_only(ctx: AppContext, org: Org) -> Org:
+    """The org without the events of its own setup (its users and connections, tested in
+    test_org_events.py), so that its chain is of its requests' events alone."""
+    org_id = uuid.UUID(org.id)
+    await _sql(ctx, delete(EVENTS).where(EVENTS.c.org_id == org_id, EVENTS.c.request_id.is_(None)))
+    return org
+
+
 async def _sealed_org(ctx: AppContext, client: httpx.AsyncClient, requests: int = 6) -> Org:
-    org = await create_org(ctx, "Chained", members=1)
+    org = await requests_only(ctx, await create_org(ctx, "Chained", members=1))
     for index in range(requests):
         await create_approval(client, org.admin, title=f"Change {index}")
     await seal_org_now(ctx, uuid.UUID(org.id), checkpoint=True)
@@ -229,7 +237,7 @@ async def test_two_processes_seal_one_chain(api_only: httpx.AsyncClient, ctx: Ap
     """Two sealer processes racing on PostgreSQL (the head row's lock) make one chain
     (``api_only``: no sealer of this process's own)."""
     client = api_only
-    org = await create_org(ctx, "Twins", members=1)
+    org = await requests_only(ctx, await create_org(ctx, "Twins", members=1))
     for index in range(60):
         await create_approval(client, org.admin, title=f"T{index}")
     env = {
@@ -288,7 +296,7 @@ async def test_the_export_is_for_admins_and_refuses_bad_parameters(
 
 async def _purgeable_org(ctx: AppContext, client: httpx.AsyncClient) -> Org:
     """Two old cancelled requests between live ones: the purge makes holes in the chain."""
-    org = await create_org(ctx, "Kept", members=1)
+    org = await requests_only(ctx, await create_org(ctx, "Kept", members=1))
     await create_approval(client, org.admin, title="Live before")
     for index in range(2):
         old = await create_approval(client, org.admin, title=f"Old {index}")
@@ -381,7 +389,7 @@ async def test_a_sealer_killed_mid_burst_leaves_a_valid_chain(
     api_only: httpx.AsyncClient, ctx: AppContext
 ) -> None:
     """kill -9 of a sealing process, then a restart: no gap, no half-sealed batch."""
-    org = await create_org(ctx, "Killed", members=1)
+    org = await requests_only(ctx, await create_org(ctx, "Killed", members=1))
     request = await create_approval(api_only, org.admin, title="Busy")
     org_id, request_id = uuid.UUID(org.id), uuid.UUID(request["id"])
     now = utcnow()

@@ -9,6 +9,7 @@ import httpx
 from signoff.audit import chain
 from signoff.audit.sealing import seal_once
 from signoff.context import AppContext
+from tests.audit.test_chain import requests_only
 from tests.conftest import Org, create_approval
 from tests.dashboard.support import browser_client, signed_in
 
@@ -16,6 +17,7 @@ from tests.dashboard.support import browser_client, signed_in
 async def test_the_audit_page_shows_the_verified_chain_and_exports_it(
     ctx: AppContext, app: Any, client: httpx.AsyncClient, org: Org
 ) -> None:
+    await requests_only(ctx, org)
     for index in range(3):
         await create_approval(client, org.member, title=f"Audited {index}")
     await seal_once(ctx)  # seals and verifies, as the worker does each round

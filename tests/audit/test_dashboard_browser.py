@@ -7,6 +7,7 @@ import pytest
 
 from signoff.audit.sealing import seal_once
 from signoff.context import AppContext
+from tests.audit.test_chain import requests_only
 from tests.dashboard.test_browser import (
     DESKTOP,
     PHONE,
@@ -30,6 +31,7 @@ async def test_audit_page_shows_the_verified_chain(
 ) -> None:
     from playwright.async_api import expect
 
+    await requests_only(ctx, site.org)
     for index in range(3):
         await site.create(site.org.admin, title=f"Audited change {index}")
     await seal_once(ctx)

@@ -68,3 +68,18 @@ async def test_a_link_mailed_before_the_setting_no_longer_decides(
     assert confirmed.status_code == 403
     read = await api.get(f"/api/v1/approvals/{created['id']}", headers=org.admin.headers)
     assert read.json()["status"] == "pending"
+
+
+async def test_a_request_a_policy_rule_signs_with_a_passkey_is_mailed_with_its_page_only(
+    api: httpx.AsyncClient, wiring: Wiring, org: Org, mailbox: MailBox
+) -> None:
+    rule = {"name": "payments", "condition": "request.action_type == 'payment'"}
+    rule |= {"effect": "require", "required_approvals": 1, "passkey": True}
+    saved = await api.put("/api/v1/policies", json={"rules": [rule]}, headers=org.admin.headers)
+    assert saved.status_code == 200, saved.text
+    with pytest.raises(AssertionError):
+        await mailed_link(api, wiring, org, mailbox, action_type="payment")
+    mail = mailbox.mails[-1]
+    assert "/links/" not in mail.text and "/requests/" in mail.text
+    path, _ = await mailed_link(api, wiring, org, mailbox, action_type="deploy")
+    assert path.startswith("/links/")

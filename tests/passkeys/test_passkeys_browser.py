@@ -14,9 +14,11 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
 
 from signoff.config import Settings
 from signoff.context import AppContext
+from signoff.models import AuditEvent
 from signoff.passkeys import service
 from tests.conftest import Member, create_org
 from tests.dashboard.test_browser import (
@@ -83,7 +85,9 @@ async def register_passkey(page: Any, base_url: str, name: str) -> None:
     await expect(page.locator("#passkeys .cell-strong", has_text=name)).to_be_visible()
 
 
-async def test_register_then_sign_in_with_the_passkey(site: Site, chromium: str) -> None:
+async def test_register_then_sign_in_with_the_passkey(
+    site: Site, chromium: str, ctx: AppContext
+) -> None:
     from playwright.async_api import expect
 
     async with browser(chromium) as chrome:
@@ -114,6 +118,21 @@ async def test_register_then_sign_in_with_the_passkey(site: Site, chromium: str)
         await expect(row.locator("time")).to_have_count(2)
         await row.get_by_role("button", name="Remove").click()
         await expect(page.get_by_text("You have no passkey yet.")).to_be_visible()
+    # Both went into the org's audit chain, the registration with the public key.
+    async with ctx.db.read_session() as session:
+        events = (
+            await session.scalars(
+                select(AuditEvent)
+                .where(
+                    AuditEvent.org_id == uuid.UUID(site.org.id),
+                    AuditEvent.type.like("passkey.%"),
+                )
+                .order_by(AuditEvent.created_at)
+            )
+        ).all()
+    assert [e.type for e in events] == ["passkey.registered", "passkey.removed"]
+    assert {str(e.actor_id) for e in events} == {site.org.member.user_id}
+    assert events[0].data["name"] == "Work laptop" and events[0].data["public_key"]
 
 
 async def _open(page: Any, site: Site, request_id: str) -> None:

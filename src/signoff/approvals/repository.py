@@ -998,6 +998,7 @@ NOTIFIED_COLUMNS = (
     ApprovalRequest.number,
     ApprovalRequest.preview,
     ApprovalRequest.status.label("status"),
+    ApprovalRequest.passkey_required,
 )
 
 

@@ -289,7 +289,7 @@ async def decide(
 
     ``passkey``: the proof that the person's passkey signed this very decision, which
     the org's ``passkey_for`` may require (else 403 PASSKEY_REQUIRED)."""
-    if passkey_may_be_needed(principal.org_passkey_for):
+    if passkey_may_be_needed(principal.org_passkey_for, principal.org_policy_version):
         await _check_passkey(uow.approvals, principal, request_id, payload, passkey, check)
     if principal.forbids_self_approval:
         await refuse_self_approval(uow.approvals, principal, request_id)
@@ -312,10 +312,11 @@ async def _check_passkey(
     passkey: PasskeyProof | None,
     check: PrincipalCheck | None,
 ) -> None:
-    """Refuse a decision the org wants signed by a passkey unless this one was: read
-    only when the org's setting is on, so other orgs pay nothing for it."""
+    """Refuse a decision the org or a policy rule wants signed by a passkey unless this
+    one was: read only when the org's setting is on or it has a policy, so other orgs
+    pay nothing for it."""
     row = await get_request(repo, principal, request_id, check)
-    if not passkey_needed(principal.org_passkey_for, row.priority):
+    if not passkey_needed(principal.org_passkey_for, row.priority, row.passkey_required):
         return
     if passkey is None or not passkey.covers(row.id, principal.user_id, payload.decision):
         raise PasskeyRequired(str(row.id))

@@ -57,6 +57,7 @@ class RequestRecord(NamedTuple):
     receipt_ttl_seconds: int
     original_arguments: dict[str, Any] | None
     original_arguments_hash: str | None
+    passkey_required: bool = False
 
 
 class StepRecord(NamedTuple):

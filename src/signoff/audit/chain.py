@@ -19,7 +19,12 @@ from joserfc import jws
 from joserfc.errors import JoseError
 from joserfc.jwk import OKPKey
 
+from signoff.passkeys.proof import PasskeyRefused, verify_stored_assertion
+
 GENESIS_HASH = "0" * 64
+# The event that carries a vote's passkey assertion (passkeys/service.py).
+PASSKEY_SIGNED = "passkey.signed"
+PASSKEY_REGISTERED = "passkey.registered"
 CHECKPOINT_TYPE = "signoff-audit-checkpoint+jwt"
 EVENT_FIELDS = ("seq", "id", "org_id", "request_id", "type", "actor_id", "data", "created_at")
 
@@ -171,6 +176,8 @@ class _Verifier:
         self.prev: str | None = None
         self.last_seq: int | None = None
         self.last_hash: str | None = None  # only the last: memory stays flat
+        # Each passkey registered in the chain: credential id -> public key.
+        self.registered: dict[str, str] = {}
 
     def checkpoint(self, record: dict[str, Any]) -> None:
         self.checkpoints += 1
@@ -210,6 +217,30 @@ class _Verifier:
             raise ChainBroken(_classify(record, following, prev), seq)
         self.prev = self.last_hash = computed
         self.last_seq, self.expected = seq, seq + 1
+        if record.get("type") == PASSKEY_SIGNED:
+            _check_passkey(record, seq, self.registered)
+        elif record.get("type") == PASSKEY_REGISTERED and isinstance(record.get("data"), dict):
+            data = record["data"]
+            self.registered[str(data.get("credential_id"))] = str(data.get("public_key"))
+
+
+def _check_passkey(record: dict[str, Any], seq: int, registered: dict[str, str]) -> None:
+    """A passkey-signed vote: its assertion checked against the key, relying party and
+    origin it carries, over the challenge rebuilt from the event's own request and the
+    signed decision, arguments hash and nonce (docs/audit.md, "Passkey signatures").
+    A key registered earlier in the chain must be the one it carries."""
+    data = record.get("data")
+    if not isinstance(data, dict):
+        raise ChainBroken(f"event #{seq} has no passkey assertion", seq)
+    known = registered.get(str(data.get("credential_id")))
+    if known is not None and known != data.get("public_key"):
+        raise ChainBroken(f"event #{seq} carries a key its passkey was not registered with", seq)
+    try:
+        verify_stored_assertion({**data, "request_id": record.get("request_id")})
+    except PasskeyRefused:
+        raise ChainBroken(
+            f"event #{seq} has a passkey assertion that does not verify", seq
+        ) from None
 
 
 def verify(records: Iterable[dict[str, Any]], keys: KeyLookup | None) -> VerifyResult:

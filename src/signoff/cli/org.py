@@ -96,7 +96,7 @@ def org_passkeys(
     async def action(_: AppContext, uow: UnitOfWork) -> dict[str, Any]:
         found = await orgs_service.resolve_org(uow.orgs, org)
         if value is not None:
-            await passkeys_service.set_passkey_for(uow.passkeys, found.id, value)
+            await passkeys_service.set_passkey_for(uow.passkeys, found.id, value, None, utcnow())
         setting = await passkeys_service.get_passkey_for(uow.passkeys, found.id)
         return {"id": str(found.id), "passkey_for": setting}
 

@@ -14,9 +14,11 @@ from datetime import datetime, timedelta
 from typing import Generic, Protocol, TypeVar
 
 from signoff.approvals.listing import number_searched
+from signoff.audit import events as audit_events
 from signoff.auth.principal import OrgMember
 from signoff.auth.secrets import hash_password
 from signoff.common.ids import parse_id
+from signoff.common.time import utcnow
 from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.dashboard.admin_repository import (
@@ -108,6 +110,7 @@ async def create_connection(
         name=name,
         rate_limit=parse_rate_limit(rate_limit),
         now=now,
+        by=admin.user_id,
     )
 
 
@@ -119,7 +122,7 @@ async def revoke_connection(
     uow: AdminWork, admin: OrgMember, connection_id: str, now: datetime
 ) -> Connection:
     found = await connection(uow, admin, connection_id)
-    await orgs_service.revoke_connection(found, now)
+    await orgs_service.revoke_connection(found, now, admin.user_id)
     return found
 
 
@@ -128,7 +131,7 @@ async def rotate_webhook_secret(
 ) -> tuple[Connection, str]:
     found = await _active_connection(uow, admin, connection_id)
     grace = timedelta(hours=DEFAULT_GRACE_HOURS)
-    return found, await orgs_service.rotate_webhook_secret(found, box, grace, now)
+    return found, await orgs_service.rotate_webhook_secret(found, box, grace, now, admin.user_id)
 
 
 async def set_rate_limit(
@@ -226,6 +229,7 @@ async def add_user(
         role="admin" if _role(role) == "admin" else "member",
         password=password,
         now=now,
+        by=admin.user_id,
     )
     if by_link:
         return Handed(user, link=await invitations.issue_link(uow, user, "invite", settings, now))
@@ -242,7 +246,10 @@ def _not_self(admin: OrgMember, user: User, what: str) -> None:
 async def change_role(uow: AdminWork, admin: OrgMember, user_id: str, role: str) -> User:
     user = await _user(uow, admin, user_id)
     _not_self(admin, user, "change the role of")
-    user.role = _role(role)
+    before, user.role = user.role, _role(role)
+    if user.role != before:
+        change = {"user_id": str(user.id), "role": user.role, "was": before}
+        audit_events.note(user, "user.role_changed", admin.user_id, change, utcnow())
     # Their sessions stay; every page reads the role afresh on each request.
     return user
 
@@ -254,7 +261,7 @@ async def deactivate_user(
     now act without the user's authority, to say so."""
     user = await _user(uow, admin, user_id)
     _not_self(admin, user, "deactivate")
-    await orgs_service.deactivate_user(uow.oauth, user, now)
+    await orgs_service.deactivate_user(uow.oauth, user, now, admin.user_id)
     return user, await orgs_service.owned_connections(uow.orgs, user)
 
 

@@ -51,7 +51,7 @@ async def save_settings(request: Request, viewer: Viewer = Admin) -> Response:
     except ValidationFailed as exc:
         return redirect(SETTINGS_PAGE, flash=exc.message, kind="error")
     async with context_of(request).transaction() as uow:
-        await uow.orgs.update_settings(viewer.org.id, changes)
+        await uow.orgs.update_settings(viewer.org.id, changes, viewer.user.id, utcnow())
     return redirect(SETTINGS_PAGE, flash="Settings saved.")
 
 

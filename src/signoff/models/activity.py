@@ -46,7 +46,8 @@ class AuditEvent(Base):
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     org_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("organizations.id", ondelete="CASCADE"))
-    request_id: Mapped[uuid.UUID] = mapped_column(
+    # None for an event of the org itself (a policy version, a user change...).
+    request_id: Mapped[uuid.UUID | None] = mapped_column(
         ForeignKey("approval_requests.id", ondelete="CASCADE")
     )
     type: Mapped[str] = mapped_column(String(64))

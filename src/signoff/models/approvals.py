@@ -118,6 +118,8 @@ class ApprovalRequest(Base):
     # edited them (migration 0027): the callback's patch and the page's diff start there.
     original_arguments: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     original_arguments_hash: Mapped[str | None] = mapped_column(String(64), default=None)
+    # A policy rule asked that its decisions be signed with a passkey (docs/passkeys.md).
+    passkey_required: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # How long the receipt its approval issues is valid.
     receipt_ttl_seconds: Mapped[int] = mapped_column(
         Integer,

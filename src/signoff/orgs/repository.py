@@ -26,7 +26,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
+from signoff.audit import events as audit_events
+from signoff.audit.events import SETTINGS_EVENT
 from signoff.auth.principal import ALL_SCOPES, Principal, PrincipalCheck
+from signoff.common.time import utcnow
 from signoff.models import ApprovalRequest, Base, Connection, Organization, SetupLink, User
 from signoff.storage import PreparedQuery, QueryRunner
 
@@ -197,20 +200,27 @@ class OrgRepository:
         by: uuid.UUID | None = None,
         now: datetime | None = None,
     ) -> None:
-        """Turning it on records who and when (None: the CLI, no person); off keeps them."""
+        """Turning it on records who and when (None: the CLI, no person); off keeps them.
+        Either way an audit event says who turned it which way."""
         values: dict[str, object] = {"emergency_stop": active}
         if active:
             values.update(emergency_stop_at=now, emergency_stop_by=by)
         await self.session.execute(
             update(Organization).where(Organization.id == org_id).values(**values)
         )
+        kind = "emergency_stop.on" if active else "emergency_stop.off"
+        await audit_events.record(self.session, org_id, kind, by, {}, now or utcnow())
 
-    async def update_settings(self, org_id: uuid.UUID, values: dict[str, str]) -> None:
-        """Write settings (``orgs.settings``: names and values checked already)."""
+    async def update_settings(
+        self, org_id: uuid.UUID, values: dict[str, str], by: uuid.UUID | None, now: datetime
+    ) -> None:
+        """Write settings (``orgs.settings``: names and values checked already), with an
+        audit event naming them."""
         if values:
             await self.session.execute(
                 update(Organization).where(Organization.id == org_id).values(**values)
             )
+            await audit_events.record(self.session, org_id, SETTINGS_EVENT, by, values, now)
 
     async def lock_users(
         self, org_id: uuid.UUID, user_ids: set[uuid.UUID]

@@ -11,6 +11,7 @@ from typing import Literal
 
 from sqlalchemy.exc import IntegrityError
 
+from signoff.audit import events as audit_events
 from signoff.auth.secrets import (
     api_key_display_prefix,
     generate_api_key,
@@ -129,6 +130,7 @@ async def create_user(
     role: Role,
     password: str | None,
     now: datetime,
+    by: uuid.UUID | None = None,
 ) -> User:
     email = email.strip().lower()
     if not EMAIL_PATTERN.fullmatch(email) or len(email) > 320:
@@ -151,6 +153,7 @@ async def create_user(
             await repo.add(user)
     except IntegrityError:
         raise Conflict(f"A user with the e-mail {email} already exists.") from None
+    audit_events.note(user, "user.invited", by, {"user_id": str(user.id), "role": role}, now)
     return user
 
 
@@ -172,6 +175,7 @@ async def create_connection(
     name: str,
     rate_limit: int | None,
     now: datetime,
+    by: uuid.UUID | None = None,
 ) -> IssuedConnection:
     api_key = generate_api_key()
     webhook_secret = generate_webhook_secret()
@@ -187,7 +191,16 @@ async def create_connection(
         created_at=now,
     )
     await repo.add(connection)
+    _note_connection(connection, "connection.created", by, now)
     return IssuedConnection(connection, api_key, webhook_secret)
+
+
+def _note_connection(
+    connection: Connection, event_type: str, by: uuid.UUID | None, now: datetime
+) -> None:
+    # Names and ids only: the key and the secrets never enter the audit trail.
+    data = {"connection_id": str(connection.id), "name": connection.name}
+    audit_events.note(connection, event_type, by, data, now)
 
 
 async def get_connection(repo: OrgRepository, org_id: uuid.UUID, connection_id: str) -> Connection:
@@ -198,20 +211,28 @@ async def get_connection(repo: OrgRepository, org_id: uuid.UUID, connection_id: 
     return connection
 
 
-async def revoke_connection(connection: Connection, now: datetime) -> None:
+async def revoke_connection(
+    connection: Connection, now: datetime, by: uuid.UUID | None = None
+) -> None:
     """Its API key answers 401 from the next call on; the row stays for the audit trail."""
     if connection.revoked_at is None:
         connection.revoked_at = now
+        _note_connection(connection, "connection.revoked", by, now)
 
 
 async def rotate_webhook_secret(
-    connection: Connection, box: SecretBox, grace: timedelta, now: datetime
+    connection: Connection,
+    box: SecretBox,
+    grace: timedelta,
+    now: datetime,
+    by: uuid.UUID | None = None,
 ) -> str:
     """Issue a new secret; the old one keeps signing beside it until the grace period ends."""
     new_secret = generate_webhook_secret()
     connection.previous_webhook_secret_encrypted = connection.webhook_secret_encrypted
     connection.previous_webhook_secret_expires_at = now + grace
     connection.webhook_secret_encrypted = box.encrypt(new_secret)
+    _note_connection(connection, "connection.rotated", by, now)
     return new_secret
 
 
@@ -249,13 +270,16 @@ async def transfer(
     return connection
 
 
-async def deactivate_user(oauth: OAuthRepository, user: User, now: datetime) -> None:
+async def deactivate_user(
+    oauth: OAuthRepository, user: User, now: datetime, by: uuid.UUID | None = None
+) -> None:
     """They can no longer sign in, every dashboard session of theirs ends now, and every
     OAuth token they granted is revoked (those act as them). The API keys of connections
     they own keep working without their authority (``auth.authority``) until an admin
     transfers them (docs/dashboard.md, *Deactivating a user*)."""
     if user.deactivated_at is None:
         user.deactivated_at = now
+        audit_events.note(user, "user.deactivated", by, {"user_id": str(user.id)}, now)
     await oauth.delete_user_sessions(user.id, keep=None)
     await oauth.revoke_user_tokens(user.id, now)
 

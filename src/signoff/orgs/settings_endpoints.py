@@ -89,7 +89,7 @@ async def patch_org_settings(
         if org is None:  # pragma: no cover - the principal's org exists
             raise NotFound("No such organization.")
         document = {**settings_of(org), **changes}
-        await uow.orgs.update_settings(principal.org_id, changes)
+        await uow.orgs.update_settings(principal.org_id, changes, principal.user_id, utcnow())
     return json_response(document)
 
 

@@ -93,7 +93,7 @@ async def remove(request: Request, passkey_id: str, viewer: Viewer = User) -> Re
         raise not_found("This passkey")
     try:
         async with ctx.transaction() as uow:
-            name = await service.remove(uow.passkeys, viewer.member, pid)
+            name = await service.remove(uow.passkeys, viewer.member, pid, utcnow())
     except AppError:
         raise not_found("This passkey") from None
     return redirect("/account#passkeys", flash=f"Passkey “{name}” removed.")
@@ -116,7 +116,7 @@ async def set_passkey_for(request: Request, viewer: Viewer = Depends(require_adm
     try:
         async with ctx.transaction() as uow:
             value = await service.set_passkey_for(
-                uow.passkeys, viewer.org.id, fields.get("passkey_for")
+                uow.passkeys, viewer.org.id, fields.get("passkey_for"), viewer.user.id, utcnow()
             )
     except AppError as exc:
         return redirect(back, flash=exc.message, kind="error")

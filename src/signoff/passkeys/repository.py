@@ -11,6 +11,9 @@ from typing import Any, cast
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from signoff.audit import events as audit_events
+from signoff.audit.events import SETTINGS_EVENT
+from signoff.auth.principal import OrgMember
 from signoff.models import ApprovalRequest, DecisionAssertion, Organization, Passkey
 from signoff.models import PasskeyChallenge as Challenge
 
@@ -92,6 +95,14 @@ class PasskeyRepository:
         done = await self.session.execute(statement.values(sign_count=sign_count, last_used_at=now))
         return bool(getattr(done, "rowcount", 0))
 
+    async def record_change(
+        self, member: OrgMember, event_type: str, data: dict[str, Any], now: datetime
+    ) -> None:
+        """A passkey registered or removed, as an event of the member's org."""
+        await audit_events.record(
+            self.session, member.org_id, event_type, member.user_id, data, now
+        )
+
     # ---- assertions kept with votes ----
 
     async def add_assertion(self, values: Mapping[str, Any]) -> None:
@@ -129,7 +140,11 @@ class PasskeyRepository:
         )
         return str(found or "off")
 
-    async def set_passkey_for(self, org_id: uuid.UUID, value: str) -> None:
+    async def set_passkey_for(
+        self, org_id: uuid.UUID, value: str, by: uuid.UUID | None, now: datetime
+    ) -> None:
         await self.session.execute(
             update(Organization).where(Organization.id == org_id).values(passkey_for=value)
         )
+        change = {"passkey_for": value}
+        await audit_events.record(self.session, org_id, SETTINGS_EVENT, by, change, now)

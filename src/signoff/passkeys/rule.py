@@ -15,14 +15,16 @@ PasskeyFor = Literal["off", "critical", "all"]
 PASSKEY_FOR_VALUES: tuple[str, ...] = ("off", "critical", "all")
 
 
-def passkey_may_be_needed(passkey_for: str) -> bool:
-    """False when no request of the org needs a passkey: nothing more to read."""
-    return passkey_for in ("critical", "all")
+def passkey_may_be_needed(passkey_for: str, policy_version: int = 0) -> bool:
+    """False when no request of the org needs a passkey: nothing more to read. An org
+    with a policy may have a rule that asks for one (``passkey: true``)."""
+    return passkey_for in ("critical", "all") or policy_version > 0
 
 
-def passkey_needed(passkey_for: str, priority: str) -> bool:
-    """Whether a decision on a request of this priority must be signed by a passkey."""
-    if passkey_for == "all":
+def passkey_needed(passkey_for: str, priority: str, by_policy: bool = False) -> bool:
+    """Whether a decision on a request of this priority must be signed by a passkey;
+    ``by_policy``: a policy rule asked so when the request was created."""
+    if passkey_for == "all" or by_policy:
         return True
     return passkey_for == "critical" and priority == "critical"
 

@@ -8,8 +8,6 @@ finds nothing, on whichever replica it lands.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import secrets
 import uuid
 from collections.abc import Mapping
@@ -19,7 +17,6 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import orjson
-import rfc8785
 from webauthn import (
     generate_authentication_options,
     generate_registration_options,
@@ -37,12 +34,26 @@ from webauthn.helpers.structs import (
 )
 
 from signoff.approvals import service as approvals
+from signoff.approvals.repository import NewEvent
 from signoff.approvals.schemas import DecideApprovalRequest
+from signoff.audit.chain import PASSKEY_REGISTERED, PASSKEY_SIGNED
 from signoff.auth.principal import OrgMember
+from signoff.common.time import utcnow
 from signoff.errors import NotFound, ValidationFailed
 from signoff.models import Passkey
+from signoff.passkeys.proof import (
+    PasskeyRefused,
+    b64url,
+    decision_challenge,
+    unb64url,
+    verify_stored_assertion,
+)
 from signoff.passkeys.repository import PasskeyRepository
 from signoff.passkeys.rule import PASSKEY_FOR_VALUES, PasskeyProof
+
+# The offline check lives in ``proof`` (the audit verifier runs it); callers of the
+# service keep finding it here.
+__all__ = ["PasskeyRefused", "b64url", "unb64url", "verify_stored_assertion"]
 
 # A ceremony is a person at their device: a few minutes is plenty, and a leaked
 # challenge is worth nothing soon after.
@@ -60,13 +71,6 @@ class PasskeyWork(approvals.ApprovalsWork, Protocol):
     def passkeys(self) -> PasskeyRepository: ...
 
 
-class PasskeyRefused(ValidationFailed):
-    """An assertion or registration that does not hold: wrong origin, relying party,
-    challenge, signature or key; or a challenge used already or expired."""
-
-    default_message = "The passkey's answer could not be verified. Please try again."
-
-
 @dataclass(frozen=True)
 class RelyingParty:
     """Who the passkeys are for: the host of ``public_url`` and its origin."""
@@ -79,30 +83,6 @@ class RelyingParty:
     def of(cls, public_url: str) -> RelyingParty:
         parts = urlsplit(public_url)
         return cls(rp_id=parts.hostname or "localhost", origin=f"{parts.scheme}://{parts.netloc}")
-
-
-def b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def unb64url(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-def decision_challenge(
-    request_id: uuid.UUID | str, decision: str, arguments_hash: str, nonce: str
-) -> bytes:
-    """What the authenticator signs for a decision: SHA-256 of the RFC 8785 form of the
-    request, the decision, the arguments' hash and the server's nonce. Anyone holding
-    those four can recompute it (docs/passkeys.md)."""
-    document = {
-        "type": "signoff.decision",
-        "request_id": str(request_id),
-        "decision": decision,
-        "arguments_hash": arguments_hash,
-        "nonce": nonce,
-    }
-    return hashlib.sha256(rfc8785.dumps(document)).digest()
 
 
 def _parse_credential(text: str) -> dict[str, Any]:
@@ -223,13 +203,21 @@ async def register(
         created_at=now,
     )
     await repo.add(passkey)
+    # The key goes into the chain: an auditor checks later signatures against it.
+    registered = {"passkey_id": str(passkey.id), "name": name, "credential_id": credential_id}
+    registered["public_key"] = passkey.public_key
+    await repo.record_change(member, PASSKEY_REGISTERED, registered, now)
     return passkey
 
 
-async def remove(repo: PasskeyRepository, member: OrgMember, passkey_id: uuid.UUID) -> str:
+async def remove(
+    repo: PasskeyRepository, member: OrgMember, passkey_id: uuid.UUID, now: datetime
+) -> str:
     name = await repo.remove(member.user_id, passkey_id)
     if name is None:
         raise NotFound("No passkey with this id.")
+    removed = {"passkey_id": str(passkey_id), "name": name}
+    await repo.record_change(member, "passkey.removed", removed, now)
     return name
 
 
@@ -417,47 +405,41 @@ async def decide_signed(
     )
     step_id = result.step.id if result.step is not None else None
     await keep_assertion(uow.passkeys, signed, step_id)
+    await uow.approvals.add_event(signed_event(signed, step_id))
     return result
 
 
-def verify_stored_assertion(
-    stored: Mapping[str, Any],
-    public_key: str | None = None,
-    *,
-    rp_id: str | None = None,
-    origin: str | None = None,
-) -> None:
-    """Check a kept assertion (``DecisionAssertion.as_export()``) again, offline: the
-    challenge recomputed from its request, decision, arguments hash and nonce; the
-    signature against ``public_key`` (the registered key, base64url COSE; by default the
-    one kept with it); the relying party and origin (by default those kept with it).
-    Raises ``PasskeyRefused`` if anything does not hold."""
-    try:
-        expected = decision_challenge(
-            stored["request_id"], stored["decision"], stored["arguments_hash"], stored["nonce"]
-        )
-        credential = {
-            "id": stored["credential_id"],
-            "rawId": stored["credential_id"],
-            "type": "public-key",
-            "response": {
-                "authenticatorData": stored["authenticator_data"],
-                "clientDataJSON": stored["client_data_json"],
-                "signature": stored["signature"],
-            },
-        }
-        verify_authentication_response(
-            credential=credential,
-            expected_challenge=expected,
-            expected_rp_id=rp_id or stored["rp_id"],
-            expected_origin=origin or stored["origin"],
-            credential_public_key=unb64url(public_key or stored["public_key"]),
-            # The count was checked when the vote was cast; here only the signature.
-            credential_current_sign_count=0,
-            require_user_verification=True,
-        )
-    except (WebAuthnException, ValueError, KeyError, TypeError) as exc:
-        raise PasskeyRefused(f"The stored passkey assertion does not verify: {exc}") from None
+SIGNED_EVENT = PASSKEY_SIGNED
+# What the chained event carries of the assertion: all an auditor needs to check it
+# (its request and signer are the event's own request_id and actor_id).
+_SIGNED_FIELDS = (
+    "decision",
+    "arguments_hash",
+    "nonce",
+    "credential_id",
+    "public_key",
+    "authenticator_data",
+    "client_data_json",
+    "signature",
+    "rp_id",
+    "origin",
+)
+
+
+def signed_event(signed: SignedDecision, step_id: uuid.UUID | None) -> NewEvent:
+    """The audit event that puts the assertion into the org's hash chain, next to the
+    vote it signed (docs/audit.md, "Passkey signatures")."""
+    values = signed.values
+    data: dict[str, Any] = {field: values[field] for field in _SIGNED_FIELDS}
+    data["step_id"] = str(step_id) if step_id is not None else None
+    return NewEvent(
+        org_id=values["org_id"],
+        request_id=values["request_id"],
+        type=SIGNED_EVENT,
+        actor_id=values["user_id"],
+        data=data,
+        created_at=values["created_at"],
+    )
 
 
 # ---- the org's setting ----
@@ -467,9 +449,16 @@ async def get_passkey_for(repo: PasskeyRepository, org_id: uuid.UUID) -> str:
     return await repo.passkey_for(org_id)
 
 
-async def set_passkey_for(repo: PasskeyRepository, org_id: uuid.UUID, value: object) -> str:
-    """Set which decisions need a passkey: "off", "critical" or "all" (else 400)."""
+async def set_passkey_for(
+    repo: PasskeyRepository,
+    org_id: uuid.UUID,
+    value: object,
+    by: uuid.UUID | None = None,
+    now: datetime | None = None,
+) -> str:
+    """Set which decisions need a passkey: "off", "critical" or "all" (else 400);
+    ``by`` None: the operator (CLI)."""
     if not isinstance(value, str) or value not in PASSKEY_FOR_VALUES:
         raise ValidationFailed.for_field("passkey_for", "must be off, critical or all")
-    await repo.set_passkey_for(org_id, value)
+    await repo.set_passkey_for(org_id, value, by, now or utcnow())
     return value

@@ -19,6 +19,7 @@ from signoff.errors import ValidationFailed
 
 Effect = Literal["auto_approve", "auto_reject", "require", "escalate"]
 EFFECTS: tuple[Effect, ...] = ("auto_approve", "auto_reject", "require", "escalate")
+PASSKEY_EFFECTS = ("require", "escalate")
 PRIORITIES = ("low", "medium", "high", "critical")
 BUDGET_WINDOWS = {"hour": 3600, "day": 86400}
 BUDGET_SCOPES = ("org", "connection", "action_type")
@@ -64,6 +65,8 @@ class Rule:
     priority: str | None = None
     expires_in_seconds: int | None = None
     budget: Budget | None = None
+    # The requests it matches are decided only with the approver's passkey.
+    passkey: bool = False
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,8 @@ def stored_rule(rule: Rule) -> dict[str, Any]:
         "expires_in_seconds": rule.expires_in_seconds,
     }
     out.update({key: value for key, value in optional.items() if value is not None})
+    if rule.passkey:
+        out["passkey"] = True
     if rule.budget is not None:
         budget = rule.budget
         out["budget"] = {
@@ -177,6 +182,8 @@ def _rule(item: Any, where: str, errors: list[dict[str, str]]) -> Rule | None:
         errors.append(_error(f"{where}.effect", f"one of {', '.join(EFFECTS)}"))
     program = _condition(item.get("condition"), f"{where}.condition", errors)
     extras = _effect_fields(item, effect, where, errors)
+    if item.get("passkey") is not None:
+        extras |= _passkey_option(item["passkey"], effect, f"{where}.passkey", errors)
     budget = _budget(item.get("budget"), effect, f"{where}.budget", errors)
     if len(errors) > before:
         return None
@@ -275,6 +282,20 @@ def _effect_fields(
         elif expires is not None:
             extras["expires_in_seconds"] = expires
     return extras
+
+
+def _passkey_option(
+    value: Any, effect: Any, field: str, errors: list[dict[str, str]]
+) -> dict[str, Any]:
+    """``passkey: true`` on a rule that leaves the decision to people (require,
+    escalate): they must sign it with their passkey."""
+    if effect not in PASSKEY_EFFECTS:
+        errors.append(_error(field, "only a require or escalate rule asks for a passkey"))
+    elif not isinstance(value, bool):
+        errors.append(_error(field, "true or false"))
+    elif value:
+        return {"passkey": True}
+    return {}
 
 
 def _int_between(value: Any, low: int, high: int) -> bool:

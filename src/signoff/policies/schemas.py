@@ -26,6 +26,9 @@ class PolicyRule(BaseModel):
     )
     expires_in_seconds: int | None = Field(None, description="`escalate`: the expiry to set.")
     budget: BudgetIn | None = Field(None, description="`auto_approve` only.")
+    passkey: bool | None = Field(
+        None, description="`require` or `escalate`: decisions need the approver's passkey."
+    )
 
 
 class PolicyDocumentIn(BaseModel):

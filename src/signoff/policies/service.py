@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from signoff.audit import events as audit_events
 from signoff.auth.principal import OrgMember, Principal
 from signoff.common.time import format_timestamp
 from signoff.errors import Forbidden, NotFound, ValidationFailed
@@ -87,6 +88,9 @@ async def save_rules(
     author_id, author_name = author if author else (None, None)
     await repo.add_version(org_id, version, stored, author_id, author_name, now, restored_from)
     await repo.put_in_force(org_id, version)
+    change = {"version": version, "restored_from": restored_from}
+    kind = "policy.restored" if restored_from else "policy.saved"
+    await audit_events.record(repo.session, org_id, kind, author_id, change, now)
     row = await repo.version(org_id, version)
     assert row is not None  # written just now, in this transaction
     return version_dict(row)
@@ -159,15 +163,20 @@ async def verdict_for_create(
         await repo.begin()
         return CreateVerdict("reject", label, rule.reason, data)
     if rule.effect == "require":
-        return CreateVerdict(data=data, changes={"required_approvals": rule.required_approvals})
+        changes = {"required_approvals": rule.required_approvals} | _passkey(rule)
+        return CreateVerdict(data=data, changes=changes)
     if rule.effect == "escalate":
-        return CreateVerdict(data=data, changes=_escalation(rule, now))
+        return CreateVerdict(data=data, changes=_escalation(rule, now) | _passkey(rule))
     await repo.begin()
     refused = await _spend_budget(repo, principal.org_id, rule, facts, now)
     if refused is not None:
         note = data | {"budget": refused}
         return CreateVerdict(data=data, notes=(("policy.budget_exhausted", note),))
     return CreateVerdict("approve", label, None, data)
+
+
+def _passkey(rule: Rule) -> dict[str, Any]:
+    return {"passkey_required": True} if rule.passkey else {}
 
 
 def _escalation(rule: Rule, now: datetime) -> dict[str, Any]:

@@ -128,7 +128,7 @@ async def inspect_link(
     org = await repo.orgs.get_org(link.org_id)
     if emergency_stop or (org is not None and org.emergency_stop):
         return _with(view, "stopped")
-    if org is not None and passkey_needed(org.passkey_for, row.priority):
+    if org is not None and passkey_needed(org.passkey_for, row.priority, row.passkey_required):
         # Only the request's page can sign the decision with the person's passkey.
         return _with(view, "passkey")
     if viewer is not None and (

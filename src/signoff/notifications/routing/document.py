@@ -205,6 +205,8 @@ class RequestFacts:
     number: int | None = None
     # What the approver should look at ({"kind", "content"}), if the request has one.
     preview: dict[str, Any] | None = None
+    # A policy rule asked that it be decided with a passkey (docs/passkeys.md).
+    passkey_required: bool = False
 
 
 def facts_of(row: Any) -> RequestFacts:
@@ -223,6 +225,7 @@ def facts_of(row: Any) -> RequestFacts:
         expires_at=row.expires_at,
         number=row.number,
         preview=row.preview or None,
+        passkey_required=row.passkey_required,
     )
 
 

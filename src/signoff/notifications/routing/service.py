@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from signoff.audit import events as audit_events
 from signoff.auth.principal import OrgMember
 from signoff.common.ids import new_id
 from signoff.common.validation import validation_failed_from
@@ -293,7 +294,10 @@ async def write_routing(
     for gone in existing.values():
         await repo.delete_channel(gone)
     rules = [rule.model_dump(mode="json", exclude_none=True) for rule in document.rules]
-    await repo.save_routing(org_id, {"rules": rules}, member.user_id if member else None, now)
+    actor = member.user_id if member else None
+    await repo.save_routing(org_id, {"rules": rules}, actor, now)
+    change = {"rules": len(rules), "channels": sorted(document.channels)}
+    await audit_events.record(repo.session, org_id, "routing.saved", actor, change, now)
     return with_warnings(await read_routing(repo, box, org_id), checks)
 
 

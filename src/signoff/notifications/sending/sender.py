@@ -542,7 +542,9 @@ async def _needs_passkey(repo: NotificationRepository, rows: Sequence[ClaimedRow
         return False
     facts = rows[0].request
     org = await repo.orgs.get_org(facts.org_id)
-    return org is not None and passkey_needed(org.passkey_for, facts.priority)
+    return org is not None and passkey_needed(
+        org.passkey_for, facts.priority, facts.passkey_required
+    )
 
 
 def _interactive_slack(box: SecretBox, row: ClaimedRow) -> bool:

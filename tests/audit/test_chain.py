@@ -441,7 +441,7 @@ async def test_a_sealer_killed_mid_burst_leaves_a_valid_chain(
 async def test_the_worker_verifies_apart_from_sealing_and_names_a_row_changed_since(
     client: httpx.AsyncClient, ctx: AppContext
 ) -> None:
-    org = await create_org(ctx, "Rechecked", members=1)
+    org = await requests_only(ctx, await create_org(ctx, "Rechecked", members=1))
     for index in range(4):
         await create_approval(client, org.admin, title=f"Change {index}")
     await seal_once(ctx, verify=False)

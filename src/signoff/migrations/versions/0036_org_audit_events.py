@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0036"
-down_revision = "0030"
+down_revision = "0032"
 branch_labels = None
 depends_on = None
 

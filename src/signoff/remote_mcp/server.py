@@ -147,15 +147,13 @@ class _LazyEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         endpoint = await self.remote.endpoint()
-        if not task_poll.may_be_poll(scope):
+        poll = scope.get("state", {}).get(task_poll.POLL)
+        if poll is None:
             await endpoint(scope, receive, send)
             return
-        # A task poll is answered here, with one read (remote_mcp/task_poll.py).
-        body, messages = await task_poll.read_body(receive)
-        if (poll := task_poll.parse(body)) is not None:
-            await task_poll.answer(scope, send, poll)
-            return
-        await endpoint(scope, task_poll.replaying(messages, receive), send)
+        # A task poll the API guard found is answered here, with one read
+        # (remote_mcp/task_poll.py).
+        await task_poll.answer(scope, send, poll)
 
 
 class _LazyMetadata:

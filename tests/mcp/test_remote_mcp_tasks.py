@@ -4,11 +4,14 @@ cancels with ``tasks/cancel``; a person decides through the API."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
 import mcp_types as types
 import pytest
+from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_PROTOCOL_VERSION
 from signoff_client import mcp_tasks
@@ -295,3 +298,36 @@ async def test_a_person_deciding_in_the_browser_completes_the_task(
         "from the page",
         org.admin.name,
     )
+
+
+async def test_a_person_deciding_in_the_browser_completes_a_stdio_task(
+    live: Live, org: Org, ctx: AppContext
+) -> None:
+    """End to end over stdio: ``signoff-mcp`` run as an MCP client runs it makes the
+    task, a person signed in to the dashboard approves it with the request page's form,
+    and the task completes with that decision."""
+    command = Path(sys.executable).with_name("signoff-mcp")
+    stdio = StdioServerParameters(
+        command=str(command),
+        env={"SIGNOFF_URL": live.base_url, "SIGNOFF_API_KEY": org.member.api_key},
+    )
+    async with Client(stdio, read_timeout_seconds=60, mode="legacy") as mcp:
+        assert mcp.server_capabilities.tasks is not None
+        task = await create_task(mcp, {**ASK, "arguments": {"kid": "2026"}})
+        assert (await get_task(mcp, task.task_id)).status == "working"
+        async with httpx.AsyncClient(base_url=live.base_url) as browser:
+            await signed_in(ctx, browser, org.admin)
+            page = f"/requests/{task.task_id}"
+            decided = await post_form(
+                browser, page, f"{page}/decision", decision="approve", comment="on the page"
+            )
+            assert decided.status_code == 303, decided.text
+        assert (await get_task(mcp, task.task_id)).status == "completed"
+        result = await task_result(mcp, task.task_id)
+    answer = result.structured_content
+    assert (answer["status"], answer["comment"], answer["decided_by"]) == (
+        "approved",
+        "on the page",
+        org.admin.name,
+    )
+    assert answer["arguments"] == {"kid": "2026"}

@@ -276,6 +276,28 @@ async def test_a_task_poll_reads_no_principal_of_its_own_and_a_revoked_key_is_re
     assert refused.headers["www-authenticate"].startswith("Bearer resource_metadata=")
 
 
+async def approved_on_the_page(
+    mcp: Client, live: Live, ctx: AppContext, org: Org, task_id: str
+) -> dict[str, Any]:
+    """A person signed in to the dashboard approves request ``task_id`` with its page's
+    form; then the task is complete, and this is its result."""
+    async with httpx.AsyncClient(base_url=live.base_url) as browser:
+        await signed_in(ctx, browser, org.admin)
+        page = f"/requests/{task_id}"
+        decided = await post_form(
+            browser, page, f"{page}/decision", decision="approve", comment="from the page"
+        )
+        assert decided.status_code == 303, decided.text
+    assert (await get_task(mcp, task_id)).status == "completed"
+    answer: dict[str, Any] = (await task_result(mcp, task_id)).structured_content
+    assert (answer["status"], answer["comment"], answer["decided_by"]) == (
+        "approved",
+        "from the page",
+        org.admin.name,
+    )
+    return answer
+
+
 async def test_a_person_deciding_in_the_browser_completes_the_task(
     live: Live, org: Org, ctx: AppContext
 ) -> None:
@@ -283,21 +305,8 @@ async def test_a_person_deciding_in_the_browser_completes_the_task(
     approves it with the request page's form, and the task completes with that decision."""
     async with live.session(org.member.api_key, mode="legacy") as mcp:
         task = await create_task(mcp, {**ASK, "arguments": {"paths": ["/b"]}})
-        async with httpx.AsyncClient(base_url=live.base_url) as browser:
-            await signed_in(ctx, browser, org.admin)
-            page = f"/requests/{task.task_id}"
-            decided = await post_form(
-                browser, page, f"{page}/decision", decision="approve", comment="from the page"
-            )
-            assert decided.status_code == 303, decided.text
-        assert (await get_task(mcp, task.task_id)).status == "completed"
-        result = await task_result(mcp, task.task_id)
-    answer = result.structured_content
-    assert (answer["status"], answer["comment"], answer["decided_by"]) == (
-        "approved",
-        "from the page",
-        org.admin.name,
-    )
+        answer = await approved_on_the_page(mcp, live, ctx, org, task.task_id)
+    assert answer["arguments"] == {"paths": ["/b"]}
 
 
 async def test_a_person_deciding_in_the_browser_completes_a_stdio_task(
@@ -315,19 +324,5 @@ async def test_a_person_deciding_in_the_browser_completes_a_stdio_task(
         assert mcp.server_capabilities.tasks is not None
         task = await create_task(mcp, {**ASK, "arguments": {"kid": "2026"}})
         assert (await get_task(mcp, task.task_id)).status == "working"
-        async with httpx.AsyncClient(base_url=live.base_url) as browser:
-            await signed_in(ctx, browser, org.admin)
-            page = f"/requests/{task.task_id}"
-            decided = await post_form(
-                browser, page, f"{page}/decision", decision="approve", comment="on the page"
-            )
-            assert decided.status_code == 303, decided.text
-        assert (await get_task(mcp, task.task_id)).status == "completed"
-        result = await task_result(mcp, task.task_id)
-    answer = result.structured_content
-    assert (answer["status"], answer["comment"], answer["decided_by"]) == (
-        "approved",
-        "on the page",
-        org.admin.name,
-    )
+        answer = await approved_on_the_page(mcp, live, ctx, org, task.task_id)
     assert answer["arguments"] == {"kid": "2026"}

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from signoff.config import Settings
 
@@ -59,20 +61,34 @@ def _load_or_create_key_file(path: Path) -> str:
     return key
 
 
+def master_key(settings: Settings) -> bytes:
+    """The 32 bytes of ``SIGNOFF_SECRET_KEY`` (or the development key file)."""
+    if settings.secret_key:
+        return _decode_key(settings.secret_key)
+    if settings.is_production:
+        raise SecretKeyMissing(
+            "SIGNOFF_SECRET_KEY must be set in production (generate one with: signoff secret-key)"
+        )
+    return _decode_key(_load_or_create_key_file(Path(settings.secret_key_file)))
+
+
+def derived_key(settings: Settings, purpose: str) -> bytes:
+    """A 32-byte key for one ``purpose``, derived from the secret key with HKDF.
+
+    Each use gets its own key, so no other component ever holds the secret key itself
+    and a key leaked from one use opens nothing else. Every replica sharing the secret
+    key derives the same one."""
+    info = b"signoff/" + purpose.encode()
+    return HKDF(algorithm=SHA256(), length=32, salt=None, info=info).derive(master_key(settings))
+
+
 class SecretBox:
     def __init__(self, key: bytes) -> None:
         self._aead = AESGCM(key)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SecretBox:
-        if settings.secret_key:
-            return cls(_decode_key(settings.secret_key))
-        if settings.is_production:
-            raise SecretKeyMissing(
-                "SIGNOFF_SECRET_KEY must be set in production "
-                "(generate one with: signoff secret-key)"
-            )
-        return cls(_decode_key(_load_or_create_key_file(Path(settings.secret_key_file))))
+        return cls(master_key(settings))
 
     def encrypt(self, plaintext: str) -> str:
         nonce = secrets.token_bytes(_NONCE_BYTES)

@@ -25,7 +25,8 @@ from signoff.errors import AppError, EmergencyStopActive, PayloadTooLarge, RateL
 from signoff.logs import bind_request_id, request_id_of, unbind_request_id
 from signoff.metrics import HttpStats
 from signoff.ratelimit.limiter import RateLimitDecision
-from signoff.remote_mcp.resource import COUNT_READ, MCP_PATH, resource_metadata_url
+from signoff.remote_mcp import task_poll
+from signoff.remote_mcp.resource import MCP_PATH, resource_metadata_url
 from signoff.wiring import Wiring
 
 logger = logging.getLogger(__name__)
@@ -237,13 +238,15 @@ class ApiGuard:
         token: str | None,
         check: PrincipalCheck,
         counted: bool = False,
+        method: str | None = None,
     ) -> None:
         """Rate limit, emergency stop, then the call, as ``check.principal``; if that is
         not confirmed yet, the call's first statement confirms it, or ``StalePrincipal``
-        is raised before anything is answered."""
+        is raised before anything is answered. ``method``: what the call counts as, when
+        not its own (a task poll on ``/mcp`` is a read)."""
         settings = self.settings
         principal = check.principal
-        method = scope["method"]
+        method = method or scope["method"]
         decision = await self._count(
             principal.connection_id.hex, principal.rate_limit_per_hour, method, counted
         )
@@ -280,38 +283,65 @@ class ApiGuard:
         calls made in-process with the caller's credentials (remote_mcp/sdk.py), and
         those are what is counted and what the emergency stop refuses: one tool call
         costs what the same calls would cost any client, and reads go on while writes
-        are stopped."""
-        settings = self.settings
+        are stopped. A task poll, which ``/mcp`` answers itself, is guarded here as the
+        API read it stands for (``_guard_poll``)."""
         token = _bearer_token(scope)
+        if token and task_poll.may_be_poll(scope):
+            body, messages = await task_poll.read_body(receive)
+            replay = task_poll.replaying(messages, receive)
+            if (poll := task_poll.parse(body)) is not None:
+                scope.setdefault("state", {})[task_poll.POLL] = poll
+                await self._guard_poll(scope, receive, messages, answer, token)
+                return
+            receive = replay
         principal = await self.wiring.callers.authenticate(token) if token else None
         if principal is None:
-            client = scope.get("client") or ("unknown", 0)
-            decision = await self.wiring.limiter.hit(
-                f"ip:{client[0]}", settings.rate_limit_unauthenticated
-            )
-            error: AppError = Unauthorized() if decision.allowed else RateLimited()
-            # How MCP clients find the authorization server (RFC 9728 section 5.1).
-            error.headers["WWW-Authenticate"] = (
-                f'Bearer resource_metadata="{resource_metadata_url(settings)}"'
-            )
-            await answer.refuse(error, decision)
+            await self._refuse_mcp(scope, answer)
             return
-        limit = min(principal.rate_limit_per_hour, settings.rate_limit_ceiling)
+        limit = min(principal.rate_limit_per_hour, self.settings.rate_limit_ceiling)
         decision = await self.wiring.limiter.peek(f"conn:{principal.connection_id.hex}", limit)
-        state = scope.setdefault("state", {})
-        state["principal"] = principal
-
-        async def count_read() -> RateLimitDecision:
-            # A call /mcp answers itself (a task poll) makes no /api/v1 call that would
-            # count it: it counts as the API read it stands for.
-            counted = await self._count(
-                principal.connection_id.hex, principal.rate_limit_per_hour, "GET"
-            )
-            answer.rate_headers = counted.headers()
-            return counted
-
-        state[COUNT_READ] = count_read
+        scope.setdefault("state", {})["principal"] = principal
         await self._call_with_headers(scope, receive, answer, decision)
+
+    async def _guard_poll(
+        self, scope: Scope, receive: Receive, messages: list[Message], answer: _Answer, token: str
+    ) -> None:
+        """A task poll as ``GET /api/v1/approvals/:id`` is guarded: counted once, as a
+        read, and on PostgreSQL with the remembered principal its one read confirms."""
+        counted = False
+        remembered = self.wiring.callers.remembered_principal(token)
+        if remembered is not None:
+            try:
+                check = PrincipalCheck(remembered)
+                replay = task_poll.replaying(messages, receive)
+                await self._serve(scope, replay, answer, token, check, method="GET")
+                return
+            except StalePrincipal:
+                self.wiring.callers.forget_principal(token)
+                state = scope["state"]
+                state.pop("principal", None)
+                state.pop("principal_check", None)
+                counted = True
+        principal = await self.wiring.callers.authenticate(token)
+        if principal is None:
+            await self._refuse_mcp(scope, answer)
+            return
+        replay = task_poll.replaying(messages, receive)
+        confirmed = PrincipalCheck(principal, True)
+        await self._serve(scope, replay, answer, token, confirmed, counted, method="GET")
+
+    async def _refuse_mcp(self, scope: Scope, answer: _Answer) -> None:
+        """401 (429 for an address guessing keys), naming where ``/mcp``'s authorization
+        server is found (RFC 9728 section 5.1)."""
+        client = scope.get("client") or ("unknown", 0)
+        decision = await self.wiring.limiter.hit(
+            f"ip:{client[0]}", self.settings.rate_limit_unauthenticated
+        )
+        error: AppError = Unauthorized() if decision.allowed else RateLimited()
+        error.headers["WWW-Authenticate"] = (
+            f'Bearer resource_metadata="{resource_metadata_url(self.settings)}"'
+        )
+        await answer.refuse(error, decision)
 
     async def _count(
         self, connection_key: str, hourly_limit: int, method: str, counted: bool = False

@@ -7,6 +7,7 @@ import asyncio
 import json
 import socket
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mcp import Client
 from signoff.app import create_app
+from signoff.config import Settings
 from signoff.context import AppContext
 from signoff.wiring import Wiring
 
@@ -51,27 +53,33 @@ def _free_port() -> int:
         return port
 
 
-@pytest.fixture
-async def live(ctx: AppContext, wiring: Wiring) -> AsyncIterator[Live]:
+@asynccontextmanager
+async def serving(settings: Settings, wiring: Wiring) -> AsyncIterator[Live]:
     """The app, lifespan and all, served by uvicorn in this loop; ready once it says so."""
     port = _free_port()
-    ctx.settings.public_url = f"http://127.0.0.1:{port}"
-    app = create_app(ctx.settings, wiring=wiring, background=False)
+    settings.public_url = f"http://127.0.0.1:{port}"
+    app = create_app(settings, wiring=wiring, background=False)
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     )
-    serving = asyncio.create_task(server.serve())
+    serve = asyncio.create_task(server.serve())
     loop = asyncio.get_running_loop()
     deadline = loop.time() + STARTUP_DEADLINE_SECONDS
     while not server.started:
-        assert not serving.done(), "uvicorn stopped before it started"
+        assert not serve.done(), "uvicorn stopped before it started"
         assert loop.time() < deadline, "uvicorn did not start in time"
         await asyncio.sleep(0.01)
     try:
         yield Live(f"http://127.0.0.1:{port}")
     finally:
         server.should_exit = True
-        await serving
+        await serve
+
+
+@pytest.fixture
+async def live(ctx: AppContext, wiring: Wiring) -> AsyncIterator[Live]:
+    async with serving(ctx.settings, wiring) as running:
+        yield running
 
 
 def structured(result: Any) -> dict[str, Any]:

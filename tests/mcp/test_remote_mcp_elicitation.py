@@ -10,12 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import httpx2
 import mcp_types as types
 import pytest
+from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import LATEST_PROTOCOL_VERSION
 
-from tests.conftest import Org
-from tests.mcp.conftest import Live, structured
+from mcp import Client
+from signoff.wiring import Wiring
+from tests.conftest import Org, make_settings
+from tests.mcp.conftest import Live, serving, structured
 
 pytestmark = pytest.mark.anyio
 
@@ -78,3 +82,51 @@ async def test_a_client_without_elicitation_is_not_asked(live: Live, org: Org) -
         async with live.session(org.member.api_key, mode=mode) as mcp:
             asked = structured(await mcp.call_tool("request_approval", ASK))
         assert asked["status"] == "pending"
+
+
+class RetriesElsewhere(httpx2.AsyncBaseTransport):
+    """A load balancer at its least helpful: every retry carrying a request state goes to
+    the other replica."""
+
+    def __init__(self, other: str) -> None:
+        self.other = httpx2.URL(other)
+        self.inner = httpx2.AsyncHTTPTransport()
+        self.rerouted = 0
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        body = await request.aread()
+        if b'"requestState"' in body:
+            self.rerouted += 1
+            url = request.url.copy_with(host=self.other.host, port=self.other.port)
+            request = httpx2.Request(request.method, url, headers=request.headers, content=body)
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_the_retry_after_an_elicitation_may_reach_another_replica(
+    live: Live, org: Org, database_url: str
+) -> None:
+    # A second replica: its own process state, the same database and secret key.
+    replica = Wiring.from_settings(make_settings(database_url))
+    try:
+        async with serving(replica.ctx.settings, replica) as other:
+            balancer = RetriesElsewhere(other.base_url)
+            http = httpx2.AsyncClient(
+                headers={"Authorization": f"Bearer {org.member.api_key}"},
+                timeout=httpx2.Timeout(30, read=60),
+                transport=balancer,
+            )
+            asked_to_open: list[types.ElicitRequestParams] = []
+            async with Client(
+                streamable_http_client(live.mcp_url, http_client=http),
+                read_timeout_seconds=60,
+                elicitation_callback=accepting_everything(asked_to_open),
+            ) as mcp:
+                result = await mcp.call_tool("request_approval", {**ASK, "wait_seconds": 1})
+    finally:
+        await replica.close()
+    asked = structured(result)
+    assert asked["status"] == "pending"
+    assert len(asked_to_open) == 1 and balancer.rerouted == 1

@@ -4,17 +4,22 @@ cancels with ``tasks/cancel``; a person decides through the API."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
 import mcp_types as types
 import pytest
+from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_PROTOCOL_VERSION
 from signoff_client import mcp_tasks
 
 from mcp import Client
 from signoff.context import AppContext
+from signoff.wiring import Wiring
+from tests.auth.test_principal_memory import change_member_connection, count_principal_reads, revoke
 from tests.conftest import Org
 from tests.dashboard.support import post_form, signed_in
 from tests.mcp.conftest import Live
@@ -194,17 +199,23 @@ async def test_tasks_list_pages_through_the_orgs_tasks_only(
     assert [task.status for task in listed] == ["working", "working", "failed"]
 
 
-async def test_a_task_poll_counts_against_the_rate_limit_as_an_api_read(
-    live: Live, org: Org
-) -> None:
-    async with live.session(org.member.api_key, mode="legacy") as mcp:
-        task = await create_task(mcp, ASK)
-    poll = {"jsonrpc": "2.0", "id": 7, "method": "tasks/get", "params": {"taskId": task.task_id}}
+def poll_of(task_id: str, org: Org) -> tuple[dict[str, Any], dict[str, str]]:
+    """A bare ``tasks/get`` as a client sends it after the handshake, and its headers."""
+    poll = {"jsonrpc": "2.0", "id": 7, "method": "tasks/get", "params": {"taskId": task_id}}
     headers = {
         **org.member.headers,
         "Accept": "application/json, text/event-stream",
         "MCP-Protocol-Version": "2025-11-25",
     }
+    return poll, headers
+
+
+async def test_a_task_poll_counts_against_the_rate_limit_as_an_api_read(
+    live: Live, org: Org
+) -> None:
+    async with live.session(org.member.api_key, mode="legacy") as mcp:
+        task = await create_task(mcp, ASK)
+    poll, headers = poll_of(task.task_id, org)
     async with httpx.AsyncClient(base_url=live.base_url) as api:
         answers = [await api.post("/mcp", json=poll, headers=headers) for _ in range(2)]
         unknown = await api.post(
@@ -222,6 +233,71 @@ async def test_a_task_poll_counts_against_the_rate_limit_as_an_api_read(
     assert unknown.json()["error"]["code"] == types.INVALID_PARAMS
 
 
+async def test_a_task_poll_asks_the_rate_limiter_once(
+    live: Live, org: Org, wiring: Wiring, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with live.session(org.member.api_key, mode="legacy") as mcp:
+        task = await create_task(mcp, ASK)
+    poll, headers = poll_of(task.task_id, org)
+    asked: list[str] = []
+    limiter = wiring.limiter
+    for name in ("hit", "peek"):
+        original = getattr(limiter, name)
+
+        def counting(*args: Any, _original: Any = original, _name: str = name, **kw: Any) -> Any:
+            asked.append(_name)
+            return _original(*args, **kw)
+
+        monkeypatch.setattr(limiter, name, counting)
+    async with httpx.AsyncClient(base_url=live.base_url) as api:
+        answered = await api.post("/mcp", json=poll, headers=headers)
+    assert answered.json()["result"]["status"] == "working"
+    assert asked == ["hit"]
+
+
+@pytest.mark.usefixtures("postgres_only")
+async def test_a_task_poll_reads_no_principal_of_its_own_and_a_revoked_key_is_refused(
+    live: Live, org: Org, ctx: AppContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As ``GET /api/v1/approvals/:id``: the key's principal remembered from its last
+    call is confirmed by the poll's one read, and a key revoked by another process
+    is refused at once."""
+    async with live.session(org.member.api_key, mode="legacy") as mcp:
+        task = await create_task(mcp, ASK)
+    poll, headers = poll_of(task.task_id, org)
+    async with httpx.AsyncClient(base_url=live.base_url) as api:
+        await api.post("/mcp", json=poll, headers=headers)
+        reads = count_principal_reads(monkeypatch)
+        remembered = await api.post("/mcp", json=poll, headers=headers)
+        assert (remembered.json()["result"]["status"], reads) == ("working", [])
+        await change_member_connection(ctx.settings, org, revoke)
+        refused = await api.post("/mcp", json=poll, headers=headers)
+    assert refused.status_code == 401
+    assert refused.headers["www-authenticate"].startswith("Bearer resource_metadata=")
+
+
+async def approved_on_the_page(
+    mcp: Client, live: Live, ctx: AppContext, org: Org, task_id: str
+) -> dict[str, Any]:
+    """A person signed in to the dashboard approves request ``task_id`` with its page's
+    form; then the task is complete, and this is its result."""
+    async with httpx.AsyncClient(base_url=live.base_url) as browser:
+        await signed_in(ctx, browser, org.admin)
+        page = f"/requests/{task_id}"
+        decided = await post_form(
+            browser, page, f"{page}/decision", decision="approve", comment="from the page"
+        )
+        assert decided.status_code == 303, decided.text
+    assert (await get_task(mcp, task_id)).status == "completed"
+    answer: dict[str, Any] = (await task_result(mcp, task_id)).structured_content
+    assert (answer["status"], answer["comment"], answer["decided_by"]) == (
+        "approved",
+        "from the page",
+        org.admin.name,
+    )
+    return answer
+
+
 async def test_a_person_deciding_in_the_browser_completes_the_task(
     live: Live, org: Org, ctx: AppContext
 ) -> None:
@@ -229,18 +305,24 @@ async def test_a_person_deciding_in_the_browser_completes_the_task(
     approves it with the request page's form, and the task completes with that decision."""
     async with live.session(org.member.api_key, mode="legacy") as mcp:
         task = await create_task(mcp, {**ASK, "arguments": {"paths": ["/b"]}})
-        async with httpx.AsyncClient(base_url=live.base_url) as browser:
-            await signed_in(ctx, browser, org.admin)
-            page = f"/requests/{task.task_id}"
-            decided = await post_form(
-                browser, page, f"{page}/decision", decision="approve", comment="from the page"
-            )
-            assert decided.status_code == 303, decided.text
-        assert (await get_task(mcp, task.task_id)).status == "completed"
-        result = await task_result(mcp, task.task_id)
-    answer = result.structured_content
-    assert (answer["status"], answer["comment"], answer["decided_by"]) == (
-        "approved",
-        "from the page",
-        org.admin.name,
+        answer = await approved_on_the_page(mcp, live, ctx, org, task.task_id)
+    assert answer["arguments"] == {"paths": ["/b"]}
+
+
+async def test_a_person_deciding_in_the_browser_completes_a_stdio_task(
+    live: Live, org: Org, ctx: AppContext
+) -> None:
+    """End to end over stdio: ``signoff-mcp`` run as an MCP client runs it makes the
+    task, a person signed in to the dashboard approves it with the request page's form,
+    and the task completes with that decision."""
+    command = Path(sys.executable).with_name("signoff-mcp")
+    stdio = StdioServerParameters(
+        command=str(command),
+        env={"SIGNOFF_URL": live.base_url, "SIGNOFF_API_KEY": org.member.api_key},
     )
+    async with Client(stdio, read_timeout_seconds=60, mode="legacy") as mcp:
+        assert mcp.server_capabilities.tasks is not None
+        task = await create_task(mcp, {**ASK, "arguments": {"kid": "2026"}})
+        assert (await get_task(mcp, task.task_id)).status == "working"
+        answer = await approved_on_the_page(mcp, live, ctx, org, task.task_id)
+    assert answer["arguments"] == {"kid": "2026"}

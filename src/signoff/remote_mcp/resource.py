@@ -14,9 +14,6 @@ from signoff.config import Settings
 
 MCP_PATH = "/mcp"
 PROTECTED_RESOURCE_PATH = "/.well-known/oauth-protected-resource"
-# Where the API guard leaves, in ``/mcp``'s scope state, the counting of a call that
-# ``/mcp`` answers itself (a task poll), against the caller's limit as an API read.
-COUNT_READ = "count_read"
 
 
 def resource_url(settings: Settings) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 from mcp.server.auth.handlers.metadata import ProtectedResourceMetadataHandler
 from mcp.server.auth.routes import cors_middleware
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context, MCPServer, RequestStateSecurity
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
@@ -39,9 +39,15 @@ def _bearer_of(ctx: Context[Any, Any]) -> str:
     return token.strip()
 
 
-def build_mcp_server(http: httpx.AsyncClient, pages_at: str | None = None) -> MCPServer:
+def build_mcp_server(
+    http: httpx.AsyncClient, state_key: bytes, pages_at: str | None = None
+) -> MCPServer:
     """The stdio server's tools, each calling this app in-process through ``http``;
-    ``pages_at`` (the public URL) is where clients that open URLs send their user."""
+    ``pages_at`` (the public URL) is where clients that open URLs send their user.
+
+    ``state_key`` seals the state an elicitation's retry carries back: every replica
+    derives the same one from the secret key, so the retry may reach any of them,
+    before or after a restart."""
 
     def client_for(ctx: Context[Any, Any]) -> AsyncSignoffClient:
         # Both kinds of credentials travel as a bearer; the client only names them.
@@ -49,7 +55,12 @@ def build_mcp_server(http: httpx.AsyncClient, pages_at: str | None = None) -> MC
             IN_PROCESS_BASE_URL, oauth_token=_bearer_of(ctx), http_client=http
         )
 
-    server = build_server(client_for, version=__version__, pages_at=pages_at)
+    server = build_server(
+        client_for,
+        version=__version__,
+        pages_at=pages_at,
+        request_state_security=RequestStateSecurity(keys=[state_key]),
+    )
     # Stateless: every MCP request stands alone, so any replica can answer any of
     # them, and a tool's progress notifications travel on its own request's stream.
     server.streamable_http_app(

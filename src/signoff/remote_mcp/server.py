@@ -37,9 +37,13 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from signoff.config import Settings
+from signoff.crypto import derived_key
 from signoff.errors import ServiceUnavailable
 from signoff.remote_mcp import task_poll
 from signoff.remote_mcp.resource import MCP_PATH, PROTECTED_RESOURCE_PATH, resource_metadata_url
+
+# What the key sealing ``/mcp``'s elicitation state is derived for (crypto.derived_key).
+MCP_REQUEST_STATE_KEY = "mcp/request-state"
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +128,11 @@ class RemoteMcp:
 
         transport = httpx.ASGITransport(app=self.app)
         async with httpx.AsyncClient(transport=transport, base_url=sdk.IN_PROCESS_BASE_URL) as http:
-            server = sdk.build_mcp_server(http, pages_at=self.settings.public_url)
+            server = sdk.build_mcp_server(
+                http,
+                state_key=derived_key(self.settings, MCP_REQUEST_STATE_KEY),
+                pages_at=self.settings.public_url,
+            )
             async with server.session_manager.run():
                 run.endpoint = sdk.mcp_endpoint(server)
                 run.ready.set()
@@ -139,15 +147,13 @@ class _LazyEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         endpoint = await self.remote.endpoint()
-        if not task_poll.may_be_poll(scope):
+        poll = scope.get("state", {}).get(task_poll.POLL)
+        if poll is None:
             await endpoint(scope, receive, send)
             return
-        # A task poll is answered here, with one read (remote_mcp/task_poll.py).
-        body, messages = await task_poll.read_body(receive)
-        if (poll := task_poll.parse(body)) is not None:
-            await task_poll.answer(scope, send, poll)
-            return
-        await endpoint(scope, task_poll.replaying(messages, receive), send)
+        # A task poll the API guard found is answered here, with one read
+        # (remote_mcp/task_poll.py).
+        await task_poll.answer(scope, send, poll)
 
 
 class _LazyMetadata:

@@ -25,11 +25,10 @@ from starlette.types import Message, Receive, Scope, Send
 from signoff.approvals import service
 from signoff.approvals.json_answers import request_to_dict
 from signoff.approvals.repository import ApprovalReads
-from signoff.common.http import principal_with_scope
+from signoff.common.http import principal_check_of, principal_with_scope
 from signoff.common.time import utcnow
 from signoff.context import context_of
-from signoff.errors import AppError, RateLimited
-from signoff.remote_mcp.resource import COUNT_READ
+from signoff.errors import AppError
 
 TASKS_VERSION = "2025-11-25"
 PROTOCOL_HEADER = b"mcp-protocol-version"
@@ -37,6 +36,8 @@ PROTOCOL_HEADER = b"mcp-protocol-version"
 MAX_POLL_BODY = 2048
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+# Where the API guard leaves, in ``/mcp``'s scope state, the poll it found and guarded.
+POLL = "task_poll"
 
 
 @dataclass(frozen=True)
@@ -46,13 +47,19 @@ class Poll:
 
 
 def may_be_poll(scope: Scope) -> bool:
-    """A POST at the tasks revision (the header names it on every call after initialize)."""
+    """A small POST at the tasks revision (the header names it on every call after
+    initialize); read before the body limit applies, so its length must be declared."""
     if scope["method"] != "POST":
         return False
-    return any(
-        name == PROTOCOL_HEADER and value == TASKS_VERSION.encode()
-        for name, value in scope["headers"]
-    )
+    revision = length = None
+    for name, value in scope["headers"]:
+        if name == PROTOCOL_HEADER:
+            revision = value
+        elif name == b"content-length":
+            length = value
+    if revision != TASKS_VERSION.encode() or length is None or not length.isdigit():
+        return False
+    return int(length) <= MAX_POLL_BODY
 
 
 async def read_body(receive: Receive) -> tuple[bytes, list[Message]]:
@@ -117,18 +124,15 @@ async def read_task(scope: Scope, task_id: uuid.UUID) -> dict[str, Any]:
     request = Request(scope)
     principal = principal_with_scope(request, "approvals:read")
     reads = ApprovalReads(context_of(request).db.queries)
-    row = await service.get_request(reads, principal, task_id)
+    row = await service.get_request(reads, principal, task_id, principal_check_of(request))
     return task_of(summary_of(request_to_dict(row, utcnow())))
 
 
 async def answer(scope: Scope, send: Send, poll: Poll) -> None:
     """The JSON-RPC answer to ``poll``, as JSON (the client accepts it beside SSE); the
-    poll counts against the caller's rate limit as the API read it stands for."""
+    API guard has counted it as the API read it stands for."""
     reply: dict[str, Any] = {"jsonrpc": "2.0", "id": poll.rpc_id}
     try:
-        decision = await scope["state"][COUNT_READ]()
-        if not decision.allowed:
-            raise RateLimited()
         reply["result"] = await read_task(scope, poll.task_id)
     except AppError as exc:
         # An unknown task is the caller's mistake (spec: -32602), as on the SDK path.

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Literal
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context, MCPServer, RequestStateSecurity
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
@@ -204,16 +204,23 @@ def build_server(
     name: str = "signoff",
     version: str = __version__,
     pages_at: str | None = None,
+    request_state_security: RequestStateSecurity | None = None,
 ) -> MCPServer[Any]:
     """The MCP server with signoff's tools; ``client_for(ctx)`` gives each call its client.
 
     ``version`` is what the server reports in its ``serverInfo``: this package's own by
     default, the server's when ``/mcp`` serves the same tools. ``pages_at`` is the public
-    URL of signoff's pages, for clients that can be sent there (``send_to_page``)."""
+    URL of signoff's pages, for clients that can be sent there (``send_to_page``).
+    ``request_state_security`` seals the state a client carries between an elicitation's
+    answer and its retry; without it the key lives and dies with this process."""
     # request_approval as a task, for clients that ask for one (mcp_tasks.py).
     tasks = TaskMiddleware(client_for, summarize)
     server: MCPServer[Any] = MCPServer(
-        name, version=version, instructions=INSTRUCTIONS, middleware=[tasks]
+        name,
+        version=version,
+        instructions=INSTRUCTIONS,
+        middleware=[tasks],
+        request_state_security=request_state_security,
     )
     tasks.server = server
     read_only = ToolAnnotations(readOnlyHint=True, openWorldHint=True)

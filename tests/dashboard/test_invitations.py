@@ -24,7 +24,7 @@ from signoff.context import AppContext
 from signoff.models import PasswordLink, User
 from signoff.wiring import Wiring
 from tests.conftest import Org
-from tests.dashboard.support import browser_client, post_form, sign_in, signed_in
+from tests.dashboard.support import browser_client, csrf_of, post_form, sign_in, signed_in
 from tests.helpers import NO_SWEEP
 from tests.notifications.support import mailbox, smtp
 
@@ -56,9 +56,15 @@ async def invite(admin: httpx.AsyncClient, name: str, email: str) -> httpx.Respo
 async def set_password(
     http: httpx.AsyncClient, path: str, password: str = NEW_PASSWORD, repeat: str | None = None
 ) -> httpx.Response:
+    page = await http.get(path)
+    token = csrf_of(page.text) if page.status_code == 200 else ""
     return await http.post(
         path,
-        data={"new_password": password, "repeat_password": password if repeat is None else repeat},
+        data={
+            "new_password": password,
+            "repeat_password": password if repeat is None else repeat,
+            "csrf_token": token,
+        },
     )
 
 
@@ -270,3 +276,22 @@ async def test_a_mail_server_that_refuses_is_said_so(
         assert answer.status_code == 200
         assert "could not be sent" in answer.text and "SIGNOFF_SMTP_URL" in answer.text
         assert "Resend invitation" in (await admin.get("/admin/users")).text
+
+
+async def test_the_link_form_refuses_a_post_without_the_visitors_csrf_token(
+    ctx: AppContext, app: Any, org: Org, mailbox: MailBox
+) -> None:
+    """Another site posting an attacker's own link must not sign the visitor in."""
+    async with browser_client(app) as admin, browser_client(app, "203.0.113.9") as victim:
+        await signed_in(ctx, admin, org.admin)
+        await invite(admin, "Mallory", "mallory@acme.test")
+        [mail] = await mailbox.wait_for(1)
+        path = link_path(mail, "Choose your password")
+        form = {"new_password": NEW_PASSWORD, "repeat_password": NEW_PASSWORD}
+        forged = await victim.post(path, data=form)
+        assert forged.status_code == 400 and "form expired" in forged.text
+        wrong = await victim.post(path, data={**form, "csrf_token": "x" * 43})
+        assert wrong.status_code == 400 and "form expired" in wrong.text
+        mallory = await user_named(ctx, org, "mallory@acme.test")
+        assert mallory.password_hash is None  # nothing was set
+        assert (await set_password(victim, path)).status_code == 303

@@ -19,6 +19,7 @@ from signoff.dashboard.web import (
     PasswordChangeRequired,
     Viewer,
     checked_form,
+    csrf_ok,
     form_fields,
     redirect,
     render,
@@ -28,7 +29,7 @@ from signoff.dashboard.web import (
 from signoff.errors import ValidationFailed
 from signoff.invitations import service as invitations
 from signoff.oauth import service as oauth_service
-from signoff.oauth.endpoints import CHOOSE_PASSWORD_PATH, set_session_cookie
+from signoff.oauth.endpoints import CHOOSE_PASSWORD_PATH, SESSION_COOKIE, set_session_cookie
 
 router = APIRouter(include_in_schema=False)
 
@@ -53,12 +54,23 @@ def _link_gone() -> PageRefused:
 
 async def _link_form(request: Request, token: str, error: str | None = None) -> Response:
     ctx = context_of(request)
+    now = utcnow()
     try:
         async with ctx.reading() as uow:
-            link, user = await invitations.open_link(uow, token, utcnow())
+            link, user = await invitations.open_link(uow, token, now)
             org = await uow.orgs.get_org(user.org_id)
+            session = await oauth_service.current_session(
+                uow.oauth, request.cookies.get(SESSION_COOKIE), now
+            )
     except invitations.LinkGone:
         raise _link_gone() from None
+    cookie = None
+    if session is None:
+        # A pre-sign-in session carries the form's CSRF token, as on the sign-in page:
+        # without it another site could post its own link and sign the visitor in as
+        # the attacker's account.
+        async with ctx.transaction() as uow:
+            session, cookie = await oauth_service.start_session(uow.oauth, None, ctx.settings, now)
     org_name = org.name if org is not None else ""
     if link.purpose == "invite":
         heading = f"Welcome to {org_name}"
@@ -66,7 +78,7 @@ async def _link_form(request: Request, token: str, error: str | None = None) -> 
     else:
         heading = "Choose a new password"
         lead = f"Hello {user.name}. Your old password no longer works: choose a new one."
-    return await render(
+    response = await render(
         request,
         "set_password.html",
         None,
@@ -77,9 +89,12 @@ async def _link_form(request: Request, token: str, error: str | None = None) -> 
         action=f"/password/{token}",
         email=user.email,
         button="Set password and sign in",
-        csrf_token=None,
+        csrf_token=session.csrf_token,
         next_url=None,
     )
+    if cookie is not None:
+        set_session_cookie(response, cookie, ctx.settings)
+    return response
 
 
 @router.get("/password/{token}")
@@ -90,8 +105,9 @@ async def link_page(request: Request, token: str) -> Response:
 
 @router.post("/password/{token}")
 async def link_submit(request: Request, token: str) -> Response:
-    """The token in the URL is the form's secret (as unguessable as a CSRF token). Of two
-    submissions at once, one sets the password; the other finds the link spent."""
+    """Needs the CSRF token of the visitor's own session besides the link's token (the
+    link alone is no proof the visitor chose to submit). Of two submissions at once, one
+    sets the password; the other finds the link spent."""
     ctx = context_of(request)
     fields = await form_fields(request)
     now = utcnow()
@@ -100,6 +116,11 @@ async def link_submit(request: Request, token: str) -> Response:
             await invitations.open_link(uow, token, now)
         except invitations.LinkGone:
             raise _link_gone() from None
+        session = await oauth_service.current_session(
+            uow.oauth, request.cookies.get(SESSION_COOKIE), now
+        )
+    if session is None or not csrf_ok(session.csrf_token, fields.get("csrf_token")):
+        return await _link_form(request, token, "The form expired: please submit it again.")
     try:
         password_hash = await invitations.checked_password_hash(
             fields.get("new_password", ""), fields.get("repeat_password", "")
@@ -138,6 +159,7 @@ async def _choose_form(
         button="Set password",
         csrf_token=viewer.csrf_token,
         next_url=next_url,
+        sign_out=True,
     )
 
 

@@ -95,7 +95,7 @@ def test_the_server_wheel_installs_alone_and_serves(
         "import importlib.metadata as m, httpx;"
         "from signoff.remote_mcp.sdk import build_mcp_server;"
         "assert 'signoff-client' not in {d.metadata['Name'] for d in m.distributions()};"
-        "print(build_mcp_server(httpx.AsyncClient()).name)"
+        "print(build_mcp_server(httpx.AsyncClient(), bytes(32)).name)"
     )
     shown = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=False)
     assert shown.returncode == 0, shown.stderr

@@ -37,6 +37,9 @@ from signoff.models import Base
 from signoff.orgs import service as orgs_service
 from signoff.wiring import Wiring
 
+# The browser tests' fixtures (chromium, server, site) for every module.
+pytest_plugins = ["tests.browser"]
+
 POSTGRES_URL = os.environ.get("SIGNOFF_TEST_POSTGRES_URL")
 REDIS_URL = os.environ.get("SIGNOFF_TEST_REDIS_URL")
 REQUIRE_ALL = os.environ.get("SIGNOFF_TEST_REQUIRE_ALL") == "1"

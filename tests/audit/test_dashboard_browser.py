@@ -8,22 +8,9 @@ import pytest
 from signoff.audit.sealing import seal_once
 from signoff.context import AppContext
 from tests.audit.test_chain import requests_only
-from tests.dashboard.test_browser import (
-    DESKTOP,
-    PHONE,
-    Site,
-    assert_accessible,
-    browser,
-    chromium,
-    screenshot,
-    server,
-    settings_overrides,
-    sign_in,
-    site,
-)
+from tests.browser import DESKTOP, PHONE, Site, assert_accessible, browser, screenshot, sign_in
 
 pytestmark = pytest.mark.anyio
-__all__ = ["chromium", "server", "settings_overrides", "site"]  # fixtures
 
 
 async def test_audit_page_shows_the_verified_chain(

@@ -19,23 +19,9 @@ from bench.receiver import Receiver, Reply
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.orgs import service as orgs_service
+from tests.browser import DESKTOP, PHONE, Site, assert_accessible, browser, screenshot, sign_in
 from tests.conftest import approval_body
-from tests.dashboard import test_browser as user_side
-from tests.dashboard.test_browser import (
-    DESKTOP,
-    PHONE,
-    Site,
-    assert_accessible,
-    browser,
-    screenshot,
-    sign_in,
-)
 from tests.helpers import NO_SWEEP
-
-# The live server, its org and Chromium: the user-side browser tests' fixtures.
-chromium = user_side.chromium
-server = user_side.server
-site = user_side.site
 
 
 @pytest.fixture

@@ -12,22 +12,9 @@ from typing import Any
 import pytest
 from signoff_client import AsyncSignoffClient, ReceiptUsedUp, arguments_hash, verify_receipt
 
-from tests.dashboard.test_browser import (
-    DESKTOP,
-    PHONE,
-    Site,
-    assert_accessible,
-    browser,
-    chromium,
-    screenshot,
-    server,
-    settings_overrides,
-    sign_in,
-    site,
-)
+from tests.browser import DESKTOP, PHONE, Site, assert_accessible, browser, screenshot, sign_in
 
 pytestmark = pytest.mark.anyio
-__all__ = ["chromium", "server", "settings_overrides", "site"]  # fixtures
 
 SCHEMA = {
     "type": "object",

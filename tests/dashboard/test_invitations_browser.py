@@ -11,22 +11,9 @@ from typing import Any
 import pytest
 from bench.mailserver import MailBox
 
-from tests.dashboard import test_browser as user_side
-from tests.dashboard.test_browser import (
-    DESKTOP,
-    PHONE,
-    Site,
-    assert_accessible,
-    browser,
-    screenshot,
-    sign_in,
-)
+from tests.browser import DESKTOP, PHONE, Site, assert_accessible, browser, screenshot, sign_in
 from tests.helpers import NO_SWEEP
 from tests.notifications.support import mailbox, smtp
-
-chromium = user_side.chromium
-server = user_side.server
-site = user_side.site
 
 __all__ = ["mailbox", "smtp"]  # fixtures of tests/notifications/support.py
 

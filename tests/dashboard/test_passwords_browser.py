@@ -10,21 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard import test_browser as user_side
-from tests.dashboard.test_browser import (
-    DESKTOP,
-    PHONE,
-    Site,
-    assert_accessible,
-    browser,
-    screenshot,
-    sign_in,
-)
+from tests.browser import DESKTOP, PHONE, Site, assert_accessible, browser, screenshot, sign_in
 from tests.helpers import NO_SWEEP
-
-chromium = user_side.chromium
-server = user_side.server
-site = user_side.site
 
 OWN_PASSWORD = "my very own pass phrase"
 

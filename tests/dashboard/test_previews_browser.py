@@ -9,23 +9,18 @@ from typing import Any
 import pytest
 
 from tests.approvals.preview_samples import HOSTILE, SAMPLES
-from tests.dashboard.test_browser import (
+from tests.browser import (
     ARTIFACTS,
     DESKTOP,
     PHONE,
     Site,
     assert_accessible,
     browser,
-    chromium,
     screenshot,
-    server,
-    settings_overrides,
     sign_in,
-    site,
 )
 
 pytestmark = pytest.mark.anyio
-__all__ = ["chromium", "server", "settings_overrides", "site"]  # fixtures
 
 # What each kind's box shows when it is rendered as that kind.
 RENDERED = {

@@ -10,22 +10,10 @@ import pytest
 from bench.receiver import Receiver
 
 from signoff.config import Settings
-from tests.dashboard.test_browser import (
-    DESKTOP,
-    PHONE,
-    Site,
-    assert_accessible,
-    browser,
-    chromium,
-    screenshot,
-    server,
-    sign_in,
-    site,
-)
+from tests.browser import DESKTOP, PHONE, Site, assert_accessible, browser, screenshot, sign_in
 from tests.notifications.support import MailBox
 
 pytestmark = pytest.mark.anyio
-__all__ = ["chromium", "server", "site"]  # fixtures, shared with the dashboard's tests
 
 
 @pytest.fixture

@@ -7,23 +7,11 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard.test_browser import (
-    DESKTOP,
-    PHONE,
-    Site,
-    assert_accessible,
-    browser,
-    chromium,
-    screenshot,
-    server,
-    sign_in,
-    site,
-)
+from tests.browser import DESKTOP, PHONE, Site, assert_accessible, browser, screenshot, sign_in
 from tests.notifications.support import MailBox
-from tests.notifications.test_browser import route_mail, settings_overrides
+from tests.notifications.test_browser import route_mail
 
 pytestmark = pytest.mark.anyio
-__all__ = ["chromium", "server", "settings_overrides", "site"]  # fixtures
 
 # Room between the last of the request's facts and the confirmation button.
 MIN_GAP_PX = 24

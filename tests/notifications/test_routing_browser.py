@@ -9,22 +9,10 @@ from typing import Any
 import pytest
 from bench.receiver import Receiver
 
-from tests.dashboard.test_browser import (
-    DESKTOP,
-    PHONE,
-    Site,
-    assert_accessible,
-    browser,
-    chromium,
-    screenshot,
-    server,
-    sign_in,
-    site,
-)
+from tests.browser import DESKTOP, PHONE, Site, assert_accessible, browser, screenshot, sign_in
 from tests.helpers import NO_SWEEP
 
 pytestmark = pytest.mark.anyio
-__all__ = ["chromium", "server", "site"]  # fixtures, shared with the dashboard's tests
 
 
 @pytest.fixture

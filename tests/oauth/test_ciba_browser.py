@@ -9,22 +9,9 @@ from typing import Any
 import pytest
 
 from signoff.context import AppContext
-from tests.dashboard.test_browser import (
-    DESKTOP,
-    PHONE,
-    Site,
-    assert_accessible,
-    browser,
-    chromium,
-    screenshot,
-    server,
-    sign_in,
-    site,
-)
+from tests.browser import DESKTOP, PHONE, Site, assert_accessible, browser, screenshot, sign_in
 from tests.helpers import NO_SWEEP
 from tests.oauth.test_ciba import DETAILS, bc_authorize, poll, register
-
-__all__ = ["chromium", "server", "site"]
 
 pytestmark = pytest.mark.slow
 

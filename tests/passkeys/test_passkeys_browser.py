@@ -20,23 +20,20 @@ from signoff.config import Settings
 from signoff.context import AppContext
 from signoff.models import AuditEvent
 from signoff.passkeys import service
-from tests.conftest import Member, create_org
-from tests.dashboard.test_browser import (
+from tests.browser import (
     DESKTOP,
     PHONE,
     Site,
     assert_accessible,
     browser,
-    chromium,
     live_server,
     screenshot,
-    settings_overrides,
     sign_in,
 )
+from tests.conftest import Member, create_org
 from tests.oauth.support import give_password
 
 pytestmark = pytest.mark.anyio
-__all__ = ["chromium", "settings_overrides"]  # fixtures
 
 
 @pytest.fixture

@@ -9,22 +9,9 @@ from datetime import timedelta
 import pytest
 
 from signoff.common.time import format_timestamp, utcnow
-from tests.dashboard.test_browser import (
-    DESKTOP,
-    PHONE,
-    Site,
-    assert_accessible,
-    browser,
-    chromium,
-    screenshot,
-    server,
-    settings_overrides,
-    sign_in,
-    site,
-)
+from tests.browser import DESKTOP, PHONE, Site, assert_accessible, browser, screenshot, sign_in
 
 pytestmark = pytest.mark.anyio
-__all__ = ["chromium", "server", "settings_overrides", "site"]  # fixtures
 
 
 async def test_the_requester_sees_no_buttons_and_the_pages_read_well(

@@ -22,26 +22,11 @@ def checkpoint_policy(ctx: AppContext) -> service.CheckpointPolicy:
 async def seal_once(ctx: AppContext, *, force_checkpoint: bool = False, verify: bool = True) -> int:
     """Seal every org's waiting events (one transaction per org and batch), then, when
     ``verify``, re-check what is stored (``verify_once``); how many events were sealed."""
-    await ctx.keys.ready()
-    sign = ctx.keys.current.sign
     async with ctx.db.read_session() as session:
         orgs = await repository.orgs_with_unsealed(session, ORGS_PER_ROUND)
     sealed = 0
     for org_id in orgs:
-        while True:
-            async with ctx.db.write_transaction() as session:
-                result = await service.seal_org(
-                    session,
-                    ctx.db.dialect,
-                    org_id,
-                    sign,
-                    checkpoint_policy(ctx),
-                    utcnow(),
-                    force_checkpoint=force_checkpoint,
-                )
-            sealed += result.events
-            if result.events < service.SEAL_BATCH:
-                break
+        sealed += await seal_org_now(ctx, org_id, checkpoint=force_checkpoint)
     if verify:
         await verify_once(ctx)
     return sealed
@@ -68,9 +53,11 @@ async def verify_once(ctx: AppContext) -> int:
     return checked
 
 
-async def seal_org_now(ctx: AppContext, org_id: uuid.UUID, *, checkpoint: bool) -> None:
-    """Seal one org to its last event (an export or a purge wants the chain complete)."""
+async def seal_org_now(ctx: AppContext, org_id: uuid.UUID, *, checkpoint: bool) -> int:
+    """Seal one org to its last event, a batch a transaction (an export or a purge wants
+    the chain complete); how many events were sealed."""
     await ctx.keys.ready()
+    sealed = 0
     while True:
         async with ctx.db.write_transaction() as session:
             result = await service.seal_org(
@@ -82,5 +69,6 @@ async def seal_org_now(ctx: AppContext, org_id: uuid.UUID, *, checkpoint: bool) 
                 utcnow(),
                 force_checkpoint=checkpoint,
             )
+        sealed += result.events
         if result.events < service.SEAL_BATCH:
-            return
+            return sealed

@@ -101,7 +101,7 @@ class UnitOfWork:
         self.policies = PolicyRepository(session, dialect, queries)
         self.orgs = OrgRepository(session)
         self.webhooks = WebhookRepository(session, dialect)
-        self.oauth = OAuthRepository(session, queries)
+        self.oauth = OAuthRepository(session)
         self.passkeys = PasskeyRepository(session)
         self.callbacks = DecisionCallbacks(self.webhooks)
         # Receipts are signed in write transactions only (``AppContext.transaction``).

@@ -5,6 +5,7 @@ of /oauth/token, in poll and ping modes, following the examples of CIBA core sec
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -18,7 +19,7 @@ from sqlalchemy import select, update
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.errors import ValidationFailed
-from signoff.models import ApprovalRequest, OAuthBackchannelRequest, OAuthClient
+from signoff.models import ApprovalRequest, OAuthClient
 from signoff.oauth import ciba as ciba_service
 from signoff.oauth.service import NO_CIBA
 from signoff.orgs import service as orgs_service
@@ -259,23 +260,29 @@ async def test_expired_token(
     assert_oauth_error(await poll(client, poller, auth_req_id), 400, "expired_token")
 
 
-async def test_slow_down_is_kept_in_the_database(
+async def test_a_poll_sooner_than_the_interval_is_slow_down_until_it_passes(
     ctx: AppContext, client: httpx.AsyncClient, org: Org, poller: Client
 ) -> None:
-    ctx.settings.ciba_interval_seconds = 30  # type: ignore[misc]
+    ctx.settings.ciba_interval_seconds = 1  # type: ignore[misc]
     started = (await bc_authorize(client, poller, person(org))).json()
-    assert started["interval"] == 30
+    assert started["interval"] == 1
     auth_req_id = started["auth_req_id"]
     assert_oauth_error(await poll(client, poller, auth_req_id), 400, "authorization_pending")
     assert_oauth_error(await poll(client, poller, auth_req_id), 400, "slow_down")
-    async with ctx.reading() as uow:
-        row = await uow.session.scalar(
-            select(OAuthBackchannelRequest).where(
-                OAuthBackchannelRequest.request_id == uuid.UUID(auth_req_id)
-            )
-        )
-    assert row is not None and row.next_poll_at is not None
-    assert row.next_poll_at > utcnow() + timedelta(seconds=20)
+    # A refused poll does not push the window on: the next one after it is answered.
+    await asyncio.sleep(1.1)
+    assert_oauth_error(await poll(client, poller, auth_req_id), 400, "authorization_pending")
+
+
+async def test_the_pace_is_per_request(
+    ctx: AppContext, client: httpx.AsyncClient, org: Org, poller: Client
+) -> None:
+    ctx.settings.ciba_interval_seconds = 30  # type: ignore[misc]
+    first = (await bc_authorize(client, poller, person(org))).json()["auth_req_id"]
+    second = (await bc_authorize(client, poller, person(org))).json()["auth_req_id"]
+    assert_oauth_error(await poll(client, poller, first), 400, "authorization_pending")
+    assert_oauth_error(await poll(client, poller, second), 400, "authorization_pending")
+    assert_oauth_error(await poll(client, poller, first), 400, "slow_down")
 
 
 async def test_unknown_or_foreign_auth_req_id(

@@ -99,9 +99,9 @@ class OAuthBackchannelRequest(Base):
     """An OpenID CIBA authentication request: the approval request it created (whose id is
     the ``auth_req_id``), the client that may poll for it, and what the poll needs.
 
-    Keyed by the approval request's id, so a poll is one primary-key lookup. The last poll
-    is kept here (as the earliest time the next may come), not in memory, so that
-    ``slow_down`` holds across replicas.
+    Keyed by the approval request's id, so a poll is one primary-key lookup. The pace
+    between polls (``slow_down``) is kept by the rate limiter's store, not here: a poll
+    writes nothing.
     """
 
     __tablename__ = "oauth_backchannel_requests"
@@ -114,7 +114,6 @@ class OAuthBackchannelRequest(Base):
     scope: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime] = mapped_column()
-    next_poll_at: Mapped[datetime | None] = mapped_column(default=None)
     # Set by the one token request that wins: a token is issued once per auth_req_id.
     token_issued_at: Mapped[datetime | None] = mapped_column(default=None)
 

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -294,33 +294,42 @@ class CibaTokens:
         return body
 
 
-async def poll(
-    uow: UnitOfWork,
-    client: OAuthClient,
-    auth_req_id: str | None,
-    box: SecretBox,
-    settings: Settings,
-    now: datetime,
-) -> CibaTokens:
-    """One poll (or the token request after a ping): the decision's tokens, or the error
-    CIBA core section 11 names for where the request stands."""
+class PollPacer(Protocol):
+    """Counts calls per key in a window of its own length (the rate limiter's store)."""
+
+    async def first_within(self, key: str, seconds: int) -> bool: ...
+
+
+@dataclass(frozen=True)
+class PollState:
+    request_id: uuid.UUID
+    state: BackchannelPoll
+
+
+def poll_state(
+    client: OAuthClient, auth_req_id: str | None, state: BackchannelPoll | None
+) -> PollState:
+    """The polled request of an authenticated client (``state``: as read with it, None if
+    unknown or another client's); the errors CIBA names in the order it names them."""
     check_client(client)
     if not auth_req_id:
         raise invalid_request("Send auth_req_id.")
     request_id = parse_id(auth_req_id)
-    if request_id is None:
+    if request_id is None or state is None:
         raise invalid_grant("Unknown auth_req_id.")
-    next_poll = now + timedelta(seconds=settings.ciba_interval_seconds)
-    state = await uow.oauth.poll_backchannel(request_id, client.id, now, next_poll)
-    if state is None:
-        if await uow.oauth.backchannel_of_client(request_id, client.id) is None:
-            raise invalid_grant("Unknown auth_req_id.")
-        raise OAuthError("slow_down", f"Poll at most every {settings.ciba_interval_seconds} s.")
-    _refuse_undecided(state, now)
-    return await _issue(uow, client, request_id, state, box, settings, now)
+    return PollState(request_id, state)
 
 
-def _refuse_undecided(state: BackchannelPoll, now: datetime) -> None:
+async def pace(pacer: PollPacer, polled: PollState, settings: Settings) -> None:
+    """slow_down for a poll sooner than ``interval`` after the last one let through. Kept
+    in the rate limiter's store (Redis when configured, shared by replicas), so a poll
+    writes nothing to the database."""
+    interval = settings.ciba_interval_seconds
+    if interval and not await pacer.first_within(f"ciba:{polled.request_id.hex}", interval):
+        raise OAuthError("slow_down", f"Poll at most every {interval} s.")
+
+
+def refuse_undecided(state: BackchannelPoll, now: datetime) -> None:
     if state.status == "pending":
         if state.expires_at is not None and state.expires_at <= now:
             raise OAuthError("expired_token", "The request expired before anyone decided.")
@@ -334,15 +343,16 @@ def _refuse_undecided(state: BackchannelPoll, now: datetime) -> None:
         raise invalid_grant("A token was already issued for this auth_req_id.")
 
 
-async def _issue(
+async def issue(
     uow: UnitOfWork,
     client: OAuthClient,
-    request_id: uuid.UUID,
-    state: BackchannelPoll,
+    polled: PollState,
     box: SecretBox,
     settings: Settings,
     now: datetime,
 ) -> CibaTokens:
+    """The approved request's tokens, once (``refuse_undecided`` said it is approved)."""
+    request_id, state = polled.request_id, polled.state
     if not await uow.oauth.claim_backchannel_token(request_id, now):
         raise invalid_grant("A token was already issued for this auth_req_id.")
     tokens = await issue_tokens(

@@ -15,6 +15,7 @@ import base64
 import binascii
 import hmac
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, unquote_plus, urlencode, urlsplit, urlunsplit
 
@@ -48,7 +49,7 @@ from signoff.oauth.errors import (
     invalid_request,
 )
 from signoff.oauth.pages import SCOPE_DESCRIPTIONS, render
-from signoff.oauth.repository import find_active_client_prepared
+from signoff.oauth.repository import find_client_and_backchannel_prepared
 from signoff.oauth.schemas import (
     BACKCHANNEL_BODY,
     BACKCHANNEL_RESPONSES,
@@ -428,18 +429,6 @@ def _client_credentials(request: Request, params: dict[str, str]) -> service.Cli
 GRANT_TYPES = ("authorization_code", "refresh_token", ciba.GRANT_TYPE)
 
 
-async def _token_client(
-    ctx: AppContext, given: service.ClientCredentials, grant_type: str
-) -> OAuthClient:
-    """The authenticated client. A CIBA poll reads it with a prepared query outside any
-    session: a poll must cost no more than reading a request."""
-    if grant_type != ciba.GRANT_TYPE or not given.client_id:
-        async with ctx.reading() as uow:
-            return await service.authenticate_client(uow.oauth, given)
-    found = await find_active_client_prepared(ctx.db.queries, given.client_id)
-    return service.check_client_credentials(found, given)
-
-
 async def token(request: Request) -> Response:
     ctx = context_of(request)
     try:
@@ -455,21 +444,19 @@ async def token(request: Request) -> Response:
     except OAuthError as exc:
         return _oauth_error(exc)
     now = utcnow()
+    if grant_type == ciba.GRANT_TYPE:
+        return await _ciba_poll(request, given, params, now)
     try:
         # Refused clients never take the write transaction.
-        client = await _token_client(ctx, given, grant_type)
+        async with ctx.reading() as uow:
+            client = await service.authenticate_client(uow.oauth, given)
     except OAuthError as exc:
         return _oauth_error(exc)
     error: OAuthError | None = None
-    issued: service.IssuedTokens | ciba.CibaTokens
+    issued: service.IssuedTokens
     async with ctx.transaction() as uow:
         try:
-            if grant_type == ciba.GRANT_TYPE:
-                # A poll's next_poll_at is committed even when it answers a refusal.
-                issued = await ciba.poll(
-                    uow, client, params.get("auth_req_id"), ctx.box, ctx.settings, now
-                )
-            elif grant_type == "authorization_code":
+            if grant_type == "authorization_code":
                 issued = await service.exchange_code(
                     uow.oauth,
                     client,
@@ -493,6 +480,31 @@ async def token(request: Request) -> Response:
             error = exc
     if error is not None:
         return _oauth_error(error)
+    return json_response(issued.to_body(), 200, NO_STORE)
+
+
+async def _ciba_poll(
+    request: Request, given: service.ClientCredentials, params: Mapping[str, str], now: datetime
+) -> Response:
+    """A CIBA poll (or the token request after a ping): one prepared read of the client and
+    the request, and the pace check; only an approved request opens a transaction, to hand
+    out its tokens once."""
+    ctx = context_of(request)
+    auth_req_id = params.get("auth_req_id")
+    try:
+        if not given.client_id:
+            raise invalid_client("Send client_id and client_secret.")
+        read = await find_client_and_backchannel_prepared(
+            ctx.db.queries, given.client_id, parse_id(auth_req_id) if auth_req_id else None
+        )
+        client = service.check_client_credentials(read.client, given)
+        polled = ciba.poll_state(client, auth_req_id, read.state)
+        await ciba.pace(wiring_of(request).limiter, polled, ctx.settings)
+        ciba.refuse_undecided(polled.state, now)
+        async with ctx.transaction() as uow:
+            issued = await ciba.issue(uow, client, polled, ctx.box, ctx.settings, now)
+    except OAuthError as exc:
+        return _oauth_error(exc)
     return json_response(issued.to_body(), 200, NO_STORE)
 
 

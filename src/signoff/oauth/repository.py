@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, cast
 
-from sqlalchemy import CursorResult, bindparam, delete, func, or_, select, update
+from sqlalchemy import CursorResult, and_, bindparam, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.auth.principal import Principal
@@ -24,7 +24,7 @@ from signoff.models import (
     User,
 )
 from signoff.orgs.repository import PRINCIPAL_COLUMNS, principal_from_row
-from signoff.storage import PreparedQuery, QueryRunner, execute_alone
+from signoff.storage import PreparedQuery, QueryRunner
 
 
 class BackchannelPoll(NamedTuple):
@@ -50,54 +50,71 @@ class TokenDetails:
 
 
 _BC = OAuthBackchannelRequest
-# A CIBA poll: its one write and every read it needs, by primary key (the approval's
-# columns by a subquery: SQLite's RETURNING names the updated table only).
-_POLL_BACKCHANNEL = PreparedQuery(
-    update(_BC)
-    .where(
-        _BC.request_id == bindparam("request_id"),
-        _BC.client_pk == bindparam("client_pk"),
-        or_(_BC.next_poll_at.is_(None), _BC.next_poll_at <= bindparam("now")),
+_CLIENT_COLUMNS = tuple(OAuthClient.__table__.columns)
+# A CIBA poll in one prepared statement by keys: the active client of that client_id and,
+# when it is that client's, where the polled request stands (left joins: an unknown or
+# foreign auth_req_id still finds the client, to authenticate it first).
+_CLIENT_AND_BACKCHANNEL = PreparedQuery(
+    select(
+        *(column.label(column.key) for column in _CLIENT_COLUMNS),
+        ApprovalRequest.status.label("bc_status"),
+        ApprovalRequest.expires_at.label("bc_expires_at"),
+        _BC.token_issued_at.label("bc_token_issued_at"),
+        _BC.user_id.label("bc_user_id"),
+        _BC.scope.label("bc_scope"),
     )
-    .values(next_poll_at=bindparam("next"))
-    .returning(
-        select(ApprovalRequest.status)
-        .where(ApprovalRequest.id == _BC.request_id)
-        .scalar_subquery()
-        .label("status"),
-        select(ApprovalRequest.expires_at)
-        .where(ApprovalRequest.id == _BC.request_id)
-        .scalar_subquery()
-        .label("expires_at"),
-        _BC.token_issued_at.label("token_issued_at"),
-        _BC.user_id.label("user_id"),
-        _BC.scope.label("scope"),
-    ),
-    row_type=BackchannelPoll,
-)
-_ACTIVE_CLIENT = PreparedQuery(
-    select(*(column.label(column.key) for column in OAuthClient.__table__.columns))
     .join(Connection, Connection.id == OAuthClient.connection_id)
+    .outerjoin(
+        _BC, and_(_BC.request_id == bindparam("request_id"), _BC.client_pk == OAuthClient.id)
+    )
+    .outerjoin(ApprovalRequest, ApprovalRequest.id == _BC.request_id)
     .where(
         OAuthClient.client_id == bindparam("client_id"),
         OAuthClient.deleted_at.is_(None),
         Connection.revoked_at.is_(None),
     )
 )
+# Matches no request: what an auth_req_id that is no id is looked up as.
+_NO_REQUEST = uuid.UUID(int=0)
 
 
-async def find_active_client_prepared(queries: QueryRunner, client_id: str) -> OAuthClient | None:
-    """``find_active_client`` outside any session, as a prepared read: the client of a
-    CIBA poll, which must cost no more than reading a request (a detached row)."""
-    row = await queries.one(_ACTIVE_CLIENT, {"client_id": client_id})
-    return OAuthClient(**row._asdict()) if row is not None else None
+@dataclass(frozen=True)
+class ClientAndBackchannel:
+    """What a CIBA poll reads: the active client (None if unknown) and, if the request is
+    that client's, where it stands."""
+
+    client: OAuthClient | None
+    state: BackchannelPoll | None
+
+
+async def find_client_and_backchannel_prepared(
+    queries: QueryRunner, client_id: str, request_id: uuid.UUID | None
+) -> ClientAndBackchannel:
+    """The client of a CIBA poll and its request's state, outside any session, in one
+    prepared read: a poll must cost no more than reading a request (detached rows)."""
+    row = await queries.one(
+        _CLIENT_AND_BACKCHANNEL,
+        {"client_id": client_id, "request_id": request_id or _NO_REQUEST},
+    )
+    if row is None:
+        return ClientAndBackchannel(None, None)
+    fields = row._asdict()
+    client = OAuthClient(**{column.key: fields[column.key] for column in _CLIENT_COLUMNS})
+    if fields["bc_user_id"] is None:
+        return ClientAndBackchannel(client, None)
+    state = BackchannelPoll(
+        status=fields["bc_status"],
+        expires_at=fields["bc_expires_at"],
+        token_issued_at=fields["bc_token_issued_at"],
+        user_id=fields["bc_user_id"],
+        scope=fields["bc_scope"],
+    )
+    return ClientAndBackchannel(client, state)
 
 
 class OAuthRepository:
-    def __init__(self, session: AsyncSession, queries: QueryRunner | None = None) -> None:
-        """``queries``: where a poll may write in autocommit (``execute_alone``)."""
+    def __init__(self, session: AsyncSession) -> None:
         self.session = session
-        self.queries = queries
 
     async def add(
         self,
@@ -343,33 +360,6 @@ class OAuthRepository:
         return principal_from_row(row) if row is not None else None
 
     # ---- CIBA requests ----
-
-    async def poll_backchannel(
-        self, request_id: uuid.UUID, client_pk: uuid.UUID, now: datetime, next_poll: datetime
-    ) -> BackchannelPoll | None:
-        """Record a poll that came no sooner than allowed and read where its request stands,
-        in one prepared statement by primary key; None if it came too soon or is not this
-        client's.
-
-        The comparison and the write are one statement, so two replicas answering two
-        quick polls at once cannot both let them through. On PostgreSQL it runs in
-        autocommit when it is the transaction's first statement (``execute_alone``)."""
-        params = {"request_id": request_id, "client_pk": client_pk, "now": now, "next": next_poll}
-        rows = await execute_alone(self.session, self.queries, _POLL_BACKCHANNEL, params)
-        return cast(BackchannelPoll, rows[0]) if rows else None
-
-    async def backchannel_of_client(
-        self, request_id: uuid.UUID, client_pk: uuid.UUID
-    ) -> OAuthBackchannelRequest | None:
-        return cast(
-            OAuthBackchannelRequest | None,
-            await self.session.scalar(
-                select(OAuthBackchannelRequest).where(
-                    OAuthBackchannelRequest.request_id == request_id,
-                    OAuthBackchannelRequest.client_pk == client_pk,
-                )
-            ),
-        )
 
     async def claim_backchannel_token(self, request_id: uuid.UUID, now: datetime) -> bool:
         """Only the first token request of an approved CIBA request gets a token."""

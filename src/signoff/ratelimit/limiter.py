@@ -107,6 +107,15 @@ class RateLimiter:
             reset_time = time.time() + _window_seconds(window)
         return _decision(True, limit, limit - count, reset_time)
 
+    async def first_within(self, key: str, seconds: int) -> bool:
+        """Whether this is the first call for ``key`` in a window of ``seconds`` that the
+        first call opened (a pace, not a count: refused calls do not move the window)."""
+        try:
+            return await self.storage.incr(f"{seconds}s/{key}", seconds) == 1
+        except Exception:
+            logger.exception("rate-limit storage failed; letting the call through")
+            return True
+
     async def reset(self) -> None:
         await self.storage.reset()
 

@@ -67,6 +67,10 @@ KEEPALIVE_EXPIRY = 2.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SCENARIOS = ("create", "get", "ciba_poll", "list", "decide", "chain", "task_poll")
 CIBA_REQUESTS = 1_000
+# Before each scenario the server settles: under this share of a core over this window.
+QUIET_SHARE = 0.05
+QUIET_WINDOW_SECONDS = 0.5
+QUIET_TIMEOUT_SECONDS = 60.0
 # Which baseline each scenario is compared with.
 BASELINE_OF = {"create": "echo", "decide": "echo", "get": "constant", "list": "constant"}
 # The targets. Both databases: p99, peak RSS, no failed calls. SQLite, the
@@ -226,6 +230,19 @@ class Server:
         # proc(5): after the command name come field 3 (state) on; utime, stime are 14, 15.
         return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
+    def wait_quiet(self, timeout: float = QUIET_TIMEOUT_SECONDS) -> bool:
+        """Wait until the server's background work (sealing, notifications, indexing) left
+        by what ran before has settled, so that a scenario's CPU per call is its own: the
+        process used under ``QUIET_SHARE`` of a core over ``QUIET_WINDOW_SECONDS``. False
+        if it never did within ``timeout`` (the figure is then taken all the same)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            before = self.cpu_seconds()
+            time.sleep(QUIET_WINDOW_SECONDS)
+            if self.cpu_seconds() - before < QUIET_SHARE * QUIET_WINDOW_SECONDS:
+                return True
+        return False
+
     def log_tail(self, lines: int = 30) -> str:
         self._log.flush()
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -334,6 +351,8 @@ def measure(
     headers: list[str] | None = None,
     threads: int | None = None,
 ) -> Figure:
+    if not server.wait_quiet():
+        log(f"  warning: {target} was still busy before {scenario}; its CPU per call counts it")
     load_before = load_average()
     cpu_before = server.cpu_seconds()
     summary = run_wrk(opts, workdir, server.url + path, script, args, headers, threads)

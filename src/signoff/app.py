@@ -44,6 +44,7 @@ from signoff.notifications.slack_webhook import webhook as slack_webhook
 from signoff.oauth.endpoints import api_router as oauth_api_router
 from signoff.oauth.endpoints import documented_router as oauth_documented_router
 from signoff.oauth.endpoints import router as oauth_router
+from signoff.oauth.endpoints import token_router as oauth_token_router
 from signoff.operations.endpoints import router as metrics_router
 from signoff.operations.service import check_ready
 from signoff.orgs.endpoints import router as orgs_router
@@ -273,6 +274,7 @@ def create_app(
     _add_routes(
         app,
         approvals_router,
+        oauth_token_router,
         orgs_router,
         org_settings_router,
         oauth_router,

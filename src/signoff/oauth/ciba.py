@@ -31,7 +31,13 @@ from signoff.models import OAuthBackchannelRequest, OAuthClient, User
 from signoff.oauth import credentials
 from signoff.oauth.errors import OAuthError, invalid_client, invalid_grant, invalid_request
 from signoff.oauth.repository import BackchannelPoll
-from signoff.oauth.service import NO_CIBA, CibaRegistration, IssuedTokens, issue_tokens
+from signoff.oauth.service import (
+    NO_CIBA,
+    CibaRegistration,
+    ClientFacts,
+    IssuedTokens,
+    issue_tokens,
+)
 from signoff.receipts import repository as receipts
 from signoff.unit_of_work import UnitOfWork
 from signoff.webhooks.service import CIBA_SOURCE, check_callback_url
@@ -105,7 +111,7 @@ class _Checked:
     notification_token: str | None
 
 
-def check_client(client: OAuthClient) -> None:
+def check_client(client: ClientFacts) -> None:
     if client.is_public or not client.ciba_enabled:
         raise OAuthError(
             "unauthorized_client", "This client is not registered to use CIBA (confidential only)."
@@ -307,7 +313,7 @@ class PollState:
 
 
 def poll_state(
-    client: OAuthClient, auth_req_id: str | None, state: BackchannelPoll | None
+    client: ClientFacts, auth_req_id: str | None, state: BackchannelPoll | None
 ) -> PollState:
     """The polled request of an authenticated client (``state``: as read with it, None if
     unknown or another client's); the errors CIBA names in the order it names them."""
@@ -345,7 +351,7 @@ def refuse_undecided(state: BackchannelPoll, now: datetime) -> None:
 
 async def issue(
     uow: UnitOfWork,
-    client: OAuthClient,
+    client: ClientFacts,
     polled: PollState,
     box: SecretBox,
     settings: Settings,

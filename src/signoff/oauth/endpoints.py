@@ -53,6 +53,8 @@ from signoff.oauth.repository import find_client_and_backchannel_prepared
 from signoff.oauth.schemas import (
     BACKCHANNEL_BODY,
     BACKCHANNEL_RESPONSES,
+    TOKEN_BODY,
+    TOKEN_RESPONSES,
     CreateOAuthClient,
     OAuthClientListOut,
     OAuthClientOut,
@@ -68,6 +70,8 @@ CHOOSE_PASSWORD_PATH = "/account/choose-password"  # noqa: S105 - a page's path
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
 router = APIRouter(tags=["oauth"], include_in_schema=False, route_class=LeanRoute)
+# The token endpoint alone, tried right after the approvals' routes: CIBA clients poll it.
+token_router = APIRouter(tags=["oauth"], route_class=LeanRoute)
 api_router = APIRouter(prefix="/api/v1", tags=["oauth"], route_class=LeanRoute)
 # Protocol endpoints that the OpenAPI document declares (answers in OAuth's shapes).
 documented_router = APIRouter(tags=["oauth"], route_class=LeanRoute)
@@ -508,7 +512,17 @@ async def _ciba_poll(
     return json_response(issued.to_body(), 200, NO_STORE)
 
 
-router.add_api_route("/oauth/token", token, methods=["POST"])
+token_router.add_api_route(
+    "/oauth/token",
+    token,
+    methods=["POST"],
+    responses=TOKEN_RESPONSES,
+    openapi_extra=TOKEN_BODY,
+    summary="OAuth 2.0 token endpoint: authorization code, refresh token and OpenID CIBA grants",
+    description="The client authenticates with Basic or client_secret_post (public clients "
+    "send client_id alone). Errors are OAuth's `{error, error_description}`, not the API "
+    "envelope (docs/oauth.md, docs/ciba.md).",
+)
 api_router.add_api_route("/oauth/token", token, methods=["POST"], include_in_schema=False)
 
 

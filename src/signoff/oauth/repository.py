@@ -50,13 +50,25 @@ class TokenDetails:
 
 
 _BC = OAuthBackchannelRequest
-_CLIENT_COLUMNS = tuple(OAuthClient.__table__.columns)
+
+
+class PolledClient(NamedTuple):
+    """What a CIBA poll needs of its client (``service.ClientFacts``): a plain row, not
+    an ORM object, since a poll must cost no more than reading a request."""
+
+    id: uuid.UUID
+    org_id: uuid.UUID
+    is_public: bool
+    secret_hash: str | None
+    ciba_enabled: bool
+
+
 # A CIBA poll in one prepared statement by keys: the active client of that client_id and,
 # when it is that client's, where the polled request stands (left joins: an unknown or
 # foreign auth_req_id still finds the client, to authenticate it first).
 _CLIENT_AND_BACKCHANNEL = PreparedQuery(
     select(
-        *(column.label(column.key) for column in _CLIENT_COLUMNS),
+        *(getattr(OAuthClient, name).label(name) for name in PolledClient._fields),
         ApprovalRequest.status.label("bc_status"),
         ApprovalRequest.expires_at.label("bc_expires_at"),
         _BC.token_issued_at.label("bc_token_issued_at"),
@@ -83,7 +95,7 @@ class ClientAndBackchannel:
     """What a CIBA poll reads: the active client (None if unknown) and, if the request is
     that client's, where it stands."""
 
-    client: OAuthClient | None
+    client: PolledClient | None
     state: BackchannelPoll | None
 
 
@@ -91,25 +103,20 @@ async def find_client_and_backchannel_prepared(
     queries: QueryRunner, client_id: str, request_id: uuid.UUID | None
 ) -> ClientAndBackchannel:
     """The client of a CIBA poll and its request's state, outside any session, in one
-    prepared read: a poll must cost no more than reading a request (detached rows)."""
+    prepared read by keys."""
     row = await queries.one(
         _CLIENT_AND_BACKCHANNEL,
         {"client_id": client_id, "request_id": request_id or _NO_REQUEST},
     )
     if row is None:
         return ClientAndBackchannel(None, None)
-    fields = row._asdict()
-    client = OAuthClient(**{column.key: fields[column.key] for column in _CLIENT_COLUMNS})
-    if fields["bc_user_id"] is None:
+    client = PolledClient(*row[: len(PolledClient._fields)])
+    status, expires_at, token_issued_at, user_id, scope = row[len(PolledClient._fields) :]
+    if user_id is None:
         return ClientAndBackchannel(client, None)
-    state = BackchannelPoll(
-        status=fields["bc_status"],
-        expires_at=fields["bc_expires_at"],
-        token_issued_at=fields["bc_token_issued_at"],
-        user_id=fields["bc_user_id"],
-        scope=fields["bc_scope"],
+    return ClientAndBackchannel(
+        client, BackchannelPoll(status, expires_at, token_issued_at, user_id, scope)
     )
-    return ClientAndBackchannel(client, state)
 
 
 class OAuthRepository:

@@ -144,3 +144,65 @@ BACKCHANNEL_BODY: dict[str, Any] = {
         },
     }
 }
+
+
+class TokenOut(BaseModel):
+    """RFC 6749 section 5.1, plus who the token acts as; a CIBA grant's answer adds the
+    approved ``authorization_details`` and the approval's ``receipt``."""
+
+    access_token: str
+    token_type: str = Field(description="Always `Bearer`.")
+    expires_in: int
+    refresh_token: str
+    scope: str
+    org_name: str
+    user_email: str
+    authorization_details: list[dict[str, Any]] | None = Field(
+        None, description="CIBA: the arguments as approved (after any edit), RFC 9396."
+    )
+    receipt: str | None = Field(
+        None, description="CIBA: the approval's signed receipt (docs/receipts.md)."
+    )
+
+
+TOKEN_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"model": TokenOut, "description": "Tokens issued."},
+    400: _oauth_errors(
+        "`invalid_request`, `unsupported_grant_type`, `invalid_grant`, `invalid_scope`, "
+        "`unauthorized_client`; CIBA: `authorization_pending`, `slow_down`, `expired_token`, "
+        "`access_denied`"
+    ),
+    401: _oauth_errors("`invalid_client`"),
+}
+
+TOKEN_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/x-www-form-urlencoded": {
+                "schema": {
+                    "type": "object",
+                    "required": ["grant_type"],
+                    "properties": {
+                        "grant_type": {
+                            "type": "string",
+                            "enum": [
+                                "authorization_code",
+                                "refresh_token",
+                                "urn:openid:params:grant-type:ciba",
+                            ],
+                        },
+                        "code": {"type": "string"},
+                        "redirect_uri": {"type": "string"},
+                        "code_verifier": {"type": "string"},
+                        "refresh_token": {"type": "string"},
+                        "scope": {"type": "string"},
+                        "auth_req_id": {"type": "string", "description": "CIBA."},
+                        "client_id": {"type": "string"},
+                        "client_secret": {"type": "string"},
+                    },
+                }
+            }
+        },
+    }
+}

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
-from typing import Any
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from signoff.auth.principal import ALL_SCOPES
@@ -324,7 +324,30 @@ async def authenticate_client(repo: OAuthRepository, given: ClientCredentials) -
     return check_client_credentials(await repo.find_active_client(given.client_id), given)
 
 
-def check_client_credentials(client: OAuthClient | None, given: ClientCredentials) -> OAuthClient:
+class ClientFacts(Protocol):
+    """What authenticating a client and issuing its tokens read of it: an ``OAuthClient``
+    or the plain row a CIBA poll reads (``repository.PolledClient``)."""
+
+    @property
+    def id(self) -> uuid.UUID: ...
+
+    @property
+    def org_id(self) -> uuid.UUID: ...
+
+    @property
+    def is_public(self) -> bool: ...
+
+    @property
+    def secret_hash(self) -> str | None: ...
+
+    @property
+    def ciba_enabled(self) -> bool: ...
+
+
+Client = TypeVar("Client", bound=ClientFacts)
+
+
+def check_client_credentials(client: Client | None, given: ClientCredentials) -> Client:
     """The client, if ``given`` authenticates it (``client``: the active one of that id)."""
     if client is None:
         raise invalid_client("Unknown client.")
@@ -364,7 +387,7 @@ class IssuedTokens:
 
 async def issue_tokens(
     repo: OAuthRepository,
-    client: OAuthClient,
+    client: ClientFacts,
     user_id: uuid.UUID,
     scope: str,
     family_id: uuid.UUID,

@@ -1,7 +1,8 @@
 """Changes to the org itself join its hash chain, on both databases: policy versions
-(saved, restored), routing, emergency stops, connections (created, rotated, revoked),
-users (invited, role changed, deactivated), org settings and passkeys. Each is written
-in the change's transaction, exported and verified like any request's event."""
+(saved, restored), routing, emergency stops, connections (created, rotated, revoked,
+transferred, rate limit changed), users (invited, role changed, deactivated,
+reactivated), org settings and passkeys. Each is written in the change's transaction,
+exported and verified like any request's event."""
 
 from __future__ import annotations
 
@@ -119,3 +120,71 @@ async def test_an_org_event_changed_later_is_named(
     stop["actor_id"] = str(uuid.uuid4())  # a forged line: someone else turned it on
     result = chain.verify(chain.parse_lines(json.dumps(r) for r in records), None)
     assert (result.ok, result.problem) == (False, f"event #{stop['seq']} was changed")
+
+
+async def test_transfers_rate_limits_and_reactivations_are_chained(
+    ctx: AppContext, client: httpx.AsyncClient, org: Org
+) -> None:
+    admin = await member_of(ctx, org.admin)
+    setup = len([r for r in await _exported(ctx, org) if r["kind"] == "event"])
+    async with ctx.transaction() as uow:
+        owner = await uow.orgs.find_user(admin.user_id)
+        assert owner is not None
+        issued = await orgs_service.create_connection(
+            uow.orgs, ctx.box, ctx.settings, admin.org_id,
+            owner=owner, name="Deploy bot", rate_limit=100, now=utcnow(), by=admin.user_id,
+        )  # fmt: skip
+        invited = await orgs_service.create_user(
+            uow.orgs, admin.org_id, email="heir@example.com", name="Heir", role="member",
+            password=None, now=utcnow(), by=admin.user_id,
+        )  # fmt: skip
+    connection_id = str(issued.connection.id)
+    async with ctx.transaction() as uow:
+        await admin_service.set_rate_limit(uow, ctx.settings, admin, connection_id, "250")
+        # The same value again changes nothing, and records nothing.
+        await admin_service.set_rate_limit(uow, ctx.settings, admin, connection_id, "250")
+    async with ctx.transaction() as uow:
+        await admin_service.transfer_connection(uow, admin, connection_id, str(invited.id))
+    async with ctx.transaction() as uow:
+        await admin_service.deactivate_user(uow, admin, str(invited.id), utcnow())
+    async with ctx.transaction() as uow:
+        await admin_service.reactivate_user(uow, admin, str(invited.id))
+        # Reactivating an active user records nothing.
+        await admin_service.reactivate_user(uow, admin, str(invited.id))
+    records = await _exported(ctx, org)
+    events = [r for r in records if r["kind"] == "event"][setup:]
+    assert [e["type"] for e in events] == [
+        "connection.created",
+        "user.invited",
+        "connection.rate_limit_changed",
+        "connection.transferred",
+        "user.deactivated",
+        "user.reactivated",
+    ]
+    assert events[2]["data"] == {"connection_id": connection_id, "from": 100, "to": 250}
+    assert events[3]["data"] == {
+        "connection_id": connection_id,
+        "from_owner_id": org.admin.user_id,
+        "to_owner_id": str(invited.id),
+    }
+    assert events[5]["data"] == {"user_id": str(invited.id)}
+    assert {e["actor_id"] for e in events} == {org.admin.user_id}
+    result = chain.verify(chain.parse_lines(json.dumps(r) for r in records), None)
+    assert result.ok, result.problem
+
+
+async def test_a_transfer_through_the_api_names_the_admin(
+    ctx: AppContext, client: httpx.AsyncClient, org: Org
+) -> None:
+    heir = next(m for m in org.members if m.user_id != org.member.user_id)
+    connection_id = org.member.connection_id
+    answer = await client.post(
+        f"/api/v1/connections/{connection_id}/transfer",
+        json={"owner_id": heir.user_id},
+        headers=org.admin.headers,
+    )
+    assert answer.status_code == 200, answer.text
+    events = [r for r in await _exported(ctx, org) if r.get("type") == "connection.transferred"]
+    assert [(e["actor_id"], e["data"]["to_owner_id"]) for e in events] == [
+        (org.admin.user_id, heir.user_id)
+    ]

@@ -150,7 +150,7 @@ def connection_set_rate_limit(
     """Change a connection's hourly rate limit (up to SIGNOFF_RATE_LIMIT_CEILING)."""
 
     async def change(ctx: AppContext, connection: Connection) -> None:
-        orgs_service.set_rate_limit(connection, rate_limit, ctx.settings)
+        orgs_service.set_rate_limit(connection, rate_limit, ctx.settings, utcnow())
 
     connection, _ = _change_connection(org, connection_id, change)
     emit(
@@ -174,7 +174,7 @@ def connection_transfer(
         org_row = await orgs_service.resolve_org(uow.orgs, org)
         connection = await orgs_service.get_connection(uow.orgs, org_row.id, connection_id)
         new_owner = await orgs_service.resolve_user(uow.orgs, org_row.id, owner)
-        await orgs_service.transfer_connection(connection, new_owner)
+        await orgs_service.transfer_connection(connection, new_owner, utcnow())
         await uow.session.flush()
         return connection, new_owner
 

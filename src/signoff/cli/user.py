@@ -125,7 +125,7 @@ def user_reactivate(
     async def action(_: AppContext, uow: UnitOfWork) -> User:
         org_row = await orgs_service.resolve_org(uow.orgs, org)
         found = await orgs_service.resolve_user(uow.orgs, org_row.id, user)
-        orgs_service.reactivate_user(found)
+        orgs_service.reactivate_user(found, utcnow())
         await uow.session.flush()
         return found
 

@@ -141,7 +141,7 @@ async def set_rate_limit(
     limit = parse_rate_limit(value)
     if limit is None:
         raise ValidationFailed.for_field("rate_limit", "is required")
-    orgs_service.set_rate_limit(found, limit, settings)
+    orgs_service.set_rate_limit(found, limit, settings, utcnow(), admin.user_id)
     return found
 
 
@@ -153,7 +153,7 @@ async def transfer_connection(
     if not owner.strip():
         raise ValidationFailed.for_field("owner", "is required")
     new_owner = await _active_user(uow, admin, owner)
-    await orgs_service.transfer_connection(found, new_owner)
+    await orgs_service.transfer_connection(found, new_owner, utcnow(), admin.user_id)
     return found, new_owner
 
 
@@ -267,7 +267,7 @@ async def deactivate_user(
 
 async def reactivate_user(uow: AdminWork, admin: OrgMember, user_id: str) -> User:
     user = await _user(uow, admin, user_id)
-    orgs_service.reactivate_user(user)
+    orgs_service.reactivate_user(user, utcnow(), admin.user_id)
     return user
 
 

@@ -239,6 +239,6 @@ async def transfer_connection(
     payload = await parse_json_body(request, TransferConnectionIn, ctx.settings)
     async with ctx.transaction() as uow:
         connection = await orgs_service.transfer(
-            uow.orgs, principal.org_id, connection_id, payload.owner_id
+            uow.orgs, principal.org_id, connection_id, payload.owner_id, utcnow(), principal.user_id
         )
     return json_response(connection_to_dict(connection))

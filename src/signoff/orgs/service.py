@@ -236,11 +236,27 @@ async def rotate_webhook_secret(
     return new_secret
 
 
-def set_rate_limit(connection: Connection, rate_limit: int, settings: Settings) -> None:
+def set_rate_limit(
+    connection: Connection,
+    rate_limit: int,
+    settings: Settings,
+    now: datetime,
+    by: uuid.UUID | None = None,
+) -> None:
+    before = connection.rate_limit_per_hour
     connection.rate_limit_per_hour = _check_rate_limit(rate_limit, settings)
+    if connection.rate_limit_per_hour != before:
+        data = {
+            "connection_id": str(connection.id),
+            "from": before,
+            "to": connection.rate_limit_per_hour,
+        }
+        audit_events.note(connection, "connection.rate_limit_changed", by, data, now)
 
 
-async def transfer_connection(connection: Connection, new_owner: User) -> None:
+async def transfer_connection(
+    connection: Connection, new_owner: User, now: datetime, by: uuid.UUID | None = None
+) -> None:
     """Its API key acts as ``new_owner`` from the next call on (every process: the owner
     is part of what a remembered principal is checked against). The key, the webhook
     secret, the OAuth clients and the requests it made stay as they are."""
@@ -250,11 +266,24 @@ async def transfer_connection(connection: Connection, new_owner: User) -> None:
         raise ValidationFailed.for_field("owner_id", "must be a user of this organization")
     if new_owner.deactivated_at is not None:
         raise ValidationFailed.for_field("owner_id", "is deactivated; choose an active user")
+    if connection.owner_id == new_owner.id:
+        return
+    data = {
+        "connection_id": str(connection.id),
+        "from_owner_id": str(connection.owner_id),
+        "to_owner_id": str(new_owner.id),
+    }
     connection.owner_id = new_owner.id
+    audit_events.note(connection, "connection.transferred", by, data, now)
 
 
 async def transfer(
-    repo: OrgRepository, org_id: uuid.UUID, connection_id: str, owner: str
+    repo: OrgRepository,
+    org_id: uuid.UUID,
+    connection_id: str,
+    owner: str,
+    now: datetime,
+    by: uuid.UUID | None = None,
 ) -> Connection:
     """``transfer_connection`` by references (the API's): an unknown connection is 404, an
     unknown owner a mistake in the body (400)."""
@@ -265,7 +294,7 @@ async def transfer(
         raise ValidationFailed.for_field(
             "owner_id", "must be the id or e-mail of a user of this organization"
         ) from None
-    await transfer_connection(connection, new_owner)
+    await transfer_connection(connection, new_owner, now, by)
     await repo.session.flush()
     return connection
 
@@ -284,10 +313,12 @@ async def deactivate_user(
     await oauth.revoke_user_tokens(user.id, now)
 
 
-def reactivate_user(user: User) -> None:
+def reactivate_user(user: User, now: datetime, by: uuid.UUID | None = None) -> None:
     """They may sign in again, and their connections' keys act with their authority again;
     ended sessions and revoked tokens stay ended."""
-    user.deactivated_at = None
+    if user.deactivated_at is not None:
+        user.deactivated_at = None
+        audit_events.note(user, "user.reactivated", by, {"user_id": str(user.id)}, now)
 
 
 async def owned_connections(repo: OrgRepository, user: User) -> Sequence[Connection]:

@@ -155,7 +155,7 @@ async def test_what_another_process_changes_about_a_key_bites_at_once(
     assert (await client.get(me, headers=org.member.headers)).status_code == 200
 
     async def lower_the_limit(connection: Any) -> None:
-        orgs_service.set_rate_limit(connection, 7, settings)
+        orgs_service.set_rate_limit(connection, 7, settings, utcnow())
 
     await _in_another_process(settings, org, lower_the_limit)
     response = await client.get(me, headers=org.member.headers)

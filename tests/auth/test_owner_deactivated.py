@@ -101,7 +101,7 @@ async def set_active(settings: Settings, org: Org, who: Member, active: bool) ->
             user = await uow.orgs.get_user(uuid.UUID(org.id), uuid.UUID(who.user_id))
             assert user is not None
             if active:
-                orgs_service.reactivate_user(user)
+                orgs_service.reactivate_user(user, utcnow())
             else:
                 await orgs_service.deactivate_user(uow.oauth, user, utcnow())
     finally:

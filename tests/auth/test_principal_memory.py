@@ -177,7 +177,7 @@ async def test_a_changed_key_is_answered_afresh_and_counted_once(
     await create_approval(client, org.member)
 
     async def lower_the_limit(connection: Any) -> None:
-        orgs_service.set_rate_limit(connection, 50, settings)
+        orgs_service.set_rate_limit(connection, 50, settings, utcnow())
 
     await change_member_connection(settings, org, lower_the_limit)
     response = await client.post(

@@ -26,7 +26,7 @@ from signoff.orgs import service as orgs_service
 from signoff.webhooks.urlpolicy import AddressPolicy
 from tests.conftest import Member, Org, assert_error, make_settings
 from tests.dashboard.support import post_form, signed_in
-from tests.oauth.support import Client, bearer, register_client
+from tests.oauth.support import Client, bearer, grant, register_client
 
 GRANT = "urn:openid:params:grant-type:ciba"
 DETAILS = [{"type": "payment_initiation", "amount": {"currency": "EUR", "value": "123.50"}}]
@@ -232,6 +232,23 @@ async def test_poll_mode_approved(
     assert me.status_code == 200
     # Once per auth_req_id.
     assert_oauth_error(await poll(client, poller, auth_req_id), 400, "invalid_grant")
+    # Introspection names what was approved (RFC 9396 section 9.2), for the access token
+    # and the refresh token of the same grant.
+    for token in (tokens["access_token"], tokens["refresh_token"]):
+        seen = await client.post("/oauth/introspect", data={"token": token}, auth=auth(poller))
+        assert seen.json()["active"] is True
+        assert seen.json()["authorization_details"] == DETAILS
+
+
+async def test_tokens_of_other_grants_introspect_without_authorization_details(
+    ctx: AppContext, client: httpx.AsyncClient, org: Org, poller: Client
+) -> None:
+    tokens = await grant(ctx, poller, org.member, ("approvals:read",))
+    seen = await client.post(
+        "/oauth/introspect", data={"token": tokens["access_token"]}, auth=auth(poller)
+    )
+    assert seen.json()["active"] is True
+    assert "authorization_details" not in seen.json()
 
 
 async def test_rejected_and_cancelled_are_access_denied(

@@ -834,7 +834,7 @@ async def test_oauth_calls_count_against_the_owning_connection(
             uuid.UUID(org.id), uuid.UUID(confidential.connection_id)
         )
         assert connection is not None
-        orgs_service.set_rate_limit(connection, 3, ctx.settings)
+        orgs_service.set_rate_limit(connection, 3, ctx.settings, utcnow())
     # Another user authorizes the client: their calls still count against its connection.
     tokens = await grant(ctx, confidential, org.members[1])
     by_key = await client.get("/api/v1/me", headers=org.member.headers)

@@ -384,6 +384,18 @@ class OAuthRepository:
         )
         return result.rowcount == 1
 
+    async def backchannel_arguments(
+        self, family_id: uuid.UUID, client_pk: uuid.UUID
+    ) -> dict[str, Any] | None:
+        """The approved arguments behind a token family, when the family was issued for a
+        CIBA request of this client (its id is the family's); None otherwise."""
+        value = await self.session.scalar(
+            select(ApprovalRequest.arguments)
+            .join(_BC, _BC.request_id == ApprovalRequest.id)
+            .where(_BC.request_id == family_id, _BC.client_pk == client_pk)
+        )
+        return cast(dict[str, Any] | None, value)
+
     async def approved_arguments(self, request_id: uuid.UUID) -> dict[str, Any] | None:
         """The arguments a request was decided with (after any edit by the approver)."""
         value = await self.session.scalar(

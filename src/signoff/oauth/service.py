@@ -535,7 +535,7 @@ async def introspect(
     )
     if not active:
         return {"active": False}
-    return {
+    answer: dict[str, Any] = {
         "active": True,
         "scope": row.scope,
         "client_id": details.client.client_id,
@@ -548,6 +548,11 @@ async def introspect(
         "org_id": str(details.org_id),
         "connection_id": str(details.client.connection_id),
     }
+    # RFC 9396 section 9.2: a token granted through CIBA carries what was approved.
+    arguments = await repo.backchannel_arguments(row.family_id, client.id)
+    if arguments is not None and isinstance(arguments.get("authorization_details"), list):
+        answer["authorization_details"] = arguments["authorization_details"]
+    return answer
 
 
 # ---- sign-in sessions ----

@@ -17,6 +17,7 @@ from signoff.common.time import format_timestamp, utcnow
 from signoff.context import AppContext
 from signoff.models import Organization
 from signoff.orgs import service as orgs_service
+from signoff.orgs.settings import parse_changes, settings_of
 from signoff.passkeys import service as passkeys_service
 from signoff.unit_of_work import UnitOfWork
 
@@ -102,6 +103,44 @@ def org_passkeys(
 
     result = run_in_transaction(action)
     emit(as_json, result, f"passkey_for: {result['passkey_for']}")
+
+
+@org_app.command("settings")
+def org_settings(
+    org: OrgArgument,
+    changes: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="NAME=VALUE pairs to change (self_approval=forbid, passkey_for=critical); "
+            "leave out to show the settings."
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show or change the org's settings, as GET/PATCH /api/v1/org/settings do
+    (docs/policies.md: four-eyes; docs/passkeys.md)."""
+    wanted = _setting_pairs(changes or [])
+
+    async def action(_: AppContext, uow: UnitOfWork) -> dict[str, Any]:
+        found = await orgs_service.resolve_org(uow.orgs, org)
+        if wanted:
+            checked = parse_changes(wanted)
+            await uow.orgs.update_settings(found.id, checked, None, utcnow())
+            await uow.session.refresh(found)
+        return settings_of(found)
+
+    document = run_in_transaction(action)
+    emit(as_json, document, "\n".join(f"{name}: {value}" for name, value in document.items()))
+
+
+def _setting_pairs(pairs: list[str]) -> dict[str, str]:
+    parsed: dict[str, str] = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not equals or not name:
+            raise fail(f"{pair!r} is not NAME=VALUE (self_approval=forbid, say)")
+        parsed[name.strip()] = value.strip()
+    return parsed
 
 
 @org_app.command("delete")

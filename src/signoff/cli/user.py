@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import typer
@@ -11,6 +12,12 @@ from signoff.common.time import format_timestamp, utcnow
 from signoff.context import AppContext
 from signoff.models import Connection, User
 from signoff.orgs import service as orgs_service
+from signoff.orgs.delegation import (
+    DelegationIn,
+    clear_delegation,
+    delegation_to_dict,
+    set_delegation,
+)
 from signoff.unit_of_work import UnitOfWork
 
 user_app = typer.Typer(help="Users of an organization.", no_args_is_help=True)
@@ -111,6 +118,68 @@ def user_deactivate(
         )
     data = {**user_to_dict(found), "connections": [str(c.id) for c in owned]}
     emit(as_json, data, said)
+
+
+@user_app.command("delegation")
+def user_delegation(
+    user: Annotated[str, typer.Argument(help="User id or e-mail.")],
+    org: OrgOption,
+    to: Annotated[
+        str | None, typer.Option("--to", help="Delegate: user id or e-mail of the org.")
+    ] = None,
+    until: Annotated[
+        datetime | None,
+        typer.Option(help="Away until (ISO 8601; UTC unless it names a zone)."),
+    ] = None,
+    since: Annotated[
+        datetime | None,
+        typer.Option("--from", help="Away from (ISO 8601); default now."),
+    ] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="End the delegation.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show, set (--to and --until) or end (--clear) a user's out-of-office delegation, as
+    PUT /api/v1/me/delegation does for oneself (docs/policies.md)."""
+    if clear and (to or until or since):
+        raise fail("--clear takes no --to, --until or --from")
+    if (to is None) != (until is None) or (since is not None and to is None):
+        raise fail("set a delegation with both --to and --until (and --from if not now)")
+
+    async def action(_: AppContext, uow: UnitOfWork) -> dict[str, Any]:
+        org_row = await orgs_service.resolve_org(uow.orgs, org)
+        found = await orgs_service.resolve_user(uow.orgs, org_row.id, user)
+        now = utcnow()
+        if clear:
+            clear_delegation(found)
+        elif to is not None and until is not None:
+            delegate = await orgs_service.resolve_user(uow.orgs, org_row.id, to)
+            payload = DelegationIn(
+                away_from=_aware(since) if since else None,
+                away_until=_aware(until),
+                delegate_id=delegate.id,
+            )
+            await set_delegation(uow.orgs, found, payload, now)
+        standing_in = (
+            await uow.orgs.get_user(org_row.id, found.delegate_id) if found.delegate_id else None
+        )
+        return {"user_id": str(found.id), **delegation_to_dict(found, standing_in, now)}
+
+    answer = run_in_transaction(action)
+    if answer["delegate_id"] is None:
+        emit(as_json, answer, "no delegation")
+    else:
+        emit(
+            as_json,
+            answer,
+            f"away {answer['away_from']} to {answer['away_until']}, delegate "
+            f"{answer['delegate_name']} ({answer['delegate_id']})"
+            + (" (away now)" if answer["away_now"] else ""),
+        )
+
+
+def _aware(moment: datetime) -> datetime:
+    """A time typed without a zone is UTC, as every time signoff prints is."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 @user_app.command("reactivate")

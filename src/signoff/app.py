@@ -246,7 +246,8 @@ def create_app(
             if background
             else []
         )
-        if background and settings.retention_days is not None:
+        if background:
+            # Spent budget windows every hour; old requests too with SIGNOFF_RETENTION_DAYS.
             tasks.append(asyncio.create_task(run_retention(ctx, stop), name="retention"))
         application.state.background = tasks  # /readyz checks they still run
         try:

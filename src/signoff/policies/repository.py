@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, bindparam, func, literal_column, null, select, update
+from sqlalchemy import Table, bindparam, delete, func, literal_column, null, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -209,6 +209,12 @@ class PolicyRepository:
             "max_sum": max_sum,
         }
         return bool(await execute_in(self.session, _SPEND[self.dialect], params))
+
+    async def purge_spent_windows(self, before: datetime) -> int:
+        """Delete the budget windows that started before ``before``: no create spends in
+        them any more. A background sweep of a small table (no request waits on it)."""
+        result = await self.session.execute(delete(_USAGE).where(_USAGE.c.window_start < before))
+        return int(getattr(result, "rowcount", 0) or 0)
 
     async def decided_since(
         self,

@@ -250,3 +250,13 @@ def check_days(days: Any) -> int:
     if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= 365:
         raise ValidationFailed.for_field("days", "an integer 1 to 365")
     return days
+
+
+# The longest budget window is a day: a window that started two days ago is spent.
+SPENT_WINDOW_AGE = timedelta(days=2)
+
+
+async def purge_spent_budgets(repo: PolicyRepository, now: datetime) -> int:
+    """Forget budget windows no create can spend in any more (the worker, hourly); how
+    many were deleted."""
+    return await repo.purge_spent_windows(now - SPENT_WINDOW_AGE)

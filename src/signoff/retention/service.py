@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from signoff.audit.service import CheckpointPolicy, Signer, prune_for_purge
 from signoff.common.time import utcnow
 from signoff.context import AppContext
+from signoff.policies import service as policies
 from signoff.retention.repository import RetentionRepository
 from signoff.unit_of_work import UnitOfWork
 
@@ -118,22 +119,33 @@ def chain_signer(ctx: AppContext) -> Signer:
 
 
 async def run_retention(ctx: AppContext, stop: asyncio.Event) -> None:
-    """The worker's loop: every hour, purge what is older than SIGNOFF_RETENTION_DAYS."""
+    """The worker's loop: every hour, forget spent policy budget windows and, with
+    SIGNOFF_RETENTION_DAYS, purge the requests older than that."""
     days = ctx.settings.retention_days
-    if days is None:
-        return
     while not stop.is_set():
-        try:
-            report = await purge(
-                ctx.transaction, utcnow() - timedelta(days=days), sign=chain_signer(ctx)
-            )
-            if report.requests:
-                logger.info(
-                    "retention: purged %d requests older than %d days", report.requests, days
-                )
-        except Exception:
-            logger.exception("retention purge failed; retrying after the interval")
+        await _purge_spent_budgets(ctx)
+        if days is not None:
+            await _purge_old_requests(ctx, days)
         try:
             await asyncio.wait_for(stop.wait(), RETENTION_INTERVAL_SECONDS)
         except TimeoutError:
             pass
+
+
+async def _purge_spent_budgets(ctx: AppContext) -> None:
+    try:
+        async with ctx.transaction() as uow:
+            await policies.purge_spent_budgets(uow.policies, utcnow())
+    except Exception:
+        logger.exception("purging spent budget windows failed; retrying after the interval")
+
+
+async def _purge_old_requests(ctx: AppContext, days: int) -> None:
+    try:
+        report = await purge(
+            ctx.transaction, utcnow() - timedelta(days=days), sign=chain_signer(ctx)
+        )
+        if report.requests:
+            logger.info("retention: purged %d requests older than %d days", report.requests, days)
+    except Exception:
+        logger.exception("retention purge failed; retrying after the interval")

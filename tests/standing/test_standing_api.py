@@ -16,8 +16,8 @@ from sqlalchemy import update
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.models import StandingApproval
-from tests.conftest import Org, assert_error, create_approval
-from tests.standing.support import GRANT, grant, org_events, request, standing_list
+from tests.conftest import Org, approval_body, assert_error, create_approval
+from tests.standing.support import DEPLOY, GRANT, grant, org_events, request, standing_list
 
 pytestmark = pytest.mark.anyio
 
@@ -123,14 +123,7 @@ async def test_an_idempotent_replay_takes_no_use(client: httpx.AsyncClient, org:
     first = await request(client, org.members[0], idempotency_key="k-1")
     again = await client.post(
         "/api/v1/approvals",
-        json={
-            "title": "Deploy v2 to production",
-            "description": "Rolls out the new billing service to every region.",
-            "priority": "high",
-            "action_type": "deploy.staging",
-            "arguments": {"env": "staging", "replicas": 3},
-            "idempotency_key": "k-1",
-        },
+        json=approval_body(**DEPLOY, idempotency_key="k-1"),
         headers=org.members[0].headers,
     )
     assert again.json()["id"] == first["id"]

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Org, assert_error
-from tests.standing.support import GRANT, decide, grant, request, standing_list
+from tests.conftest import Org, approval_body, assert_error
+from tests.standing.support import DEPLOY, GRANT, decide, grant, request, standing_list
 
 pytestmark = pytest.mark.anyio
 
@@ -35,15 +35,7 @@ async def test_the_emergency_stop_comes_first(client: httpx.AsyncClient, org: Or
     )
     assert stop.status_code == 200, stop.text
     refused = await client.post(
-        "/api/v1/approvals",
-        json={
-            "title": "t",
-            "description": "d",
-            "priority": "low",
-            "action_type": "deploy.staging",
-            "arguments": {"env": "staging", "replicas": 1},
-        },
-        headers=org.members[0].headers,
+        "/api/v1/approvals", json=approval_body(**DEPLOY), headers=org.members[0].headers
     )
     assert_error(refused, 503, "EMERGENCY_STOP")
     assert await uses(client, org) == 0

@@ -4,13 +4,15 @@ databases."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 
 from signoff.context import AppContext
 from tests.conftest import Org
-from tests.dashboard.support import post_form, signed_in
-from tests.standing.support import request, standing_list
+from tests.dashboard.support import browser_client, post_form, signed_in
+from tests.standing.support import grant, request, standing_list
 
 pytestmark = pytest.mark.anyio
 
@@ -61,3 +63,28 @@ async def test_dont_ask_again_from_the_page(
     read = await client.get(f"/api/v1/approvals/{other['id']}", headers=org.admin.headers)
     assert read.json()["status"] == "rejected"
     assert len(await standing_list(client, org.admin)) == 1
+
+
+async def test_the_standing_approvals_page_lists_and_revokes(
+    app: Any, client: httpx.AsyncClient, ctx: AppContext, org: Org
+) -> None:
+    grantor, stranger = org.members[1], org.members[2]
+    await signed_in(ctx, client, stranger)
+    empty = await client.get("/standing-approvals")
+    assert empty.status_code == 200 and "Nothing stands" in empty.text
+    sid = await grant(client, org.members[0], grantor)
+    page = await client.get("/standing-approvals")
+    assert "deploy.staging" in page.text and grantor.name in page.text
+    assert "conn-1" in page.text and "replicas" in page.text
+    assert f"/standing-approvals/{sid}/revoke" not in page.text, "not theirs to revoke"
+    forged = await client.post(f"/standing-approvals/{sid}/revoke", data={"csrf_token": "x"})
+    assert forged.status_code == 403
+    async with browser_client(app) as theirs:
+        await signed_in(ctx, theirs, grantor)
+        revoked = await post_form(
+            theirs, "/standing-approvals", f"/standing-approvals/{sid}/revoke"
+        )
+        assert revoked.status_code == 303, revoked.text
+        assert await standing_list(client, grantor) == []
+        after = await theirs.get("/standing-approvals")
+        assert "Nothing stands" in after.text

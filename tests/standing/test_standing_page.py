@@ -11,7 +11,7 @@ import pytest
 
 from signoff.context import AppContext
 from tests.conftest import Org
-from tests.dashboard.support import browser_client, post_form, signed_in
+from tests.dashboard.support import browser_client, csrf_of, post_form, signed_in
 from tests.standing.support import grant, request, standing_list
 
 pytestmark = pytest.mark.anyio
@@ -88,3 +88,17 @@ async def test_the_standing_approvals_page_lists_and_revokes(
         assert await standing_list(client, grantor) == []
         after = await theirs.get("/standing-approvals")
         assert "Nothing stands" in after.text
+
+
+async def test_another_orgs_people_see_and_revoke_nothing(
+    client: httpx.AsyncClient, ctx: AppContext, org: Org, other_org: Org
+) -> None:
+    sid = await grant(client, org.members[0], org.admin)
+    await signed_in(ctx, client, other_org.admin)
+    page = await client.get("/standing-approvals")
+    assert "Nothing stands" in page.text and sid not in page.text
+    answer = await client.post(
+        f"/standing-approvals/{sid}/revoke", data={"csrf_token": csrf_of(page.text)}
+    )
+    assert answer.status_code == 404
+    assert len(await standing_list(client, org.admin)) == 1

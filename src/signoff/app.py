@@ -51,6 +51,7 @@ from signoff.orgs.endpoints import router as orgs_router
 from signoff.orgs.settings_endpoints import router as org_settings_router
 from signoff.policies.endpoints import router as policies_router
 from signoff.policies.pages import pages as policy_pages
+from signoff.policies.standing_endpoints import router as standing_router
 from signoff.receipts.endpoints import router as receipts_router
 from signoff.remote_mcp.server import RemoteMcp
 from signoff.retention.service import run_retention
@@ -285,6 +286,7 @@ def create_app(
         webhooks_router,
         notifications_router,
         policies_router,
+        standing_router,
         audit_router,
         notification_pages,
         policy_pages,

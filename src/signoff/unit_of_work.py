@@ -19,6 +19,7 @@ from signoff.oauth.repository import OAuthRepository
 from signoff.orgs.repository import OrgRepository
 from signoff.passkeys.repository import PasskeyRepository
 from signoff.policies.repository import PolicyRepository
+from signoff.policies.standing_repository import StandingApprovalRepository
 from signoff.receipts.keys import KeyRing
 from signoff.receipts.service import ReceiptWrites
 from signoff.storage import QueryRunner
@@ -99,6 +100,7 @@ class UnitOfWork:
         self.dialect = dialect
         self.approvals = ApprovalRepository(session, dialect, queries, CREATED_PLAN)
         self.policies = PolicyRepository(session, dialect, queries)
+        self.standing = StandingApprovalRepository(session, dialect, queries)
         self.orgs = OrgRepository(session)
         self.webhooks = WebhookRepository(session, dialect)
         self.oauth = OAuthRepository(session)

@@ -65,6 +65,8 @@ SCOPE_TABLE: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/policies/versions"): READ,
     ("POST", "/api/v1/policies/versions/{}/restore"): WRITE,
     ("POST", "/api/v1/policies/dry-run"): WRITE,
+    ("GET", "/api/v1/standing-approvals"): READ,
+    ("DELETE", "/api/v1/standing-approvals/{}"): WRITE,
     ("GET", "/api/v1/audit/export"): READ,
     # The executor redeems the receipt of what it is about to do: a write.
     ("POST", "/api/v1/receipts/redeem"): WRITE,
@@ -209,6 +211,19 @@ async def _restore_policy(env: Env) -> Call:
     return "POST", f"/api/v1/policies/versions/{saved.json()['version']}/restore", None
 
 
+async def _revoke_standing(env: Env) -> Call:
+    """A standing approval to revoke: granted by the admin's key beside an approval."""
+    created = await create_approval(env.client, env.org.members[0], action_type="deploy.staging")
+    decided = await env.client.patch(
+        f"/api/v1/approvals/{created['id']}",
+        headers=env.admin.headers,
+        json={"decision": "approve", "standing": {"max_uses": 1}},
+    )
+    assert decided.status_code == 200, decided.text
+    listed = await env.client.get("/api/v1/standing-approvals", headers=env.admin.headers)
+    return "DELETE", f"/api/v1/standing-approvals/{listed.json()['data'][0]['id']}", None
+
+
 async def _redeem(env: Env) -> Call:
     created = await create_approval(env.client, env.admin, arguments={"replicas": 3})
     decided = await env.client.patch(
@@ -295,6 +310,8 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("POST", "/api/v1/policies/dry-run"): lambda env: _plain(
         "POST", "/api/v1/policies/dry-run", {"rules": [], "days": 1}
     ),
+    ("GET", "/api/v1/standing-approvals"): lambda env: _plain("GET", "/api/v1/standing-approvals"),
+    ("DELETE", "/api/v1/standing-approvals/{}"): _revoke_standing,
     ("POST", "/api/v1/receipts/redeem"): _redeem,
     ("GET", "/api/v1/approvals/{}/notifications"): lambda env: _with(
         env, "GET", "/api/v1/approvals/{rid}/notifications", None

@@ -43,6 +43,7 @@ def _principals() -> tuple[repository.PrincipalsByKey, _Queries]:
         "off",  # the org's passkey_for
         "allow",  # the org's self_approval
         0,  # the org's policy version
+        0,  # the standing approvals the org granted
     )
     queries = _Queries(row)
     return repository.PrincipalsByKey(cast(QueryRunner, queries)), queries

@@ -125,7 +125,13 @@ REQUEST_FIELDS: tuple[RequestField, ...] = (
         "auto_approved",
         "flag",
         bool,
-        "Approved by a policy rather than a person; false until policies exist.",
+        "Approved at create by a policy rule or a standing approval rather than a person.",
+    ),
+    RequestField(
+        "standing_approval_id",
+        "id",
+        uuid.UUID | None,
+        "The standing approval that approved it at create (docs/policies.md); null otherwise.",
     ),
     RequestField(
         "arguments", "object", dict[str, Any], "What the action runs with ({} when none)."

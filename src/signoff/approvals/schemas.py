@@ -38,6 +38,7 @@ from signoff.common.validation import (
     validate_callback_url,
 )
 from signoff.errors import ValidationFailed
+from signoff.policies.schemas import StandingGrantIn
 from signoff.receipts.arguments import arguments_hash, check_against_schema
 
 ACTION_TYPE_PATTERN = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
@@ -410,10 +411,21 @@ class DecideApprovalRequest(BaseModel):
         "longer count; the edit counts as this approval.",
     )
 
+    standing: StandingGrantIn | None = Field(
+        None,
+        description='Only beside `decision: "approve"`: also approve, at once, later '
+        "requests of the same connection and action type (whose arguments meet "
+        "`arguments`) for `ttl_seconds` and/or `max_uses` of them (docs/policies.md, "
+        "*Standing approvals*). 400 VALIDATION_ERROR, and no decision, for a critical "
+        "request, one that needs more than one approval or has no action type, a "
+        "constraint on an argument the request lacks (or that it does not meet), or "
+        "past the org's caps.",
+    )
+
     @model_validator(mode="before")
     @classmethod
     def _absent_means_default(cls, data: Any) -> Any:
-        return _drop_absent(data, frozenset({"comment", "source", "arguments"}))
+        return _drop_absent(data, frozenset({"comment", "source", "arguments", "standing"}))
 
     @field_validator("arguments")
     @classmethod
@@ -430,6 +442,10 @@ class DecideApprovalRequest(BaseModel):
         if self.arguments is not None and self.decision != "approve":
             raise ValidationFailed.for_field(
                 "arguments", "only an approval may edit the arguments; a reject takes none"
+            )
+        if self.standing is not None and self.decision != "approve":
+            raise ValidationFailed.for_field(
+                "standing", "only an approval may grant a standing approval"
             )
         return self
 

@@ -47,8 +47,11 @@ from signoff.models import AuditEvent, Comment
 from signoff.models.approvals import DEFAULT_RECEIPT_TTL_SECONDS
 from signoff.passkeys.rule import PasskeyProof, passkey_may_be_needed, passkey_needed
 from signoff.policies import service as policies
+from signoff.policies import standing
 from signoff.policies.evaluator import RequestFacts
 from signoff.policies.repository import PolicyRepository
+from signoff.policies.schemas import StandingGrantIn
+from signoff.policies.standing_repository import StandingApprovalRepository
 from signoff.receipts.arguments import arguments_hash
 from signoff.storage import LostRace
 
@@ -70,6 +73,9 @@ class ApprovalsWork(effects.EffectsUnitOfWork, Protocol):
 
     @property
     def policies(self) -> PolicyRepository: ...
+
+    @property
+    def standing(self) -> StandingApprovalRepository: ...
 
     @property
     def outbox(self) -> HeldCallbacks: ...
@@ -145,13 +151,17 @@ async def create_request(
         uow.policies, principal, _policy_facts(principal, payload), now
     )
     values.update(verdict.changes)
+    matched = await _standing_match(uow, principal, payload, verdict, values, now)
+    if matched is not None:
+        verdict = replace(verdict, decision="approve", label=matched.label, data=matched.data)
+        values["standing_approval_id"] = matched.row.id
     values.update(_decided_columns(verdict, now))
     action = state.Create(
         principal.actor,
         payload.title,
         values["priority"],
         payload.source,
-        policy=_policy_verdict(verdict),
+        policy=_policy_verdict(verdict, "standing_approval" if matched else "policy"),
         has_callback=payload.callback_url is not None,
         notes=verdict.notes,
     )
@@ -160,6 +170,8 @@ async def create_request(
     created = await effects.apply_create(uow, values, transition, author, now, check)
     if created is None:
         assert payload.idempotency_key is not None  # only a key can conflict
+        if matched is not None:  # a replay approves nothing: the use goes back
+            await uow.standing.give_back(matched.row.id)
         existing = await uow.approvals.find_by_idempotency_key(
             principal.org_id, payload.idempotency_key
         )
@@ -167,6 +179,37 @@ async def create_request(
             raise NotFound("The request holding this idempotency key no longer exists.")
         return CreateResult(existing, created=False)
     return CreateResult(created, created=True)
+
+
+async def _standing_match(
+    uow: ApprovalsWork,
+    principal: Principal,
+    payload: CreateApprovalRequest,
+    verdict: policies.CreateVerdict,
+    values: Mapping[str, Any],
+    now: datetime,
+) -> standing.Match | None:
+    """After the policies (no rule decided), before people: the standing approval that
+    approves the new request, its use taken in the create's transaction. Nothing is read
+    in an org that never granted one (the principal says so), or for a request none may
+    approve (critical, needing more than one approval)."""
+    if verdict.decision is not None or payload.action_type is None:
+        return None
+    if not standing.may_match(
+        principal.org_standing_approvals,
+        values["priority"],
+        values["required_approvals"],
+        payload.action_type,
+    ):
+        return None
+    return await standing.match(
+        uow.standing,
+        principal.org_id,
+        principal.connection_id,
+        payload.action_type,
+        payload.arguments,
+        now,
+    )
 
 
 def _policy_facts(principal: Principal, payload: CreateApprovalRequest) -> RequestFacts:
@@ -183,16 +226,19 @@ def _policy_facts(principal: Principal, payload: CreateApprovalRequest) -> Reque
     )
 
 
-def _policy_verdict(verdict: policies.CreateVerdict) -> state.PolicyVerdict | None:
+def _policy_verdict(
+    verdict: policies.CreateVerdict, by: Literal["policy", "standing_approval"]
+) -> state.PolicyVerdict | None:
     if verdict.decision not in ("approve", "reject"):
         return None
     decision: state.Decision = "approve" if verdict.decision == "approve" else "reject"
-    return state.PolicyVerdict(decision, verdict.data, verdict.reason)
+    return state.PolicyVerdict(decision, verdict.data, verdict.reason, by)
 
 
 def _decided_columns(verdict: policies.CreateVerdict, now: datetime) -> dict[str, Any]:
-    """A request a policy decided is written decided: by no user, the policy and its
-    version named in ``decided_by_name``."""
+    """A request a policy (or a standing approval) decided is written decided: by no
+    user, the policy and its version (or the standing approval and its grantor) named in
+    ``decided_by_name``."""
     if verdict.decision is None:
         return {}
     approved = verdict.decision == "approve"
@@ -288,11 +334,51 @@ async def decide(
     from memory; the first read confirms it (``PrincipalCheck``).
 
     ``passkey``: the proof that the person's passkey signed this very decision, which
-    the org's ``passkey_for`` may require (else 403 PASSKEY_REQUIRED)."""
+    the org's ``passkey_for`` may require (else 403 PASSKEY_REQUIRED).
+
+    ``payload.standing``: the approval also grants a standing approval, checked before
+    anything is written and stored in the decision's transaction (which then takes the
+    request's lock: the decision and the grant commit together or not at all)."""
     if passkey_may_be_needed(principal.org_passkey_for, principal.org_policy_version):
         await _check_passkey(uow.approvals, principal, request_id, payload, passkey, check)
     if principal.forbids_self_approval:
         await refuse_self_approval(uow.approvals, principal, request_id)
+    grant = payload.standing
+    if grant is not None:
+        await _check_standing_grant(uow, principal, request_id, payload, grant, check)
+    result = await _decide_on(uow, principal, request_id, payload, now, check, on)
+    if grant is not None:
+        if result.request.status != "approved":  # pragma: no cover - one approval decides
+            raise ValidationFailed.for_field("standing", "only an approval that decides")
+        await standing.grant(uow.standing, principal, grant, result.request, now)
+    return result
+
+
+async def _check_standing_grant(
+    uow: ApprovalsWork,
+    principal: OrgMember,
+    request_id: uuid.UUID,
+    payload: DecideApprovalRequest,
+    grant: StandingGrantIn,
+    check: PrincipalCheck | None,
+) -> None:
+    """Refuse a grant the request or the org's caps do not allow, before the decision;
+    the request is read locked, so the decision is made under the lock too."""
+    row = await _get_locked(uow.approvals, principal, request_id, check)
+    caps = standing.caps_of(await uow.standing.caps(principal.org_id))
+    arguments = payload.arguments if payload.arguments is not None else row.arguments
+    standing.check_grant(grant, row, arguments, caps)
+
+
+async def _decide_on(
+    uow: ApprovalsWork,
+    principal: OrgMember,
+    request_id: uuid.UUID,
+    payload: DecideApprovalRequest,
+    now: datetime,
+    check: PrincipalCheck | None,
+    on: DecisionTarget,
+) -> TransitionResult:
     stands_in_for: dict[uuid.UUID, str] = {}
     if on != "request":
         # Out of office: a delegate votes the steps of those they stand in for.

@@ -109,11 +109,14 @@ class RequestView:
 class PolicyVerdict:
     """A policy rule decided a new request (``policies/``): it is created approved
     (``auto_approve``) or rejected (``auto_reject``, with its reason). ``data`` names the
-    rule and the document's version, for the audit event."""
+    rule and the document's version, for the audit event. A standing approval's verdict
+    (``by="standing_approval"``) is an approval whose ``data`` names the standing
+    approval instead."""
 
     decision: Decision
     data: Mapping[str, Any]
     reason: str | None = None
+    by: Literal["policy", "standing_approval"] = "policy"
 
 
 @dataclass(frozen=True)
@@ -398,7 +401,7 @@ def _create(action: Create) -> Transition:
     decided: dict[str, Any] = {
         "status": status,
         "decision": verdict.decision,
-        "policy": dict(verdict.data),
+        verdict.by: dict(verdict.data),
     }
     if verdict.reason:
         decided["comment"] = verdict.reason

@@ -58,6 +58,7 @@ class RequestRecord(NamedTuple):
     original_arguments: dict[str, Any] | None
     original_arguments_hash: str | None
     passkey_required: bool = False
+    standing_approval_id: uuid.UUID | None = None
 
 
 class StepRecord(NamedTuple):

@@ -36,6 +36,8 @@ class OrgMember:
     org_policy_version: int = field(default=0, kw_only=True)
     # The org's ``passkey_for`` setting: which decisions need the person's passkey.
     org_passkey_for: str = field(default="off", kw_only=True)
+    # Standing approvals the org ever granted (``policies.standing``): 0, none to match.
+    org_standing_approvals: int = field(default=0, kw_only=True)
 
     @classmethod
     def of(cls, user: User, org: Organization) -> OrgMember:
@@ -51,6 +53,7 @@ class OrgMember:
             org_self_approval=org.self_approval,
             org_policy_version=org.policy_version,
             org_passkey_for=org.passkey_for,
+            org_standing_approvals=org.standing_approvals_granted,
         )
 
     @property

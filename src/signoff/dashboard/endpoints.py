@@ -54,6 +54,7 @@ from signoff.dashboard.web import (
 from signoff.errors import (
     AppError,
     Conflict,
+    NotFound,
     PasskeyRequired,
     RequestNotPending,
     ValidationFailed,
@@ -419,6 +420,8 @@ async def decide(request: Request, request_id: str, viewer: Viewer = User) -> Re
             data["arguments"] = orjson.loads(fields["arguments"])
         except orjson.JSONDecodeError:
             return redirect(back, flash="The edited arguments are not valid JSON.", kind="error")
+    if data["decision"] == "approve":
+        data["standing"] = await _standing_chosen(ctx, viewer, rid, fields)
     try:
         payload = validate_model(
             DecideApprovalRequest, {**data, "source": "dashboard"}, ctx.settings
@@ -450,6 +453,22 @@ async def decide(request: Request, request_id: str, viewer: Viewer = User) -> Re
     if final and callback:
         message += " The caller has been told."
     return redirect(back, flash=message)
+
+
+async def _standing_chosen(
+    ctx: AppContext, viewer: Viewer, rid: uuid.UUID, fields: dict[str, str]
+) -> dict[str, Any] | None:
+    """ "Don't ask again" as chosen beside an approval; the request's arguments are read
+    only when "only with these same arguments" is ticked."""
+    arguments = None
+    if fields.get("standing_same_arguments"):
+        try:
+            async with ctx.reading() as uow:
+                row = await approvals_service.get_request(uow.approvals, viewer.member, rid)
+        except NotFound:
+            raise not_found("This request") from None
+        arguments = row.arguments
+    return service.standing_from_form(fields, arguments)
 
 
 async def _editable_page(request: Request, rid: uuid.UUID, viewer: Viewer) -> service.RequestPage:

@@ -386,6 +386,43 @@ class RequestPage:
     def has_schema(self) -> bool:
         return self.schema is not None
 
+    @property
+    def may_grant_standing(self) -> bool:
+        """Whether "Don't ask again" is offered beside the approval: never for a
+        critical request, one needing more than one approval, or one without an action
+        type (``policies.standing.check_grant`` refuses those)."""
+        q = self.request
+        return (
+            q["priority"] != "critical"
+            and bool(q["action_type"])
+            and q["required_approvals"] == 1
+            and not self.steps
+        )
+
+
+# "Don't ask again" on the request's page: the choices of its select, as ``ttl_seconds``.
+STANDING_TTLS = {"3600": 3600, "86400": 86400}
+
+
+def standing_from_form(
+    fields: dict[str, str], arguments: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The ``standing`` of a decision made on the page: None when nothing was chosen,
+    else the grant, checked like the API's (``StandingGrantIn``). ``arguments``: the
+    request's, read only when "only with these same arguments" is ticked."""
+    ttl = STANDING_TTLS.get(fields.get("standing_for", ""))
+    uses_text = fields.get("standing_uses", "").strip()
+    if ttl is None and not uses_text:
+        return None
+    standing: dict[str, Any] = {}
+    if ttl is not None:
+        standing["ttl_seconds"] = ttl
+    if uses_text:
+        standing["max_uses"] = int(uses_text) if uses_text.isdigit() else uses_text
+    if fields.get("standing_same_arguments") and arguments:
+        standing["arguments"] = {name: {"eq": value} for name, value in arguments.items()}
+    return standing
+
 
 class RequestPageWork(Protocol):
     """What a request's page reads: the request (approvals), its callbacks (webhooks),

@@ -22,7 +22,7 @@ from signoff.models.oauth import (
 from signoff.models.orgs import Connection, Organization, SetupLink, User
 from signoff.models.passkeys import DecisionAssertion, Passkey, PasskeyChallenge
 from signoff.models.passwords import PasswordLink
-from signoff.models.policies import PolicyBudgetUsage, PolicyDocument
+from signoff.models.policies import PolicyBudgetUsage, PolicyDocument, StandingApproval
 from signoff.models.receipts import Receipt, SigningKey
 from signoff.models.webhooks import WebhookAttempt, WebhookDelivery
 
@@ -56,6 +56,7 @@ __all__ = [
     "RoutingConfig",
     "SetupLink",
     "SigningKey",
+    "StandingApproval",
     "User",
     "Vote",
     "WebhookAttempt",

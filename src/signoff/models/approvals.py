@@ -96,7 +96,7 @@ class ApprovalRequest(Base):
     comments_count: Mapped[int] = mapped_column(Integer, default=0)
     # Set while a chain is configured: reads and the inbox skip the steps table otherwise.
     has_steps: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
-    # Approved by a policy rather than a person: always false until policies exist.
+    # Approved by a policy or a standing approval rather than by a person.
     auto_approved: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # The request's number in its org, given by its create (``ApprovalRepository.
     # insert_unless_key_taken``): never shared by two requests of the org, never reused.
@@ -120,6 +120,9 @@ class ApprovalRequest(Base):
     original_arguments_hash: Mapped[str | None] = mapped_column(String(64), default=None)
     # A policy rule asked that its decisions be signed with a passkey (docs/passkeys.md).
     passkey_required: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # The standing approval that approved it at create (``policies.standing``); no
+    # foreign key, as for its grantor: the id is what the audit names.
+    standing_approval_id: Mapped[uuid.UUID | None] = mapped_column(default=None)
     # How long the receipt its approval issues is valid.
     receipt_ttl_seconds: Mapped[int] = mapped_column(
         Integer,

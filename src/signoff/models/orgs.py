@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     Boolean,
@@ -21,7 +22,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from signoff.common.ids import new_id
 from signoff.common.time import utcnow
-from signoff.models.base import Base
+from signoff.models.base import Base, JSONType
 
 
 class Organization(Base):
@@ -47,6 +48,13 @@ class Organization(Base):
     # the save's transaction. It travels with the principal, which the create's first
     # statement confirms, so a create reads no policy table unless the org has one.
     policy_version: Mapped[int] = mapped_column(Integer, server_default="0")
+    # Standing approvals ever granted in the org (0: none), raised by each grant in its
+    # transaction. It travels with the principal like ``policy_version``: a create looks
+    # for a standing approval only in an org that has granted one.
+    standing_approvals_granted: Mapped[int] = mapped_column(Integer, server_default="0")
+    # The admins' caps on standing approvals (orgs/settings.py, ``standing_approvals``):
+    # null, none beyond the service's own limits.
+    standing_approval_caps: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

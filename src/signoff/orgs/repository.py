@@ -31,6 +31,7 @@ from signoff.audit.events import SETTINGS_EVENT
 from signoff.auth.principal import ALL_SCOPES, Principal, PrincipalCheck
 from signoff.common.time import utcnow
 from signoff.models import ApprovalRequest, Base, Connection, Organization, SetupLink, User
+from signoff.orgs.settings import columns_of
 from signoff.storage import PreparedQuery, QueryRunner
 
 # Every API call runs this: built once, since building a statement (and its cache key)
@@ -53,6 +54,7 @@ PRINCIPAL_COLUMNS = (
     Organization.passkey_for,
     Organization.self_approval,
     Organization.policy_version,
+    Organization.standing_approvals_granted,
 )
 _PRINCIPAL_BY_KEY_HASH = PreparedQuery(
     select(*PRINCIPAL_COLUMNS)
@@ -99,6 +101,11 @@ def principal_guard() -> ColumnElement[bool]:
             == bindparam("principal_self_approval", type_=Organization.self_approval.type),
             Organization.policy_version
             == bindparam("principal_policy_version", type_=Organization.policy_version.type),
+            Organization.standing_approvals_granted
+            == bindparam(
+                "principal_standing_approvals",
+                type_=Organization.standing_approvals_granted.type,
+            ),
         )
     )
 
@@ -121,6 +128,7 @@ def principal_guard_params(check: PrincipalCheck) -> dict[str, Any]:
         "principal_owner_active": not principal.owner_deactivated,
         "principal_self_approval": principal.org_self_approval,
         "principal_policy_version": principal.org_policy_version,
+        "principal_standing_approvals": principal.org_standing_approvals,
     }
 
 
@@ -212,13 +220,13 @@ class OrgRepository:
         await audit_events.record(self.session, org_id, kind, by, {}, now or utcnow())
 
     async def update_settings(
-        self, org_id: uuid.UUID, values: dict[str, str], by: uuid.UUID | None, now: datetime
+        self, org_id: uuid.UUID, values: dict[str, Any], by: uuid.UUID | None, now: datetime
     ) -> None:
         """Write settings (``orgs.settings``: names and values checked already), with an
         audit event naming them."""
         if values:
             await self.session.execute(
-                update(Organization).where(Organization.id == org_id).values(**values)
+                update(Organization).where(Organization.id == org_id).values(**columns_of(values))
             )
             await audit_events.record(self.session, org_id, SETTINGS_EVENT, by, values, now)
 
@@ -493,4 +501,5 @@ def principal_from_row(
         org_passkey_for=row[11],
         org_self_approval=row[12],
         org_policy_version=row[13],
+        org_standing_approvals=row[14],
     )

@@ -31,6 +31,16 @@ from signoff.orgs.settings import SETTINGS, parse_changes, settings_of
 router = APIRouter(prefix="/api/v1", tags=["org"], route_class=LeanRoute)
 
 
+class StandingApprovalCapsDoc(BaseModel):
+    """The admins' caps on standing approvals (docs/policies.md): null, no cap."""
+
+    max_ttl_seconds: int | None = Field(None, ge=1, description="The longest a grant stands.")
+    max_uses: int | None = Field(None, ge=1, description="The most requests a grant approves.")
+    forbidden_action_types: list[str] = Field(
+        default_factory=list, description="Action types no standing approval may name."
+    )
+
+
 class OrgSettingsDoc(BaseModel):
     """The org's settings: one key per setting. A PATCH names only those it changes."""
 
@@ -46,6 +56,11 @@ class OrgSettingsDoc(BaseModel):
         description=SETTINGS["passkey_for"].description,
         json_schema_extra={"enum": list(SETTINGS["passkey_for"].values)},
     )
+    standing_approvals: StandingApprovalCapsDoc | None = Field(
+        None,
+        description="Caps on standing approvals: a PATCH replaces them whole (a cap left "
+        "out or null is none). A grant past them is refused.",
+    )
 
 
 # Every member may read the rules their decisions follow.
@@ -59,7 +74,7 @@ Reader = Annotated[Principal, Depends(require_scope("approvals:read"))]
     description="Every setting of the org, with its value: `self_approval` is `allow` "
     "(the person who owns a request's connection may decide it) or `forbid` (four-eyes); "
     "`passkey_for` is `off`, `critical` or `all` (which decisions need the approver's "
-    "passkey).",
+    "passkey); `standing_approvals` holds the caps on standing approvals.",
 )
 async def get_org_settings(request: Request, principal: Reader) -> Response:
     async with context_of(request).reading() as uow:

@@ -4,6 +4,7 @@ services the API uses."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +14,12 @@ from jinja2 import ChoiceLoader, FileSystemLoader
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from signoff.common.ids import parse_id
 from signoff.common.time import utcnow
 from signoff.context import context_of
 from signoff.dashboard import web
 from signoff.errors import AppError, ValidationFailed
-from signoff.policies import dry_run, service
+from signoff.policies import dry_run, service, standing
 from signoff.policies.repository import PolicyRepository
 
 pages = APIRouter(include_in_schema=False)
@@ -115,3 +117,41 @@ async def policies_restore(request: Request, version: int, viewer: web.Viewer = 
         repo = PolicyRepository(uow.session, uow.dialect)
         saved = await service.restore_version(repo, viewer.member, version, utcnow())
     return web.redirect(PATH, flash=f"Version {version} restored as version {saved['version']}.")
+
+
+# ---- standing approvals (every member) ----
+
+STANDING_PATH = "/standing-approvals"
+Member = Depends(web.require_user)
+
+
+@pages.get(STANDING_PATH)
+async def standing_page(request: Request, viewer: web.Viewer = Member) -> Response:
+    """What stands in the org, as ``GET /api/v1/standing-approvals`` lists it, each with
+    Revoke for its grantor and the admins."""
+    async with context_of(request).reading() as uow:
+        listed = await standing.list_live(uow.standing, viewer.member, utcnow())
+        names = await uow.policies.connection_names(viewer.org.id)
+    for item in listed:
+        item["connection_name"] = names.get(uuid.UUID(item["connection_id"]), "a connection")
+        item["may_revoke"] = viewer.is_admin or item["granted_by"]["id"] == str(viewer.user.id)
+    return await web.render(request, "standing_approvals.html", viewer, standing=listed)
+
+
+@pages.post(STANDING_PATH + "/{standing_id}/revoke")
+async def revoke_standing(
+    request: Request, standing_id: str, viewer: web.Viewer = Member
+) -> Response:
+    """As ``DELETE /api/v1/standing-approvals/:id``."""
+    await web.checked_form(request, viewer)
+    sid = parse_id(standing_id)
+    if sid is None:
+        raise web.not_found("This standing approval")
+    try:
+        async with context_of(request).transaction() as uow:
+            await standing.revoke(uow.standing, viewer.member, sid, utcnow())
+    except AppError as exc:
+        if exc.status_code == 404:
+            raise web.not_found("This standing approval") from None
+        return web.redirect(STANDING_PATH, flash=exc.message, kind="error")
+    return web.redirect(STANDING_PATH, flash="Revoked: those requests go to people again.")

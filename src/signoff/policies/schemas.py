@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from signoff.policies.standing import MAX_TTL_SECONDS, MAX_USES, check_constraint_shapes
 
 
 class BudgetIn(BaseModel):
@@ -91,3 +93,52 @@ class DryRunOut(BaseModel):
     disagreement_count: int
     disagreements: list[Disagreement]
     budgets_exhausted: list[BudgetExhausted]
+
+
+class StandingGrantIn(BaseModel):
+    """``standing`` beside an approval: approve later requests of the same connection
+    and action type whose arguments meet ``arguments``, for ``ttl_seconds`` and/or
+    ``max_uses`` of them (at least one; docs/policies.md, *Standing approvals*)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttl_seconds: int | None = Field(
+        None, strict=True, ge=1, le=MAX_TTL_SECONDS, description="How long it stands."
+    )
+    max_uses: int | None = Field(
+        None, strict=True, ge=1, le=MAX_USES, description="How many requests it approves."
+    )
+    arguments: dict[str, Any] = Field(
+        default_factory=dict,
+        description='Per argument name `{"eq": value}` or `{"max": number}`; each must '
+        "hold for the request approved now, and for every request it approves.",
+    )
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _arguments(cls, value: Any) -> Any:
+        return check_constraint_shapes({} if value is None else value)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> StandingGrantIn:
+        if self.ttl_seconds is None and self.max_uses is None:
+            raise ValueError("give ttl_seconds, max_uses or both: a standing approval ends")
+        return self
+
+
+class StandingApprovalOut(BaseModel):
+    id: str
+    connection_id: str
+    action_type: str
+    arguments: dict[str, Any]
+    expires_at: str | None
+    max_uses: int | None
+    uses: int
+    granted_by: dict[str, str]
+    request_id: str
+    created_at: str
+    revoked_at: str | None
+
+
+class StandingApprovalListOut(BaseModel):
+    data: list[StandingApprovalOut]

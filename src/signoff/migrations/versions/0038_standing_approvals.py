@@ -1,8 +1,8 @@
 """Standing approvals ("don't ask again for..."): the table, the request's
 ``standing_approval_id``, and the org's grant counter and caps
 
-Revision ID: 0038_standing_approvals
-Revises: 0037
+Revision ID: 0038
+Revises: 0041
 Create Date: 2026-11-28
 
 ``organizations.standing_approvals_granted`` travels with the principal (like
@@ -18,8 +18,8 @@ from sqlalchemy.dialects import postgresql
 
 from signoff.models.base import UTCDateTime
 
-revision = "0038_standing_approvals"
-down_revision = "0037"
+revision = "0038"
+down_revision = "0041"
 branch_labels = None
 depends_on = None
 

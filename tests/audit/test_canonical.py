@@ -4,6 +4,7 @@ for the events the chain holds."""
 
 from __future__ import annotations
 
+import importlib
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -139,3 +140,20 @@ def test_chain_timestamps_are_the_text_strftime_wrote(moment: datetime, zone: An
     value = moment if zone is None else moment.replace(tzinfo=zone)
     aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value
     assert chain.chain_timestamp(value) == aware.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def test_the_measurement_switch_sends_every_value_to_rfc8785(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Read when the module is imported, as ``signoff serve`` starts."""
+    value = {"plain": ["value", 1, True, None]}
+    monkeypatch.setattr(rfc8785, "dumps", lambda v: b"from rfc8785")
+    assert canonical.dumps(value) != b"from rfc8785"
+    monkeypatch.setenv(canonical.STOCK_SWITCH, "1")
+    try:
+        importlib.reload(canonical)
+        assert canonical.dumps(value) == b"from rfc8785"
+    finally:
+        monkeypatch.delenv(canonical.STOCK_SWITCH)
+        importlib.reload(canonical)
+    assert canonical.dumps(value) != b"from rfc8785"

@@ -28,6 +28,7 @@ two together on generated values).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import orjson
@@ -35,11 +36,15 @@ import rfc8785
 
 # RFC 8785's safe integers (those an IEEE 754 double holds exactly).
 _INT_LIMIT = 2**53 - 1
+# The measurement switch (docs/performance.md, *Hand-written replacements*): with it set
+# in the environment when this module is imported, every value goes through ``rfc8785``.
+STOCK_SWITCH = "SIGNOFF_STOCK_CANONICAL"
+_FAST = os.environ.get(STOCK_SWITCH) != "1"
 
 
 def dumps(value: Any) -> bytes:
     """``rfc8785.dumps(value)``, byte for byte, error for error."""
-    if _plain(value):
+    if _FAST and _plain(value):
         try:
             return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
         except orjson.JSONEncodeError:  # a lone surrogate, or nesting too deep for orjson

@@ -27,7 +27,10 @@ order alternates (A B, B A, A B, ...), so that both sides share the machine's mo
   wrk on create and decide;
 - writesalone (``writes_alone``: a decision written as one statement in autocommit, vs
   read under a row lock in a transaction; ``SIGNOFF_STOCK_WRITES_ALONE``): wrk on decide,
-  on PostgreSQL.
+  on PostgreSQL;
+- canonical (``audit/canonical.py``: orjson where it writes RFC 8785's bytes, vs the
+  ``rfc8785`` package for every audit event; ``SIGNOFF_STOCK_CANONICAL``): wrk on create
+  and decide (the sealer runs in the serving process).
 
 The index hints are measured on the large database they serve, by ``make bench-size``
 (``--planner``).
@@ -93,6 +96,7 @@ SWITCHES = {
     "driver": "SIGNOFF_STOCK_SQLITE_DRIVER",
     "groupcommit": "SIGNOFF_STOCK_COMMITS",
     "writesalone": "SIGNOFF_STOCK_WRITES_ALONE",
+    "canonical": "SIGNOFF_STOCK_CANONICAL",
 }
 WRK_SCENARIOS = {
     "routes": ("get", "create", "list", "decide"),
@@ -102,6 +106,7 @@ WRK_SCENARIOS = {
     "driver": ("get", "create", "list", "decide"),
     "groupcommit": ("create", "decide"),
     "writesalone": ("decide",),
+    "canonical": ("create", "decide"),
 }
 # Measured on PostgreSQL; every other replacement on SQLite.
 ON_POSTGRES = frozenset({"pgpool", "prepared-pg", "writesalone"})

@@ -89,6 +89,41 @@ async def test_a_sealed_chain_verifies_with_its_signed_checkpoint(
     assert chain.verify(chain.parse_lines(wrapped), (await _jwks(client)).get).ok
 
 
+async def test_sealed_hashes_are_over_the_events_as_the_orm_reads_them(
+    client: httpx.AsyncClient, ctx: AppContext
+) -> None:
+    """The sealer reads UUIDs as text made from the stored form (audit/repository.py):
+    each stored hash is still the one over the event as loaded, UUID objects turned into
+    text by ``str``, and the export carries those texts."""
+    org = await _sealed_org(ctx, client, requests=3)
+    async with ctx.db.read_session() as session:
+        events = (
+            await session.scalars(
+                select(AuditEvent)
+                .where(AuditEvent.org_id == uuid.UUID(org.id))
+                .order_by(AuditEvent.seq)
+            )
+        ).all()
+    assert len(events) == 3 and all(e.actor_id is not None for e in events)
+    for event in events:
+        form = chain.canonical_event(
+            seq=int(event.seq or 0),
+            id=event.id,
+            org_id=event.org_id,
+            request_id=event.request_id,
+            type=event.type,
+            actor_id=event.actor_id,
+            data=event.data,
+            created_at=event.created_at,
+            prev_hash=str(event.prev_hash),
+        )
+        assert chain.event_hash(form) == event.hash
+    exported = [r for r in await _export(ctx, org.id) if r["kind"] == "event"]
+    assert [(r["id"], r["request_id"], r["actor_id"]) for r in exported] == [
+        (str(e.id), str(e.request_id), str(e.actor_id)) for e in events
+    ]
+
+
 async def test_a_changed_event_is_named(client: httpx.AsyncClient, ctx: AppContext) -> None:
     org = await _sealed_org(ctx, client)
     await _sql(ctx, update(EVENTS).where(_at(org, 3)).values(data={"title": "Other"}))

@@ -6,8 +6,9 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, cast
 
-from sqlalchemy import Row, Table, bindparam, insert, select, update
+from sqlalchemy import Row, String, Table, bindparam, insert, select, type_coerce, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.types import TypeDecorator
 
 from signoff.audit.chain import GENESIS_HASH
 from signoff.models import AuditChainHead, AuditCheckpoint, AuditEvent
@@ -16,6 +17,35 @@ from signoff.storage import insert_ignoring_conflicts
 _EVENTS = cast(Table, AuditEvent.__table__)
 _HEADS = cast(Table, AuditChainHead.__table__)
 _CHECKPOINTS = cast(Table, AuditCheckpoint.__table__)
+
+
+class _UuidText(TypeDecorator[str]):
+    """A UUID column read as its canonical text (lowercase, dashed), the form the chain
+    hashes: from the 32 hex digits SQLite stores (SQLAlchemy's ``Uuid``), or from
+    PostgreSQL's uuid. Reading ``uuid.UUID`` objects and turning them back into text cost
+    the sealer and the re-check more than hashing the event does (decision 0028)."""
+
+    impl = String
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Any) -> str | None:
+        if value is None:
+            return None
+        if type(value) is str and len(value) == 32:
+            value = value.lower()
+            return f"{value[:8]}-{value[8:12]}-{value[12:16]}-{value[16:20]}-{value[20:]}"
+        return str(uuid.UUID(str(value)))  # any other form, as ``uuid.UUID`` reads it
+
+
+def _hashed(*, event_id: bool = False) -> list[Any]:
+    """The columns an event's hash covers (``service._canonical``), UUIDs as text;
+    ``event_id``: with the row's id as a ``uuid.UUID`` too (the sealer's update binds it)."""
+    texts = [type_coerce(_EVENTS.c[name], _UuidText()).label(name) for name in _UUID_COLUMNS]
+    plain = [_EVENTS.c.type, _EVENTS.c.data, _EVENTS.c.created_at]
+    return [*texts, *plain, *([_EVENTS.c.id.label("event_id")] if event_id else [])]
+
+
+_UUID_COLUMNS = ("id", "org_id", "request_id", "actor_id")
 
 
 async def orgs_with_unsealed(session: AsyncSession, limit: int) -> Sequence[uuid.UUID]:
@@ -48,9 +78,11 @@ async def lock_head(session: AsyncSession, dialect: str, org_id: uuid.UUID) -> R
 async def unsealed_events(
     session: AsyncSession, org_id: uuid.UUID, limit: int
 ) -> Sequence[Row[Any]]:
+    """The org's events not yet in its chain, oldest first: the hashed columns and the
+    id to update (index ux_audit_events_org_seq)."""
     return (
         await session.execute(
-            select(_EVENTS)
+            select(*_hashed(event_id=True))
             .where(_EVENTS.c.org_id == org_id, _EVENTS.c.seq.is_(None))
             .order_by(_EVENTS.c.created_at, _EVENTS.c.id)
             .limit(limit)
@@ -109,10 +141,12 @@ async def head(session: AsyncSession, org_id: uuid.UUID) -> Row[Any] | None:
 async def events_page(
     session: AsyncSession, org_id: uuid.UUID, after_seq: int, limit: int
 ) -> Sequence[Row[Any]]:
-    """Sealed events after ``after_seq``, by seq (index ux_audit_events_org_seq)."""
+    """Sealed events after ``after_seq``, by seq: the hashed columns and the chain's
+    (index ux_audit_events_org_seq)."""
+    chained = [_EVENTS.c.seq, _EVENTS.c.prev_hash, _EVENTS.c.hash]
     return (
         await session.execute(
-            select(_EVENTS)
+            select(*_hashed(), *chained)
             .where(_EVENTS.c.org_id == org_id, _EVENTS.c.seq > after_seq)
             .order_by(_EVENTS.c.seq)
             .limit(limit)

@@ -69,7 +69,7 @@ async def seal_org(
     for row in rows:
         seq += 1
         digest = event_hash(_canonical(row, seq, prev))
-        updates.append({"event_id": row.id, "seq": seq, "prev_hash": prev, "h": digest})
+        updates.append({"event_id": row.event_id, "seq": seq, "prev_hash": prev, "h": digest})
         prev = digest
     await repository.set_chain_fields(session, updates)
     values: dict[str, Any] = {"seq": seq, "hash": prev}

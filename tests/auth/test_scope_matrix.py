@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -65,6 +66,14 @@ SCOPE_TABLE: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/policies/versions"): READ,
     ("POST", "/api/v1/policies/versions/{}/restore"): WRITE,
     ("POST", "/api/v1/policies/dry-run"): WRITE,
+    ("GET", "/api/v1/groups"): READ,
+    ("POST", "/api/v1/groups"): WRITE,
+    ("GET", "/api/v1/groups/{}"): READ,
+    ("PATCH", "/api/v1/groups/{}"): WRITE,
+    ("DELETE", "/api/v1/groups/{}"): WRITE,
+    ("PUT", "/api/v1/groups/{}/members"): WRITE,
+    ("POST", "/api/v1/groups/{}/members"): WRITE,
+    ("DELETE", "/api/v1/groups/{}/members/{}"): WRITE,
     ("GET", "/api/v1/audit/export"): READ,
     # The executor redeems the receipt of what it is about to do: a write.
     ("POST", "/api/v1/receipts/redeem"): WRITE,
@@ -209,6 +218,21 @@ async def _restore_policy(env: Env) -> Call:
     return "POST", f"/api/v1/policies/versions/{saved.json()['version']}/restore", None
 
 
+async def _group_id(env: Env) -> str:
+    """A fresh group of the org with a member, made by the admin's key."""
+    created = await env.client.post(
+        "/api/v1/groups",
+        headers=env.admin.headers,
+        json={"name": f"Matrix {uuid.uuid4()}", "member_ids": [env.admin.user_id]},
+    )
+    assert created.status_code == 201, created.text
+    return str(created.json()["id"])
+
+
+async def _on_group(env: Env, method: str, tail: str, body: dict[str, Any] | None) -> Call:
+    return method, f"/api/v1/groups/{await _group_id(env)}{tail}", body
+
+
 async def _redeem(env: Env) -> Call:
     created = await create_approval(env.client, env.admin, arguments={"replicas": 3})
     decided = await env.client.patch(
@@ -294,6 +318,24 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ("POST", "/api/v1/policies/versions/{}/restore"): _restore_policy,
     ("POST", "/api/v1/policies/dry-run"): lambda env: _plain(
         "POST", "/api/v1/policies/dry-run", {"rules": [], "days": 1}
+    ),
+    ("GET", "/api/v1/groups"): lambda env: _plain("GET", "/api/v1/groups"),
+    ("POST", "/api/v1/groups"): lambda env: _plain(
+        "POST", "/api/v1/groups", {"name": f"Matrix {uuid.uuid4()}"}
+    ),
+    ("GET", "/api/v1/groups/{}"): lambda env: _on_group(env, "GET", "", None),
+    ("PATCH", "/api/v1/groups/{}"): lambda env: _on_group(
+        env, "PATCH", "", {"name": f"Matrix {uuid.uuid4()}"}
+    ),
+    ("DELETE", "/api/v1/groups/{}"): lambda env: _on_group(env, "DELETE", "", None),
+    ("PUT", "/api/v1/groups/{}/members"): lambda env: _on_group(
+        env, "PUT", "/members", {"user_ids": [env.admin.user_id]}
+    ),
+    ("POST", "/api/v1/groups/{}/members"): lambda env: _on_group(
+        env, "POST", "/members", {"user_id": env.org.members[0].user_id}
+    ),
+    ("DELETE", "/api/v1/groups/{}/members/{}"): lambda env: _on_group(
+        env, "DELETE", f"/members/{env.admin.user_id}", None
     ),
     ("POST", "/api/v1/receipts/redeem"): _redeem,
     ("GET", "/api/v1/approvals/{}/notifications"): lambda env: _with(

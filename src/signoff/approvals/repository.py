@@ -50,6 +50,8 @@ from signoff.models import (
     AuditEvent,
     Comment,
     Connection,
+    Group,
+    GroupMember,
     User,
     Vote,
 )
@@ -332,7 +334,7 @@ _INSERT_STEP = PreparedQuery(
     insert(_STEPS),
     column_keys=(
         "id", "request_id", "step_order", "approver_id", "status", "decided_at", "decided_by",
-        "comment", "created_at",
+        "comment", "created_at", "group_id", "required_approvals", "current_approvals",
     ),
 )  # fmt: skip
 # A step's vote: only while the step is pending, like a request's compare-and-set.
@@ -350,12 +352,47 @@ _DECIDE_STEP = PreparedQuery(
 _REOPEN_STEP = PreparedQuery(
     update(_STEPS)
     .where(_STEPS.c.id == bindparam("step_id"), _STEPS.c.status == "approved")
-    .values(status="pending", decided_at=None, decided_by=None, comment=None)
+    .values(status="pending", decided_at=None, decided_by=None, comment=None, current_approvals=0)
+)
+_DECIDE_GROUP_STEP = PreparedQuery(
+    update(_STEPS)
+    .where(_STEPS.c.id == bindparam("step_id"), _STEPS.c.status == "pending")
+    .values(
+        status=bindparam("new_status"),
+        decided_at=bindparam("new_decided_at"),
+        decided_by=bindparam("new_decided_by"),
+        comment=bindparam("new_comment"),
+        current_approvals=bindparam("new_current_approvals"),
+    )
+)
+# A group step's vote: its approvals so far, only while the step is pending.
+_COUNT_STEP = PreparedQuery(
+    update(_STEPS)
+    .where(_STEPS.c.id == bindparam("step_id"), _STEPS.c.status == "pending")
+    .values(current_approvals=bindparam("new_current_approvals"))
 )
 # Approve with edits: the votes cast on the old arguments no longer count.
 _DELETE_VOTES = PreparedQuery(delete(Vote).where(Vote.request_id == bindparam("request_id")))
 _ANY_VOTE = PreparedQuery(
     select(Vote.id).where(Vote.request_id == bindparam("request_id")).limit(1)
+)
+# A group step's voters may be its group's active members: on the members' primary key,
+# then each user's; none when the group is not the org's.
+_ACTIVE_MEMBERS = PreparedQuery(
+    select(GroupMember.user_id)
+    .join(Group, Group.id == GroupMember.group_id)
+    .join(User, User.id == GroupMember.user_id)
+    .where(
+        GroupMember.group_id == bindparam("group_id"),
+        Group.org_id == bindparam("org_id"),
+        User.deactivated_at.is_(None),
+    )
+)
+# A group of the org, by id (a chain's step names it; another org's is not found).
+_GROUP_NAME = PreparedQuery(
+    select(Group.id, Group.name).where(
+        Group.id == bindparam("group_id"), Group.org_id == bindparam("org_id")
+    )
 )
 _VOTES_ON_REQUEST = PreparedQuery(
     select(*columns_of(Vote, VoteRecord))
@@ -423,6 +460,28 @@ class ApprovalReads:
     async def list_votes(self, request_id: uuid.UUID) -> list[VoteRecord]:
         return await self.queries.all(_VOTES_ON_REQUEST, {"request_id": request_id})
 
+    async def active_members(
+        self, org_id: uuid.UUID, group_ids: Collection[uuid.UUID]
+    ) -> dict[uuid.UUID, frozenset[uuid.UUID]]:
+        """Each group's active members (a chain names one or a few groups)."""
+        found = {}
+        for group_id in group_ids:
+            params = {"group_id": group_id, "org_id": org_id}
+            rows = await self.queries.all(_ACTIVE_MEMBERS, params)
+            found[group_id] = frozenset(row.user_id for row in rows)
+        return found
+
+    async def group_names(
+        self, org_id: uuid.UUID, group_ids: Collection[uuid.UUID]
+    ) -> dict[uuid.UUID, str]:
+        """The names of those of ``group_ids`` that are groups of the org."""
+        names = {}
+        for group_id in group_ids:
+            params = {"group_id": group_id, "org_id": org_id}
+            for row in await self.queries.all(_GROUP_NAME, params):
+                names[row.id] = row.name
+        return names
+
     async def count_based_voters(self, request_id: uuid.UUID) -> frozenset[uuid.UUID]:
         rows = await self.queries.all(_COUNT_BASED_VOTERS, {"request_id": request_id})
         return frozenset(row.user_id for row in rows)
@@ -431,6 +490,8 @@ class ApprovalReads:
         self, org_id: uuid.UUID, user_ids: set[uuid.UUID]
     ) -> frozenset[uuid.UUID]:
         """Which of ``user_ids`` are users of the org."""
+        if not user_ids:  # a chain of groups names nobody
+            return frozenset()
         query, params = _org_users_query(org_id, user_ids)
         return frozenset(row.id for row in await self.queries.all(query, params))
 
@@ -787,6 +848,28 @@ class ApprovalRepository:
     async def list_votes(self, request_id: uuid.UUID) -> list[VoteRecord]:
         return await execute_in(self.session, _VOTES_ON_REQUEST, {"request_id": request_id})
 
+    async def active_members(
+        self, org_id: uuid.UUID, group_ids: Collection[uuid.UUID]
+    ) -> dict[uuid.UUID, frozenset[uuid.UUID]]:
+        """Each group's active members (a chain names one or a few groups)."""
+        found = {}
+        for group_id in group_ids:
+            params = {"group_id": group_id, "org_id": org_id}
+            rows = await execute_in(self.session, _ACTIVE_MEMBERS, params)
+            found[group_id] = frozenset(row.user_id for row in rows)
+        return found
+
+    async def group_names(
+        self, org_id: uuid.UUID, group_ids: Collection[uuid.UUID]
+    ) -> dict[uuid.UUID, str]:
+        """The names of those of ``group_ids`` that are groups of the org."""
+        names = {}
+        for group_id in group_ids:
+            params = {"group_id": group_id, "org_id": org_id}
+            for row in await execute_in(self.session, _GROUP_NAME, params):
+                names[row.id] = row.name
+        return names
+
     # ---- steps ----
 
     async def list_steps(self, request_id: uuid.UUID) -> list[StepRecord]:
@@ -843,7 +926,13 @@ class ApprovalRepository:
         decided_at: datetime | None,
         decided_by: uuid.UUID | None,
         comment: str | None,
+        current_approvals: int | None = None,
     ) -> None:
+        counted = {"step_id": step_id, "new_current_approvals": current_approvals}
+        if status == "pending" and current_approvals:
+            # A group step's vote short of its quorum: counted, still pending.
+            await queue_write(self.session, _COUNT_STEP, counted)
+            return
         if status == "pending":  # reopened by an edit of the arguments
             await queue_write(self.session, _REOPEN_STEP, {"step_id": step_id})
             return
@@ -854,11 +943,16 @@ class ApprovalRepository:
             "new_decided_by": decided_by,
             "new_comment": comment,
         }
+        if current_approvals is not None:  # a group step: its quorum reached
+            await queue_write(self.session, _DECIDE_GROUP_STEP, values | counted)
+            return
         await queue_write(self.session, _DECIDE_STEP, values)
 
     async def org_user_ids(
         self, org_id: uuid.UUID, user_ids: set[uuid.UUID]
     ) -> frozenset[uuid.UUID]:
+        if not user_ids:  # a chain of groups names nobody
+            return frozenset()
         query, params = _org_users_query(org_id, user_ids)
         rows = await execute_in(self.session, query, params)
         return frozenset(row.id for row in rows)

@@ -458,7 +458,11 @@ async def _without_lock(
         if chain is None:
             chain = await reads.list_steps(row.id) if row.has_steps else []
         # One read is one snapshot; steps or voters read after it may be newer than it.
-        one_snapshot = (with_chain or not row.has_steps) and not _reads_voters(row, chain)
+        one_snapshot = (
+            (with_chain or not row.has_steps)
+            and not _reads_voters(row, chain)
+            and not any(step.group_id for step in chain)  # its members and votes read after
+        )
         try:
             transition = state.apply(await _view_with(reads, row, chain), action, now)
         except AppError:
@@ -712,6 +716,7 @@ async def set_steps(
 
         async def approvers_known(_: ApprovalReads) -> None:
             _refuse_unknown(specs, await known)
+            await _check_groups(reads, org_id, specs)
 
         try:
             done = await _without_lock(
@@ -728,6 +733,7 @@ async def set_steps(
     # Refusals first: a stranger learns nothing of which approvers exist.
     transition = state.apply(await _view(uow.approvals, row), action, now)
     await _check_approvers(uow.approvals, org_id, specs)
+    await _check_groups(uow.approvals, org_id, specs)
     row = await effects.apply_transition(uow, row, transition, author_of(principal), now)
     return await uow.approvals.list_steps(row.id)
 
@@ -739,23 +745,58 @@ async def _check_approvers(
 
 
 def _approvers(specs: Sequence[StepSpec]) -> set[uuid.UUID]:
-    return {spec.approver_id for spec in specs}
+    return {spec.approver_id for spec in specs if spec.approver_id is not None}
 
 
 def _refuse_unknown(specs: Sequence[StepSpec], known: frozenset[uuid.UUID]) -> None:
     """Refuse a chain whose approvers are not each one user of the org (``known``: those
-    of them who are)."""
-    if len(_approvers(specs)) != len(specs):
+    of them who are), or that names a person or a group twice."""
+    people = [spec for spec in specs if spec.approver_id is not None]
+    groups = {spec.group_id for spec in specs if spec.group_id is not None}
+    if len(_approvers(specs)) != len(people) or len(groups) != len(specs) - len(people):
         raise ValidationFailed.for_field(
-            "steps", "each approver may hold one step only (nobody counts twice)"
+            "steps", "each approver or group may hold one step only (nobody counts twice)"
         )
     unknown = [
         {"field": f"steps.{index}.approver_id", "message": "is not a user of this organization"}
         for index, spec in enumerate(specs)
-        if spec.approver_id not in known
+        if spec.approver_id is not None and spec.approver_id not in known
     ]
     if unknown:
         raise ValidationFailed.for_fields(unknown)
+
+
+async def _check_groups(
+    repo: ApprovalRepository | ApprovalReads, org_id: uuid.UUID, specs: Sequence[StepSpec]
+) -> None:
+    """Refuse a group step whose group is not the org's (another org's reads as unknown),
+    or whose quorum exceeds the group's active members."""
+    groups = {spec.group_id for spec in specs if spec.group_id is not None}
+    if not groups:
+        return
+    names = await repo.group_names(org_id, groups)
+    members = await repo.active_members(org_id, set(names))
+    refused = []
+    for index, spec in enumerate(specs):
+        if spec.group_id is None:
+            continue
+        if spec.group_id not in names:
+            message = "is not a group of this organization"
+            refused.append({"field": f"steps.{index}.group_id", "message": message})
+        elif spec.required_approvals > len(members[spec.group_id]):
+            count = len(members[spec.group_id])
+            message = f"must be from 1 to the group's {count} active members"
+            refused.append({"field": f"steps.{index}.required_approvals", "message": message})
+    if refused:
+        raise ValidationFailed.for_fields(refused)
+
+
+async def group_names_of(
+    repo: ApprovalRepository | ApprovalReads, org_id: uuid.UUID, steps: Sequence[StepRecord]
+) -> dict[uuid.UUID, str]:
+    """The names of the groups ``steps`` name (read only when a step names one)."""
+    groups = {step.group_id for step in steps if step.group_id is not None}
+    return await repo.group_names(org_id, groups) if groups else {}
 
 
 async def list_steps(
@@ -841,9 +882,18 @@ async def _view(repo: ApprovalRepository | ApprovalReads, row: RequestRecord) ->
 async def _view_with(
     repo: ApprovalRepository | ApprovalReads, row: RequestRecord, steps: Sequence[StepRecord]
 ) -> state.RequestView:
-    """``_view`` of ``row`` with its chain ``steps``, read already."""
+    """``_view`` of ``row`` with its chain ``steps``, read already; a chain with group
+    steps also reads their groups' active members and the votes cast on them."""
     voters = await repo.count_based_voters(row.id) if _reads_voters(row, steps) else frozenset()
-    return _view_of(row, steps, voters)
+    groups = {s.group_id for s in steps if s.group_id is not None}
+    if not groups:
+        return _view_of(row, steps, voters)
+    members = await repo.active_members(row.org_id, groups)
+    step_voters: dict[uuid.UUID, set[uuid.UUID]] = {}
+    for vote in await repo.list_votes(row.id):
+        if vote.step_id is not None:
+            step_voters.setdefault(vote.step_id, set()).add(vote.user_id)
+    return _view_of(row, steps, voters, members, step_voters)
 
 
 def _reads_voters(row: RequestRecord, steps: Sequence[StepRecord]) -> bool:
@@ -869,7 +919,11 @@ async def _views(
 
 
 def _view_of(
-    row: RequestRecord, steps: Sequence[StepRecord], voters: frozenset[uuid.UUID]
+    row: RequestRecord,
+    steps: Sequence[StepRecord],
+    voters: frozenset[uuid.UUID],
+    members: Mapping[uuid.UUID, frozenset[uuid.UUID]] | None = None,
+    step_voters: Mapping[uuid.UUID, set[uuid.UUID]] | None = None,
 ) -> state.RequestView:
     return state.RequestView(
         status=row.status,  # type: ignore[arg-type]
@@ -880,7 +934,16 @@ def _view_of(
         voters=voters,
         steps=tuple(
             state.StepView(
-                s.id, s.step_order, s.approver_id, cast(state.StepStatus, s.status), s.decided_by
+                s.id,
+                s.step_order,
+                s.approver_id,
+                cast(state.StepStatus, s.status),
+                s.decided_by,
+                s.group_id,
+                (members or {}).get(s.group_id, frozenset()) if s.group_id else frozenset(),
+                s.required_approvals,
+                s.current_approvals,
+                frozenset((step_voters or {}).get(s.id, ())),
             )
             for s in steps
         ),

@@ -1,0 +1,271 @@
+"""Chain steps that name a group and a quorum of its members (issue 36, "Groups and
+quorum"), on SQLite and PostgreSQL: any N distinct members approve the step, one reject
+ends the request, parallel and sequential chains, who may vote, and what is refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from signoff.context import AppContext
+from tests.conftest import Member, Org, assert_error, create_approval, create_org
+from tests.steps.test_steps import vote
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def big_org(ctx: AppContext) -> Org:
+    """An admin and six members: finance holds the first three, security the fourth."""
+    return await create_org(ctx, "Initech", members=6)
+
+
+async def make_group(client: httpx.AsyncClient, org: Org, name: str, members: list[Member]) -> str:
+    response = await client.post(
+        "/api/v1/groups",
+        json={"name": name, "member_ids": [m.user_id for m in members]},
+        headers=org.admin.headers,
+    )
+    assert response.status_code == 201, response.text
+    group_id: str = response.json()["id"]
+    return group_id
+
+
+async def set_steps(
+    client: httpx.AsyncClient, who: Member, request_id: str, steps: list[dict[str, Any]]
+) -> httpx.Response:
+    return await client.post(
+        f"/api/v1/approvals/{request_id}/steps", headers=who.headers, json={"steps": steps}
+    )
+
+
+async def status_of(client: httpx.AsyncClient, who: Member, request_id: str) -> str:
+    response = await client.get(f"/api/v1/approvals/{request_id}", headers=who.headers)
+    status: str = response.json()["status"]
+    return status
+
+
+async def test_two_of_finance_approves_at_the_second_distinct_member(
+    client: httpx.AsyncClient, big_org: Org
+) -> None:
+    finance = big_org.members[:3]
+    group_id = await make_group(client, big_org, "Finance", finance)
+    request = await create_approval(client, big_org.admin)
+    made = await set_steps(
+        client,
+        big_org.admin,
+        request["id"],
+        [{"group_id": group_id, "required_approvals": 2, "step_order": 1}],
+    )
+    assert made.status_code == 201, made.text
+    (step,) = made.json()["data"]
+    assert step["approver_id"] is None
+    assert (step["group_id"], step["group_name"]) == (group_id, "Finance")
+    assert (step["required_approvals"], step["current_approvals"]) == (2, 0)
+
+    first = await vote(client, finance[0], request["id"], step["id"])
+    assert first.status_code == 200, first.text
+    body = first.json()
+    assert (body["status"], body["request_status"]) == ("pending", "pending")
+    assert (body["step_current_approvals"], body["step_required_approvals"]) == (1, 2)
+
+    again = await vote(client, finance[0], request["id"], step["id"])
+    assert_error(again, 409, "ALREADY_VOTED")
+
+    second = await vote(client, finance[1], request["id"], step["id"])
+    assert second.status_code == 200, second.text
+    assert (second.json()["status"], second.json()["request_status"]) == ("approved", "approved")
+    listed = await client.get(
+        f"/api/v1/approvals/{request['id']}/steps", headers=big_org.admin.headers
+    )
+    (shown,) = listed.json()["data"]
+    assert (shown["current_approvals"], shown["status"], shown["group_name"]) == (
+        2,
+        "approved",
+        "Finance",
+    )
+    read = await client.get(f"/api/v1/approvals/{request['id']}", headers=big_org.admin.headers)
+    assert read.json()["steps"][0]["group_id"] == group_id
+    assert {v["user_id"] for v in read.json()["votes"]} == {finance[0].user_id, finance[1].user_id}
+    late = await vote(client, finance[2], request["id"], step["id"])
+    assert late.status_code == 409, late.text
+
+
+async def test_one_reject_by_a_member_rejects(client: httpx.AsyncClient, big_org: Org) -> None:
+    finance = big_org.members[:3]
+    group_id = await make_group(client, big_org, "Finance", finance)
+    request = await create_approval(client, big_org.admin)
+    made = await set_steps(
+        client,
+        big_org.admin,
+        request["id"],
+        [{"group_id": group_id, "required_approvals": 2, "step_order": 1}],
+    )
+    (step,) = made.json()["data"]
+    assert (await vote(client, finance[0], request["id"], step["id"])).status_code == 200
+    rejected = await vote(client, finance[1], request["id"], step["id"], "reject")
+    assert rejected.status_code == 200, rejected.text
+    assert (rejected.json()["status"], rejected.json()["request_status"]) == (
+        "rejected",
+        "rejected",
+    )
+
+
+async def test_non_member_is_refused_and_admin_may_vote(
+    client: httpx.AsyncClient, big_org: Org
+) -> None:
+    finance = big_org.members[:2]
+    group_id = await make_group(client, big_org, "Finance", finance)
+    request = await create_approval(client, big_org.admin)
+    made = await set_steps(
+        client, big_org.admin, request["id"], [{"group_id": group_id, "step_order": 1}]
+    )
+    (step,) = made.json()["data"]
+    assert step["required_approvals"] == 1
+    outsider = big_org.members[4]
+    assert_error(await vote(client, outsider, request["id"], step["id"]), 403, "FORBIDDEN")
+    assert await status_of(client, big_org.admin, request["id"]) == "pending"
+    by_admin = await vote(client, big_org.admin, request["id"], step["id"])
+    assert by_admin.status_code == 200, by_admin.text
+    assert by_admin.json()["request_status"] == "approved"
+
+
+async def test_parallel_one_of_security_and_two_of_finance(
+    client: httpx.AsyncClient, big_org: Org
+) -> None:
+    finance, security = big_org.members[:3], big_org.members[3:4]
+    finance_id = await make_group(client, big_org, "Finance", finance)
+    security_id = await make_group(client, big_org, "Security", security)
+    request = await create_approval(client, big_org.admin)
+    made = await set_steps(
+        client,
+        big_org.admin,
+        request["id"],
+        [
+            {"group_id": security_id, "required_approvals": 1, "step_order": 1},
+            {"group_id": finance_id, "required_approvals": 2, "step_order": 2},
+        ],
+    )
+    assert made.status_code == 201, made.text
+    sec_step, fin_step = made.json()["data"]
+    # Parallel: finance may vote before security.
+    assert (await vote(client, finance[0], request["id"], fin_step["id"])).status_code == 200
+    assert (await vote(client, finance[1], request["id"], fin_step["id"])).status_code == 200
+    assert await status_of(client, big_org.admin, request["id"]) == "pending"
+    done = await vote(client, security[0], request["id"], sec_step["id"])
+    assert done.json()["request_status"] == "approved"
+
+    # One reject anywhere ends it.
+    second = await create_approval(client, big_org.admin, title="second")
+    made = await set_steps(
+        client,
+        big_org.admin,
+        second["id"],
+        [
+            {"group_id": security_id, "required_approvals": 1, "step_order": 1},
+            {"group_id": finance_id, "required_approvals": 2, "step_order": 2},
+        ],
+    )
+    sec_step, fin_step = made.json()["data"]
+    assert (await vote(client, finance[0], second["id"], fin_step["id"])).status_code == 200
+    rejected = await vote(client, security[0], second["id"], sec_step["id"], "reject")
+    assert rejected.json()["request_status"] == "rejected"
+    chain = await client.get(f"/api/v1/approvals/{second['id']}/steps", headers=finance[0].headers)
+    assert [s["status"] for s in chain.json()["data"]] == ["rejected", "skipped"]
+
+
+async def test_sequential_opens_the_second_only_after_the_first(
+    client: httpx.AsyncClient, big_org: Org
+) -> None:
+    finance, security = big_org.members[:3], big_org.members[3:4]
+    finance_id = await make_group(client, big_org, "Finance", finance)
+    security_id = await make_group(client, big_org, "Security", security)
+    request = await create_approval(client, big_org.admin, is_sequential=True)
+    made = await set_steps(
+        client,
+        big_org.admin,
+        request["id"],
+        [
+            {"group_id": finance_id, "required_approvals": 2, "step_order": 1},
+            {"group_id": security_id, "step_order": 2},
+        ],
+    )
+    fin_step, sec_step = made.json()["data"]
+    early = await vote(client, security[0], request["id"], sec_step["id"])
+    assert_error(early, 409, "STEP_OUT_OF_ORDER")
+    assert (await vote(client, finance[0], request["id"], fin_step["id"])).status_code == 200
+    still = await vote(client, security[0], request["id"], sec_step["id"])
+    assert_error(still, 409, "STEP_OUT_OF_ORDER")
+    assert (await vote(client, finance[2], request["id"], fin_step["id"])).status_code == 200
+    done = await vote(client, security[0], request["id"], sec_step["id"])
+    assert done.json()["request_status"] == "approved"
+
+
+async def test_mixed_chain_of_a_person_and_a_group(client: httpx.AsyncClient, big_org: Org) -> None:
+    finance = big_org.members[:2]
+    finance_id = await make_group(client, big_org, "Finance", finance)
+    request = await create_approval(client, big_org.admin)
+    person = big_org.members[5]
+    made = await set_steps(
+        client,
+        big_org.admin,
+        request["id"],
+        [
+            {"approver_id": person.user_id, "step_order": 1},
+            {"group_id": finance_id, "step_order": 2},
+        ],
+    )
+    assert made.status_code == 201, made.text
+    person_step, group_step = made.json()["data"]
+    assert set(person_step) == {"id", "step_order", "approver_id", "status"}
+    assert (await vote(client, person, request["id"], person_step["id"])).status_code == 200
+    done = await vote(client, finance[1], request["id"], group_step["id"])
+    assert done.json()["request_status"] == "approved"
+
+
+@pytest.mark.parametrize(
+    ("step", "field"),
+    [
+        ({"group_id": "FIN", "approver_id": "ME", "step_order": 1}, "steps.0"),
+        ({"step_order": 1}, "steps.0.approver_id"),
+        ({"group_id": "not-a-uuid", "step_order": 1}, "steps.0.group_id"),
+        ({"group_id": "UNKNOWN", "step_order": 1}, "steps.0.group_id"),
+        ({"group_id": "FOREIGN", "step_order": 1}, "steps.0.group_id"),
+        (
+            {"group_id": "FIN", "required_approvals": 3, "step_order": 1},
+            "steps.0.required_approvals",
+        ),
+        (
+            {"group_id": "FIN", "required_approvals": 0, "step_order": 1},
+            "steps.0.required_approvals",
+        ),
+        ({"approver_id": "ME", "required_approvals": 2, "step_order": 1}, "steps.0"),
+    ],
+)
+async def test_invalid_group_steps_are_refused(
+    client: httpx.AsyncClient,
+    big_org: Org,
+    other_org: Org,
+    step: dict[str, Any],
+    field: str,
+) -> None:
+    finance_id = await make_group(client, big_org, "Finance", big_org.members[:2])
+    foreign_id = await make_group(client, other_org, "Finance", other_org.members[:1])
+    names = {
+        "FIN": finance_id,
+        "UNKNOWN": "00000000-0000-4000-8000-000000000000",
+        "FOREIGN": foreign_id,
+        "ME": big_org.members[0].user_id,
+    }
+    body = {key: names.get(value, value) for key, value in step.items()}
+    request = await create_approval(client, big_org.admin)
+    response = await set_steps(client, big_org.admin, request["id"], [body])
+    details = assert_error(response, 400, "VALIDATION_ERROR")
+    assert field in [f["field"] for f in details["fields"]], details
+    assert "Globex" not in response.text and foreign_id not in response.text
+    chain = await client.get(
+        f"/api/v1/approvals/{request['id']}/steps", headers=big_org.admin.headers
+    )
+    assert chain.json()["data"] == []

@@ -166,6 +166,14 @@ async def create_request(
         if existing is None:  # pragma: no cover - the conflicting row cannot vanish
             raise NotFound("The request holding this idempotency key no longer exists.")
         return CreateResult(existing, created=False)
+    if verdict.group_steps and created.status == "pending":
+        # A ``require`` rule naming groups: the chain the org's admin wrote in the policy.
+        specs = [
+            StepSpec(None, order, group_id, count)
+            for order, (group_id, count) in enumerate(verdict.group_steps, 1)
+        ]
+        await set_steps(uow, principal, created.id, specs, now, check, by_policy=True)
+        created = await uow.approvals.get(principal.org_id, created.id) or created
     return CreateResult(created, created=True)
 
 
@@ -701,11 +709,15 @@ async def set_steps(
     specs: Sequence[StepSpec],
     now: datetime,
     check: PrincipalCheck | None = None,
+    *,
+    by_policy: bool = False,
 ) -> Sequence[StepRecord]:
     """Replace the request's chain; who may, and when, is the state machine's to say
     (``state.ConfigureSteps``). ``check``: the principal came from memory; the first
-    read confirms it (``PrincipalCheck``)."""
-    action = state.ConfigureSteps(principal.actor, tuple(specs))
+    read confirms it (``PrincipalCheck``). ``by_policy``: the org's policy sets the chain
+    of a request being created (its admins wrote it), whoever creates it."""
+    actor = replace(principal.actor, is_admin=True) if by_policy else principal.actor
+    action = state.ConfigureSteps(actor, tuple(specs))
     org_id = principal.org_id
     if uow.approvals.can_decide_without_lock:
         reads = ApprovalReads(uow.approvals.queries)  # type: ignore[arg-type]

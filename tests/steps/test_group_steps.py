@@ -269,3 +269,40 @@ async def test_invalid_group_steps_are_refused(
         f"/api/v1/approvals/{request['id']}/steps", headers=big_org.admin.headers
     )
     assert chain.json()["data"] == []
+
+
+async def test_the_inbox_shows_an_open_group_step_to_its_members_only(
+    client: httpx.AsyncClient, big_org: Org
+) -> None:
+    finance, security = big_org.members[:3], big_org.members[3:4]
+    finance_id = await make_group(client, big_org, "Finance", finance)
+    security_id = await make_group(client, big_org, "Security", security)
+    request = await create_approval(client, big_org.admin, is_sequential=True)
+    made = await set_steps(
+        client,
+        big_org.admin,
+        request["id"],
+        [
+            {"group_id": finance_id, "required_approvals": 2, "step_order": 1},
+            {"group_id": security_id, "step_order": 2},
+        ],
+    )
+    fin_step, _ = made.json()["data"]
+
+    async def inbox(who: Member) -> list[str]:
+        response = await client.get("/api/v1/approvals?assigned_to=me", headers=who.headers)
+        assert response.status_code == 200, response.text
+        return [r["id"] for r in response.json()["data"]]
+
+    assert await inbox(finance[0]) == [request["id"]]
+    assert await inbox(finance[2]) == [request["id"]]
+    # Security's step is not open yet; an outsider never sees it.
+    assert await inbox(security[0]) == []
+    assert await inbox(big_org.members[5]) == []
+    assert (await vote(client, finance[0], request["id"], fin_step["id"])).status_code == 200
+    # Voted: no longer waiting for that member, still for the others.
+    assert await inbox(finance[0]) == []
+    assert await inbox(finance[1]) == [request["id"]]
+    assert (await vote(client, finance[1], request["id"], fin_step["id"])).status_code == 200
+    assert await inbox(finance[2]) == []
+    assert await inbox(security[0]) == [request["id"]]

@@ -375,7 +375,8 @@ async def _dispatch(
         case state.NotifyCreated():
             await sink.created(row)
         case state.NotifyStepsOpened():
-            await sink.steps_opened(row, effect.approver_ids)
+            # A group step's plan names its group: the planner tells its members.
+            await sink.steps_opened(row, (*effect.approver_ids, *effect.group_ids))
         case state.StopReminders():
             await sink.left_pending(row)
         case state.PublishChange():

@@ -1049,16 +1049,49 @@ class ApprovalRepository:
 
     async def pending_step_approvers(
         self, request_ids: Collection[uuid.UUID]
-    ) -> set[tuple[uuid.UUID, uuid.UUID]]:
-        """(request, approver) of every step still waiting for its approver."""
+    ) -> dict[tuple[uuid.UUID, uuid.UUID], tuple[uuid.UUID, ...]]:
+        """Who every step still waiting is waiting for, keyed by (request, the step's
+        approver or group): the approver; a group's active members who have not voted it."""
         if not request_ids:
-            return set()
-        rows = await self.session.execute(
-            select(ApprovalStep.request_id, ApprovalStep.approver_id).where(
-                ApprovalStep.request_id.in_(list(request_ids)), ApprovalStep.status == "pending"
+            return {}
+        rows = (
+            await self.session.execute(
+                select(
+                    ApprovalStep.id,
+                    ApprovalStep.request_id,
+                    ApprovalStep.approver_id,
+                    ApprovalStep.group_id,
+                ).where(
+                    ApprovalStep.request_id.in_(list(request_ids)),
+                    ApprovalStep.status == "pending",
+                )
+            )
+        ).all()
+        waiting: dict[tuple[uuid.UUID, uuid.UUID], tuple[uuid.UUID, ...]] = {
+            (r.request_id, r.approver_id): (r.approver_id,) for r in rows if r.approver_id
+        }
+        group_steps = [r for r in rows if r.group_id is not None]
+        if not group_steps:
+            return waiting
+        members = await self.session.execute(
+            select(GroupMember.group_id, GroupMember.user_id)
+            .join(User, User.id == GroupMember.user_id)
+            .where(
+                GroupMember.group_id.in_({r.group_id for r in group_steps}),
+                User.deactivated_at.is_(None),
             )
         )
-        return {(r.request_id, r.approver_id) for r in rows}
+        by_group: dict[uuid.UUID, list[uuid.UUID]] = {}
+        for group_id, user_id in members:
+            by_group.setdefault(group_id, []).append(user_id)
+        voted = await self.session.execute(
+            select(Vote.step_id, Vote.user_id).where(Vote.step_id.in_([r.id for r in group_steps]))
+        )
+        done = set(voted.tuples())
+        for r in group_steps:
+            left = tuple(u for u in by_group.get(r.group_id, ()) if (r.id, u) not in done)
+            waiting[(r.request_id, r.group_id)] = left
+        return waiting
 
     async def org_of_request(self, request_id: uuid.UUID) -> uuid.UUID | None:
         return await self.session.scalar(

@@ -364,8 +364,31 @@ async def _step_awaiting(
     if not row.has_steps:
         return None
     steps = await repo.list_steps(row.id)
-    step = votable_step(steps, member.user_id, row.is_sequential, stands_in_for)
+    votes = await repo.list_votes(row.id) if any(s.group_id for s in steps) else ()
+    groups = await groups_voting(repo, member, steps, votes)
+    step = votable_step(steps, member.user_id, row.is_sequential, stands_in_for, groups)
     return step.id if step is not None else None
+
+
+async def groups_voting(
+    repo: ApprovalRepository,
+    member: OrgMember,
+    steps: Sequence[StepRecord],
+    votes: Sequence[VoteRecord],
+) -> frozenset[uuid.UUID]:
+    """The groups of the chain's pending group steps ``member`` may still vote for: an
+    active member of the group who has not voted that step (no read for a chain of
+    people)."""
+    voted = {v.step_id for v in votes if v.user_id == member.user_id}
+    groups = {
+        s.group_id
+        for s in steps
+        if s.group_id is not None and s.status == "pending" and s.id not in voted
+    }
+    if not groups:
+        return frozenset()
+    members = await repo.active_members(member.org_id, groups)
+    return frozenset(g for g, people in members.items() if member.user_id in people)
 
 
 def votable_step(
@@ -373,10 +396,12 @@ def votable_step(
     user_id: uuid.UUID,
     sequential: bool,
     stands_in_for: Collection[uuid.UUID] = (),
+    groups: Collection[uuid.UUID] = (),
 ) -> StepRecord | None:
-    """The pending step of ``steps`` assigned to ``user_id`` (else to someone they stand
-    in for) that may be voted now (a sequential chain's earlier steps all approved)."""
-    own = _votable_of(steps, {user_id}, sequential)
+    """The pending step of ``steps`` assigned to ``user_id`` or to one of ``groups``
+    (``groups_voting``), else to someone they stand in for, that may be voted now (a
+    sequential chain's earlier steps all approved)."""
+    own = _votable_of(steps, {user_id, *groups}, sequential)
     return own or (_votable_of(steps, set(stands_in_for), sequential) if stands_in_for else None)
 
 
@@ -384,7 +409,8 @@ def _votable_of(
     steps: Sequence[StepRecord], approvers: set[uuid.UUID], sequential: bool
 ) -> StepRecord | None:
     for step in steps:
-        if step.approver_id in approvers and step.status == "pending":
+        decider = step.approver_id or step.group_id
+        if decider in approvers and step.status == "pending":
             earlier = [s for s in steps if s.step_order < step.step_order]
             if not sequential or all(s.status == "approved" for s in earlier):
                 return step

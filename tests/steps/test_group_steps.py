@@ -132,74 +132,69 @@ async def test_non_member_is_refused_and_admin_may_vote(
     assert by_admin.json()["request_status"] == "approved"
 
 
+async def finance_and_security(client: httpx.AsyncClient, org: Org) -> tuple[str, str]:
+    """Finance (members 0 to 2) and Security (member 3): their ids."""
+    finance_id = await make_group(client, org, "Finance", org.members[:3])
+    return finance_id, await make_group(client, org, "Security", org.members[3:4])
+
+
+async def two_of_finance_and_security(
+    client: httpx.AsyncClient, org: Org, groups: tuple[str, str], **create: Any
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """A request whose chain is "2 of finance", then "1 of security" (in order only with
+    ``is_sequential``): its id and the two steps."""
+    request = await create_approval(client, org.admin, **create)
+    made = await set_steps(
+        client,
+        org.admin,
+        request["id"],
+        [
+            {"group_id": groups[0], "required_approvals": 2, "step_order": 1},
+            {"group_id": groups[1], "step_order": 2},
+        ],
+    )
+    assert made.status_code == 201, made.text
+    fin_step, sec_step = made.json()["data"]
+    return request["id"], fin_step, sec_step
+
+
 async def test_parallel_one_of_security_and_two_of_finance(
     client: httpx.AsyncClient, big_org: Org
 ) -> None:
     finance, security = big_org.members[:3], big_org.members[3:4]
-    finance_id = await make_group(client, big_org, "Finance", finance)
-    security_id = await make_group(client, big_org, "Security", security)
-    request = await create_approval(client, big_org.admin)
-    made = await set_steps(
-        client,
-        big_org.admin,
-        request["id"],
-        [
-            {"group_id": security_id, "required_approvals": 1, "step_order": 1},
-            {"group_id": finance_id, "required_approvals": 2, "step_order": 2},
-        ],
-    )
-    assert made.status_code == 201, made.text
-    sec_step, fin_step = made.json()["data"]
-    # Parallel: finance may vote before security.
-    assert (await vote(client, finance[0], request["id"], fin_step["id"])).status_code == 200
-    assert (await vote(client, finance[1], request["id"], fin_step["id"])).status_code == 200
-    assert await status_of(client, big_org.admin, request["id"]) == "pending"
-    done = await vote(client, security[0], request["id"], sec_step["id"])
+    groups = await finance_and_security(client, big_org)
+    request_id, fin_step, sec_step = await two_of_finance_and_security(client, big_org, groups)
+    # Parallel: finance may vote before security, and security before finance is done.
+    assert (await vote(client, finance[0], request_id, fin_step["id"])).status_code == 200
+    assert (await vote(client, security[0], request_id, sec_step["id"])).status_code == 200
+    assert await status_of(client, big_org.admin, request_id) == "pending"
+    done = await vote(client, finance[1], request_id, fin_step["id"])
     assert done.json()["request_status"] == "approved"
 
     # One reject anywhere ends it.
-    second = await create_approval(client, big_org.admin, title="second")
-    made = await set_steps(
-        client,
-        big_org.admin,
-        second["id"],
-        [
-            {"group_id": security_id, "required_approvals": 1, "step_order": 1},
-            {"group_id": finance_id, "required_approvals": 2, "step_order": 2},
-        ],
-    )
-    sec_step, fin_step = made.json()["data"]
-    assert (await vote(client, finance[0], second["id"], fin_step["id"])).status_code == 200
-    rejected = await vote(client, security[0], second["id"], sec_step["id"], "reject")
+    second_id, fin_step, sec_step = await two_of_finance_and_security(client, big_org, groups)
+    assert (await vote(client, finance[0], second_id, fin_step["id"])).status_code == 200
+    rejected = await vote(client, security[0], second_id, sec_step["id"], "reject")
     assert rejected.json()["request_status"] == "rejected"
-    chain = await client.get(f"/api/v1/approvals/{second['id']}/steps", headers=finance[0].headers)
-    assert [s["status"] for s in chain.json()["data"]] == ["rejected", "skipped"]
+    chain = await client.get(f"/api/v1/approvals/{second_id}/steps", headers=finance[0].headers)
+    assert [s["status"] for s in chain.json()["data"]] == ["skipped", "rejected"]
 
 
 async def test_sequential_opens_the_second_only_after_the_first(
     client: httpx.AsyncClient, big_org: Org
 ) -> None:
     finance, security = big_org.members[:3], big_org.members[3:4]
-    finance_id = await make_group(client, big_org, "Finance", finance)
-    security_id = await make_group(client, big_org, "Security", security)
-    request = await create_approval(client, big_org.admin, is_sequential=True)
-    made = await set_steps(
-        client,
-        big_org.admin,
-        request["id"],
-        [
-            {"group_id": finance_id, "required_approvals": 2, "step_order": 1},
-            {"group_id": security_id, "step_order": 2},
-        ],
+    groups = await finance_and_security(client, big_org)
+    request_id, fin_step, sec_step = await two_of_finance_and_security(
+        client, big_org, groups, is_sequential=True
     )
-    fin_step, sec_step = made.json()["data"]
-    early = await vote(client, security[0], request["id"], sec_step["id"])
+    early = await vote(client, security[0], request_id, sec_step["id"])
     assert_error(early, 409, "STEP_OUT_OF_ORDER")
-    assert (await vote(client, finance[0], request["id"], fin_step["id"])).status_code == 200
-    still = await vote(client, security[0], request["id"], sec_step["id"])
+    assert (await vote(client, finance[0], request_id, fin_step["id"])).status_code == 200
+    still = await vote(client, security[0], request_id, sec_step["id"])
     assert_error(still, 409, "STEP_OUT_OF_ORDER")
-    assert (await vote(client, finance[2], request["id"], fin_step["id"])).status_code == 200
-    done = await vote(client, security[0], request["id"], sec_step["id"])
+    assert (await vote(client, finance[2], request_id, fin_step["id"])).status_code == 200
+    done = await vote(client, security[0], request_id, sec_step["id"])
     assert done.json()["request_status"] == "approved"
 
 
@@ -275,34 +270,25 @@ async def test_the_inbox_shows_an_open_group_step_to_its_members_only(
     client: httpx.AsyncClient, big_org: Org
 ) -> None:
     finance, security = big_org.members[:3], big_org.members[3:4]
-    finance_id = await make_group(client, big_org, "Finance", finance)
-    security_id = await make_group(client, big_org, "Security", security)
-    request = await create_approval(client, big_org.admin, is_sequential=True)
-    made = await set_steps(
-        client,
-        big_org.admin,
-        request["id"],
-        [
-            {"group_id": finance_id, "required_approvals": 2, "step_order": 1},
-            {"group_id": security_id, "step_order": 2},
-        ],
+    groups = await finance_and_security(client, big_org)
+    request_id, fin_step, _ = await two_of_finance_and_security(
+        client, big_org, groups, is_sequential=True
     )
-    fin_step, _ = made.json()["data"]
 
     async def inbox(who: Member) -> list[str]:
         response = await client.get("/api/v1/approvals?assigned_to=me", headers=who.headers)
         assert response.status_code == 200, response.text
         return [r["id"] for r in response.json()["data"]]
 
-    assert await inbox(finance[0]) == [request["id"]]
-    assert await inbox(finance[2]) == [request["id"]]
+    assert await inbox(finance[0]) == [request_id]
+    assert await inbox(finance[2]) == [request_id]
     # Security's step is not open yet; an outsider never sees it.
     assert await inbox(security[0]) == []
     assert await inbox(big_org.members[5]) == []
-    assert (await vote(client, finance[0], request["id"], fin_step["id"])).status_code == 200
+    assert (await vote(client, finance[0], request_id, fin_step["id"])).status_code == 200
     # Voted: no longer waiting for that member, still for the others.
     assert await inbox(finance[0]) == []
-    assert await inbox(finance[1]) == [request["id"]]
-    assert (await vote(client, finance[1], request["id"], fin_step["id"])).status_code == 200
+    assert await inbox(finance[1]) == [request_id]
+    assert (await vote(client, finance[1], request_id, fin_step["id"])).status_code == 200
     assert await inbox(finance[2]) == []
-    assert await inbox(security[0]) == [request["id"]]
+    assert await inbox(security[0]) == [request_id]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -337,40 +337,27 @@ _INSERT_STEP = PreparedQuery(
         "comment", "created_at", "group_id", "required_approvals", "current_approvals",
     ),
 )  # fmt: skip
-# A step's vote: only while the step is pending, like a request's compare-and-set.
-_DECIDE_STEP = PreparedQuery(
-    update(_STEPS)
-    .where(_STEPS.c.id == bindparam("step_id"), _STEPS.c.status == "pending")
-    .values(
-        status=bindparam("new_status"),
-        decided_at=bindparam("new_decided_at"),
-        decided_by=bindparam("new_decided_by"),
-        comment=bindparam("new_comment"),
-    )
+_PENDING_STEP = update(_STEPS).where(
+    _STEPS.c.id == bindparam("step_id"), _STEPS.c.status == "pending"
 )
+_STEP_DECISION: dict[str, Any] = {
+    "status": bindparam("new_status"),
+    "decided_at": bindparam("new_decided_at"),
+    "decided_by": bindparam("new_decided_by"),
+    "comment": bindparam("new_comment"),
+}
+# A step's vote: only while the step is pending, like a request's compare-and-set.
+_DECIDE_STEP = PreparedQuery(_PENDING_STEP.values(_STEP_DECISION))
 # Approve with edits: a step approved on the old arguments opens again.
 _REOPEN_STEP = PreparedQuery(
     update(_STEPS)
     .where(_STEPS.c.id == bindparam("step_id"), _STEPS.c.status == "approved")
     .values(status="pending", decided_at=None, decided_by=None, comment=None, current_approvals=0)
 )
-_DECIDE_GROUP_STEP = PreparedQuery(
-    update(_STEPS)
-    .where(_STEPS.c.id == bindparam("step_id"), _STEPS.c.status == "pending")
-    .values(
-        status=bindparam("new_status"),
-        decided_at=bindparam("new_decided_at"),
-        decided_by=bindparam("new_decided_by"),
-        comment=bindparam("new_comment"),
-        current_approvals=bindparam("new_current_approvals"),
-    )
-)
-# A group step's vote: its approvals so far, only while the step is pending.
-_COUNT_STEP = PreparedQuery(
-    update(_STEPS)
-    .where(_STEPS.c.id == bindparam("step_id"), _STEPS.c.status == "pending")
-    .values(current_approvals=bindparam("new_current_approvals"))
-)
+# A group step's vote: its quorum reached (decided and counted), or not yet (counted).
+_STEP_COUNT: dict[str, Any] = {"current_approvals": bindparam("new_current_approvals")}
+_DECIDE_GROUP_STEP = PreparedQuery(_PENDING_STEP.values({**_STEP_DECISION, **_STEP_COUNT}))
+_COUNT_STEP = PreparedQuery(_PENDING_STEP.values(_STEP_COUNT))
 # Approve with edits: the votes cast on the old arguments no longer count.
 _DELETE_VOTES = PreparedQuery(delete(Vote).where(Vote.request_id == bindparam("request_id")))
 _ANY_VOTE = PreparedQuery(
@@ -464,23 +451,13 @@ class ApprovalReads:
         self, org_id: uuid.UUID, group_ids: Collection[uuid.UUID]
     ) -> dict[uuid.UUID, frozenset[uuid.UUID]]:
         """Each group's active members (a chain names one or a few groups)."""
-        found = {}
-        for group_id in group_ids:
-            params = {"group_id": group_id, "org_id": org_id}
-            rows = await self.queries.all(_ACTIVE_MEMBERS, params)
-            found[group_id] = frozenset(row.user_id for row in rows)
-        return found
+        return await _active_members(self.queries.all, org_id, group_ids)
 
     async def group_names(
         self, org_id: uuid.UUID, group_ids: Collection[uuid.UUID]
     ) -> dict[uuid.UUID, str]:
         """The names of those of ``group_ids`` that are groups of the org."""
-        names = {}
-        for group_id in group_ids:
-            params = {"group_id": group_id, "org_id": org_id}
-            for row in await self.queries.all(_GROUP_NAME, params):
-                names[row.id] = row.name
-        return names
+        return await _group_names(self.queries.all, org_id, group_ids)
 
     async def count_based_voters(self, request_id: uuid.UUID) -> frozenset[uuid.UUID]:
         rows = await self.queries.all(_COUNT_BASED_VOTERS, {"request_id": request_id})
@@ -494,6 +471,32 @@ class ApprovalReads:
             return frozenset()
         query, params = _org_users_query(org_id, user_ids)
         return frozenset(row.id for row in await self.queries.all(query, params))
+
+
+async def _active_members(
+    run: Callable[[PreparedQuery, dict[str, Any]], Awaitable[Sequence[Any]]],
+    org_id: uuid.UUID,
+    group_ids: Collection[uuid.UUID],
+) -> dict[uuid.UUID, frozenset[uuid.UUID]]:
+    """Each group's active members, read by ``run`` (one query a group, on its key)."""
+    found = {}
+    for group_id in group_ids:
+        rows = await run(_ACTIVE_MEMBERS, {"group_id": group_id, "org_id": org_id})
+        found[group_id] = frozenset(row.user_id for row in rows)
+    return found
+
+
+async def _group_names(
+    run: Callable[[PreparedQuery, dict[str, Any]], Awaitable[Sequence[Any]]],
+    org_id: uuid.UUID,
+    group_ids: Collection[uuid.UUID],
+) -> dict[uuid.UUID, str]:
+    """The names of those of ``group_ids`` that are the org's groups, read by ``run``."""
+    names = {}
+    for group_id in group_ids:
+        for row in await run(_GROUP_NAME, {"group_id": group_id, "org_id": org_id}):
+            names[row.id] = row.name
+    return names
 
 
 def _org_users_query(
@@ -852,23 +855,13 @@ class ApprovalRepository:
         self, org_id: uuid.UUID, group_ids: Collection[uuid.UUID]
     ) -> dict[uuid.UUID, frozenset[uuid.UUID]]:
         """Each group's active members (a chain names one or a few groups)."""
-        found = {}
-        for group_id in group_ids:
-            params = {"group_id": group_id, "org_id": org_id}
-            rows = await execute_in(self.session, _ACTIVE_MEMBERS, params)
-            found[group_id] = frozenset(row.user_id for row in rows)
-        return found
+        return await _active_members(functools.partial(execute_in, self.session), org_id, group_ids)
 
     async def group_names(
         self, org_id: uuid.UUID, group_ids: Collection[uuid.UUID]
     ) -> dict[uuid.UUID, str]:
         """The names of those of ``group_ids`` that are groups of the org."""
-        names = {}
-        for group_id in group_ids:
-            params = {"group_id": group_id, "org_id": org_id}
-            for row in await execute_in(self.session, _GROUP_NAME, params):
-                names[row.id] = row.name
-        return names
+        return await _group_names(functools.partial(execute_in, self.session), org_id, group_ids)
 
     # ---- steps ----
 

@@ -10,11 +10,11 @@ import httpx
 import pytest
 
 from signoff.context import AppContext
-from tests.conftest import create_approval, create_org
+from tests.conftest import create_org
 from tests.dashboard.support import post_form, signed_in
 from tests.dashboard.test_inbox import titles_waiting_for
 from tests.helpers import NO_SWEEP
-from tests.steps.test_group_steps import make_group, set_steps
+from tests.steps.test_group_steps import make_group, one_group_step
 
 pytestmark = pytest.mark.anyio
 
@@ -30,19 +30,12 @@ async def test_a_member_sees_and_votes_a_group_step(
     org = await create_org(ctx, "Initech", members=4)
     finance, outsider = org.members[:3], org.members[3]
     finance_id = await make_group(client, org, "Finance", finance)
-    request = await create_approval(client, org.admin, title="Pay the invoice")
-    made = await set_steps(
-        client,
-        org.admin,
-        request["id"],
-        [{"group_id": finance_id, "required_approvals": 2, "step_order": 1}],
-    )
-    assert made.status_code == 201, made.text
+    request_id, _ = await one_group_step(client, org, finance_id, required_approvals=2)
     assert await titles_waiting_for(ctx, org, finance[1]) == ["Pay the invoice"]
     assert await titles_waiting_for(ctx, org, outsider) == []
 
     await signed_in(ctx, client, finance[0])
-    url = f"/requests/{request['id']}"
+    url = f"/requests/{request_id}"
     page = (await client.get(url)).text
     assert "2 of Finance" in page and "(0 of 2 approved)" in page
     assert "Your vote counts as one of them." in page
@@ -53,5 +46,5 @@ async def test_a_member_sees_and_votes_a_group_step(
     assert 'name="decision" value="approve"' not in page  # voted: no buttons again
     assert await titles_waiting_for(ctx, org, finance[0]) == []
     assert await titles_waiting_for(ctx, org, finance[1]) == ["Pay the invoice"]
-    status = await client.get(f"/api/v1/approvals/{request['id']}", headers=org.admin.headers)
+    status = await client.get(f"/api/v1/approvals/{request_id}", headers=org.admin.headers)
     assert status.json()["status"] == "pending"

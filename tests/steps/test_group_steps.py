@@ -41,6 +41,20 @@ async def set_steps(
     )
 
 
+async def one_group_step(
+    client: httpx.AsyncClient, org: Org, group_id: str, **step: Any
+) -> tuple[str, dict[str, Any]]:
+    """A new request whose chain is one step of the group (``step``: e.g. its
+    ``required_approvals``): the request's id and the step as configured."""
+    request = await create_approval(client, org.admin, title="Pay the invoice")
+    made = await set_steps(
+        client, org.admin, request["id"], [{"group_id": group_id, "step_order": 1, **step}]
+    )
+    assert made.status_code == 201, made.text
+    (configured,) = made.json()["data"]
+    return request["id"], configured
+
+
 async def status_of(client: httpx.AsyncClient, who: Member, request_id: str) -> str:
     response = await client.get(f"/api/v1/approvals/{request_id}", headers=who.headers)
     status: str = response.json()["status"]
@@ -52,15 +66,8 @@ async def test_two_of_finance_approves_at_the_second_distinct_member(
 ) -> None:
     finance = big_org.members[:3]
     group_id = await make_group(client, big_org, "Finance", finance)
-    request = await create_approval(client, big_org.admin)
-    made = await set_steps(
-        client,
-        big_org.admin,
-        request["id"],
-        [{"group_id": group_id, "required_approvals": 2, "step_order": 1}],
-    )
-    assert made.status_code == 201, made.text
-    (step,) = made.json()["data"]
+    request_id, step = await one_group_step(client, big_org, group_id, required_approvals=2)
+    request = {"id": request_id}
     assert step["approver_id"] is None
     assert (step["group_id"], step["group_name"]) == (group_id, "Finance")
     assert (step["required_approvals"], step["current_approvals"]) == (2, 0)
@@ -96,14 +103,8 @@ async def test_two_of_finance_approves_at_the_second_distinct_member(
 async def test_one_reject_by_a_member_rejects(client: httpx.AsyncClient, big_org: Org) -> None:
     finance = big_org.members[:3]
     group_id = await make_group(client, big_org, "Finance", finance)
-    request = await create_approval(client, big_org.admin)
-    made = await set_steps(
-        client,
-        big_org.admin,
-        request["id"],
-        [{"group_id": group_id, "required_approvals": 2, "step_order": 1}],
-    )
-    (step,) = made.json()["data"]
+    request_id, step = await one_group_step(client, big_org, group_id, required_approvals=2)
+    request = {"id": request_id}
     assert (await vote(client, finance[0], request["id"], step["id"])).status_code == 200
     rejected = await vote(client, finance[1], request["id"], step["id"], "reject")
     assert rejected.status_code == 200, rejected.text
@@ -118,11 +119,8 @@ async def test_non_member_is_refused_and_admin_may_vote(
 ) -> None:
     finance = big_org.members[:2]
     group_id = await make_group(client, big_org, "Finance", finance)
-    request = await create_approval(client, big_org.admin)
-    made = await set_steps(
-        client, big_org.admin, request["id"], [{"group_id": group_id, "step_order": 1}]
-    )
-    (step,) = made.json()["data"]
+    request_id, step = await one_group_step(client, big_org, group_id)
+    request = {"id": request_id}
     assert step["required_approvals"] == 1
     outsider = big_org.members[4]
     assert_error(await vote(client, outsider, request["id"], step["id"]), 403, "FORBIDDEN")

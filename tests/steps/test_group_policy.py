@@ -105,3 +105,35 @@ async def test_malformed_group_rules_are_refused(
     refused = await client.put("/api/v1/policies", json=body, headers=org.admin.headers)
     details = assert_error(refused, 400, "VALIDATION_ERROR")
     assert field in [f["field"] for f in details["fields"]], details
+
+
+async def test_the_dry_run_counts_a_group_rule_as_people_deciding(
+    client: httpx.AsyncClient, org: Org
+) -> None:
+    await make_group(client, org, "Finance", org.members[:2])
+    await make_group(client, org, "Security", org.members[2:3])
+    for action_type, decision in (
+        ("payment", "approve"),
+        ("payment", "reject"),
+        ("deploy", "approve"),
+    ):
+        created = await create_approval(client, org.member, action_type=action_type)
+        decided = await client.patch(
+            f"/api/v1/approvals/{created['id']}",
+            json={"decision": decision},
+            headers=org.admin.headers,
+        )
+        assert decided.status_code == 200, decided.text
+    answer = await client.post(
+        "/api/v1/policies/dry-run",
+        json={**document("parallel"), "days": 7},
+        headers=org.admin.headers,
+    )
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    # By hand: two payments match and go to people (their groups); the deploy matches nothing.
+    assert body["rules"] == [
+        {"name": "payments need finance and security", "effect": "require", "matched": 2}
+    ]
+    assert body["decisions"]["require"] == 2 and body["decisions"]["people"] == 1
+    assert body["disagreement_count"] == 0

@@ -4,6 +4,7 @@ ends the request, parallel and sequential chains, who may vote, and what is refu
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -290,3 +291,19 @@ async def test_the_inbox_shows_an_open_group_step_to_its_members_only(
     assert (await vote(client, finance[1], request_id, fin_step["id"])).status_code == 200
     assert await inbox(finance[2]) == []
     assert await inbox(security[0]) == [request_id]
+
+
+async def test_members_voting_at_once_are_each_counted(
+    client: httpx.AsyncClient, big_org: Org
+) -> None:
+    finance = big_org.members[:3]
+    group_id = await make_group(client, big_org, "Finance", finance)
+    request_id, step = await one_group_step(client, big_org, group_id, required_approvals=3)
+    answers = await asyncio.gather(
+        *(vote(client, member, request_id, step["id"]) for member in finance)
+    )
+    assert [a.status_code for a in answers] == [200, 200, 200], [a.text for a in answers]
+    assert sorted(a.json()["step_current_approvals"] for a in answers) == [1, 2, 3]
+    read = await client.get(f"/api/v1/approvals/{request_id}", headers=big_org.admin.headers)
+    assert read.json()["status"] == "approved"
+    assert len(read.json()["votes"]) == 3

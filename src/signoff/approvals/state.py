@@ -18,6 +18,10 @@ Rules (decisions.md sections 2 and 3):
   a step reject rejects the request and skips the remaining steps. Sequential chains are
   voted in order. Only a step's approver or an admin may vote it; only an admin may decide
   a request with steps directly (an override that skips the pending steps).
+- Group steps (a quorum): any active member of the step's group (or an admin) votes it,
+  once; it is approved at its ``required_approvals`` distinct approvals, and one member's
+  reject rejects it, and so the request. Edits of the arguments are refused on such a
+  chain.
 - Approve with edits (``Decide``/``VoteStep`` with ``arguments``): only an approve, only
   on a request with an ``arguments_schema``, whose edited arguments satisfy it. Votes on
   the old arguments no longer count: a count-based request's earlier approvals are

@@ -307,3 +307,18 @@ async def test_members_voting_at_once_are_each_counted(
     read = await client.get(f"/api/v1/approvals/{request_id}", headers=big_org.admin.headers)
     assert read.json()["status"] == "approved"
     assert len(read.json()["votes"]) == 3
+
+
+async def test_deleting_a_group_leaves_its_step_to_admins(
+    client: httpx.AsyncClient, big_org: Org
+) -> None:
+    finance = big_org.members[:2]
+    group_id = await make_group(client, big_org, "Finance", finance)
+    request_id, step = await one_group_step(client, big_org, group_id)
+    deleted = await client.delete(f"/api/v1/groups/{group_id}", headers=big_org.admin.headers)
+    assert deleted.status_code == 204, deleted.text
+    assert_error(await vote(client, finance[0], request_id, step["id"]), 403, "FORBIDDEN")
+    chain = await client.get(f"/api/v1/approvals/{request_id}/steps", headers=finance[0].headers)
+    assert chain.status_code == 200 and chain.json()["data"][0].get("group_name") is None
+    by_admin = await vote(client, big_org.admin, request_id, step["id"])
+    assert by_admin.json()["request_status"] == "approved"

@@ -36,6 +36,8 @@ from signoff.errors import (
     PasskeyRequired,
     ServiceUnavailable,
 )
+from signoff.groups.endpoints import router as groups_router
+from signoff.groups.pages import pages as group_pages
 from signoff.metrics import HTTP_STATS
 from signoff.middleware import ApiGuard
 from signoff.notifications.endpoints import router as notifications_router
@@ -287,9 +289,11 @@ def create_app(
         notifications_router,
         policies_router,
         standing_router,
+        groups_router,
         audit_router,
         notification_pages,
         policy_pages,
+        group_pages,
         slack_webhook,
         receipts_router,
     )

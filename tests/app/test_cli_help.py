@@ -31,6 +31,7 @@ TOP_LEVEL = (
     "delivery",
     "routing",
     "policy",
+    "group",
     "keys",
 )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -67,6 +68,14 @@ SCOPE_TABLE: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/policies/dry-run"): WRITE,
     ("GET", "/api/v1/standing-approvals"): READ,
     ("DELETE", "/api/v1/standing-approvals/{}"): WRITE,
+    ("GET", "/api/v1/groups"): READ,
+    ("POST", "/api/v1/groups"): WRITE,
+    ("GET", "/api/v1/groups/{}"): READ,
+    ("PATCH", "/api/v1/groups/{}"): WRITE,
+    ("DELETE", "/api/v1/groups/{}"): WRITE,
+    ("PUT", "/api/v1/groups/{}/members"): WRITE,
+    ("POST", "/api/v1/groups/{}/members"): WRITE,
+    ("DELETE", "/api/v1/groups/{}/members/{}"): WRITE,
     ("GET", "/api/v1/audit/export"): READ,
     # The executor redeems the receipt of what it is about to do: a write.
     ("POST", "/api/v1/receipts/redeem"): WRITE,
@@ -222,6 +231,19 @@ async def _revoke_standing(env: Env) -> Call:
     assert decided.status_code == 200, decided.text
     listed = await env.client.get("/api/v1/standing-approvals", headers=env.admin.headers)
     return "DELETE", f"/api/v1/standing-approvals/{listed.json()['data'][0]['id']}", None
+async def _group_id(env: Env) -> str:
+    """A fresh group of the org with a member, made by the admin's key."""
+    created = await env.client.post(
+        "/api/v1/groups",
+        headers=env.admin.headers,
+        json={"name": f"Matrix {uuid.uuid4()}", "member_ids": [env.admin.user_id]},
+    )
+    assert created.status_code == 201, created.text
+    return str(created.json()["id"])
+
+
+async def _on_group(env: Env, method: str, tail: str, body: dict[str, Any] | None) -> Call:
+    return method, f"/api/v1/groups/{await _group_id(env)}{tail}", body
 
 
 async def _redeem(env: Env) -> Call:
@@ -312,6 +334,24 @@ BUILDERS: dict[tuple[str, str], Builder] = {
     ),
     ("GET", "/api/v1/standing-approvals"): lambda env: _plain("GET", "/api/v1/standing-approvals"),
     ("DELETE", "/api/v1/standing-approvals/{}"): _revoke_standing,
+    ("GET", "/api/v1/groups"): lambda env: _plain("GET", "/api/v1/groups"),
+    ("POST", "/api/v1/groups"): lambda env: _plain(
+        "POST", "/api/v1/groups", {"name": f"Matrix {uuid.uuid4()}"}
+    ),
+    ("GET", "/api/v1/groups/{}"): lambda env: _on_group(env, "GET", "", None),
+    ("PATCH", "/api/v1/groups/{}"): lambda env: _on_group(
+        env, "PATCH", "", {"name": f"Matrix {uuid.uuid4()}"}
+    ),
+    ("DELETE", "/api/v1/groups/{}"): lambda env: _on_group(env, "DELETE", "", None),
+    ("PUT", "/api/v1/groups/{}/members"): lambda env: _on_group(
+        env, "PUT", "/members", {"user_ids": [env.admin.user_id]}
+    ),
+    ("POST", "/api/v1/groups/{}/members"): lambda env: _on_group(
+        env, "POST", "/members", {"user_id": env.org.members[0].user_id}
+    ),
+    ("DELETE", "/api/v1/groups/{}/members/{}"): lambda env: _on_group(
+        env, "DELETE", f"/members/{env.admin.user_id}", None
+    ),
     ("POST", "/api/v1/receipts/redeem"): _redeem,
     ("GET", "/api/v1/approvals/{}/notifications"): lambda env: _with(
         env, "GET", "/api/v1/approvals/{rid}/notifications", None

@@ -59,7 +59,7 @@ CHECKS = (
     "response_schema_conformance",
     "response_headers_conformance",
 )
-IDS_IN_PATHS = ("request_id", "step_id", "delivery_id")
+IDS_IN_PATHS = ("request_id", "step_id", "delivery_id", "group_id")
 
 
 class _Accepting(BaseHTTPRequestHandler):
@@ -118,6 +118,19 @@ class LiveServer:
             log = self.http.get("/api/v1/webhooks", params={"request_id": request_id})
             self.reused["delivery"] = log.json()["data"][0]["delivery_id"]
         return self.reused["delivery"]
+
+    def group_id(self) -> str:
+        """A fresh group whose one member is the admin (so removing them answers 204)."""
+        name = f"Contract {next(self.turns)}"
+        body = {"name": name, "member_ids": [self.user_id]}
+        response = self.http.post("/api/v1/groups", json=body)
+        assert response.status_code == 201, response.text
+        return str(response.json()["id"])
+
+    def shared_group_id(self) -> str:
+        if "group" not in self.reused:
+            self.reused["group"] = self.group_id()
+        return self.reused["group"]
 
     def shared_request_id(self) -> str:
         """One request every call may read or change: soon decided or cancelled."""
@@ -287,12 +300,23 @@ def _aim_at_real_resources(case: Any, live: LiveServer) -> None:
             if isinstance(step, dict) and isinstance(step.get("approver_id"), str):
                 step["approver_id"] = live.user_id
     turn = next(live.turns) % 3
+    if body is not None and case.path.startswith("/api/v1/groups") and turn == 0:
+        # Members must be users of the org: a real one, so changes succeed too.
+        if isinstance(body.get("user_id"), str):
+            body["user_id"] = live.user_id
+        for key in ("user_ids", "member_ids"):
+            if isinstance(body.get(key), list):
+                body[key] = [live.user_id]
     if body is not None and case.path == "/api/v1/approvals" and turn == 0:
         body["idempotency_key"] = "contract-replay"  # so creates are also replayed (200)
     params = case.path_parameters or {}
     if turn == 2 or not any(name in params for name in IDS_IN_PATHS):
         return
-    if "delivery_id" in params:
+    if "group_id" in params:
+        params["group_id"] = live.group_id() if turn == 0 else live.shared_group_id()
+        if "user_id" in params:
+            params["user_id"] = live.user_id
+    elif "delivery_id" in params:
         params["delivery_id"] = live.delivery_id()
     elif "step_id" in params:
         fresh = live.request_with_step()

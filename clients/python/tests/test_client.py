@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import pytest
 
 from conftest import LiveServer
@@ -163,6 +164,27 @@ def test_steps_take_dicts_and_refuse_a_different_order_rule(
         created.id, [{"approver_id": live.member.user_id, "step_order": 5}], is_sequential=False
     )
     assert [(s.step_order, s.approver_id) for s in steps] == [(5, live.member.user_id)]
+
+
+def test_a_group_step_is_set_read_and_voted(
+    admin: SignoffClient, member: SignoffClient, live: LiveServer, tag: str
+) -> None:
+    group = httpx.post(
+        f"{live.base_url}/api/v1/groups",
+        json={"name": f"finance-{tag}", "member_ids": [live.member.user_id]},
+        headers={"Authorization": f"Bearer {live.admin.api_key}"},
+    )
+    assert group.status_code == 201, group.text
+    group_id = group.json()["id"]
+    created = admin.create_approval("Pay", "a group decides", "low")
+    (step,) = admin.set_steps(
+        created.id, [{"group_id": group_id, "required_approvals": 1, "step_order": 1}], False
+    )
+    assert (step.approver_id, step.group_id, step.group_name) == (None, group_id, f"finance-{tag}")
+    assert admin.list_steps(created.id)[0].required_approvals == 1
+    voted = member.vote_step(created.id, step.id, "approve")
+    assert voted.request_status == "approved"
+    assert admin.get_approval(created.id).status == "approved"
 
 
 def test_from_env(live: LiveServer, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -375,7 +375,8 @@ async def _dispatch(
         case state.NotifyCreated():
             await sink.created(row)
         case state.NotifyStepsOpened():
-            await sink.steps_opened(row, effect.approver_ids)
+            # A group step's plan names its group: the planner tells its members.
+            await sink.steps_opened(row, (*effect.approver_ids, *effect.group_ids))
         case state.StopReminders():
             await sink.left_pending(row)
         case state.PublishChange():
@@ -638,18 +639,26 @@ def _new_step(request_id: uuid.UUID, spec: state.StepSpec, now: datetime) -> Ste
         decided_by=None,
         comment=None,
         created_at=now,
+        group_id=spec.group_id,
+        required_approvals=spec.required_approvals,
+        current_approvals=0,
     )
 
 
 def _step_values(effect: state.ChangeStep, author: Author | None, now: datetime) -> dict[str, Any]:
-    """The columns ``effect`` sets on its step (a step reopened by an edit: undecided)."""
+    """The columns ``effect`` sets on its step (a step reopened by an edit: undecided; a
+    group step's vote short of its quorum: counted, still undecided)."""
+    counted = {} if effect.approvals is None else {"current_approvals": effect.approvals}
     if effect.status == "pending":
-        return {"status": "pending", "decided_at": None, "decided_by": None, "comment": None}
+        reopened = {} if counted else {"current_approvals": 0}
+        undecided = {"status": "pending", "decided_at": None, "decided_by": None, "comment": None}
+        return undecided | reopened | counted
     return {
         "status": effect.status,
         "decided_at": now,
         "decided_by": author.user_id if author and effect.voted else None,
         "comment": effect.comment,
+        **counted,
     }
 
 

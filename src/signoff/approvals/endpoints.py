@@ -253,7 +253,8 @@ async def _read_detail(
     body = request_to_dict(row, now)
     if final or body["status"] != "pending":
         steps, votes = await service.steps_and_votes(reads, row)
-        body["steps"] = [step_to_dict(step) for step in steps]
+        names = await service.group_names_of(reads, principal.org_id, steps)
+        body["steps"] = [step_to_dict(step, names) for step in steps]
         body["votes"] = [vote_to_dict(vote) for vote in votes]
     # Every read says whether a receipt was issued, a pending one too (as list items do).
     body.update(await _receipt_fields(ctx, principal, row))

@@ -6,7 +6,8 @@ models in schemas.py, but a hot read path need not run them through validation a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -92,16 +93,35 @@ def pagination(page: int, page_size: int, total: int) -> dict[str, int]:
     }
 
 
-def step_to_dict(row: StepRecord) -> dict[str, Any]:
-    return {
+def step_to_dict(
+    row: StepRecord, group_names: Mapping[uuid.UUID, str] | None = None
+) -> dict[str, Any]:
+    """A step as the API answers it; a group's step also names its group and quorum
+    (``group_names``: the names of the chain's groups)."""
+    answer = {
         "id": str(row.id),
         "approval_request_id": str(row.request_id),
         "step_order": row.step_order,
-        "approver_id": str(row.approver_id),
+        "approver_id": str(row.approver_id) if row.approver_id else None,
         "status": row.status,
         "decided_at": format_timestamp(row.decided_at),
         "decided_by": str(row.decided_by) if row.decided_by else None,
         "comment": row.comment,
+    }
+    return answer | group_step_fields(row, group_names)
+
+
+def group_step_fields(
+    row: StepRecord, group_names: Mapping[uuid.UUID, str] | None
+) -> dict[str, Any]:
+    """A group step's group and quorum, as answers show them (none for a person's)."""
+    if row.group_id is None:
+        return {}
+    return {
+        "group_id": str(row.group_id),
+        "group_name": (group_names or {}).get(row.group_id),
+        "required_approvals": row.required_approvals,
+        "current_approvals": row.current_approvals,
     }
 
 

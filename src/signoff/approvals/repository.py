@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -50,6 +50,8 @@ from signoff.models import (
     AuditEvent,
     Comment,
     Connection,
+    Group,
+    GroupMember,
     User,
     Vote,
 )
@@ -332,30 +334,52 @@ _INSERT_STEP = PreparedQuery(
     insert(_STEPS),
     column_keys=(
         "id", "request_id", "step_order", "approver_id", "status", "decided_at", "decided_by",
-        "comment", "created_at",
+        "comment", "created_at", "group_id", "required_approvals", "current_approvals",
     ),
 )  # fmt: skip
-# A step's vote: only while the step is pending, like a request's compare-and-set.
-_DECIDE_STEP = PreparedQuery(
-    update(_STEPS)
-    .where(_STEPS.c.id == bindparam("step_id"), _STEPS.c.status == "pending")
-    .values(
-        status=bindparam("new_status"),
-        decided_at=bindparam("new_decided_at"),
-        decided_by=bindparam("new_decided_by"),
-        comment=bindparam("new_comment"),
-    )
+_PENDING_STEP = update(_STEPS).where(
+    _STEPS.c.id == bindparam("step_id"), _STEPS.c.status == "pending"
 )
+_STEP_DECISION: dict[str, Any] = {
+    "status": bindparam("new_status"),
+    "decided_at": bindparam("new_decided_at"),
+    "decided_by": bindparam("new_decided_by"),
+    "comment": bindparam("new_comment"),
+}
+# A step's vote: only while the step is pending, like a request's compare-and-set.
+_DECIDE_STEP = PreparedQuery(_PENDING_STEP.values(_STEP_DECISION))
 # Approve with edits: a step approved on the old arguments opens again.
 _REOPEN_STEP = PreparedQuery(
     update(_STEPS)
     .where(_STEPS.c.id == bindparam("step_id"), _STEPS.c.status == "approved")
-    .values(status="pending", decided_at=None, decided_by=None, comment=None)
+    .values(status="pending", decided_at=None, decided_by=None, comment=None, current_approvals=0)
 )
+# A group step's vote: its quorum reached (decided and counted), or not yet (counted).
+_STEP_COUNT: dict[str, Any] = {"current_approvals": bindparam("new_current_approvals")}
+_DECIDE_GROUP_STEP = PreparedQuery(_PENDING_STEP.values({**_STEP_DECISION, **_STEP_COUNT}))
+_COUNT_STEP = PreparedQuery(_PENDING_STEP.values(_STEP_COUNT))
 # Approve with edits: the votes cast on the old arguments no longer count.
 _DELETE_VOTES = PreparedQuery(delete(Vote).where(Vote.request_id == bindparam("request_id")))
 _ANY_VOTE = PreparedQuery(
     select(Vote.id).where(Vote.request_id == bindparam("request_id")).limit(1)
+)
+# A group step's voters may be its group's active members: on the members' primary key,
+# then each user's; none when the group is not the org's.
+_ACTIVE_MEMBERS = PreparedQuery(
+    select(GroupMember.user_id)
+    .join(Group, Group.id == GroupMember.group_id)
+    .join(User, User.id == GroupMember.user_id)
+    .where(
+        GroupMember.group_id == bindparam("group_id"),
+        Group.org_id == bindparam("org_id"),
+        User.deactivated_at.is_(None),
+    )
+)
+# A group of the org, by id (a chain's step names it; another org's is not found).
+_GROUP_NAME = PreparedQuery(
+    select(Group.id, Group.name).where(
+        Group.id == bindparam("group_id"), Group.org_id == bindparam("org_id")
+    )
 )
 _VOTES_ON_REQUEST = PreparedQuery(
     select(*columns_of(Vote, VoteRecord))
@@ -423,6 +447,18 @@ class ApprovalReads:
     async def list_votes(self, request_id: uuid.UUID) -> list[VoteRecord]:
         return await self.queries.all(_VOTES_ON_REQUEST, {"request_id": request_id})
 
+    async def active_members(
+        self, org_id: uuid.UUID, group_ids: Collection[uuid.UUID]
+    ) -> dict[uuid.UUID, frozenset[uuid.UUID]]:
+        """Each group's active members (a chain names one or a few groups)."""
+        return await _active_members(self.queries.all, org_id, group_ids)
+
+    async def group_names(
+        self, org_id: uuid.UUID, group_ids: Collection[uuid.UUID]
+    ) -> dict[uuid.UUID, str]:
+        """The names of those of ``group_ids`` that are groups of the org."""
+        return await _group_names(self.queries.all, org_id, group_ids)
+
     async def count_based_voters(self, request_id: uuid.UUID) -> frozenset[uuid.UUID]:
         rows = await self.queries.all(_COUNT_BASED_VOTERS, {"request_id": request_id})
         return frozenset(row.user_id for row in rows)
@@ -431,8 +467,36 @@ class ApprovalReads:
         self, org_id: uuid.UUID, user_ids: set[uuid.UUID]
     ) -> frozenset[uuid.UUID]:
         """Which of ``user_ids`` are users of the org."""
+        if not user_ids:  # a chain of groups names nobody
+            return frozenset()
         query, params = _org_users_query(org_id, user_ids)
         return frozenset(row.id for row in await self.queries.all(query, params))
+
+
+async def _active_members(
+    run: Callable[[PreparedQuery, dict[str, Any]], Awaitable[Sequence[Any]]],
+    org_id: uuid.UUID,
+    group_ids: Collection[uuid.UUID],
+) -> dict[uuid.UUID, frozenset[uuid.UUID]]:
+    """Each group's active members, read by ``run`` (one query a group, on its key)."""
+    found = {}
+    for group_id in group_ids:
+        rows = await run(_ACTIVE_MEMBERS, {"group_id": group_id, "org_id": org_id})
+        found[group_id] = frozenset(row.user_id for row in rows)
+    return found
+
+
+async def _group_names(
+    run: Callable[[PreparedQuery, dict[str, Any]], Awaitable[Sequence[Any]]],
+    org_id: uuid.UUID,
+    group_ids: Collection[uuid.UUID],
+) -> dict[uuid.UUID, str]:
+    """The names of those of ``group_ids`` that are the org's groups, read by ``run``."""
+    names = {}
+    for group_id in group_ids:
+        for row in await run(_GROUP_NAME, {"group_id": group_id, "org_id": org_id}):
+            names[row.id] = row.name
+    return names
 
 
 def _org_users_query(
@@ -787,6 +851,18 @@ class ApprovalRepository:
     async def list_votes(self, request_id: uuid.UUID) -> list[VoteRecord]:
         return await execute_in(self.session, _VOTES_ON_REQUEST, {"request_id": request_id})
 
+    async def active_members(
+        self, org_id: uuid.UUID, group_ids: Collection[uuid.UUID]
+    ) -> dict[uuid.UUID, frozenset[uuid.UUID]]:
+        """Each group's active members (a chain names one or a few groups)."""
+        return await _active_members(functools.partial(execute_in, self.session), org_id, group_ids)
+
+    async def group_names(
+        self, org_id: uuid.UUID, group_ids: Collection[uuid.UUID]
+    ) -> dict[uuid.UUID, str]:
+        """The names of those of ``group_ids`` that are groups of the org."""
+        return await _group_names(functools.partial(execute_in, self.session), org_id, group_ids)
+
     # ---- steps ----
 
     async def list_steps(self, request_id: uuid.UUID) -> list[StepRecord]:
@@ -843,7 +919,13 @@ class ApprovalRepository:
         decided_at: datetime | None,
         decided_by: uuid.UUID | None,
         comment: str | None,
+        current_approvals: int | None = None,
     ) -> None:
+        counted = {"step_id": step_id, "new_current_approvals": current_approvals}
+        if status == "pending" and current_approvals:
+            # A group step's vote short of its quorum: counted, still pending.
+            await queue_write(self.session, _COUNT_STEP, counted)
+            return
         if status == "pending":  # reopened by an edit of the arguments
             await queue_write(self.session, _REOPEN_STEP, {"step_id": step_id})
             return
@@ -854,11 +936,16 @@ class ApprovalRepository:
             "new_decided_by": decided_by,
             "new_comment": comment,
         }
+        if current_approvals is not None:  # a group step: its quorum reached
+            await queue_write(self.session, _DECIDE_GROUP_STEP, values | counted)
+            return
         await queue_write(self.session, _DECIDE_STEP, values)
 
     async def org_user_ids(
         self, org_id: uuid.UUID, user_ids: set[uuid.UUID]
     ) -> frozenset[uuid.UUID]:
+        if not user_ids:  # a chain of groups names nobody
+            return frozenset()
         query, params = _org_users_query(org_id, user_ids)
         rows = await execute_in(self.session, query, params)
         return frozenset(row.id for row in rows)
@@ -955,16 +1042,49 @@ class ApprovalRepository:
 
     async def pending_step_approvers(
         self, request_ids: Collection[uuid.UUID]
-    ) -> set[tuple[uuid.UUID, uuid.UUID]]:
-        """(request, approver) of every step still waiting for its approver."""
+    ) -> dict[tuple[uuid.UUID, uuid.UUID], tuple[uuid.UUID, ...]]:
+        """Who every step still waiting is waiting for, keyed by (request, the step's
+        approver or group): the approver; a group's active members who have not voted it."""
         if not request_ids:
-            return set()
-        rows = await self.session.execute(
-            select(ApprovalStep.request_id, ApprovalStep.approver_id).where(
-                ApprovalStep.request_id.in_(list(request_ids)), ApprovalStep.status == "pending"
+            return {}
+        rows = (
+            await self.session.execute(
+                select(
+                    ApprovalStep.id,
+                    ApprovalStep.request_id,
+                    ApprovalStep.approver_id,
+                    ApprovalStep.group_id,
+                ).where(
+                    ApprovalStep.request_id.in_(list(request_ids)),
+                    ApprovalStep.status == "pending",
+                )
+            )
+        ).all()
+        waiting: dict[tuple[uuid.UUID, uuid.UUID], tuple[uuid.UUID, ...]] = {
+            (r.request_id, r.approver_id): (r.approver_id,) for r in rows if r.approver_id
+        }
+        group_steps = [r for r in rows if r.group_id is not None]
+        if not group_steps:
+            return waiting
+        members = await self.session.execute(
+            select(GroupMember.group_id, GroupMember.user_id)
+            .join(User, User.id == GroupMember.user_id)
+            .where(
+                GroupMember.group_id.in_({r.group_id for r in group_steps}),
+                User.deactivated_at.is_(None),
             )
         )
-        return {(r.request_id, r.approver_id) for r in rows}
+        by_group: dict[uuid.UUID, list[uuid.UUID]] = {}
+        for group_id, user_id in members:
+            by_group.setdefault(group_id, []).append(user_id)
+        voted = await self.session.execute(
+            select(Vote.step_id, Vote.user_id).where(Vote.step_id.in_([r.id for r in group_steps]))
+        )
+        done = set(voted.tuples())
+        for r in group_steps:
+            left = tuple(u for u in by_group.get(r.group_id, ()) if (r.id, u) not in done)
+            waiting[(r.request_id, r.group_id)] = left
+        return waiting
 
     async def org_of_request(self, request_id: uuid.UUID) -> uuid.UUID | None:
         return await self.session.scalar(

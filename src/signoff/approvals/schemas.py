@@ -626,11 +626,20 @@ class StepSummaryOut(BaseModel):
     id: uuid.UUID
     approval_request_id: uuid.UUID
     step_order: int = Field(ge=1)
-    approver_id: uuid.UUID
+    approver_id: uuid.UUID | None = Field(description="Null for a group's step.")
     status: Literal["pending", "approved", "rejected", "skipped"]
     decided_at: str | None
     decided_by: uuid.UUID | None
     comment: str | None
+    # A group's step (a quorum) only; a person's step has none of these.
+    group_id: uuid.UUID | None = Field(default=None, description="A group step only.")
+    group_name: str | None = Field(default=None, description="A group step only.")
+    required_approvals: int | None = Field(
+        default=None, description="A group step only: distinct members who must approve."
+    )
+    current_approvals: int | None = Field(
+        default=None, description="A group step only: distinct members who approved."
+    )
 
 
 class VoteOut(BaseModel):

@@ -178,6 +178,14 @@ async def create_request(
         if existing is None:  # pragma: no cover - the conflicting row cannot vanish
             raise NotFound("The request holding this idempotency key no longer exists.")
         return CreateResult(existing, created=False)
+    if verdict.group_steps and created.status == "pending":
+        # A ``require`` rule naming groups: the chain the org's admin wrote in the policy.
+        specs = [
+            StepSpec(None, order, group_id, count)
+            for order, (group_id, count) in enumerate(verdict.group_steps, 1)
+        ]
+        await set_steps(uow, principal, created.id, specs, now, check, by_policy=True)
+        created = await uow.approvals.get(principal.org_id, created.id) or created
     return CreateResult(created, created=True)
 
 
@@ -442,8 +450,31 @@ async def _step_awaiting(
     if not row.has_steps:
         return None
     steps = await repo.list_steps(row.id)
-    step = votable_step(steps, member.user_id, row.is_sequential, stands_in_for)
+    votes = await repo.list_votes(row.id) if any(s.group_id for s in steps) else ()
+    groups = await groups_voting(repo, member, steps, votes)
+    step = votable_step(steps, member.user_id, row.is_sequential, stands_in_for, groups)
     return step.id if step is not None else None
+
+
+async def groups_voting(
+    repo: ApprovalRepository,
+    member: OrgMember,
+    steps: Sequence[StepRecord],
+    votes: Sequence[VoteRecord],
+) -> frozenset[uuid.UUID]:
+    """The groups of the chain's pending group steps ``member`` may still vote for: an
+    active member of the group who has not voted that step (no read for a chain of
+    people)."""
+    voted = {v.step_id for v in votes if v.user_id == member.user_id}
+    groups = {
+        s.group_id
+        for s in steps
+        if s.group_id is not None and s.status == "pending" and s.id not in voted
+    }
+    if not groups:
+        return frozenset()
+    members = await repo.active_members(member.org_id, groups)
+    return frozenset(g for g, people in members.items() if member.user_id in people)
 
 
 def votable_step(
@@ -451,10 +482,12 @@ def votable_step(
     user_id: uuid.UUID,
     sequential: bool,
     stands_in_for: Collection[uuid.UUID] = (),
+    groups: Collection[uuid.UUID] = (),
 ) -> StepRecord | None:
-    """The pending step of ``steps`` assigned to ``user_id`` (else to someone they stand
-    in for) that may be voted now (a sequential chain's earlier steps all approved)."""
-    own = _votable_of(steps, {user_id}, sequential)
+    """The pending step of ``steps`` assigned to ``user_id`` or to one of ``groups``
+    (``groups_voting``), else to someone they stand in for, that may be voted now (a
+    sequential chain's earlier steps all approved)."""
+    own = _votable_of(steps, {user_id, *groups}, sequential)
     return own or (_votable_of(steps, set(stands_in_for), sequential) if stands_in_for else None)
 
 
@@ -462,7 +495,8 @@ def _votable_of(
     steps: Sequence[StepRecord], approvers: set[uuid.UUID], sequential: bool
 ) -> StepRecord | None:
     for step in steps:
-        if step.approver_id in approvers and step.status == "pending":
+        decider = step.approver_id or step.group_id
+        if decider in approvers and step.status == "pending":
             earlier = [s for s in steps if s.step_order < step.step_order]
             if not sequential or all(s.status == "approved" for s in earlier):
                 return step
@@ -544,7 +578,11 @@ async def _without_lock(
         if chain is None:
             chain = await reads.list_steps(row.id) if row.has_steps else []
         # One read is one snapshot; steps or voters read after it may be newer than it.
-        one_snapshot = (with_chain or not row.has_steps) and not _reads_voters(row, chain)
+        one_snapshot = (
+            (with_chain or not row.has_steps)
+            and not _reads_voters(row, chain)
+            and not any(step.group_id for step in chain)  # its members and votes read after
+        )
         try:
             transition = state.apply(await _view_with(reads, row, chain), action, now)
         except AppError:
@@ -783,11 +821,15 @@ async def set_steps(
     specs: Sequence[StepSpec],
     now: datetime,
     check: PrincipalCheck | None = None,
+    *,
+    by_policy: bool = False,
 ) -> Sequence[StepRecord]:
     """Replace the request's chain; who may, and when, is the state machine's to say
     (``state.ConfigureSteps``). ``check``: the principal came from memory; the first
-    read confirms it (``PrincipalCheck``)."""
-    action = state.ConfigureSteps(principal.actor, tuple(specs))
+    read confirms it (``PrincipalCheck``). ``by_policy``: the org's policy sets the chain
+    of a request being created (its admins wrote it), whoever creates it."""
+    actor = replace(principal.actor, is_admin=True) if by_policy else principal.actor
+    action = state.ConfigureSteps(actor, tuple(specs))
     org_id = principal.org_id
     if uow.approvals.can_decide_without_lock:
         reads = ApprovalReads(uow.approvals.queries)  # type: ignore[arg-type]
@@ -798,6 +840,7 @@ async def set_steps(
 
         async def approvers_known(_: ApprovalReads) -> None:
             _refuse_unknown(specs, await known)
+            await _check_groups(reads, org_id, specs)
 
         try:
             done = await _without_lock(
@@ -814,6 +857,7 @@ async def set_steps(
     # Refusals first: a stranger learns nothing of which approvers exist.
     transition = state.apply(await _view(uow.approvals, row), action, now)
     await _check_approvers(uow.approvals, org_id, specs)
+    await _check_groups(uow.approvals, org_id, specs)
     row = await effects.apply_transition(uow, row, transition, author_of(principal), now)
     return await uow.approvals.list_steps(row.id)
 
@@ -825,23 +869,58 @@ async def _check_approvers(
 
 
 def _approvers(specs: Sequence[StepSpec]) -> set[uuid.UUID]:
-    return {spec.approver_id for spec in specs}
+    return {spec.approver_id for spec in specs if spec.approver_id is not None}
 
 
 def _refuse_unknown(specs: Sequence[StepSpec], known: frozenset[uuid.UUID]) -> None:
     """Refuse a chain whose approvers are not each one user of the org (``known``: those
-    of them who are)."""
-    if len(_approvers(specs)) != len(specs):
+    of them who are), or that names a person or a group twice."""
+    people = [spec for spec in specs if spec.approver_id is not None]
+    groups = {spec.group_id for spec in specs if spec.group_id is not None}
+    if len(_approvers(specs)) != len(people) or len(groups) != len(specs) - len(people):
         raise ValidationFailed.for_field(
-            "steps", "each approver may hold one step only (nobody counts twice)"
+            "steps", "each approver or group may hold one step only (nobody counts twice)"
         )
     unknown = [
         {"field": f"steps.{index}.approver_id", "message": "is not a user of this organization"}
         for index, spec in enumerate(specs)
-        if spec.approver_id not in known
+        if spec.approver_id is not None and spec.approver_id not in known
     ]
     if unknown:
         raise ValidationFailed.for_fields(unknown)
+
+
+async def _check_groups(
+    repo: ApprovalRepository | ApprovalReads, org_id: uuid.UUID, specs: Sequence[StepSpec]
+) -> None:
+    """Refuse a group step whose group is not the org's (another org's reads as unknown),
+    or whose quorum exceeds the group's active members."""
+    groups = {spec.group_id for spec in specs if spec.group_id is not None}
+    if not groups:
+        return
+    names = await repo.group_names(org_id, groups)
+    members = await repo.active_members(org_id, set(names))
+    refused = []
+    for index, spec in enumerate(specs):
+        if spec.group_id is None:
+            continue
+        if spec.group_id not in names:
+            message = "is not a group of this organization"
+            refused.append({"field": f"steps.{index}.group_id", "message": message})
+        elif spec.required_approvals > len(members[spec.group_id]):
+            count = len(members[spec.group_id])
+            message = f"must be from 1 to the group's {count} active members"
+            refused.append({"field": f"steps.{index}.required_approvals", "message": message})
+    if refused:
+        raise ValidationFailed.for_fields(refused)
+
+
+async def group_names_of(
+    repo: ApprovalRepository | ApprovalReads, org_id: uuid.UUID, steps: Sequence[StepRecord]
+) -> dict[uuid.UUID, str]:
+    """The names of the groups ``steps`` name (read only when a step names one)."""
+    groups = {step.group_id for step in steps if step.group_id is not None}
+    return await repo.group_names(org_id, groups) if groups else {}
 
 
 async def list_steps(
@@ -927,9 +1006,18 @@ async def _view(repo: ApprovalRepository | ApprovalReads, row: RequestRecord) ->
 async def _view_with(
     repo: ApprovalRepository | ApprovalReads, row: RequestRecord, steps: Sequence[StepRecord]
 ) -> state.RequestView:
-    """``_view`` of ``row`` with its chain ``steps``, read already."""
+    """``_view`` of ``row`` with its chain ``steps``, read already; a chain with group
+    steps also reads their groups' active members and the votes cast on them."""
     voters = await repo.count_based_voters(row.id) if _reads_voters(row, steps) else frozenset()
-    return _view_of(row, steps, voters)
+    groups = {s.group_id for s in steps if s.group_id is not None}
+    if not groups:
+        return _view_of(row, steps, voters)
+    members = await repo.active_members(row.org_id, groups)
+    step_voters: dict[uuid.UUID, set[uuid.UUID]] = {}
+    for vote in await repo.list_votes(row.id):
+        if vote.step_id is not None:
+            step_voters.setdefault(vote.step_id, set()).add(vote.user_id)
+    return _view_of(row, steps, voters, members, step_voters)
 
 
 def _reads_voters(row: RequestRecord, steps: Sequence[StepRecord]) -> bool:
@@ -955,7 +1043,11 @@ async def _views(
 
 
 def _view_of(
-    row: RequestRecord, steps: Sequence[StepRecord], voters: frozenset[uuid.UUID]
+    row: RequestRecord,
+    steps: Sequence[StepRecord],
+    voters: frozenset[uuid.UUID],
+    members: Mapping[uuid.UUID, frozenset[uuid.UUID]] | None = None,
+    step_voters: Mapping[uuid.UUID, set[uuid.UUID]] | None = None,
 ) -> state.RequestView:
     return state.RequestView(
         status=row.status,  # type: ignore[arg-type]
@@ -966,7 +1058,16 @@ def _view_of(
         voters=voters,
         steps=tuple(
             state.StepView(
-                s.id, s.step_order, s.approver_id, cast(state.StepStatus, s.status), s.decided_by
+                s.id,
+                s.step_order,
+                s.approver_id,
+                cast(state.StepStatus, s.status),
+                s.decided_by,
+                s.group_id,
+                (members or {}).get(s.group_id, frozenset()) if s.group_id else frozenset(),
+                s.required_approvals,
+                s.current_approvals,
+                frozenset((step_voters or {}).get(s.id, ())),
             )
             for s in steps
         ),

@@ -18,6 +18,10 @@ Rules (decisions.md sections 2 and 3):
   a step reject rejects the request and skips the remaining steps. Sequential chains are
   voted in order. Only a step's approver or an admin may vote it; only an admin may decide
   a request with steps directly (an override that skips the pending steps).
+- Group steps (a quorum): any active member of the step's group (or an admin) votes it,
+  once; it is approved at its ``required_approvals`` distinct approvals, and one member's
+  reject rejects it, and so the request. Edits of the arguments are refused on such a
+  chain.
 - Approve with edits (``Decide``/``VoteStep`` with ``arguments``): only an approve, only
   on a request with an ``arguments_schema``, whose edited arguments satisfy it. Votes on
   the old arguments no longer count: a count-based request's earlier approvals are
@@ -36,7 +40,7 @@ the unit of work; nothing else writes a consequence of a status change.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
@@ -77,9 +81,16 @@ TERMINAL_STATUSES: frozenset[str] = frozenset({"approved", "rejected", "cancelle
 class StepView:
     id: uuid.UUID
     step_order: int
-    approver_id: uuid.UUID
+    approver_id: uuid.UUID | None  # None: a group's step
     status: StepStatus
     decided_by: uuid.UUID | None = None  # who voted it, once voted
+    # A group's step (a quorum): the group, its active members now, how many of them
+    # must approve, how many did, and who voted it so far.
+    group_id: uuid.UUID | None = None
+    members: frozenset[uuid.UUID] = frozenset()
+    required_approvals: int = 1
+    current_approvals: int = 0
+    voters: frozenset[uuid.UUID] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -176,8 +187,12 @@ class ArgumentsEdit:
 
 @dataclass(frozen=True)
 class StepSpec:
-    approver_id: uuid.UUID
+    approver_id: uuid.UUID | None
     step_order: int
+    # A group's step instead of a person's: the group, and how many distinct members must
+    # approve it.
+    group_id: uuid.UUID | None = None
+    required_approvals: int = 1
 
 
 @dataclass(frozen=True)
@@ -210,6 +225,7 @@ EventType = Literal[
     "request.cancelled",
     "request.expired",
     "step.approved",
+    "step.vote_recorded",
     "steps.configured",
     "arguments.edited",
 ]
@@ -257,6 +273,8 @@ class ChangeStep:
     status: StepStatus
     voted: bool  # by this action's actor (else skipped by it)
     comment: str | None = None
+    # A group step's approvals counted with this vote (None: a person's step).
+    approvals: int | None = None
 
 
 @dataclass(frozen=True)
@@ -306,6 +324,8 @@ class NotifyStepsOpened:
     PostgreSQL, ``effects.writes_in_one_statement``)."""
 
     approver_ids: tuple[uuid.UUID, ...]
+    # The groups of the group steps now open: every active member is told.
+    group_ids: tuple[uuid.UUID, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -353,6 +373,8 @@ class Transition:
     # steps' approvers).
     edit: ArgumentsEdit | None = None
     asked_again: tuple[uuid.UUID, ...] = ()
+    # A group step's vote: the step and its approvals once the vote counts.
+    step_count: tuple[uuid.UUID, int] | None = None
     # Everything the transition causes, in the order it is written (see above).
     effects: tuple[Effect, ...] = ()
 
@@ -457,6 +479,10 @@ def _edit(request: RequestView, action: Decide | VoteStep) -> ArgumentsEdit | No
     raise when it may not be made."""
     if action.arguments is None:
         return None
+    if any(step.group_id for step in request.steps):
+        raise ValidationFailed.for_field(
+            "arguments", "a chain with a group step takes no edits of the arguments"
+        )
     if action.decision != "approve":
         raise ValidationFailed.for_field(
             "arguments", "only an approval may edit the arguments; a reject takes none"
@@ -497,11 +523,13 @@ def _edited_vote(
         current_approvals=1,
         event="request.approved" if done else "step.approved",
         step_changes=changes,
-        asked_again=tuple(s.approver_id for s in reopened),
+        asked_again=tuple(s.approver_id for s in reopened if s.approver_id is not None),
     )
 
 
 def _may_vote_for(actor: Actor, step: StepView) -> bool:
+    if step.approver_id is None:  # a group's step: any of its active members
+        return actor.user_id in step.members
     return step.approver_id == actor.user_id or step.approver_id in actor.stands_in_for
 
 
@@ -510,8 +538,9 @@ def _on_behalf_of(request: RequestView, action: VoteStep) -> uuid.UUID | None:
     (or an admin's vote on a step that is nobody's they stand in for)."""
     step = _find_step(request, action.step_id)
     actor = action.actor
-    if step.approver_id != actor.user_id and step.approver_id in actor.stands_in_for:
-        return step.approver_id
+    approver = step.approver_id
+    if approver is not None and approver != actor.user_id and approver in actor.stands_in_for:
+        return approver
     return None
 
 
@@ -573,10 +602,21 @@ def _effects(request: RequestView, action: Action, transition: Transition) -> tu
         effects.append(DismissVotes())
     if isinstance(action, Decide | VoteStep) and (transition.records_vote or step_id):
         effects.append(RecordVote(action.decision, comment, step_id))
+    counted = dict([transition.step_count]) if transition.step_count else {}
     effects.extend(
-        ChangeStep(sid, status, voted=sid == step_id, comment=comment if sid == step_id else None)
+        ChangeStep(
+            sid,
+            status,
+            voted=sid == step_id,
+            comment=comment if sid == step_id else None,
+            approvals=counted.get(sid),
+        )
         for sid, status in transition.step_changes
     )
+    if transition.step_count and transition.step_count[0] not in dict(transition.step_changes):
+        # A group step's vote that does not reach its quorum: the step counts it.
+        voted_step, approvals = transition.step_count
+        effects.append(ChangeStep(voted_step, "pending", True, approvals=approvals))
     if comment:
         effects.append(AddComment(comment))
     effects.extend(_audit_events(request, action, transition))
@@ -589,24 +629,43 @@ def _effects(request: RequestView, action: Action, transition: Transition) -> tu
     elif transition.asked_again and not (request.steps and request.is_sequential):
         # Asked again: their approval was of the old arguments.
         effects.append(NotifyStepsOpened(transition.asked_again))
-    elif isinstance(action, VoteStep) and request.is_sequential:
+    elif isinstance(action, VoteStep) and request.is_sequential and transition.step_changes:
         # The next step of the chain opens.
-        effects.append(NotifyStepsOpened(_open_approvers(request, transition.step_changes)))
+        effects.append(_notify_opened(_open_steps(request, transition.step_changes)))
     effects.append(PublishChange(final=transition.is_final))
     return tuple(effects)
 
 
 def _configure_effects(request: RequestView, action: ConfigureSteps) -> tuple[Effect, ...]:
     ordered = tuple(sorted(action.steps, key=lambda spec: spec.step_order))
-    listed = [{"step_order": s.step_order, "approver_id": str(s.approver_id)} for s in ordered]
+    listed = [_listed(s) for s in ordered]
     # Every new step is pending: a sequential chain opens its first, a parallel one all.
-    opened = [spec.approver_id for spec in ordered]
+    opened = ordered[:1] if request.is_sequential else ordered
     return (
         ReplaceSteps(ordered),
         UpdateRequest("pending", 0, required_approvals=len(ordered)),
         WriteEvent("steps.configured", {"steps": listed}),
-        NotifyStepsOpened(tuple(opened[:1] if request.is_sequential else opened)),
+        _notify_opened(opened),
         PublishChange(final=False),
+    )
+
+
+def _listed(spec: StepSpec) -> dict[str, Any]:
+    """A configured step as the audit event lists it."""
+    if spec.group_id is None:
+        return {"step_order": spec.step_order, "approver_id": str(spec.approver_id)}
+    return {
+        "step_order": spec.step_order,
+        "group_id": str(spec.group_id),
+        "required_approvals": spec.required_approvals,
+    }
+
+
+def _notify_opened(steps: Sequence[StepSpec | StepView]) -> NotifyStepsOpened:
+    """Tell the approvers of ``steps``, now open: each person, and each group's members."""
+    return NotifyStepsOpened(
+        tuple(s.approver_id for s in steps if s.approver_id is not None),
+        tuple(s.group_id for s in steps if s.group_id is not None),
     )
 
 
@@ -620,23 +679,24 @@ def _approvers(
         # An edit dismissed every earlier approval: the editor alone approved these.
         return (actor,)
     if request.steps:
-        earlier = [
-            step.decided_by or step.approver_id
-            for step in sorted(request.steps, key=lambda s: s.step_order)
-            if step.status == "approved"
-        ]
+        earlier = []
+        for step in sorted(request.steps, key=lambda s: s.step_order):
+            if step.group_id is not None and (step.status == "approved" or step.voters):
+                earlier.extend(sorted(step.voters, key=str))  # a group's approving members
+            elif step.status == "approved":
+                earlier.append(step.decided_by or step.approver_id)  # type: ignore[arg-type]
     else:
         earlier = sorted(request.voters, key=str)
     return tuple(dict.fromkeys([*earlier, actor]))
 
 
-def _open_approvers(request: RequestView, step_changes: StepChanges) -> tuple[uuid.UUID, ...]:
-    """The approver of the sequential chain's first step still pending once
-    ``step_changes`` are made (none when every step is decided)."""
+def _open_steps(request: RequestView, step_changes: StepChanges) -> tuple[StepView, ...]:
+    """The sequential chain's first step still pending once ``step_changes`` are made
+    (none when every step is decided)."""
     changed = dict(step_changes)
     for step in sorted(request.steps, key=lambda s: s.step_order):
         if changed.get(step.id, step.status) == "pending":
-            return (step.approver_id,)
+            return (step,)
     return ()
 
 
@@ -665,10 +725,12 @@ def _audit_events(request: RequestView, action: Action, transition: Transition) 
         data["arguments_edited"] = True
         events.append(_edited_event(request, action, transition, transition.edit))
     if isinstance(action, VoteStep):
-        step_status = dict(transition.step_changes)[action.step_id]
+        step_status = dict(transition.step_changes).get(action.step_id, "vote_recorded")
+        if transition.step_count is not None:
+            data["step_current_approvals"] = transition.step_count[1]
         step_data = {**data, "step_id": str(action.step_id), "step_status": step_status}
         events.append(WriteEvent(f"step.{step_status}", step_data))
-    if transition.event != "step.approved":
+    if transition.event not in ("step.approved", "step.vote_recorded"):
         events.append(WriteEvent(transition.event, data))
     return events
 
@@ -736,6 +798,8 @@ def _step_vote(request: RequestView, action: VoteStep) -> Transition:
         s.step_order < step.step_order and s.status != "approved" for s in request.steps
     ):
         raise StepOutOfOrder()
+    if step.group_id is not None and action.actor.user_id in step.voters:
+        raise AlreadyVoted("You have already voted on this step.")
     if action.decision == "reject":
         skipped = _skip_pending(request, except_step=step.id)
         return Transition(
@@ -744,12 +808,29 @@ def _step_vote(request: RequestView, action: VoteStep) -> Transition:
             "request.rejected",
             step_changes=((step.id, "rejected"), *skipped),
         )
+    if step.group_id is not None and step.current_approvals + 1 < step.required_approvals:
+        # One more member approved the group's step; its quorum is not reached yet.
+        count = (step.id, step.current_approvals + 1)
+        return Transition(
+            "pending", request.current_approvals, "step.vote_recorded", step_count=count
+        )
+    counted = (step.id, step.current_approvals + 1) if step.group_id is not None else None
     approved = sum(1 for s in request.steps if s.status == "approved") + 1
     if approved == len(request.steps):
         return Transition(
-            "approved", approved, "request.approved", step_changes=((step.id, "approved"),)
+            "approved",
+            approved,
+            "request.approved",
+            step_changes=((step.id, "approved"),),
+            step_count=counted,
         )
-    return Transition("pending", approved, "step.approved", step_changes=((step.id, "approved"),))
+    return Transition(
+        "pending",
+        approved,
+        "step.approved",
+        step_changes=((step.id, "approved"),),
+        step_count=counted,
+    )
 
 
 def _find_step(request: RequestView, step_id: uuid.UUID) -> StepView:

@@ -67,12 +67,15 @@ class StepRecord(NamedTuple):
     id: uuid.UUID
     request_id: uuid.UUID
     step_order: int
-    approver_id: uuid.UUID
+    approver_id: uuid.UUID | None
     status: str
     decided_at: datetime | None
     decided_by: uuid.UUID | None
     comment: str | None
     created_at: datetime
+    group_id: uuid.UUID | None = None
+    required_approvals: int = 1
+    current_approvals: int = 0
 
 
 class VoteRecord(NamedTuple):

@@ -16,6 +16,7 @@ from signoff.cli.connection import connection_app
 from signoff.cli.db import db_app
 from signoff.cli.delivery import delivery_app
 from signoff.cli.emergency_stop import emergency_stop
+from signoff.cli.group import group_app
 from signoff.cli.keys import keys_app
 from signoff.cli.oauth_client import oauth_client_app
 from signoff.cli.org import org_app
@@ -55,6 +56,7 @@ app.add_typer(oauth_client_app, name="oauth-client")
 app.add_typer(delivery_app, name="delivery")
 app.add_typer(routing_app, name="routing")
 app.add_typer(policy_app, name="policy")
+app.add_typer(group_app, name="group")
 app.add_typer(keys_app, name="keys")
 app.command()(purge)
 

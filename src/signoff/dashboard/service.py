@@ -457,6 +457,8 @@ async def request_page(
     sent = await notification_log(NotificationRepository(uow.session, uow.dialect), row.id)
     connection = await uow.orgs.get_connection(member.org_id, row.connection_id)
     names = {user.id: user.name for user in await uow.orgs.list_users(member.org_id)}
+    # A group step shows its group's name (ids of users and groups never meet).
+    names |= await approvals.group_names_of(uow.approvals, member.org_id, steps)
     body = request_to_dict(row, now)
     page = RequestPage(
         request=body,
@@ -477,8 +479,9 @@ async def request_page(
         stands_in_for = (
             await uow.approvals.stood_in_for(member.org_id, member.user_id, now) if steps else {}
         )
+        groups = await approvals.groups_voting(uow.approvals, member, steps, votes)
         page.my_step = approvals.votable_step(
-            steps, member.user_id, row.is_sequential, stands_in_for
+            steps, member.user_id, row.is_sequential, stands_in_for, groups
         )
         if steps:
             page.can_decide = page.my_step is not None or member.is_admin

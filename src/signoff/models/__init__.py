@@ -4,6 +4,7 @@ from signoff.models.activity import AuditEvent, Comment
 from signoff.models.approvals import ApprovalRequest, ApprovalStep, Vote
 from signoff.models.audit import AuditChainHead, AuditCheckpoint
 from signoff.models.base import Base
+from signoff.models.groups import Group, GroupMember
 from signoff.models.notifications import (
     DecisionLink,
     Notification,
@@ -38,6 +39,8 @@ __all__ = [
     "DashboardSession",
     "DecisionAssertion",
     "DecisionLink",
+    "Group",
+    "GroupMember",
     "Notification",
     "NotificationAttempt",
     "NotificationChannel",

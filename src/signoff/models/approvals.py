@@ -146,10 +146,12 @@ class Vote(Base):
             sqlite_where=text("step_id IS NULL"),
             postgresql_where=text("step_id IS NULL"),
         ),
-        # A step is voted once.
+        # A step is voted once by each person: a person's step has one voter, a group's
+        # step one vote per member (migration 0042).
         Index(
-            "uq_votes_step",
+            "uq_votes_step_user",
             "step_id",
+            "user_id",
             unique=True,
             sqlite_where=text("step_id IS NOT NULL"),
             postgresql_where=text("step_id IS NOT NULL"),
@@ -169,13 +171,16 @@ class Vote(Base):
 
 
 class ApprovalStep(Base):
-    """One link of an approval chain: a named approver, voted once."""
+    """One link of an approval chain: a named approver, voted once; or a group, approved
+    once ``required_approvals`` distinct active members approved it (a quorum)."""
 
     __tablename__ = "approval_steps"
     __table_args__ = (
         UniqueConstraint("request_id", "step_order"),
         # The approver's inbox: their pending steps.
         Index("ix_approval_steps_approver_status", "approver_id", "status"),
+        # A group member's inbox: the pending steps of their groups.
+        Index("ix_approval_steps_group_status", "group_id", "status"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
@@ -183,9 +188,16 @@ class ApprovalStep(Base):
         ForeignKey("approval_requests.id", ondelete="CASCADE")
     )
     step_order: Mapped[int] = mapped_column(Integer)
-    approver_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("users.id"))
+    # Exactly one of these two names who decides the step.
+    approver_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("users.id"), default=None)
     status: Mapped[str] = mapped_column(String(16), default="pending")
     decided_at: Mapped[datetime | None] = mapped_column(default=None)
     decided_by: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("users.id"), default=None)
     comment: Mapped[str | None] = mapped_column(Text, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    group_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("groups.id", ondelete="SET NULL"), default=None
+    )
+    # A group step's quorum and the distinct members' approvals so far (a person's: 1).
+    required_approvals: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    current_approvals: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

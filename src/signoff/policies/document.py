@@ -35,6 +35,9 @@ MAX_NESTING = 32
 MAX_BUDGET_COUNT = 1_000_000
 MAX_BUDGET_SUM = 1e12
 MAX_EXPIRES_IN = 365 * 86400
+MAX_RULE_GROUPS = 10
+MAX_GROUP_NAME = 100
+GROUP_ORDERS = ("parallel", "sequential")
 MAX_REQUIRED_APPROVALS = 20
 VARIABLES = frozenset({"request", "now"})
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.:-]*$")
@@ -67,6 +70,10 @@ class Rule:
     budget: Budget | None = None
     # The requests it matches are decided only with the approver's passkey.
     passkey: bool = False
+    # ``require`` naming groups: a chain step per group, (group name, count), in parallel
+    # or in order (``group_order``).
+    groups: tuple[tuple[str, int], ...] = ()
+    group_order: str | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +154,9 @@ def stored_rule(rule: Rule) -> dict[str, Any]:
     out.update({key: value for key, value in optional.items() if value is not None})
     if rule.passkey:
         out["passkey"] = True
+    if rule.groups:
+        out["groups"] = [{"group": name, "count": count} for name, count in rule.groups]
+        out["order"] = rule.group_order
     if rule.budget is not None:
         budget = rule.budget
         out["budget"] = {
@@ -260,13 +270,7 @@ def _effect_fields(
         else:
             extras["reason"] = reason.strip()
     elif effect == "require":
-        count = item.get("required_approvals")
-        if not _int_between(count, 1, MAX_REQUIRED_APPROVALS):
-            errors.append(
-                _error(f"{where}.required_approvals", f"an integer 1 to {MAX_REQUIRED_APPROVALS}")
-            )
-        else:
-            extras["required_approvals"] = count
+        extras |= _require_fields(item, where, errors)
     elif effect == "escalate":
         priority, expires = item.get("priority"), item.get("expires_in_seconds")
         if priority is None and expires is None:
@@ -282,6 +286,49 @@ def _effect_fields(
         elif expires is not None:
             extras["expires_in_seconds"] = expires
     return extras
+
+
+def _require_fields(
+    item: dict[str, Any], where: str, errors: list[dict[str, str]]
+) -> dict[str, Any]:
+    """``require``: a count of approvals, or ``groups`` (a chain of group steps)."""
+    if "groups" in item:
+        return _group_steps(item, where, errors)
+    count = item.get("required_approvals")
+    if not _int_between(count, 1, MAX_REQUIRED_APPROVALS):
+        errors.append(
+            _error(f"{where}.required_approvals", f"an integer 1 to {MAX_REQUIRED_APPROVALS}")
+        )
+        return {}
+    return {"required_approvals": count}
+
+
+def _group_steps(item: dict[str, Any], where: str, errors: list[dict[str, str]]) -> dict[str, Any]:
+    """``require`` with ``groups``: ``[{"group": name, "count": n}, ...]`` and ``order``
+    (``parallel``, the default, or ``sequential``). Whether each group exists is checked
+    when the document is saved (``policies.service``)."""
+    groups, order = item.get("groups"), item.get("order", "parallel")
+    if not isinstance(groups, list) or not 1 <= len(groups) <= MAX_RULE_GROUPS:
+        errors.append(_error(f"{where}.groups", f"a list of 1 to {MAX_RULE_GROUPS} groups"))
+        return {}
+    if order not in GROUP_ORDERS:
+        errors.append(_error(f"{where}.order", f"one of {', '.join(GROUP_ORDERS)}"))
+    named: list[tuple[str, int]] = []
+    for index, entry in enumerate(groups):
+        field = f"{where}.groups.{index}"
+        name = entry.get("group") if isinstance(entry, dict) else None
+        count = entry.get("count", 1) if isinstance(entry, dict) else None
+        if not isinstance(name, str) or not 0 < len(name.strip()) <= MAX_GROUP_NAME:
+            errors.append(_error(f"{field}.group", "the name of a group of the organization"))
+        elif not _int_between(count, 1, MAX_REQUIRED_APPROVALS):
+            errors.append(_error(f"{field}.count", f"an integer 1 to {MAX_REQUIRED_APPROVALS}"))
+        elif name.strip().lower() in {n.lower() for n, _ in named}:
+            errors.append(_error(f"{field}.group", "each group may be named once"))
+        else:
+            named.append((name.strip(), cast(int, count)))
+    if "required_approvals" in item:
+        errors.append(_error(f"{where}.required_approvals", "give groups or this, not both"))
+    return {"groups": tuple(named), "group_order": order}
 
 
 def _passkey_option(

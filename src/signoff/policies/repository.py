@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from signoff.models import (
     ApprovalRequest,
     Connection,
+    Group,
     Organization,
     PolicyBudgetUsage,
     PolicyDocument,
@@ -92,6 +93,14 @@ class PastRequest:
     auto_approved: bool
 
 
+# A group a ``require`` rule names, by name ignoring case.
+_GROUP_BY_NAME = PreparedQuery(
+    select(Group.id).where(
+        Group.org_id == bindparam("org_id"), func.lower(Group.name) == bindparam("name")
+    )
+)
+
+
 class PolicyRepository:
     def __init__(
         self, session: AsyncSession, dialect: str, queries: QueryRunner | None = None
@@ -99,6 +108,16 @@ class PolicyRepository:
         self.session = session
         self.dialect = dialect
         self.queries = queries
+
+    async def group_ids(self, org_id: uuid.UUID, names: Sequence[str]) -> dict[str, uuid.UUID]:
+        """The org's groups named ``names`` (ignoring case), keyed by the lowered name; on
+        the index of ``org_id, lower(name)``."""
+        found = {}
+        for name in names:
+            params = {"org_id": org_id, "name": name.lower()}
+            for row in await execute_in(self.session, _GROUP_BY_NAME, params):
+                found[name.lower()] = row.id
+        return found
 
     async def current_version(self, org_id: uuid.UUID) -> int | None:
         """The newest version, or None when the org never saved a document (in

@@ -17,6 +17,11 @@ class BudgetIn(BaseModel):
     sum_of: str | None = Field(None, description="The numeric argument `max_sum` caps.")
 
 
+class GroupQuorum(BaseModel):
+    group: str = Field(max_length=100, description="A group's name, ignoring case.")
+    count: int = Field(1, ge=1, le=20, description="Distinct members who must approve.")
+
+
 class PolicyRule(BaseModel):
     name: str = Field(max_length=100)
     condition: str = Field(max_length=2000, description="A CEL expression over `request`, `now`.")
@@ -30,6 +35,14 @@ class PolicyRule(BaseModel):
     budget: BudgetIn | None = Field(None, description="`auto_approve` only.")
     passkey: bool | None = Field(
         None, description="`require` or `escalate`: decisions need the approver's passkey."
+    )
+    groups: list[GroupQuorum] | None = Field(
+        None,
+        description="`require` instead of `required_approvals`: one chain step per group, "
+        "approved by `count` distinct active members (docs/policies.md).",
+    )
+    order: Literal["parallel", "sequential"] | None = Field(
+        None, description="`require` with `groups`: the steps at once (default) or in order."
     )
 
 

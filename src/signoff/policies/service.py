@@ -83,7 +83,8 @@ async def save_rules(
     restored_from: int | None = None,
 ) -> dict[str, Any]:
     """Store ``data`` as the org's next version; ``author`` None: the operator (CLI)."""
-    stored, _ = compile_document(data)
+    stored, document = compile_document(data)
+    await _check_groups(repo, org_id, document)
     version = (await repo.current_version(org_id) or 0) + 1
     author_id, author_name = author if author else (None, None)
     await repo.add_version(org_id, version, stored, author_id, author_name, now, restored_from)
@@ -94,6 +95,27 @@ async def save_rules(
     row = await repo.version(org_id, version)
     assert row is not None  # written just now, in this transaction
     return version_dict(row)
+
+
+async def _check_groups(
+    repo: PolicyRepository, org_id: uuid.UUID, document: CompiledDocument
+) -> None:
+    """Refuse a ``require`` rule naming a group the org does not have."""
+    names = sorted({name for rule in document.rules for name, _ in rule.groups})
+    if not names:
+        return
+    known = await repo.group_ids(org_id, names)
+    unknown = [
+        {
+            "field": f"rules.{index}.groups.{position}.group",
+            "message": f"rule {rule.name!r} names no group of this organization",
+        }
+        for index, rule in enumerate(document.rules)
+        for position, (name, _) in enumerate(rule.groups)
+        if name.lower() not in known
+    ]
+    if unknown:
+        raise ValidationFailed.for_fields(unknown)
 
 
 async def list_versions(repo: PolicyRepository, member: OrgMember) -> list[dict[str, Any]]:
@@ -127,6 +149,8 @@ class CreateVerdict:
     data: dict[str, Any] = field(default_factory=dict)
     changes: dict[str, Any] = field(default_factory=dict)
     notes: tuple[tuple[str, dict[str, Any]], ...] = ()
+    # ``require`` naming groups: a chain step per group, as (group id, count), in order.
+    group_steps: tuple[tuple[uuid.UUID, int], ...] = ()
 
 
 NO_VERDICT = CreateVerdict()
@@ -162,6 +186,8 @@ async def verdict_for_create(
     if rule.effect == "auto_reject":
         await repo.begin()
         return CreateVerdict("reject", label, rule.reason, data)
+    if rule.effect == "require" and rule.groups:
+        return await _group_verdict(repo, principal.org_id, rule, data)
     if rule.effect == "require":
         changes = {"required_approvals": rule.required_approvals} | _passkey(rule)
         return CreateVerdict(data=data, changes=changes)
@@ -173,6 +199,17 @@ async def verdict_for_create(
         note = data | {"budget": refused}
         return CreateVerdict(data=data, notes=(("policy.budget_exhausted", note),))
     return CreateVerdict("approve", label, None, data)
+
+
+async def _group_verdict(
+    repo: PolicyRepository, org_id: uuid.UUID, rule: Rule, data: dict[str, Any]
+) -> CreateVerdict:
+    """``require`` naming groups: the request goes to a chain of group steps (a group
+    deleted since the document was saved is left out; none left: one approval)."""
+    ids = await repo.group_ids(org_id, [name for name, _ in rule.groups])
+    steps = tuple((ids[name.lower()], count) for name, count in rule.groups if name.lower() in ids)
+    changes = {"is_sequential": rule.group_order == "sequential"} | _passkey(rule)
+    return CreateVerdict(data=data, changes=changes, group_steps=steps)
 
 
 def _passkey(rule: Rule) -> dict[str, Any]:

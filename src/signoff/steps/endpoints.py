@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
@@ -10,8 +11,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from signoff.approvals import service
-from signoff.approvals.json_answers import step_to_dict
+from signoff.approvals.json_answers import group_step_fields, step_to_dict
 from signoff.approvals.schemas import DecideApprovalRequest
+from signoff.approvals.typed_rows import StepRecord
 from signoff.auth.principal import Principal
 from signoff.common.http import (
     json_body_doc,
@@ -24,7 +26,7 @@ from signoff.common.openapi_declarations import UuidPath, errors
 from signoff.common.routing import LeanRoute
 from signoff.common.time import utcnow
 from signoff.common.validation import parse_json_body
-from signoff.context import context_of
+from signoff.context import AppContext, context_of
 from signoff.errors import (
     EditsNotAllowed,
     Forbidden,
@@ -60,24 +62,44 @@ async def set_steps(request: Request, request_id: UuidPath, principal: Writer) -
     ctx = context_of(request)
     rid = path_id(request_id)
     payload = await parse_json_body(request, SetSteps, ctx.settings)
-    specs = [service.StepSpec(uuid.UUID(s.approver_id), s.step_order) for s in payload.steps]
+    specs = [
+        service.StepSpec(
+            uuid.UUID(s.approver_id) if s.approver_id else None,
+            s.step_order,
+            uuid.UUID(s.group_id) if s.group_id else None,
+            s.required_approvals or 1,
+        )
+        for s in payload.steps
+    ]
     check = principal_check_of(request)
     async with ctx.transaction() as uow:
         steps = await service.set_steps(uow, principal, rid, specs, utcnow(), check)
+    names = await _group_names(ctx, principal, steps)
     return json_response(
         {
             "data": [
                 {
                     "id": str(s.id),
                     "step_order": s.step_order,
-                    "approver_id": str(s.approver_id),
+                    "approver_id": str(s.approver_id) if s.approver_id else None,
                     "status": s.status,
+                    **group_step_fields(s, names),
                 }
                 for s in steps
             ]
         },
         201,
     )
+
+
+async def _group_names(
+    ctx: AppContext, principal: Principal, steps: Sequence[StepRecord]
+) -> dict[uuid.UUID, str]:
+    """The names of the chain's groups (no read for a chain of people)."""
+    if not any(step.group_id for step in steps):
+        return {}
+    async with ctx.reading() as uow:
+        return await service.group_names_of(uow.approvals, principal.org_id, steps)
 
 
 @router.get(
@@ -91,7 +113,8 @@ async def list_steps(request: Request, request_id: UuidPath, principal: Reader) 
     rid = path_id(request_id)
     async with ctx.reading() as uow:
         steps = await service.list_steps(uow.approvals, principal, rid)
-    return json_response({"data": [step_to_dict(s) for s in steps]})
+        names = await service.group_names_of(uow.approvals, principal.org_id, steps)
+    return json_response({"data": [step_to_dict(s, names) for s in steps]})
 
 
 @router.patch(
@@ -133,9 +156,15 @@ async def vote_step(
     assert result.step is not None  # a step vote answers its step
     # The vote that decides the request made attempt 1 of its callback, as PATCH does.
     callback_delivered = uow.first_attempts.delivered
+    names = await _group_names(ctx, principal, [result.step])
+    step = step_to_dict(result.step, names)
+    if result.step.group_id is not None:
+        # The request's counts keep their names: the group step's quorum is the step's.
+        step["step_required_approvals"] = step.pop("required_approvals")
+        step["step_current_approvals"] = step.pop("current_approvals")
     return json_response(
         {
-            **step_to_dict(result.step),
+            **step,
             "request_status": result.request.status,
             "current_approvals": result.request.current_approvals,
             "required_approvals": result.request.required_approvals,

@@ -212,7 +212,8 @@ def list_steps(approval_id: str) -> Call[list[Step]]:
 
 
 def set_steps(approval_id: str, steps: Sequence[str | Mapping[str, Any]]) -> Call[list[Step]]:
-    """``steps``: approver ids in chain order, or ``{"approver_id", "step_order"}`` dicts."""
+    """``steps``: approver ids in chain order, or ``{"approver_id", "step_order"}`` dicts
+    (or ``{"group_id", "required_approvals", "step_order"}`` for a group's step)."""
     body = {"steps": [_step(index, step) for index, step in enumerate(steps, start=1)]}
     path = f"{API}/approvals/{_id(approval_id)}/steps"
     # The chain is replaced whole, so sending the same chain twice leaves the same chain.
@@ -253,7 +254,10 @@ def _object(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
 def _step(position: int, step: str | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(step, str):
         return {"approver_id": step, "step_order": position}
-    return {"approver_id": step["approver_id"], "step_order": step.get("step_order", position)}
+    keys = ("approver_id", "group_id", "required_approvals")
+    return {key: step[key] for key in keys if key in step} | {
+        "step_order": step.get("step_order", position)
+    }
 
 
 def _data_of(model: Callable[[Any], T] | type[Any]) -> Callable[[Any], list[Any]]:

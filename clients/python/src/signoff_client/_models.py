@@ -26,12 +26,17 @@ class Step(_Model):
 
     id: str
     step_order: int
-    approver_id: str
+    approver_id: str | None = None  # None: a group's step
     status: str = "pending"
     approval_request_id: str | None = None
     decided_at: datetime | None = None
     decided_by: str | None = None
     comment: str | None = None
+    # A group's step (a quorum of its members) only.
+    group_id: str | None = None
+    group_name: str | None = None
+    required_approvals: int | None = None
+    current_approvals: int | None = None
 
 
 class Vote(_Model):

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import BindParameter, ColumnElement, and_, bindparam, exists, or_
+from sqlalchemy import BindParameter, ColumnElement, and_, bindparam, exists, or_, select
 from sqlalchemy.orm import InstrumentedAttribute, aliased
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression
 from sqlalchemy.sql.selectable import FromClause
 
 from signoff.approvals.json_in_sql import is_past_expiry as _is_past_expiry
-from signoff.models import ApprovalRequest, ApprovalStep, Vote
+from signoff.models import ApprovalRequest, ApprovalStep, GroupMember, Vote
 from signoff.orgs.repository import stood_in_for
 
 
@@ -191,9 +191,17 @@ def votable_now(
     mine = approver == user_id
     if now is not None:
         mine = or_(mine, approver.in_(stood_in_for(user_id, now)))
+    # A group's step: the user is one of its members (an uncorrelated subquery on
+    # ``ix_group_members_user_id``, read once per statement) and has not voted it yet.
+    theirs = and_(
+        keep_off_index(step.group_id).in_(
+            select(GroupMember.group_id).where(GroupMember.user_id == user_id)
+        ),
+        ~exists().where(Vote.step_id == step.id, Vote.user_id == user_id),
+    )
     votable_step = exists().where(
         step.request_id == rows.c.id,
-        mine,
+        or_(mine, theirs),
         keep_off_index(step.status) == "pending",
         or_(rows.c.is_sequential.is_(False), ~earlier_not_approved),
     )

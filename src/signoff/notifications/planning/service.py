@@ -155,7 +155,9 @@ async def _plan(repo: NotificationRepository, plans: Sequence[WaitingPlan], now:
         if plan.kind == "created":
             rows += await _plan_created(repo, org, rule, request, now)
         else:
-            approvers = [a for a in plan.approver_ids if (request.id, a) in waiting_steps]
+            # A step's approver, or its group's members (a group step), still to vote.
+            waiting = (waiting_steps.get((request.id, a), ()) for a in plan.approver_ids)
+            approvers = list(dict.fromkeys(u for who in waiting for u in who))
             rows += await _plan_step_opened(repo, org, rule, request, approvers, now)
     if rows:
         # Locked only now, and only those that notify someone: a lock taken with the

@@ -1,0 +1,1 @@
+"""Groups: named sets of an org's people (docs/groups.md)."""

@@ -12,6 +12,7 @@ import pytest
 from signoff.common.time import format_timestamp, utcnow
 from tests.app.test_cli_org import cli_env, run, run_json, said
 from tests.conftest import Org
+from tests.people.test_self_approval import settings_doc
 
 pytestmark = pytest.mark.anyio
 __all__ = ["cli_env"]  # fixture
@@ -19,7 +20,7 @@ __all__ = ["cli_env"]  # fixture
 
 async def test_show_and_change_the_org_settings(client: httpx.AsyncClient, org: Org) -> None:
     shown = await run_json("org", "settings", org.name)
-    assert shown == {"self_approval": "allow", "passkey_for": "off"}
+    assert shown == settings_doc("allow", "off")
     changed = await run_json("org", "settings", org.id, "self_approval=forbid")
     assert changed["self_approval"] == "forbid"
     answer = await client.get("/api/v1/org/settings", headers=org.admin.headers)

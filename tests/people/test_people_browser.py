@@ -10,6 +10,7 @@ import pytest
 
 from signoff.common.time import format_timestamp, utcnow
 from tests.browser import DESKTOP, PHONE, Site, assert_accessible, browser, screenshot, sign_in
+from tests.people.test_self_approval import settings_doc
 
 pytestmark = pytest.mark.anyio
 
@@ -70,4 +71,4 @@ async def test_the_requester_sees_no_buttons_and_the_pages_read_well(
         await admin.get_by_role("button", name="Save settings").click()
         await expect(admin.get_by_text("Settings saved.")).to_be_visible()
     read = await site.api.get("/api/v1/org/settings", headers=ann.headers)
-    assert read.json() == {"self_approval": "allow", "passkey_for": "off"}
+    assert read.json() == settings_doc("allow", "off")

@@ -15,13 +15,24 @@ from tests.conftest import Member, Org, assert_error, create_approval
 from tests.dashboard.support import post_form, signed_in
 from tests.steps.test_steps import set_chain, vote
 
+# The settings document with nothing changed but what a test names.
+NO_STANDING_CAPS = {"max_ttl_seconds": None, "max_uses": None, "forbidden_action_types": []}
+
+
+def settings_doc(self_approval: str = "allow", passkey_for: str = "off") -> dict[str, object]:
+    return {
+        "self_approval": self_approval,
+        "passkey_for": passkey_for,
+        "standing_approvals": NO_STANDING_CAPS,
+    }
+
 
 async def forbid(client: httpx.AsyncClient, org: Org) -> None:
     changed = await client.patch(
         "/api/v1/org/settings", headers=org.admin.headers, json={"self_approval": "forbid"}
     )
     assert changed.status_code == 200, changed.text
-    assert changed.json() == {"self_approval": "forbid", "passkey_for": "off"}
+    assert changed.json() == settings_doc("forbid", "off")
 
 
 async def _decide(
@@ -40,7 +51,7 @@ async def test_settings_default_to_allow_and_every_member_reads_them(
 ) -> None:
     read = await client.get("/api/v1/org/settings", headers=org.member.headers)
     assert read.status_code == 200, read.text
-    assert read.json() == {"self_approval": "allow", "passkey_for": "off"}
+    assert read.json() == settings_doc("allow", "off")
 
 
 async def test_only_admins_change_settings(client: httpx.AsyncClient, org: Org) -> None:
@@ -49,7 +60,7 @@ async def test_only_admins_change_settings(client: httpx.AsyncClient, org: Org) 
     )
     assert_error(refused, 403, "FORBIDDEN")
     read = await client.get("/api/v1/org/settings", headers=org.admin.headers)
-    assert read.json() == {"self_approval": "allow", "passkey_for": "off"}
+    assert read.json() == settings_doc("allow", "off")
 
 
 @pytest.mark.parametrize(
@@ -68,7 +79,7 @@ async def test_unknown_settings_and_values_are_named_and_nothing_changes(
     details = assert_error(refused, 400, "VALIDATION_ERROR")
     assert [f["field"] for f in details["fields"]] == named
     read = await client.get("/api/v1/org/settings", headers=org.admin.headers)
-    assert read.json() == {"self_approval": "allow", "passkey_for": "off"}
+    assert read.json() == settings_doc("allow", "off")
 
 
 async def test_a_body_that_is_no_object_is_refused(client: httpx.AsyncClient, org: Org) -> None:
@@ -242,7 +253,7 @@ async def test_passkey_for_is_a_setting_the_api_enforces(
         "/api/v1/org/settings", headers=org.admin.headers, json={"passkey_for": "critical"}
     )
     assert changed.status_code == 200, changed.text
-    assert changed.json() == {"self_approval": "allow", "passkey_for": "critical"}
+    assert changed.json() == settings_doc("allow", "critical")
     critical = await create_approval(client, org.admin, priority="critical")
     answer = await _decide(client, critical, org.admin)
     assert_error(answer, 403, "PASSKEY_REQUIRED")

@@ -231,6 +231,8 @@ async def _revoke_standing(env: Env) -> Call:
     assert decided.status_code == 200, decided.text
     listed = await env.client.get("/api/v1/standing-approvals", headers=env.admin.headers)
     return "DELETE", f"/api/v1/standing-approvals/{listed.json()['data'][0]['id']}", None
+
+
 async def _group_id(env: Env) -> str:
     """A fresh group of the org with a member, made by the admin's key."""
     created = await env.client.post(

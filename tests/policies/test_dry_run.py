@@ -94,3 +94,43 @@ async def test_dry_run_refuses_a_broken_draft(client: httpx.AsyncClient, org: Or
         "/api/v1/policies/dry-run", json={"rules": [], "days": -3}, headers=org.admin.headers
     )
     assert_error(bad_days, 400, "VALIDATION_ERROR")
+
+
+async def test_dry_run_reads_metadata_connections_and_scopes_budgets_per_connection(
+    client: httpx.AsyncClient, org: Org
+) -> None:
+    """Conditions on metadata and the connection's name, a budget per connection: the
+    history's JSON, connection ids and names come back from storage as a create sees them."""
+    first, second = org.members[0], org.members[1]
+    for who, team in ((first, "ops"), (first, "ops"), (second, "ops"), (first, "web")):
+        created = await create_approval(
+            client, who, action_type="refund.issue", metadata={"team": team}
+        )
+        decided = await client.patch(
+            f"/api/v1/approvals/{created['id']}",
+            json={"decision": "approve"},
+            headers=org.admin.headers,
+        )
+        assert decided.status_code == 200, decided.text
+    draft = {
+        "rules": [
+            {
+                "name": "ops-from-known-connections",
+                "condition": 'request.metadata.team == "ops" && '
+                'request.connection.name.startsWith("conn-")',
+                "effect": "auto_approve",
+                "budget": {"per": "day", "max_count": 1, "scope": "connection"},
+            }
+        ],
+        "days": 1,
+    }
+    answer = await client.post("/api/v1/policies/dry-run", json=draft, headers=org.admin.headers)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    # By hand: three "ops" requests match; each connection's budget of one approves its
+    # first; the second of the first connection goes to people; "web" matches nothing.
+    assert body["rules"][0]["matched"] == 3
+    assert body["decisions"]["auto_approve"] == 2
+    assert body["decisions"]["people"] == 2
+    (exhausted,) = body["budgets_exhausted"]
+    assert exhausted["scope_key"] == first.connection_id

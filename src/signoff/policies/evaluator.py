@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import cel
 import orjson
@@ -24,6 +24,7 @@ from signoff.policies.document import CompiledDocument, Rule, compile_stored
 logger = logging.getLogger(__name__)
 
 CACHE_SIZE = 512
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -40,42 +41,48 @@ class RequestFacts:
     connection_name: str | None
 
 
+# How each field a condition may read is made from a request and the time; a dry run
+# builds only the fields its document reads, once per past request.
+_REQUEST_VALUES: dict[str, Callable[[RequestFacts], Any]] = {
+    "action_type": lambda facts: facts.action_type or "",
+    "source": lambda facts: facts.source or "",
+    "priority": lambda facts: facts.priority,
+    "title": lambda facts: facts.title,
+    "metadata": lambda facts: facts.metadata,
+    "arguments": lambda facts: facts.arguments,
+    "connection": lambda facts: {
+        "id": str(facts.connection_id) if facts.connection_id else "",
+        "name": facts.connection_name or "",
+    },
+}
+_NOW_VALUES: dict[str, Callable[[datetime], Any]] = {
+    "hour": lambda now: now.hour,
+    "minute": lambda now: now.minute,
+    # ISO: Monday is 1, Sunday 7.
+    "weekday": lambda now: now.isoweekday(),
+    "date": lambda now: now.date().isoformat(),
+}
+
+
 def activation(
     facts: RequestFacts, now: datetime, document: CompiledDocument | None = None
 ) -> dict[str, Any]:
     """The variables a condition sees: ``request`` and ``now`` (UTC); with ``document``,
     only the parts its conditions read."""
-    request: dict[str, Any] = {
-        "action_type": facts.action_type or "",
-        "source": facts.source or "",
-        "priority": facts.priority,
-        "title": facts.title,
-        "metadata": facts.metadata,
-        "arguments": facts.arguments,
-        "connection": {
-            "id": str(facts.connection_id) if facts.connection_id else "",
-            "name": facts.connection_name or "",
-        },
-    }
-    now_values = {
-        "hour": now.hour,
-        "minute": now.minute,
-        # ISO: Monday is 1, Sunday 7.
-        "weekday": now.isoweekday(),
-        "date": now.date().isoformat(),
-    }
-    if document is None:
-        return {"request": request, "now": now_values}
+    request_fields = document.request_fields if document is not None else None
+    now_fields = document.now_fields if document is not None else None
     return {
-        "request": _only(request, document.request_fields),
-        "now": _only(now_values, document.now_fields),
+        "request": _values(_REQUEST_VALUES, request_fields, facts),
+        "now": _values(_NOW_VALUES, now_fields, now),
     }
 
 
-def _only(values: dict[str, Any], fields: frozenset[str] | None) -> dict[str, Any]:
+def _values(
+    makers: Mapping[str, Callable[[_T], Any]], fields: frozenset[str] | None, source: _T
+) -> dict[str, Any]:
     if fields is None:
-        return values
-    return {key: value for key, value in values.items() if key in fields}
+        return {name: make(source) for name, make in makers.items()}
+    return {name: make(source) for name, make in makers.items() if name in fields}
 
 
 def first_match(

@@ -110,6 +110,20 @@ class PastRequest:
         return uuid.UUID(self.id_text)
 
 
+def _past_request(row: Sequence[Any], connections: _UuidsByText) -> PastRequest:
+    """A row of ``decided_since``'s select: id to source as they are, the two JSON texts
+    decoded, the connection id parsed, then created_at and auto_approved."""
+    metadata, arguments, connection_id, created_at, auto_approved = row[7:]
+    return PastRequest(
+        *row[:7],
+        _json_or_none(metadata),
+        _json_or_none(arguments),
+        connections[connection_id],
+        created_at,
+        bool(auto_approved),
+    )
+
+
 def _json_or_none(text: str | None) -> Any:
     return None if text is None else orjson.loads(text)
 
@@ -303,36 +317,7 @@ class PolicyRepository:
             .order_by(r.created_at, r.id)
         )
         connections = _UuidsByText()
-        return [
-            PastRequest(
-                row_id,
-                number,
-                title,
-                status,
-                priority,
-                action_type,
-                source,
-                _json_or_none(metadata),
-                _json_or_none(arguments),
-                connections[connection_id],
-                created_at,
-                bool(auto_approved),
-            )
-            for (
-                row_id,
-                number,
-                title,
-                status,
-                priority,
-                action_type,
-                source,
-                metadata,
-                arguments,
-                connection_id,
-                created_at,
-                auto_approved,
-            ) in rows
-        ]
+        return [_past_request(row, connections) for row in rows]
 
     async def connection_names(self, org_id: uuid.UUID) -> dict[uuid.UUID, str]:
         rows = await self.session.execute(

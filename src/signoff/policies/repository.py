@@ -113,14 +113,21 @@ class PastRequest:
 def _past_request(row: Sequence[Any], connections: _UuidsByText) -> PastRequest:
     """A row of ``decided_since``'s select: id to source as they are, the two JSON texts
     decoded, the connection id parsed, then created_at and auto_approved."""
+    id_text, number, title, status, priority, action_type, source = row[:7]
     metadata, arguments, connection_id, created_at, auto_approved = row[7:]
     return PastRequest(
-        *row[:7],
-        _json_or_none(metadata),
-        _json_or_none(arguments),
-        connections[connection_id],
-        created_at,
-        bool(auto_approved),
+        id_text=id_text,
+        number=number,
+        title=title,
+        status=status,
+        priority=priority,
+        action_type=action_type,
+        source=source,
+        metadata=_json_or_none(metadata),
+        arguments=_json_or_none(arguments),
+        connection_id=connections[connection_id],
+        created_at=created_at,
+        auto_approved=bool(auto_approved),
     )
 
 

@@ -30,7 +30,9 @@ order alternates (A B, B A, A B, ...), so that both sides share the machine's mo
   on PostgreSQL;
 - canonical (``audit/canonical.py``: orjson where it writes RFC 8785's bytes, vs the
   ``rfc8785`` package for every audit event; ``SIGNOFF_STOCK_CANONICAL``): wrk on create
-  and decide (the sealer runs in the serving process).
+  and decide (the sealer runs in the serving process); then the chain those runs sealed,
+  exported once, checked offline by ``signoff audit verify`` (the auditor's path), the
+  command's whole CPU time per side.
 
 The index hints are measured on the large database they serve, by ``make bench-size``
 (``--planner``).
@@ -52,6 +54,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -270,6 +273,48 @@ def gain_summary(gains: list[float]) -> dict[str, Any]:
     return summary
 
 
+# ---- offline verification (canonical) ----
+
+
+def export_chain(bench: Bench) -> tuple[Path, int]:
+    """The org's sealed chain as ``signoff audit export`` writes it, and its line count."""
+    path = bench.workdir / "audit-export.jsonl"
+    signoff_cli(
+        bench.env, bench.workdir, "audit", "export", "--org", bench.org_id, "--output", str(path)
+    )
+    with path.open("rb") as lines:
+        return path, sum(1 for _ in lines)
+
+
+def verify_cpu_ms(bench: Bench, side: Side, export: Path) -> float:
+    """CPU milliseconds of one ``signoff audit verify`` of ``export``, start-up included."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    signoff_cli(side.env, bench.workdir, "audit", "verify", str(export))
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    spent = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return spent * 1000
+
+
+def bench_verify(bench: Bench, pairs: int) -> dict[str, Any]:
+    both = sides(bench, "canonical")
+    export, lines = export_chain(bench)
+    log(f"[canonical] verifying an export of {lines:,} lines")
+    runs: list[dict[str, float]] = []
+    for pair, order in pair_orders(pairs):
+        announce("canonical", pair, pairs, both, order)
+        figures: dict[str, float] = {}
+        for index in order:
+            name = both[index].name
+            figures[name] = verify_cpu_ms(bench, both[index], export)
+            log(f"  {name:<10} verify   {figures[name]:.0f} ms CPU")
+        runs.append(figures)
+    return {
+        "cpu_gain_percent": gain_summary([100 * (1 - p["A"] / p["B"]) for p in runs]),
+        "export_lines": lines,
+        "cpu_ms": [{side: round(ms, 1) for side, ms in p.items()} for p in runs],
+    }
+
+
 # ---- connection bursts ----
 
 
@@ -480,6 +525,8 @@ def main(argv: list[str] | None = None) -> int:
                     bench = benches[on_postgres]
                     if replacement in WRK_SCENARIOS:
                         measured = bench_wrk(bench, replacement, args.pairs)
+                        if replacement == "canonical":
+                            measured["verify"] = bench_verify(bench, args.pairs)
                     else:
                         measured = bench_accept(bench, args.pairs, args.bursts)
                     results["replacements"][replacement] = measured

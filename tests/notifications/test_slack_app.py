@@ -322,3 +322,40 @@ async def test_a_request_that_needs_a_passkey_gets_a_link_and_a_press_is_refused
     assert "passkey" in shown["text"]
     read = await api.get(f"/api/v1/approvals/{request_id}", headers=org.admin.headers)
     assert read.json()["status"] == "pending"
+
+
+async def test_a_request_a_policy_rule_signs_with_a_passkey_gets_a_link_and_a_press_is_refused(
+    api: httpx.AsyncClient, ctx: AppContext, wiring: Wiring, org: Org
+) -> None:
+    """docs/policies.md: a rule with ``passkey: true`` makes its requests decided on their
+    page only; a press in Slack (a forged one, or on an older message) decides nothing."""
+    rule = {
+        "name": "payments",
+        "condition": "request.action_type == 'payment'",
+        "effect": "require",
+        "required_approvals": 1,
+        "passkey": True,
+    }
+    saved = await api.put("/api/v1/policies", json={"rules": [rule]}, headers=org.admin.headers)
+    assert saved.status_code == 200, saved.text
+    off = {"require_sign_in_for_critical": False}
+    async with Receiver() as webhook, Receiver() as response_url:
+        request_id = await setup(api, wiring, org, webhook.url, off, action_type="payment")
+        [posted] = webhook.received
+        buttons = slack_buttons(orjson.loads(posted.body))
+        # The message only opens the page: no button decides.
+        assert buttons and not set(buttons) & {"approve", "reject"}
+        body = press("U_MEMBER", "approve", request_id, response_url.url)
+        answer = await api.post(
+            "/integrations/slack/interactions", content=body, headers=signed(body)
+        )
+        assert answer.status_code == 200
+        [reply] = await response_url.wait_for(1)
+    shown = orjson.loads(reply.body)
+    assert shown["response_type"] == "ephemeral" and shown["replace_original"] is False
+    assert f"http://signoff.test/requests/{request_id}" in shown["text"]
+    assert "passkey" in shown["text"]
+    read = await api.get(f"/api/v1/approvals/{request_id}", headers=org.admin.headers)
+    assert read.json()["status"] == "pending"
+    events = await api.get(f"/api/v1/approvals/{request_id}/events", headers=org.admin.headers)
+    assert "request.approved" not in [e["type"] for e in events.json()["data"]]

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from signoff.approvals.repository import ApprovalRepository, CreatedPlan
 from signoff.approvals.typed_rows import RequestRecord
 from signoff.crypto import SecretBox
+from signoff.groups.repository import GroupRepository
 from signoff.notifications.planning import service as notifications
 from signoff.notifications.planning.repository import created_plan_from, plans_written
 from signoff.notifications.repository import NotificationRepository
@@ -102,6 +103,7 @@ class UnitOfWork:
         self.policies = PolicyRepository(session, dialect, queries)
         self.standing = StandingApprovalRepository(session, dialect, queries)
         self.orgs = OrgRepository(session)
+        self.groups = GroupRepository(session, dialect)
         self.webhooks = WebhookRepository(session, dialect)
         self.oauth = OAuthRepository(session)
         self.passkeys = PasskeyRepository(session)

@@ -32,6 +32,7 @@ TOP_LEVEL = (
     "routing",
     "policy",
     "group",
+    "standing",
     "keys",
 )
 

@@ -400,6 +400,7 @@ async def _votes(
         request_id=row.id,
         step_id=effect.step_id,
         user_id=author.user_id,
+        on_behalf_of=effect.on_behalf_of,
         decision=effect.decision,
         comment=effect.comment,
         created_at=now,

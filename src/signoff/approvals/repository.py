@@ -237,7 +237,16 @@ def _create_alone(guarded: bool, plan_from: Callable[[Any], Insert]) -> Prepared
 # A decision's writes and reads, run by every decide (prepared.py).
 _INSERT_VOTE = PreparedQuery(
     insert(Vote),
-    column_keys=("id", "request_id", "step_id", "user_id", "decision", "comment", "created_at"),
+    column_keys=(
+        "id",
+        "request_id",
+        "step_id",
+        "user_id",
+        "on_behalf_of",
+        "decision",
+        "comment",
+        "created_at",
+    ),
 )
 _COUNT_BASED_VOTERS = PreparedQuery(
     select(Vote.user_id).where(Vote.request_id == bindparam("request_id"), Vote.step_id.is_(None))
@@ -532,6 +541,7 @@ class NewVote:
     step_id: uuid.UUID | None = None
     comment: str | None = None
     id: uuid.UUID | None = None
+    on_behalf_of: uuid.UUID | None = None
 
 
 def _confirmed(row: Any, check: PrincipalCheck) -> RequestRecord | None:
@@ -1077,8 +1087,11 @@ class ApprovalRepository:
         by_group: dict[uuid.UUID, list[uuid.UUID]] = {}
         for group_id, user_id in members:
             by_group.setdefault(group_id, []).append(user_id)
+        # A member a delegate voted for has voted (out of office).
         voted = await self.session.execute(
-            select(Vote.step_id, Vote.user_id).where(Vote.step_id.in_([r.id for r in group_steps]))
+            select(Vote.step_id, func.coalesce(Vote.on_behalf_of, Vote.user_id)).where(
+                Vote.step_id.in_([r.id for r in group_steps])
+            )
         )
         done = set(voted.tuples())
         for r in group_steps:

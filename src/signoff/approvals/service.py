@@ -451,7 +451,7 @@ async def _step_awaiting(
         return None
     steps = await repo.list_steps(row.id)
     votes = await repo.list_votes(row.id) if any(s.group_id for s in steps) else ()
-    groups = await groups_voting(repo, member, steps, votes)
+    groups = await groups_voting(repo, member, steps, votes, stands_in_for)
     step = votable_step(steps, member.user_id, row.is_sequential, stands_in_for, groups)
     return step.id if step is not None else None
 
@@ -461,20 +461,49 @@ async def groups_voting(
     member: OrgMember,
     steps: Sequence[StepRecord],
     votes: Sequence[VoteRecord],
+    stands_in_for: Collection[uuid.UUID] = (),
 ) -> frozenset[uuid.UUID]:
-    """The groups of the chain's pending group steps ``member`` may still vote for: an
-    active member of the group who has not voted that step (no read for a chain of
-    people)."""
-    voted = {v.step_id for v in votes if v.user_id == member.user_id}
-    groups = {
-        s.group_id
-        for s in steps
-        if s.group_id is not None and s.status == "pending" and s.id not in voted
-    }
-    if not groups:
+    """The groups of the chain's pending group steps ``member`` may still vote for (no
+    read for a chain of people): one who has not voted that step and is an active member
+    of the group, or stands in for one (out of office) whose vote is not cast yet."""
+    voted = {v.step_id for v in votes if member.user_id in (v.user_id, v.on_behalf_of)}
+    counted: dict[uuid.UUID, set[uuid.UUID]] = {}
+    for vote in votes:
+        if vote.step_id is not None:
+            counted.setdefault(vote.step_id, set()).add(vote.on_behalf_of or vote.user_id)
+    pending = [
+        s for s in steps if s.group_id is not None and s.status == "pending" and s.id not in voted
+    ]
+    if not pending:
         return frozenset()
-    members = await repo.active_members(member.org_id, groups)
-    return frozenset(g for g, people in members.items() if member.user_id in people)
+    members = await repo.active_members(member.org_id, {s.group_id for s in pending if s.group_id})
+    stood_in = set(stands_in_for)
+
+    def may_vote(step: StepRecord) -> bool:
+        assert step.group_id is not None
+        people = members.get(step.group_id, frozenset())
+        if member.user_id in people:
+            return True
+        return bool((people & stood_in) - counted.get(step.id, set()))
+
+    return frozenset(s.group_id for s in pending if s.group_id is not None and may_vote(s))
+
+
+async def group_vote_counts_for(
+    repo: ApprovalRepository,
+    member: OrgMember,
+    step: StepRecord | None,
+    votes: Sequence[VoteRecord],
+    stands_in_for: Collection[uuid.UUID],
+) -> uuid.UUID | None:
+    """The away member ``member``'s vote on ``step`` would count for, as the state machine
+    picks it (``state.group_stand_in``); None for their own vote or a person's step (no
+    read unless they stand in for someone)."""
+    if step is None or step.group_id is None or not stands_in_for:
+        return None
+    members = (await repo.active_members(member.org_id, {step.group_id})).get(step.group_id)
+    counted = {v.on_behalf_of or v.user_id for v in votes if v.step_id == step.id}
+    return state.group_stand_in(members or (), counted, member.user_id, stands_in_for)
 
 
 def votable_step(
@@ -1016,7 +1045,9 @@ async def _view_with(
     step_voters: dict[uuid.UUID, set[uuid.UUID]] = {}
     for vote in await repo.list_votes(row.id):
         if vote.step_id is not None:
-            step_voters.setdefault(vote.step_id, set()).add(vote.user_id)
+            # The voter, and the away member a delegate voted for: each counts once.
+            voted = step_voters.setdefault(vote.step_id, set())
+            voted.update(u for u in (vote.user_id, vote.on_behalf_of) if u is not None)
     return _view_of(row, steps, voters, members, step_voters)
 
 

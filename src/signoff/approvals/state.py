@@ -40,7 +40,7 @@ the unit of work; nothing else writes a consequence of a status change.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
@@ -90,7 +90,7 @@ class StepView:
     members: frozenset[uuid.UUID] = frozenset()
     required_approvals: int = 1
     current_approvals: int = 0
-    voters: frozenset[uuid.UUID] = frozenset()
+    voters: frozenset[uuid.UUID] = frozenset()  # who cast a vote, and who it was cast for
 
 
 @dataclass(frozen=True)
@@ -265,6 +265,8 @@ class RecordVote:
     decision: Decision
     comment: str | None
     step_id: uuid.UUID | None = None
+    # The away approver, or away member of a group step's group, it is cast for.
+    on_behalf_of: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -528,20 +530,46 @@ def _edited_vote(
 
 
 def _may_vote_for(actor: Actor, step: StepView) -> bool:
-    if step.approver_id is None:  # a group's step: any of its active members
-        return actor.user_id in step.members
+    if step.approver_id is None:  # a group's step: its active members, and their delegates
+        return actor.user_id in step.members or bool(step.members & actor.stands_in_for)
     return step.approver_id == actor.user_id or step.approver_id in actor.stands_in_for
 
 
 def _on_behalf_of(request: RequestView, action: VoteStep) -> uuid.UUID | None:
     """The away approver a delegate votes for ("Bob for Ann"); None for one's own step
-    (or an admin's vote on a step that is nobody's they stand in for)."""
+    (or an admin's vote on a step that is nobody's they stand in for).
+
+    On a group's step: None for a member of the group (they vote as themselves, once:
+    standing in for another member gives nobody a second vote), else the first away
+    member they stand in for who has not voted yet (or, all having voted, the first of
+    them: ``_step_vote`` refuses it)."""
     step = _find_step(request, action.step_id)
     actor = action.actor
+    if step.approver_id is None:
+        if actor.user_id in step.members:
+            return None
+        stood_in = sorted(step.members & actor.stands_in_for, key=str)
+        first = group_stand_in(step.members, step.voters, actor.user_id, actor.stands_in_for)
+        return first or (stood_in[0] if stood_in else None)
     approver = step.approver_id
-    if approver is not None and approver != actor.user_id and approver in actor.stands_in_for:
+    if approver != actor.user_id and approver in actor.stands_in_for:
         return approver
     return None
+
+
+def group_stand_in(
+    members: Collection[uuid.UUID],
+    voters: Collection[uuid.UUID],
+    user_id: uuid.UUID,
+    stands_in_for: Collection[uuid.UUID],
+) -> uuid.UUID | None:
+    """Whom a vote of ``user_id`` on a group's step (its active ``members``; ``voters``
+    counted so far) counts for: None when they are a member (their own vote), else the
+    first away member they stand in for whose vote is not cast yet, if any."""
+    if user_id in members:
+        return None
+    waiting = sorted((m for m in members if m in stands_in_for and m not in voters), key=str)
+    return waiting[0] if waiting else None
 
 
 def _check_owner_authority(request: RequestView, action: Action) -> None:
@@ -601,7 +629,8 @@ def _effects(request: RequestView, action: Action, transition: Transition) -> tu
     if transition.edit is not None and request.has_votes and not transition.is_override:
         effects.append(DismissVotes())
     if isinstance(action, Decide | VoteStep) and (transition.records_vote or step_id):
-        effects.append(RecordVote(action.decision, comment, step_id))
+        stood_in = _on_behalf_of(request, action) if isinstance(action, VoteStep) else None
+        effects.append(RecordVote(action.decision, comment, step_id, stood_in))
     counted = dict([transition.step_count]) if transition.step_count else {}
     effects.extend(
         ChangeStep(
@@ -800,6 +829,11 @@ def _step_vote(request: RequestView, action: VoteStep) -> Transition:
         raise StepOutOfOrder()
     if step.group_id is not None and action.actor.user_id in step.voters:
         raise AlreadyVoted("You have already voted on this step.")
+    if step.group_id is not None and (stood_in := _on_behalf_of(request, action)) in step.voters:
+        raise AlreadyVoted(
+            "The member you stand in for has already voted on this step.",
+            {"on_behalf_of": str(stood_in)},
+        )
     if action.decision == "reject":
         skipped = _skip_pending(request, except_step=step.id)
         return Transition(

@@ -88,6 +88,8 @@ class VoteRecord(NamedTuple):
     decision: str
     comment: str | None
     created_at: datetime
+    # The away member a delegate cast it for (a group step); None: the voter's own.
+    on_behalf_of: uuid.UUID | None = None
 
 
 def columns_of(entity: type[Any], record: type[tuple[Any, ...]]) -> list[Label[Any]]:

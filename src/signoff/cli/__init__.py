@@ -25,6 +25,7 @@ from signoff.cli.purge import purge
 from signoff.cli.routing import routing_app
 from signoff.cli.secret_key import secret_key
 from signoff.cli.serve import serve, worker
+from signoff.cli.standing import standing_app
 from signoff.cli.user import user_app
 
 __all__ = ["app", "main"]
@@ -57,6 +58,7 @@ app.add_typer(delivery_app, name="delivery")
 app.add_typer(routing_app, name="routing")
 app.add_typer(policy_app, name="policy")
 app.add_typer(group_app, name="group")
+app.add_typer(standing_app, name="standing")
 app.add_typer(keys_app, name="keys")
 app.command()(purge)
 

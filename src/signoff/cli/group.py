@@ -14,7 +14,6 @@ from signoff.cli.common import JsonFlag, OrgOption, emit, emit_list, run_in_tran
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.groups import service
-from signoff.groups.repository import GroupRepository
 from signoff.orgs import service as orgs_service
 from signoff.unit_of_work import UnitOfWork
 
@@ -24,10 +23,6 @@ group_app = typer.Typer(
 
 GroupArgument = Annotated[str, typer.Argument(help="Group id or name.")]
 UserArgument = Annotated[str, typer.Argument(help="User id or e-mail.")]
-
-
-def _repo(uow: UnitOfWork) -> GroupRepository:
-    return GroupRepository(uow.session, uow.dialect)
 
 
 def _members_text(group: dict[str, Any]) -> str:
@@ -41,7 +36,7 @@ def group_list(org: OrgOption, as_json: JsonFlag = False) -> None:
 
     async def action(_: AppContext, uow: UnitOfWork) -> list[dict[str, Any]]:
         row = await orgs_service.resolve_org(uow.orgs, org)
-        return await service.list_groups(_repo(uow), row.id)
+        return await service.list_groups(uow.groups, row.id)
 
     groups = run_in_transaction(action)
     emit_list(
@@ -67,7 +62,7 @@ def group_create(
         row = await orgs_service.resolve_org(uow.orgs, org)
         users = [await orgs_service.resolve_user(uow.orgs, row.id, m) for m in member or []]
         ids = [str(u.id) for u in users]
-        return await service.create_group(_repo(uow), row.id, name, ids, None, utcnow())
+        return await service.create_group(uow.groups, row.id, name, ids, None, utcnow())
 
     group = run_in_transaction(action)
     emit(as_json, group, "created group " + _members_text(group))
@@ -84,8 +79,8 @@ def group_rename(
 
     async def action(_: AppContext, uow: UnitOfWork) -> dict[str, Any]:
         row = await orgs_service.resolve_org(uow.orgs, org)
-        found = await service.resolve_group(_repo(uow), row.id, group)
-        return await service.rename_group(_repo(uow), row.id, found.id, name, None, utcnow())
+        found = await service.resolve_group(uow.groups, row.id, group)
+        return await service.rename_group(uow.groups, row.id, found.id, name, None, utcnow())
 
     renamed = run_in_transaction(action)
     emit(as_json, renamed, f"renamed group {renamed['id']} to {renamed['name']}")
@@ -97,8 +92,8 @@ def group_delete(group: GroupArgument, org: OrgOption, as_json: JsonFlag = False
 
     async def action(_: AppContext, uow: UnitOfWork) -> dict[str, Any]:
         row = await orgs_service.resolve_org(uow.orgs, org)
-        found = await service.resolve_group(_repo(uow), row.id, group)
-        gone = await service.delete_group(_repo(uow), row.id, found.id, None, utcnow())
+        found = await service.resolve_group(uow.groups, row.id, group)
+        gone = await service.delete_group(uow.groups, row.id, found.id, None, utcnow())
         return {"id": str(gone.id), "name": gone.name, "deleted": True}
 
     gone = run_in_transaction(action)
@@ -113,10 +108,10 @@ def group_add(
 
     async def action(_: AppContext, uow: UnitOfWork) -> dict[str, Any]:
         row = await orgs_service.resolve_org(uow.orgs, org)
-        found = await service.resolve_group(_repo(uow), row.id, group)
+        found = await service.resolve_group(uow.groups, row.id, group)
         person = await orgs_service.resolve_user(uow.orgs, row.id, user)
         return await service.add_member(
-            _repo(uow), row.id, found.id, str(person.id), None, utcnow()
+            uow.groups, row.id, found.id, str(person.id), None, utcnow()
         )
 
     changed = run_in_transaction(action)
@@ -131,7 +126,7 @@ def group_remove(
 
     async def action(_: AppContext, uow: UnitOfWork) -> dict[str, Any]:
         row = await orgs_service.resolve_org(uow.orgs, org)
-        repo = _repo(uow)
+        repo = uow.groups
         found = await service.resolve_group(repo, row.id, group)
         person = await orgs_service.resolve_user(uow.orgs, row.id, user)
         await service.remove_member(repo, row.id, found.id, person.id, None, utcnow())

@@ -372,6 +372,8 @@ class RequestPage:
     notifications: Sequence[NotificationLine] = ()
     # The step this person may vote on now (chains), if any.
     my_step: StepRecord | None = None
+    # A group's step voted for an away member (out of office): whom the vote counts for.
+    votes_for: uuid.UUID | None = None
     can_decide: bool = False
     already_voted: bool = False
     # The org forbids self-approval and the viewer owns the requesting connection: the
@@ -479,9 +481,12 @@ async def request_page(
         stands_in_for = (
             await uow.approvals.stood_in_for(member.org_id, member.user_id, now) if steps else {}
         )
-        groups = await approvals.groups_voting(uow.approvals, member, steps, votes)
+        groups = await approvals.groups_voting(uow.approvals, member, steps, votes, stands_in_for)
         page.my_step = approvals.votable_step(
             steps, member.user_id, row.is_sequential, stands_in_for, groups
+        )
+        page.votes_for = await approvals.group_vote_counts_for(
+            uow.approvals, member, page.my_step, votes, stands_in_for
         )
         if steps:
             page.can_decide = page.my_step is not None or member.is_admin

@@ -17,7 +17,6 @@ from signoff.common.validation import parse_json_body
 from signoff.context import context_of
 from signoff.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from signoff.groups import service
-from signoff.groups.repository import GroupRepository
 from signoff.groups.schemas import (
     GroupCreateIn,
     GroupListOut,
@@ -45,9 +44,7 @@ MEMBERS_400 = (
 )
 async def list_groups(request: Request, principal: Reader) -> Response:
     async with context_of(request).reading() as uow:
-        groups = await service.list_groups(
-            GroupRepository(uow.session, uow.dialect), principal.org_id
-        )
+        groups = await service.list_groups(uow.groups, principal.org_id)
     return json_response({"data": groups})
 
 
@@ -65,7 +62,7 @@ async def create_group(request: Request, principal: Writer) -> Response:
     service.require_admin(principal)
     body = await parse_json_body(request, GroupCreateIn, ctx.settings)
     async with ctx.transaction() as uow:
-        repo = GroupRepository(uow.session, uow.dialect)
+        repo = uow.groups
         group = await service.create_group(
             repo, principal.org_id, body.name, body.member_ids, principal.user_id, utcnow()
         )
@@ -82,7 +79,7 @@ async def create_group(request: Request, principal: Writer) -> Response:
 async def get_group(request: Request, group_id: str, principal: Reader) -> Response:
     gid = path_id(group_id, "group")
     async with context_of(request).reading() as uow:
-        repo = GroupRepository(uow.session, uow.dialect)
+        repo = uow.groups
         group = await service.read_group(repo, principal.org_id, gid)
     return json_response(group)
 
@@ -101,7 +98,7 @@ async def rename_group(request: Request, group_id: str, principal: Writer) -> Re
     gid = path_id(group_id, "group")
     body = await parse_json_body(request, GroupRenameIn, ctx.settings)
     async with ctx.transaction() as uow:
-        repo = GroupRepository(uow.session, uow.dialect)
+        repo = uow.groups
         group = await service.rename_group(
             repo, principal.org_id, gid, body.name, principal.user_id, utcnow()
         )
@@ -119,7 +116,7 @@ async def delete_group(request: Request, group_id: str, principal: Writer) -> Re
     service.require_admin(principal)
     gid = path_id(group_id, "group")
     async with context_of(request).transaction() as uow:
-        repo = GroupRepository(uow.session, uow.dialect)
+        repo = uow.groups
         await service.delete_group(repo, principal.org_id, gid, principal.user_id, utcnow())
     return Response(status_code=204)
 
@@ -138,7 +135,7 @@ async def replace_members(request: Request, group_id: str, principal: Writer) ->
     gid = path_id(group_id, "group")
     body = await parse_json_body(request, GroupMembersIn, ctx.settings)
     async with ctx.transaction() as uow:
-        repo = GroupRepository(uow.session, uow.dialect)
+        repo = uow.groups
         group = await service.replace_members(
             repo, principal.org_id, gid, body.user_ids, principal.user_id, utcnow()
         )
@@ -159,7 +156,7 @@ async def add_member(request: Request, group_id: str, principal: Writer) -> Resp
     gid = path_id(group_id, "group")
     body = await parse_json_body(request, GroupMemberIn, ctx.settings)
     async with ctx.transaction() as uow:
-        repo = GroupRepository(uow.session, uow.dialect)
+        repo = uow.groups
         group = await service.add_member(
             repo, principal.org_id, gid, body.user_id, principal.user_id, utcnow()
         )
@@ -180,6 +177,6 @@ async def remove_member(
     gid = path_id(group_id, "group")
     uid = path_id(user_id, "member of this group")
     async with context_of(request).transaction() as uow:
-        repo = GroupRepository(uow.session, uow.dialect)
+        repo = uow.groups
         await service.remove_member(repo, principal.org_id, gid, uid, principal.user_id, utcnow())
     return Response(status_code=204)

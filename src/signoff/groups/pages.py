@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ async def _changed(request: Request, viewer: web.Viewer, change: Change) -> Resp
     fields = await web.checked_form(request, viewer)
     try:
         async with context_of(request).transaction() as uow:
-            said = await change(GroupRepository(uow.session, uow.dialect), fields)
+            said = await change(uow.groups, fields)
     except AppError as exc:
         if exc.status_code == 404:
             raise web.not_found("This group") from None
@@ -72,7 +73,7 @@ async def groups_short(viewer: web.Viewer = Admin) -> Response:
 async def groups_page(request: Request, viewer: web.Viewer = Admin) -> Response:
     org_id = viewer.org.id
     async with context_of(request).reading() as uow:
-        repo = GroupRepository(uow.session, uow.dialect)
+        repo = uow.groups
         groups: list[dict[str, Any]] = []
         for row in await service.list_groups(repo, org_id):
             groups.append(await service.read_group(repo, org_id, uuid.UUID(row["id"])))
@@ -94,17 +95,47 @@ async def create_group(request: Request, viewer: web.Viewer = Admin) -> Response
     return await _changed(request, viewer, change)
 
 
-@pages.post(PATH + "/{group_id}/rename")
-async def rename_group(request: Request, group_id: str, viewer: web.Viewer = Admin) -> Response:
+# A change of one group by one field of its form: (the repository, the org, the group, the
+# field's value, the actor, now) -> the group as the API answers it.
+FieldChange = Callable[
+    [GroupRepository, uuid.UUID, uuid.UUID, str, uuid.UUID, datetime], Awaitable[dict[str, Any]]
+]
+
+
+async def _changed_by_field(
+    request: Request,
+    viewer: web.Viewer,
+    group_id: str,
+    field: str,
+    action: FieldChange,
+    said: Callable[[dict[str, Any]], str],
+) -> Response:
+    """A form that changes one group by one of its fields (a rename, a new member)."""
     gid = _group_id(group_id)
 
     async def change(repo: GroupRepository, fields: dict[str, str]) -> str:
-        renamed = await service.rename_group(
-            repo, viewer.org.id, gid, fields.get("name", ""), viewer.user.id, utcnow()
+        group = await action(
+            repo, viewer.org.id, gid, fields.get(field, ""), viewer.user.id, utcnow()
         )
-        return f"Group renamed to {renamed['name']}."
+        return said(group)
 
     return await _changed(request, viewer, change)
+
+
+@pages.post(PATH + "/{group_id}/rename")
+async def rename_group(request: Request, group_id: str, viewer: web.Viewer = Admin) -> Response:
+    return await _changed_by_field(
+        request, viewer, group_id, "name", service.rename_group,
+        lambda group: f"Group renamed to {group['name']}.",
+    )  # fmt: skip
+
+
+@pages.post(PATH + "/{group_id}/members")
+async def add_member(request: Request, group_id: str, viewer: web.Viewer = Admin) -> Response:
+    return await _changed_by_field(
+        request, viewer, group_id, "user_id", service.add_member,
+        lambda group: f"{group['name']} now has {group['member_count']} members.",
+    )  # fmt: skip
 
 
 @pages.post(PATH + "/{group_id}/delete")
@@ -114,19 +145,6 @@ async def delete_group(request: Request, group_id: str, viewer: web.Viewer = Adm
     async def change(repo: GroupRepository, fields: dict[str, str]) -> str:
         gone = await service.delete_group(repo, viewer.org.id, gid, viewer.user.id, utcnow())
         return f"Group {gone.name} deleted."
-
-    return await _changed(request, viewer, change)
-
-
-@pages.post(PATH + "/{group_id}/members")
-async def add_member(request: Request, group_id: str, viewer: web.Viewer = Admin) -> Response:
-    gid = _group_id(group_id)
-
-    async def change(repo: GroupRepository, fields: dict[str, str]) -> str:
-        group = await service.add_member(
-            repo, viewer.org.id, gid, fields.get("user_id", ""), viewer.user.id, utcnow()
-        )
-        return f"{group['name']} now has {group['member_count']} members."
 
     return await _changed(request, viewer, change)
 

@@ -15,6 +15,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    func,
     text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
@@ -156,6 +157,16 @@ class Vote(Base):
             sqlite_where=text("step_id IS NOT NULL"),
             postgresql_where=text("step_id IS NOT NULL"),
         ),
+        # A group step's member counts once, whether they voted or their delegate did
+        # for them (``on_behalf_of``; migration 0043).
+        Index(
+            "uq_votes_step_counted",
+            "step_id",
+            func.coalesce(text("on_behalf_of"), text("user_id")),
+            unique=True,
+            sqlite_where=text("step_id IS NOT NULL"),
+            postgresql_where=text("step_id IS NOT NULL"),
+        ),
         Index("ix_votes_request_created", "request_id", "created_at"),
     )
 
@@ -165,6 +176,9 @@ class Vote(Base):
     )
     step_id: Mapped[uuid.UUID | None] = mapped_column(default=None)
     user_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("users.id"))
+    # The away member of a group step's group this vote was cast for by their delegate
+    # (``user_id``): it counts as theirs. None: the voter's own vote.
+    on_behalf_of: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("users.id"), default=None)
     decision: Mapped[str] = mapped_column(String(16))
     comment: Mapped[str | None] = mapped_column(Text, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

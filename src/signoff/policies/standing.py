@@ -346,7 +346,23 @@ async def list_live(
     repo: StandingApprovalRepository, member: OrgMember, now: datetime
 ) -> list[dict[str, Any]]:
     """What stands in the member's org: every member may see it, as they see requests."""
-    return [standing_to_dict(row) for row in await repo.live(member.org_id, now, LIST_LIMIT)]
+    return await list_of_org(repo, member.org_id, now)
+
+
+async def list_of_org(
+    repo: StandingApprovalRepository, org_id: uuid.UUID, now: datetime
+) -> list[dict[str, Any]]:
+    """What stands in the org, newest first (the operator's CLI reads it whole)."""
+    return [standing_to_dict(row) for row in await repo.live(org_id, now, LIST_LIMIT)]
+
+
+async def _find(
+    repo: StandingApprovalRepository, org_id: uuid.UUID, standing_id: uuid.UUID
+) -> StandingRow:
+    row = await repo.get(org_id, standing_id)
+    if row is None:
+        raise NotFound(f"No standing approval {standing_id} in this organization.")
+    return row
 
 
 async def revoke(
@@ -354,15 +370,25 @@ async def revoke(
 ) -> dict[str, Any]:
     """Revoke a standing approval: its grantor or an admin (else 403); revoking one
     revoked already changes nothing (and records nothing)."""
-    row = await repo.get(member.org_id, standing_id)
-    if row is None:
-        raise NotFound("No standing approval with this id.")
+    row = await _find(repo, member.org_id, standing_id)
     if not (member.is_admin or member.user_id == row.granted_by):
         raise Forbidden("Only its grantor or an admin may revoke a standing approval.")
-    if row.revoked_at is None and await repo.revoke(row.id, member.user_id, now):
-        row = row._replace(revoked_at=now, revoked_by=member.user_id)
+    return await _revoke_row(repo, row, member.user_id, now)
+
+
+async def revoke_by_operator(
+    repo: StandingApprovalRepository, org_id: uuid.UUID, standing_id: uuid.UUID, now: datetime
+) -> dict[str, Any]:
+    """The CLI's revoke: the operator may revoke any of the org's, and the audit event has
+    no actor, as every change made from the CLI."""
+    return await _revoke_row(repo, await _find(repo, org_id, standing_id), None, now)
+
+
+async def _revoke_row(
+    repo: StandingApprovalRepository, row: StandingRow, by: uuid.UUID | None, now: datetime
+) -> dict[str, Any]:
+    if row.revoked_at is None and await repo.revoke(row.id, by, now):
+        row = row._replace(revoked_at=now, revoked_by=by)
         data = {"standing_approval_id": str(row.id), "uses": row.uses}
-        await audit_events.record(
-            repo.session, member.org_id, REVOKED_EVENT, member.user_id, data, now
-        )
+        await audit_events.record(repo.session, row.org_id, REVOKED_EVENT, by, data, now)
     return standing_to_dict(row)

@@ -139,7 +139,7 @@ class StandingApprovalRepository:
         found = rows.first()
         return StandingRow(*found) if found is not None else None
 
-    async def revoke(self, standing_id: uuid.UUID, by: uuid.UUID, now: datetime) -> bool:
+    async def revoke(self, standing_id: uuid.UUID, by: uuid.UUID | None, now: datetime) -> bool:
         """Revoke it unless it was already: whether this call did."""
         result = await self.session.execute(
             update(_TABLE)

@@ -11,7 +11,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import BindParameter, ColumnElement, and_, bindparam, exists, or_, select
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    and_,
+    bindparam,
+    exists,
+    func,
+    or_,
+    select,
+)
 from sqlalchemy.orm import InstrumentedAttribute, aliased
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression
@@ -155,8 +164,11 @@ def status_condition(status: str) -> ColumnElement[bool]:
 
 def _awaiting_vote_of(user_id: BindParameter[Any]) -> ColumnElement[bool]:
     """Pending requests a user can vote on right now: the approver's inbox
-    (``votable_now``)."""
-    return and_(status_condition("pending"), votable_now(user_id, ApprovalRequest.__table__))
+    (``votable_now``), the steps of those they stand in for included."""
+    return and_(
+        status_condition("pending"),
+        votable_now(user_id, ApprovalRequest.__table__, now=bindparam("now")),
+    )
 
 
 def votable_now(
@@ -193,12 +205,27 @@ def votable_now(
         mine = or_(mine, approver.in_(stood_in_for(user_id, now)))
     # A group's step: the user is one of its members (an uncorrelated subquery on
     # ``ix_group_members_user_id``, read once per statement) and has not voted it yet.
+    # Cast by the user, or for them by their delegate while they were away.
+    voted_by_them = exists().where(
+        Vote.step_id == step.id, or_(Vote.user_id == user_id, Vote.on_behalf_of == user_id)
+    )
     theirs = and_(
         keep_off_index(step.group_id).in_(
             select(GroupMember.group_id).where(GroupMember.user_id == user_id)
         ),
-        ~exists().where(Vote.step_id == step.id, Vote.user_id == user_id),
+        ~voted_by_them,
     )
+    if now is not None:
+        # Or a group's step with a member the user stands in for, whose vote (their own
+        # or a delegate's for them) is not cast yet; the user casts one vote a step.
+        away = aliased(GroupMember)
+        counted = func.coalesce(Vote.on_behalf_of, Vote.user_id)
+        stood_in = exists().where(
+            away.group_id == step.group_id,
+            away.user_id.in_(stood_in_for(user_id, now)),
+            ~exists().where(Vote.step_id == step.id, counted == away.user_id),
+        )
+        theirs = or_(theirs, and_(stood_in, ~voted_by_them))
     votable_step = exists().where(
         step.request_id == rows.c.id,
         or_(mine, theirs),

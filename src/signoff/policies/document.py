@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 import cel
@@ -76,6 +77,29 @@ class Rule:
     group_order: str | None = None
 
 
+class AnswerMemo(OrderedDict[bytes, "Rule | None"]):
+    """A document's answers by the variables its conditions read (as JSON bytes), the
+    least recently used dropped past ``size``: the answer is a function of those
+    variables alone, and requests of one kind repeat them (the same action type, source
+    and connection), so a create under many rules looks its answer up instead of
+    evaluating every rule again."""
+
+    # Keys longer than this (conditions reading large arguments) are not kept: memory
+    # stays bounded at ``size`` short keys.
+    MAX_KEY_BYTES = 512
+
+    def __init__(self, size: int = 4096) -> None:
+        super().__init__()
+        self.size = size
+
+    def keep(self, key: bytes, answer: Rule | None) -> None:
+        if len(key) > self.MAX_KEY_BYTES:
+            return
+        self[key] = answer
+        if len(self) > self.size:
+            self.popitem(last=False)
+
+
 @dataclass(frozen=True)
 class CompiledDocument:
     version: int
@@ -85,6 +109,9 @@ class CompiledDocument:
     # costs more than evaluating (a dry run converts one request per past request).
     request_fields: frozenset[str] | None = None
     now_fields: frozenset[str] | None = None
+    # Shared by every create under this version in the process (compiled documents are
+    # cached per process): see ``AnswerMemo``.
+    answers: AnswerMemo = field(default_factory=AnswerMemo, compare=False, repr=False)
 
 
 def fields_read(conditions: list[str], variable: str) -> frozenset[str] | None:

@@ -92,22 +92,28 @@ def first_match(
     memo: dict[bytes, Rule | None] | None = None,
 ) -> Rule | None:
     """The first rule whose condition is true, or None. A condition that fails at run
-    time does not match (logged). The variables are converted to CEL values once (a
-    ``cel.Context``), not once per rule: with a plain dict every evaluation converts
-    them anew, which costs far more than evaluating.
+    time does not match (logged once per distinct input). The variables are converted to
+    CEL values once (a ``cel.Context``), not once per rule: with a plain dict every
+    evaluation converts them anew, which costs far more than evaluating.
 
-    ``memo``: answers by the variables the conditions read, for many evaluations of one
-    document (a dry run): the answer is a function of them alone, and converting them
-    costs more than looking them up."""
+    Answers are looked up by the variables the conditions read: in ``memo`` (a dry run's,
+    for one replay), else in the document's own bounded ``answers``. The answer is a
+    function of those variables alone (``fields_read`` bounds them from above)."""
     if not document.rules:
         return None
     variables = activation(facts, now, document)
-    if memo is None:
-        return _first_match(document, variables)
     key = orjson.dumps(variables, option=orjson.OPT_SORT_KEYS, default=str)
-    if key not in memo:
-        memo[key] = _first_match(document, variables)
-    return memo[key]
+    if memo is not None:
+        if key not in memo:
+            memo[key] = _first_match(document, variables)
+        return memo[key]
+    answers = document.answers
+    if key in answers:
+        answers.move_to_end(key)
+        return answers[key]
+    answer = _first_match(document, variables)
+    answers.keep(key, answer)
+    return answer
 
 
 def _first_match(document: CompiledDocument, variables: dict[str, Any]) -> Rule | None:

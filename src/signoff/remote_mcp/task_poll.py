@@ -24,7 +24,7 @@ import os
 import sys
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -37,7 +37,7 @@ from signoff.approvals.state import is_past_expiry
 from signoff.approvals.typed_rows import RequestRecord
 from signoff.auth.principal import Principal
 from signoff.common.http import principal_check_of, principal_with_scope
-from signoff.common.time import format_timestamp, utcnow
+from signoff.common.time import utcnow
 from signoff.context import context_of
 from signoff.errors import AppError, NotFound
 
@@ -121,10 +121,19 @@ def parse(body: bytes) -> Poll | None:
         return None  # not a request's id: the SDK path says so in its own words
 
 
+def client_time(value: datetime | None) -> str | None:
+    """A time as the SDK path's summary has it (``mcp_server.summarize``): the API's
+    millisecond timestamp, read back by the client library, in ``isoformat``."""
+    if value is None:
+        return None
+    value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return value.replace(microsecond=value.microsecond // 1000 * 1000).isoformat()
+
+
 def summary_of(row: RequestRecord, now: datetime) -> dict[str, Any]:
-    """The fields of a request's read (``json_answers.request_to_dict``) that
-    ``mcp_tasks.task_of`` reads, as that read gives them: a pending request past its
-    deadline reads as expired at its deadline."""
+    """The fields of a request's summary (``mcp_server.summarize``) that
+    ``mcp_tasks.task_of`` reads, as the SDK path has them: a pending request past its
+    deadline reads as expired at its deadline (``json_answers.request_to_dict``)."""
     status, decided_at = row.status, row.decided_at
     if status == "pending" and is_past_expiry(row.expires_at, now):
         status, decided_at = "expired", row.expires_at
@@ -134,8 +143,8 @@ def summary_of(row: RequestRecord, now: datetime) -> dict[str, Any]:
         "decided_by": row.decided_by_name
         or (str(row.decided_by) if row.decided_by is not None else None),
         "comment": row.decision_comment,
-        "decided_at": format_timestamp(decided_at),
-        "created_at": format_timestamp(row.created_at),
+        "decided_at": client_time(decided_at),
+        "created_at": client_time(row.created_at),
     }
 
 

@@ -37,7 +37,7 @@ from pydantic import BaseModel
 
 from signoff_client._client import AsyncSignoffClient
 from signoff_client._errors import APIConnectionError, APIError, WaitTimeout
-from signoff_client._models import Approval
+from signoff_client._models import Approval, ApprovalPage
 
 # The one protocol revision with tasks in its core (2026-07-28 moved them to an extension).
 TASKS_VERSION = "2025-11-25"
@@ -226,6 +226,8 @@ class TaskMiddleware:
         async def read(client: AsyncSignoffClient) -> tuple[Caller, Approval]:
             return Caller.of(await client.me()), await client.get_approval(task_id)
 
+        caller: Caller
+        approval: Approval
         caller, approval = await self._call(ctx, read)
         if not caller.sees(approval):
             raise MCPError(code=INVALID_PARAMS, message=UNKNOWN_TASK)
@@ -234,16 +236,18 @@ class TaskMiddleware:
     async def _list(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         page = _page_of((ctx.params or {}).get("cursor"))
 
-        async def read(client: AsyncSignoffClient) -> tuple[Caller, Any]:
+        async def read(client: AsyncSignoffClient) -> tuple[Caller, ApprovalPage]:
             caller = Caller.of(await client.me())
             listed = await client.list_page(page, source=TASK_SOURCE, page_size=TASKS_PAGE_SIZE)
             return caller, listed
 
-        caller, read = await self._call(ctx, read)
+        caller: Caller
+        listed: ApprovalPage
+        caller, listed = await self._call(ctx, read)
         answer: dict[str, Any] = {
-            "tasks": [task_of(self.summarize(a)) for a in read.data if caller.sees(a)]
+            "tasks": [task_of(self.summarize(a)) for a in listed.data if caller.sees(a)]
         }
-        if page < read.pagination.total_pages:
+        if page < listed.pagination.total_pages:
             answer["nextCursor"] = str(page + 1)
         return answer
 

@@ -14,6 +14,7 @@ import httpx2
 import mcp_types as types
 import pytest
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from mcp_types.version import LATEST_PROTOCOL_VERSION
 
 from mcp import Client
@@ -130,3 +131,47 @@ async def test_the_retry_after_an_elicitation_may_reach_another_replica(
     asked = structured(result)
     assert asked["status"] == "pending"
     assert len(asked_to_open) == 1 and balancer.rerouted == 1
+
+
+class RetriesAsAnother(httpx2.AsyncBaseTransport):
+    """Someone who got hold of a request state: the retry that carries it goes out with
+    another key."""
+
+    def __init__(self, api_key: str) -> None:
+        self.authorization = f"Bearer {api_key}"
+        self.inner = httpx2.AsyncHTTPTransport()
+        self.replayed = 0
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        body = await request.aread()
+        if b'"requestState"' in body:
+            self.replayed += 1
+            headers = {**request.headers, "authorization": self.authorization}
+            request = httpx2.Request(request.method, request.url, headers=headers, content=body)
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.mark.parametrize("replayer", ["another member", "an admin"])
+async def test_a_request_state_replayed_with_another_key_is_refused(
+    live: Live, org: Org, replayer: str
+) -> None:
+    other = org.members[1] if replayer == "another member" else org.admin
+    replaying = RetriesAsAnother(other.api_key)
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {org.member.api_key}"},
+        timeout=httpx2.Timeout(30, read=60),
+        transport=replaying,
+    )
+    async with Client(
+        streamable_http_client(live.mcp_url, http_client=http),
+        read_timeout_seconds=60,
+        elicitation_callback=accepting_everything([]),
+    ) as mcp:
+        with pytest.raises(MCPError) as refused:
+            await mcp.call_tool("request_approval", ASK)
+    assert replaying.replayed == 1
+    assert refused.value.error.code == types.INVALID_PARAMS
+    assert refused.value.error.message == "Invalid or expired requestState"

@@ -32,7 +32,10 @@ order alternates (A B, B A, A B, ...), so that both sides share the machine's mo
   ``rfc8785`` package for every audit event; ``SIGNOFF_STOCK_CANONICAL``): wrk on create
   and decide (the sealer runs in the serving process); then the chain those runs sealed,
   exported once, checked offline by ``signoff audit verify`` (the auditor's path), the
-  command's whole CPU time per side.
+  command's whole CPU time per side;
+- taskpoll (``remote_mcp/task_poll.py``: ``tasks/get`` on ``/mcp`` answered by the API
+  guard with one read, vs the MCP SDK's request handling; ``SIGNOFF_STOCK_TASK_POLL``):
+  wrk on ``make bench``'s task_poll.
 
 The index hints are measured on the large database they serve, by ``make bench-size``
 (``--planner``).
@@ -83,6 +86,7 @@ from bench.run import (
     log,
     machine_info,
     measure,
+    measure_polls,
     pending_ids,
     postgres_database,
     run_wrk,
@@ -100,6 +104,7 @@ SWITCHES = {
     "groupcommit": "SIGNOFF_STOCK_COMMITS",
     "writesalone": "SIGNOFF_STOCK_WRITES_ALONE",
     "canonical": "SIGNOFF_STOCK_CANONICAL",
+    "taskpoll": "SIGNOFF_STOCK_TASK_POLL",
 }
 WRK_SCENARIOS = {
     "routes": ("get", "create", "list", "decide"),
@@ -110,6 +115,7 @@ WRK_SCENARIOS = {
     "groupcommit": ("create", "decide"),
     "writesalone": ("decide",),
     "canonical": ("create", "decide"),
+    "taskpoll": ("task_poll",),
 }
 # Measured on PostgreSQL; every other replacement on SQLite.
 ON_POSTGRES = frozenset({"pgpool", "prepared-pg", "writesalone"})
@@ -204,6 +210,8 @@ def wrk_figure(bench: Bench, server: Server, side: str, scenario: str) -> Figure
     opts = bench.opts
     auth = [f"Authorization: Bearer {bench.api_key}"]
     args: list[str] = []
+    if scenario == "task_poll":
+        return measure_polls(opts, bench.workdir, server, side, bench.api_key, bench.ids_file)
     if scenario == "get":
         args = [str(bench.ids_file)]
     elif scenario == "list":

@@ -668,24 +668,37 @@ def run_scenario(opts: Options, deployment: Deployment, scenario: str) -> Figure
 
 def measure_task_poll(opts: Options, d: Deployment) -> Figure:
     """An MCP client polling its task: ``tasks/get`` on ``/mcp`` for a seeded request (the
-    task is the request), to set beside ``get``, the same read through the API. One poll
-    first: ``/mcp`` loads the MCP SDK on its first call, once per process, not per poll."""
-    import httpx
+    task is the request), to set beside ``get``, the same read through the API."""
+    return measure_polls(opts, d.workdir, d.server, d.target, d.api_key, d.ids_file)
 
-    task_id = d.ids_file.read_text().split()[0]
+
+def measure_polls(
+    opts: Options, workdir: Path, server: Server, target: str, api_key: str, ids_file: Path
+) -> Figure:
+    """wrk on ``tasks/get`` for the requests of ``ids_file``. One poll first: ``/mcp``
+    loads the MCP SDK on its first call, once per process, not per poll."""
+    task_id = ids_file.read_text().split()[0]
     poll = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"taskId": task_id}}
     headers = {
-        "Authorization": f"Bearer {d.api_key}",
+        "Authorization": f"Bearer {api_key}",
         "Accept": "application/json, text/event-stream",
         "MCP-Protocol-Version": "2025-11-25",
     }
-    first = httpx.post(f"{d.server.url}/mcp", json=poll, headers=headers, timeout=60)
-    if first.status_code != 200 or first.json().get("result", {}).get("taskId") != task_id:
+    first = httpx.post(f"{server.url}/mcp", json=poll, headers=headers, timeout=60)
+    if first.status_code != 200 or rpc_answer(first).get("result", {}).get("taskId") != task_id:
         raise BenchError(f"tasks/get on /mcp failed: {first.status_code} {first.text}")
     return measure(
-        opts, d.workdir, d.server, d.target, "task_poll", "/mcp", "task_poll",
-        [str(d.ids_file)], d.auth,
+        opts, workdir, server, target, "task_poll", "/mcp", "task_poll",
+        [str(ids_file)], [f"Authorization: Bearer {api_key}"],
     )  # fmt: skip
+
+
+def rpc_answer(answer: httpx.Response) -> dict[str, Any]:
+    """A JSON-RPC answer from ``/mcp``: a JSON body, or the SDK's one SSE event."""
+    if answer.headers.get("content-type", "").startswith("text/event-stream"):
+        data = [line[5:] for line in answer.text.splitlines() if line.startswith("data:")]
+        return dict(json.loads(data[-1])) if data else {}
+    return dict(answer.json())
 
 
 def bench_signoff(target: str, opts: Options, workdir: Path, report: Report) -> list[Figure]:

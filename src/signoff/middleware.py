@@ -136,6 +136,7 @@ class ApiGuard:
         self.stats = stats
         # The app's own list, read at call time: routes added later count too.
         self.routes = routes
+        self._mcp_route_found: BaseRoute | None = None
 
     @property
     def settings(self) -> Settings:
@@ -239,11 +240,13 @@ class ApiGuard:
         check: PrincipalCheck,
         counted: bool = False,
         method: str | None = None,
+        app: ASGIApp | None = None,
     ) -> None:
         """Rate limit, emergency stop, then the call, as ``check.principal``; if that is
         not confirmed yet, the call's first statement confirms it, or ``StalePrincipal``
         is raised before anything is answered. ``method``: what the call counts as, when
-        not its own (a task poll on ``/mcp`` is a read)."""
+        not its own (a task poll on ``/mcp`` is a read); ``app``: what answers it, when
+        not the app's routes (a task poll the guard found answers itself)."""
         settings = self.settings
         principal = check.principal
         method = method or scope["method"]
@@ -266,7 +269,7 @@ class ApiGuard:
         state["principal"] = principal
         if not check.confirmed:
             state["principal_check"] = check
-        await self._call_with_headers(scope, receive, answer, decision, token, check)
+        await self._call_with_headers(scope, receive, answer, decision, token, check, app)
 
     async def _confirm(self, token: str | None, check: PrincipalCheck) -> None:
         """Before anything is answered with a principal no statement has confirmed (a 404,
@@ -286,7 +289,7 @@ class ApiGuard:
         are stopped. A task poll, which ``/mcp`` answers itself, is guarded here as the
         API read it stands for (``_guard_poll``)."""
         token = _bearer_token(scope)
-        if token and task_poll.may_be_poll(scope):
+        if token and task_poll.may_be_poll(scope) and task_poll.sdk_loaded():
             body, messages = await task_poll.read_body(receive)
             replay = task_poll.replaying(messages, receive)
             if (poll := task_poll.parse(body)) is not None:
@@ -308,13 +311,17 @@ class ApiGuard:
     ) -> None:
         """A task poll as ``GET /api/v1/approvals/:id`` is guarded: counted once, as a
         read, and on PostgreSQL with the remembered principal its one read confirms."""
+        # The route it stands for, as the router would have named it (for the HTTP stats).
+        scope["route"] = self._mcp_route()
         counted = False
         remembered = self.wiring.callers.remembered_principal(token)
         if remembered is not None:
             try:
                 check = PrincipalCheck(remembered)
                 replay = task_poll.replaying(messages, receive)
-                await self._serve(scope, replay, answer, token, check, method="GET")
+                await self._serve(
+                    scope, replay, answer, token, check, method="GET", app=task_poll.answer
+                )
                 return
             except StalePrincipal:
                 self.wiring.callers.forget_principal(token)
@@ -328,7 +335,16 @@ class ApiGuard:
             return
         replay = task_poll.replaying(messages, receive)
         confirmed = PrincipalCheck(principal, True)
-        await self._serve(scope, replay, answer, token, confirmed, counted, method="GET")
+        await self._serve(
+            scope, replay, answer, token, confirmed, counted, method="GET", app=task_poll.answer
+        )
+
+    def _mcp_route(self) -> BaseRoute | None:
+        route = self._mcp_route_found
+        if route is None:
+            path_of = {getattr(candidate, "path", None): candidate for candidate in self.routes}
+            route = self._mcp_route_found = path_of.get(MCP_PATH)
+        return route
 
     async def _refuse_mcp(self, scope: Scope, answer: _Answer) -> None:
         """401 (429 for an address guessing keys), naming where ``/mcp``'s authorization
@@ -365,6 +381,7 @@ class ApiGuard:
         decision: RateLimitDecision,
         token: str | None = None,
         check: PrincipalCheck | None = None,
+        app: ASGIApp | None = None,
     ) -> None:
         answer.rate_headers = decision.headers()
         if check is not None:
@@ -374,7 +391,7 @@ class ApiGuard:
 
             answer.confirm = confirm
         try:
-            await self._call_limited(scope, receive, answer)
+            await self._call_limited(scope, receive, answer, app)
         except StalePrincipal:
             if answer.started:  # pragma: no cover - raised only before the answer starts
                 raise RuntimeError("a principal went stale after the answer started") from None
@@ -387,9 +404,11 @@ class ApiGuard:
                 answer.confirm = None  # as before the fold: a 500 reads no principal
                 await send_error(answer.send, AppError())
 
-    async def _call_limited(self, scope: Scope, receive: Receive, answer: _Answer) -> None:
-        """The app, with 413 PAYLOAD_TOO_LARGE for bodies over the limit, declared or
-        streamed."""
+    async def _call_limited(
+        self, scope: Scope, receive: Receive, answer: _Answer, app: ASGIApp | None = None
+    ) -> None:
+        """The app (or ``app``), with 413 PAYLOAD_TOO_LARGE for bodies over the limit,
+        declared or streamed."""
         max_bytes = self.max_bytes
         if declared_too_large(scope, max_bytes):
             await send_error(answer.send, payload_too_large(max_bytes))
@@ -405,7 +424,7 @@ class ApiGuard:
                     raise payload_too_large(max_bytes)
             return message
 
-        await self.app(scope, limited_receive, answer.send)
+        await (app or self.app)(scope, limited_receive, answer.send)
 
 
 def _confirmed_in_first_statement(method: str, path: str) -> bool:

@@ -7,6 +7,7 @@ there (the stdio server asks: clients/python/tests/test_mcp.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -14,6 +15,7 @@ import httpx2
 import mcp_types as types
 import pytest
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from mcp_types.version import LATEST_PROTOCOL_VERSION
 
 from mcp import Client
@@ -84,25 +86,46 @@ async def test_a_client_without_elicitation_is_not_asked(live: Live, org: Org) -
         assert asked["status"] == "pending"
 
 
-class RetriesElsewhere(httpx2.AsyncBaseTransport):
-    """A load balancer at its least helpful: every retry carrying a request state goes to
-    the other replica."""
+class RewritesRetries(httpx2.AsyncBaseTransport):
+    """Sends every retry that carries a request state as ``rewrite`` makes it over."""
 
-    def __init__(self, other: str) -> None:
-        self.other = httpx2.URL(other)
+    def __init__(self, rewrite: Callable[[httpx2.Request, bytes], httpx2.Request]) -> None:
+        self.rewrite = rewrite
         self.inner = httpx2.AsyncHTTPTransport()
-        self.rerouted = 0
+        self.rewritten = 0
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         body = await request.aread()
         if b'"requestState"' in body:
-            self.rerouted += 1
-            url = request.url.copy_with(host=self.other.host, port=self.other.port)
-            request = httpx2.Request(request.method, url, headers=request.headers, content=body)
+            self.rewritten += 1
+            request = self.rewrite(request, body)
         return await self.inner.handle_async_request(request)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+def retries_elsewhere(other: str) -> RewritesRetries:
+    """A load balancer at its least helpful: every retry carrying a request state goes to
+    the other replica."""
+    to = httpx2.URL(other)
+
+    def reroute(request: httpx2.Request, body: bytes) -> httpx2.Request:
+        url = request.url.copy_with(host=to.host, port=to.port)
+        return httpx2.Request(request.method, url, headers=request.headers, content=body)
+
+    return RewritesRetries(reroute)
+
+
+def retries_as(api_key: str) -> RewritesRetries:
+    """Someone who got hold of a request state: the retry that carries it goes out with
+    another key."""
+
+    def replay(request: httpx2.Request, body: bytes) -> httpx2.Request:
+        headers = {**request.headers, "authorization": f"Bearer {api_key}"}
+        return httpx2.Request(request.method, request.url, headers=headers, content=body)
+
+    return RewritesRetries(replay)
 
 
 async def test_the_retry_after_an_elicitation_may_reach_another_replica(
@@ -112,7 +135,7 @@ async def test_the_retry_after_an_elicitation_may_reach_another_replica(
     replica = Wiring.from_settings(make_settings(database_url))
     try:
         async with serving(replica.ctx.settings, replica) as other:
-            balancer = RetriesElsewhere(other.base_url)
+            balancer = retries_elsewhere(other.base_url)
             http = httpx2.AsyncClient(
                 headers={"Authorization": f"Bearer {org.member.api_key}"},
                 timeout=httpx2.Timeout(30, read=60),
@@ -129,4 +152,27 @@ async def test_the_retry_after_an_elicitation_may_reach_another_replica(
         await replica.close()
     asked = structured(result)
     assert asked["status"] == "pending"
-    assert len(asked_to_open) == 1 and balancer.rerouted == 1
+    assert len(asked_to_open) == 1 and balancer.rewritten == 1
+
+
+@pytest.mark.parametrize("replayer", ["another member", "an admin"])
+async def test_a_request_state_replayed_with_another_key_is_refused(
+    live: Live, org: Org, replayer: str
+) -> None:
+    other = org.members[1] if replayer == "another member" else org.admin
+    replaying = retries_as(other.api_key)
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {org.member.api_key}"},
+        timeout=httpx2.Timeout(30, read=60),
+        transport=replaying,
+    )
+    async with Client(
+        streamable_http_client(live.mcp_url, http_client=http),
+        read_timeout_seconds=60,
+        elicitation_callback=accepting_everything([]),
+    ) as mcp:
+        with pytest.raises(MCPError) as refused:
+            await mcp.call_tool("request_approval", ASK)
+    assert replaying.rewritten == 1
+    assert refused.value.error.code == types.INVALID_PARAMS
+    assert refused.value.error.message == "Invalid or expired requestState"

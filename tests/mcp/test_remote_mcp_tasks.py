@@ -18,6 +18,7 @@ from signoff_client import mcp_tasks
 
 from mcp import Client
 from signoff.context import AppContext
+from signoff.remote_mcp import task_poll
 from signoff.wiring import Wiring
 from tests.auth.test_principal_memory import change_member_connection, count_principal_reads, revoke
 from tests.conftest import Org
@@ -326,3 +327,31 @@ async def test_a_person_deciding_in_the_browser_completes_a_stdio_task(
         assert (await get_task(mcp, task.task_id)).status == "working"
         answer = await approved_on_the_page(mcp, live, ctx, org, task.task_id)
     assert answer["arguments"] == {"kid": "2026"}
+
+
+@pytest.mark.parametrize("fast_poll", [True, False])
+async def test_a_connections_tasks_are_its_own_and_an_admins_to_see(
+    live: Live, org: Org, fast_poll: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another member's key neither lists, polls, cancels nor reads the result of a task
+    made with this member's key (it is unknown, as one that does not exist); an admin's
+    key sees every task of the org. On both ``tasks/get`` paths (``task_poll.ENABLED``)."""
+    monkeypatch.setattr(task_poll, "ENABLED", fast_poll)
+    owner, stranger = org.members[0], org.members[1]
+    async with live.session(owner.api_key, mode="legacy") as mcp:
+        task = await create_task(mcp, ASK)
+    async with live.session(stranger.api_key, mode="legacy") as mcp:
+        own = await create_task(mcp, ASK)
+        assert [t.task_id for t in (await list_tasks(mcp)).tasks] == [own.task_id]
+        for call in (get_task, cancel_task, task_result):
+            with pytest.raises(MCPError) as refused:
+                await call(mcp, task.task_id)
+            assert refused.value.error.code == types.INVALID_PARAMS
+            assert refused.value.error.message == mcp_tasks.UNKNOWN_TASK
+    async with live.session(org.admin.api_key, mode="legacy") as mcp:
+        listed = [t.task_id for t in (await list_tasks(mcp)).tasks]
+        assert listed == [own.task_id, task.task_id]
+        assert (await get_task(mcp, task.task_id)).status == "working"
+    async with live.session(owner.api_key, mode="legacy") as mcp:
+        assert [t.task_id for t in (await list_tasks(mcp)).tasks] == [task.task_id]
+        assert (await get_task(mcp, task.task_id)).status == "working"  # not cancelled

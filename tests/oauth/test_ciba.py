@@ -444,3 +444,27 @@ async def test_client_row_keeps_the_registration(ctx: AppContext, org: Org) -> N
     assert row is not None
     assert (row.ciba_enabled, row.ciba_delivery_mode) == (True, "ping")
     assert row.ciba_notification_endpoint == "http://127.0.0.1:9/cb"
+
+
+async def test_an_api_create_may_not_claim_the_ciba_source(
+    client: httpx.AsyncClient, org: Org
+) -> None:
+    """The source that makes a decision's callback a CIBA ping is the CIBA endpoint's
+    alone: an API caller naming it is refused, so it cannot turn its callbacks into pings
+    without a receipt."""
+    body = {
+        "title": "Pay the invoice",
+        "description": "Order 1182.",
+        "priority": "high",
+        "source": "openid-ciba",
+        "callback_url": "https://agent.example/hook",
+    }
+    refused = await client.post("/api/v1/approvals", json=body, headers=org.member.headers)
+    assert_error(refused, 400, "VALIDATION_ERROR")
+    assert refused.json()["error"]["details"]["fields"] == [
+        {"field": "source", "message": "'openid-ciba' is reserved for /oauth/bc-authorize"}
+    ]
+    made = await client.post(
+        "/api/v1/approvals", json={**body, "source": "openid-ciba-ish"}, headers=org.member.headers
+    )
+    assert made.status_code == 201, made.text

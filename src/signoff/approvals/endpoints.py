@@ -120,6 +120,7 @@ async def create_approval(request: Request, principal: Writer) -> Response:
     data = await read_json_object(request)
     try:
         payload = validate_model(CreateApprovalRequest, data, ctx.settings)
+        service.check_api_source(payload)
     except ValidationFailed:
         # A used key answers with its request "whatever the body" (decisions.md 4): a
         # retry must not fail because its expires_at has passed since the first try.

@@ -54,6 +54,7 @@ from signoff.policies.schemas import StandingGrantIn
 from signoff.policies.standing_repository import StandingApprovalRepository
 from signoff.receipts.arguments import arguments_hash
 from signoff.storage import LostRace
+from signoff.webhooks.service import CIBA_SOURCE
 
 
 class HeldCallbacks(Protocol):
@@ -103,6 +104,16 @@ class TransitionResult:
     transition: state.Transition
     # A step vote's step, as written.
     step: StepRecord | None = None
+
+
+def check_api_source(payload: CreateApprovalRequest) -> None:
+    """A create through the API may not claim the source signoff reserves for the
+    requests its OpenID CIBA endpoint makes (``CIBA_SOURCE``): that source is what makes
+    a decision's callback a CIBA ping and withholds the receipt from it."""
+    if payload.source == CIBA_SOURCE:
+        raise ValidationFailed.for_field(
+            "source", f"'{CIBA_SOURCE}' is reserved for /oauth/bc-authorize"
+        )
 
 
 async def create_request(

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 from mcp.server.auth.handlers.metadata import ProtectedResourceMetadataHandler
 from mcp.server.auth.routes import cors_middleware
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer, RequestStateSecurity
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
@@ -22,7 +23,7 @@ from signoff_client.mcp_server import build_server
 from starlette.types import ASGIApp
 
 from signoff import __version__
-from signoff.auth.principal import ALL_SCOPES
+from signoff.auth.principal import ALL_SCOPES, Principal
 from signoff.config import Settings
 from signoff.remote_mcp.resource import MCP_PATH, resource_url
 
@@ -39,6 +40,18 @@ def _bearer_of(ctx: Context[Any, Any]) -> str:
     return token.strip()
 
 
+def caller_of(ctx: ServerRequestContext[Any, Any]) -> str:
+    """Who makes this MCP request, as the API guard authenticated it: what a sealed
+    request state is bound to, so that only the credentials it was given to (the same
+    connection and user, by the same means) can carry it back. Raises if the request has
+    no such caller (the SDK then refuses the state)."""
+    state = getattr(ctx.request, "scope", {}).get("state", {})
+    principal = state.get("principal")
+    if not isinstance(principal, Principal):
+        raise RuntimeError("an /mcp request without the API guard's principal")
+    return f"{principal.auth_method}:{principal.connection_id}:{principal.user_id}"
+
+
 def build_mcp_server(
     http: httpx.AsyncClient, state_key: bytes, pages_at: str | None = None
 ) -> MCPServer:
@@ -47,7 +60,9 @@ def build_mcp_server(
 
     ``state_key`` seals the state an elicitation's retry carries back: every replica
     derives the same one from the secret key, so the retry may reach any of them,
-    before or after a restart."""
+    before or after a restart. The state is bound to its caller (``caller_of``): carried
+    back with other credentials it is refused (-32602, "Invalid or expired
+    requestState")."""
 
     def client_for(ctx: Context[Any, Any]) -> AsyncSignoffClient:
         # Both kinds of credentials travel as a bearer; the client only names them.
@@ -59,7 +74,7 @@ def build_mcp_server(
         client_for,
         version=__version__,
         pages_at=pages_at,
-        request_state_security=RequestStateSecurity(keys=[state_key]),
+        request_state_security=RequestStateSecurity(keys=[state_key], bind_principal=caller_of),
     )
     # Stateless: every MCP request stands alone, so any replica can answer any of
     # them, and a tool's progress notifications travel on its own request's stream.

@@ -39,7 +39,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from signoff.config import Settings
 from signoff.crypto import derived_key
 from signoff.errors import ServiceUnavailable
-from signoff.remote_mcp import task_poll
 from signoff.remote_mcp.resource import MCP_PATH, PROTECTED_RESOURCE_PATH, resource_metadata_url
 
 # What the key sealing ``/mcp``'s elicitation state is derived for (crypto.derived_key).
@@ -146,14 +145,10 @@ class _LazyEndpoint:
         self.remote = remote
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = await self.remote.endpoint()
-        poll = scope.get("state", {}).get(task_poll.POLL)
-        if poll is None:
-            await endpoint(scope, receive, send)
-            return
-        # A task poll the API guard found is answered here, with one read
+        # A task poll the API guard found never comes here: the guard answers it
         # (remote_mcp/task_poll.py).
-        await task_poll.answer(scope, send, poll)
+        endpoint = await self.remote.endpoint()
+        await endpoint(scope, receive, send)
 
 
 class _LazyMetadata:

@@ -9,13 +9,22 @@ with one read of the request, scoped to the caller's org, under the same scope
 its body replayed.
 
 The task it answers is the one the SDK path answers (``signoff_client.mcp_tasks``), so
-both give the same states and messages.
+both give the same states and messages, and the same tasks: a connection's own, or any
+of the org's for an admin's credentials (``visible``).
+
+The API guard answers a poll it found itself (``answer``), without the app's routing,
+once the SDK is loaded (the first ``/mcp`` call loads it). ``SIGNOFF_STOCK_TASK_POLL=1``
+in the environment of ``signoff serve`` turns this path off: every ``tasks/get`` goes
+through the SDK (a measurement switch, docs/performance.md).
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -23,12 +32,14 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from signoff.approvals import service
-from signoff.approvals.json_answers import request_to_dict
 from signoff.approvals.repository import ApprovalReads
+from signoff.approvals.state import is_past_expiry
+from signoff.approvals.typed_rows import RequestRecord
+from signoff.auth.principal import Principal
 from signoff.common.http import principal_check_of, principal_with_scope
 from signoff.common.time import utcnow
 from signoff.context import context_of
-from signoff.errors import AppError
+from signoff.errors import AppError, NotFound
 
 TASKS_VERSION = "2025-11-25"
 PROTOCOL_HEADER = b"mcp-protocol-version"
@@ -38,6 +49,11 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 # Where the API guard leaves, in ``/mcp``'s scope state, the poll it found and guarded.
 POLL = "task_poll"
+STOCK_SWITCH = "SIGNOFF_STOCK_TASK_POLL"
+# Read once, at import: the switch is for measurement, set when the server starts.
+ENABLED = os.environ.get(STOCK_SWITCH) != "1"
+# What ``task_of`` comes from: loaded with the SDK, by the first ``/mcp`` call.
+TASKS_MODULE = "signoff_client.mcp_tasks"
 
 
 @dataclass(frozen=True)
@@ -49,7 +65,7 @@ class Poll:
 def may_be_poll(scope: Scope) -> bool:
     """A small POST at the tasks revision (the header names it on every call after
     initialize); read before the body limit applies, so its length must be declared."""
-    if scope["method"] != "POST":
+    if not ENABLED or scope["method"] != "POST":
         return False
     revision = length = None
     for name, value in scope["headers"]:
@@ -105,32 +121,62 @@ def parse(body: bytes) -> Poll | None:
         return None  # not a request's id: the SDK path says so in its own words
 
 
-def summary_of(body: dict[str, Any]) -> dict[str, Any]:
-    """The fields of an API read that ``mcp_tasks.task_of`` reads."""
+def client_time(value: datetime | None) -> str | None:
+    """A time as the SDK path's summary has it (``mcp_server.summarize``): the API's
+    millisecond timestamp, read back by the client library, in ``isoformat``."""
+    if value is None:
+        return None
+    value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return value.replace(microsecond=value.microsecond // 1000 * 1000).isoformat()
+
+
+def summary_of(row: RequestRecord, now: datetime) -> dict[str, Any]:
+    """The fields of a request's summary (``mcp_server.summarize``) that
+    ``mcp_tasks.task_of`` reads, as the SDK path has them: a pending request past its
+    deadline reads as expired at its deadline (``json_answers.request_to_dict``)."""
+    status, decided_at = row.status, row.decided_at
+    if status == "pending" and is_past_expiry(row.expires_at, now):
+        status, decided_at = "expired", row.expires_at
     return {
-        "id": body["id"],
-        "status": body["status"],
-        "decided_by": body["decided_by_name"] or body["decided_by"],
-        "comment": body["decision_comment"],
-        "decided_at": body["decided_at"],
-        "created_at": body["created_at"],
+        "id": str(row.id),
+        "status": status,
+        "decided_by": row.decided_by_name
+        or (str(row.decided_by) if row.decided_by is not None else None),
+        "comment": row.decision_comment,
+        "decided_at": client_time(decided_at),
+        "created_at": client_time(row.created_at),
     }
+
+
+def sdk_loaded() -> bool:
+    """Whether ``task_of`` can be had without importing the SDK on the event loop."""
+    return TASKS_MODULE in sys.modules
+
+
+def visible(row: RequestRecord, caller: Principal) -> bool:
+    """A task is its connection's: another connection's credentials see it only as an
+    admin's (as for configuring a request's steps, decisions.md)."""
+    return row.connection_id == caller.connection_id or caller.is_admin
 
 
 async def read_task(scope: Scope, task_id: uuid.UUID) -> dict[str, Any]:
     """The task that is request ``task_id``, read as the caller (AppError if it cannot)."""
-    from signoff_client.mcp_tasks import task_of  # the SDK is loaded by now
-
+    task_of = sys.modules[TASKS_MODULE].task_of
     request = Request(scope)
     principal = principal_with_scope(request, "approvals:read")
     reads = ApprovalReads(context_of(request).db.queries)
     row = await service.get_request(reads, principal, task_id, principal_check_of(request))
-    return task_of(summary_of(request_to_dict(row, utcnow())))
+    if not visible(row, principal):
+        raise NotFound("No approval request with this id.")
+    task: dict[str, Any] = task_of(summary_of(row, utcnow()))
+    return task
 
 
-async def answer(scope: Scope, send: Send, poll: Poll) -> None:
-    """The JSON-RPC answer to ``poll``, as JSON (the client accepts it beside SSE); the
-    API guard has counted it as the API read it stands for."""
+async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+    """The JSON-RPC answer to the poll the API guard found, as JSON (the client accepts it
+    beside SSE); the guard has counted it as the API read it stands for. An ASGI app, so
+    that the guard calls it where it would call the app."""
+    poll: Poll = scope["state"][POLL]
     reply: dict[str, Any] = {"jsonrpc": "2.0", "id": poll.rpc_id}
     try:
         reply["result"] = await read_task(scope, poll.task_id)

@@ -234,6 +234,11 @@ def vote_step(
     return Call("PATCH", path, StepVote.model_validate, body)
 
 
+def me() -> Call[dict[str, Any]]:
+    """Who the credentials are: their org, connection, user, role and scopes."""
+    return Call("GET", f"{API}/me", dict, idempotent=True)
+
+
 def jwks() -> Call[KeySet]:
     """The server's public receipt keys (public, outside the API's prefix)."""
     return Call("GET", JWKS_PATH, key_set, idempotent=True)

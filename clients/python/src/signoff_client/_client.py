@@ -309,6 +309,11 @@ class SignoffClient:
     def get_approval(self, approval_id: str) -> Approval:
         return self._send(calls.get_approval(approval_id))
 
+    def me(self) -> dict[str, Any]:
+        """Who these credentials are (``GET /api/v1/me``): org, connection, user and role,
+        scopes and rate limit."""
+        return self._send(calls.me())
+
     def list_page(self, page: int = 1, **filters: Any) -> ApprovalPage:
         """One numbered page of the requests matching ``filters``, newest first, with its
         ``pagination`` (for callers that hand pages on, as MCP's ``tasks/list`` does)."""
@@ -546,6 +551,10 @@ class AsyncSignoffClient:
 
     async def get_approval(self, approval_id: str) -> Approval:
         return await self._send(calls.get_approval(approval_id))
+
+    async def me(self) -> dict[str, Any]:
+        """See ``SignoffClient.me``."""
+        return await self._send(calls.me())
 
     async def list_page(self, page: int = 1, **filters: Any) -> ApprovalPage:
         """See ``SignoffClient.list_page``."""

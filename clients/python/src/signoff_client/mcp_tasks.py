@@ -12,16 +12,20 @@ middleware: it runs before the SDK validates anything and answers ``tasks/*`` it
 States: ``working`` while the request is pending; ``completed`` once approved (its
 result carries the decision, the final arguments and the receipt); ``failed`` when
 rejected, expired or cancelled, the reason in ``statusMessage``. ``tasks/cancel``
-cancels the request. ``tasks/list`` pages through the requests made over MCP that the
-caller's credentials can read (their org's), newest first; the cursor is the next page's
-number.
+cancels the request.
+
+A task is its connection's: ``tasks/*`` answer only for tasks created with the caller's
+connection (an OAuth token: its client's), or for any of the org's when the caller acts
+as an admin; another's is as unknown as a task that does not exist. ``tasks/list`` reads
+the org's requests made over MCP a page at a time, newest first, and leaves out those the
+caller may not see (so a page may hold fewer); the cursor is the next page's number.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -33,6 +37,7 @@ from pydantic import BaseModel
 
 from signoff_client._client import AsyncSignoffClient
 from signoff_client._errors import APIConnectionError, APIError, WaitTimeout
+from signoff_client._models import Approval, ApprovalPage
 
 # The one protocol revision with tasks in its core (2026-07-28 moved them to an extension).
 TASKS_VERSION = "2025-11-25"
@@ -51,8 +56,28 @@ TASKS_CAPABILITY: dict[str, Any] = {
 TASK_SOURCE = "mcp"
 TASKS_PAGE_SIZE = 50
 
+# What a task of another connection reads as: the API's words for an unknown request.
+UNKNOWN_TASK = "NOT_FOUND: No approval request with this id."
+
 Summarize = Callable[[Any], dict[str, Any]]
 ClientFor = Callable[[Context[Any, Any]], AsyncSignoffClient]
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Whose tasks the credentials of a call see (``GET /api/v1/me``)."""
+
+    connection_id: str
+    sees_all: bool  # an admin's credentials: every task of the org
+
+    @classmethod
+    def of(cls, me: Mapping[str, Any]) -> Caller:
+        connection = me["connection"]
+        admin = me["user"]["role"] == "admin" and not connection.get("owner_deactivated")
+        return cls(str(connection["id"]), admin)
+
+    def sees(self, approval: Approval) -> bool:
+        return self.sees_all or approval.connection_id == self.connection_id
 
 
 def task_state(summary: Mapping[str, Any]) -> tuple[str, str]:
@@ -139,10 +164,12 @@ class TaskMiddleware:
         if ctx.method == "tools/call" and params.get("name") == TASK_TOOL and params.get("task"):
             return await self._create(ctx, call_next)
         if ctx.method == "tasks/get":
-            return task_of(await self._read(ctx, lambda client, i: client.get_approval(i)))
+            return task_of(self.summarize(await self._own(ctx)))
         if ctx.method == "tasks/cancel":
+            await self._own(ctx)
             return task_of(await self._read(ctx, lambda client, i: client.cancel(i)))
         if ctx.method == "tasks/result":
+            await self._own(ctx)
             return tool_result(await self._read(ctx, self._decision))
         if ctx.method == "tasks/list":
             return await self._list(ctx)
@@ -192,14 +219,35 @@ class TaskMiddleware:
             except WaitTimeout:
                 continue
 
+    async def _own(self, ctx: ServerRequestContext[Any, Any]) -> Approval:
+        """The task's request, if it is one the caller may see (else -32602, unknown)."""
+        task_id = _task_id(ctx)
+
+        async def read(client: AsyncSignoffClient) -> tuple[Caller, Approval]:
+            return Caller.of(await client.me()), await client.get_approval(task_id)
+
+        caller: Caller
+        approval: Approval
+        caller, approval = await self._call(ctx, read)
+        if not caller.sees(approval):
+            raise MCPError(code=INVALID_PARAMS, message=UNKNOWN_TASK)
+        return approval
+
     async def _list(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         page = _page_of((ctx.params or {}).get("cursor"))
-        read = await self._call(
-            ctx,
-            lambda client: client.list_page(page, source=TASK_SOURCE, page_size=TASKS_PAGE_SIZE),
-        )
-        answer: dict[str, Any] = {"tasks": [task_of(self.summarize(a)) for a in read.data]}
-        if page < read.pagination.total_pages:
+
+        async def read(client: AsyncSignoffClient) -> tuple[Caller, ApprovalPage]:
+            caller = Caller.of(await client.me())
+            listed = await client.list_page(page, source=TASK_SOURCE, page_size=TASKS_PAGE_SIZE)
+            return caller, listed
+
+        caller: Caller
+        listed: ApprovalPage
+        caller, listed = await self._call(ctx, read)
+        answer: dict[str, Any] = {
+            "tasks": [task_of(self.summarize(a)) for a in listed.data if caller.sees(a)]
+        }
+        if page < listed.pagination.total_pages:
             answer["nextCursor"] = str(page + 1)
         return answer
 

@@ -12,6 +12,9 @@ through the API, then wrk at a fixed concurrency for a fixed time on each scenar
   ``authorization_pending``; the server's poll interval set to 0 so none is ``slow_down``);
 - list:   ``GET /api/v1/approvals?page=N`` with N random in 1..50 (20 per page);
 - decide: ``PATCH /api/v1/approvals/:id`` approving, every request hit exactly once;
+- redeem: ``POST /api/v1/receipts/redeem``, each receipt redeemed exactly once: before the
+  timed part, pending requests are approved through the API and their receipts kept
+  (lua/redeem.lua);
 - chain:  whole approval chains (lua/chain.lua): create a sequential request, set three
   steps, and each of three approvers votes in turn, five calls per chain, each answered
   before the next is sent; wrk with one thread per connection, so that each thread can
@@ -65,7 +68,7 @@ RATE_LIMIT_CEILING = 100_000_000
 # that ended a callbacks bench after its 22nd drain).
 KEEPALIVE_EXPIRY = 2.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-SCENARIOS = ("create", "get", "ciba_poll", "list", "decide", "chain", "task_poll")
+SCENARIOS = ("create", "get", "ciba_poll", "list", "decide", "redeem", "chain", "task_poll")
 CIBA_REQUESTS = 1_000
 # Before each scenario the server settles: under this share of a core over this window.
 QUIET_SHARE = 0.05
@@ -450,6 +453,35 @@ def create_many(base_url: str, api_key: str, start: int, count: int) -> list[str
     return asyncio.run(_create_many(base_url, api_key, start, count))
 
 
+async def _approve_all(base_url: str, api_key: str, ids: list[str]) -> list[str]:
+    """Approve each pending request of ``ids``; the receipts their approvals issued."""
+    receipts: list[str] = []
+    pending = iter(ids)
+    limits = httpx.Limits(
+        max_connections=32, max_keepalive_connections=32, keepalive_expiry=KEEPALIVE_EXPIRY
+    )
+    headers = {"Authorization": f"Bearer {api_key}"}
+    async with httpx.AsyncClient(
+        base_url=base_url, headers=headers, limits=limits, timeout=60.0
+    ) as client:
+
+        async def worker() -> None:
+            for request_id in pending:
+                answer = await client.patch(
+                    f"/api/v1/approvals/{request_id}", json={"decision": "approve"}
+                )
+                if answer.status_code != 200 or not answer.json().get("receipt"):
+                    raise BenchError(f"approving: {answer.status_code} {answer.text}")
+                receipts.append(answer.json()["receipt"])
+
+        await asyncio.gather(*(worker() for _ in range(32)))
+    return receipts
+
+
+def approve_all(base_url: str, api_key: str, ids: list[str]) -> list[str]:
+    return asyncio.run(_approve_all(base_url, api_key, ids))
+
+
 def pending_ids(base_url: str, api_key: str) -> list[str]:
     """Every pending request, through the list endpoint (oldest page last)."""
     ids: list[str] = []
@@ -533,6 +565,7 @@ class Deployment:
     ids_file: Path
     connection_id: str = ""
     create_rps: float | None = None  # the create scenario's, once run: sizes decide's pool
+    topped_up: int = 0  # requests created after the seeding (``pending_pool``)
 
     @property
     def auth(self) -> list[str]:
@@ -645,18 +678,25 @@ def run_scenario(opts: Options, deployment: Deployment, scenario: str) -> Figure
     if scenario == "list":
         return run([str(opts.list_pages)])
     if scenario == "decide":
-        pool = pending_ids(d.server.url, d.api_key)
-        # Decide runs about as fast as create; leave a wide margin so no id repeats.
-        create_rps = d.create_rps if d.create_rps is not None else 1_000.0
-        needed = max(5_000, int(create_rps * opts.duration * 2))
-        if len(pool) < needed:
-            log(f"[{d.target}] topping up the decide pool: {needed - len(pool):,} more")
-            pool += create_many(d.server.url, d.api_key, opts.seed, needed - len(pool))
+        pool = pending_pool(opts, d, "decide")
         decide_file = d.workdir / "pending-ids.txt"
         decide_file.write_text("\n".join(pool) + "\n")
         figure = run([str(decide_file), str(opts.threads)])
         if figure.requests > len(pool):
             log(f"[{d.target}] warning: decide ran past its {len(pool):,} pending requests")
+        return figure
+    if scenario == "redeem":
+        pool = pending_pool(opts, d, "redeem")[: pool_size(opts, d)]
+        log(f"[{d.target}] approving {len(pool):,} requests for their receipts")
+        receipts = approve_all(d.server.url, d.api_key, pool)
+        receipts_file = d.workdir / "receipts.txt"
+        receipts_file.write_text("\n".join(receipts) + "\n")
+        figure = measure(
+            opts, d.workdir, d.server, d.target, scenario, "/api/v1/receipts/redeem",
+            scenario, [str(receipts_file), str(opts.threads)], d.auth,
+        )  # fmt: skip
+        if figure.requests > len(receipts):
+            log(f"[{d.target}] warning: redeem ran past its {len(receipts):,} receipts")
         return figure
     if scenario == "task_poll":
         return measure_task_poll(opts, d)
@@ -664,6 +704,25 @@ def run_scenario(opts: Options, deployment: Deployment, scenario: str) -> Figure
         approvers = [make_approver(d, index) for index in range(1, 4)]
         return measure_chains(opts, d.workdir, d.server, d.target, d.api_key, approvers)
     raise BenchError(f"unknown scenario: {scenario}")
+
+
+def pool_size(opts: Options, d: Deployment) -> int:
+    create_rps = d.create_rps if d.create_rps is not None else 1_000.0
+    return max(5_000, int(create_rps * opts.duration * 2))
+
+
+def pending_pool(opts: Options, d: Deployment, scenario: str) -> list[str]:
+    """Pending requests for a scenario that takes each once (decide, redeem), created
+    if there are too few: sized from create's rate when create ran, with a wide margin
+    so that no id repeats (decisions and redeems run about as fast as creates)."""
+    pool = pending_ids(d.server.url, d.api_key)
+    needed = pool_size(opts, d)
+    if len(pool) < needed:
+        log(f"[{d.target}] topping up the {scenario} pool: {needed - len(pool):,} more")
+        start = opts.seed + d.topped_up  # a new idempotency key for each
+        d.topped_up += needed - len(pool)
+        pool += create_many(d.server.url, d.api_key, start, needed - len(pool))
+    return pool
 
 
 def measure_task_poll(opts: Options, d: Deployment) -> Figure:

@@ -417,16 +417,19 @@ def approval_body(index: int) -> dict[str, Any]:
     return body
 
 
-async def _create_many(base_url: str, api_key: str, start: int, count: int) -> list[str]:
-    ids: list[str] = []
-    indexes = iter(range(start, start + count))
+def _seeding_client(base_url: str, api_key: str) -> httpx.AsyncClient:
+    """The client that seeds before the timed part: 32 calls at a time."""
     limits = httpx.Limits(
         max_connections=32, max_keepalive_connections=32, keepalive_expiry=KEEPALIVE_EXPIRY
     )
     headers = {"Authorization": f"Bearer {api_key}"}
-    async with httpx.AsyncClient(
-        base_url=base_url, headers=headers, limits=limits, timeout=60.0
-    ) as client:
+    return httpx.AsyncClient(base_url=base_url, headers=headers, limits=limits, timeout=60.0)
+
+
+async def _create_many(base_url: str, api_key: str, start: int, count: int) -> list[str]:
+    ids: list[str] = []
+    indexes = iter(range(start, start + count))
+    async with _seeding_client(base_url, api_key) as client:
 
         async def post(index: int) -> httpx.Response:
             # The key makes a retry after a dropped connection safe: no request twice.
@@ -457,13 +460,7 @@ async def _approve_all(base_url: str, api_key: str, ids: list[str]) -> list[str]
     """Approve each pending request of ``ids``; the receipts their approvals issued."""
     receipts: list[str] = []
     pending = iter(ids)
-    limits = httpx.Limits(
-        max_connections=32, max_keepalive_connections=32, keepalive_expiry=KEEPALIVE_EXPIRY
-    )
-    headers = {"Authorization": f"Bearer {api_key}"}
-    async with httpx.AsyncClient(
-        base_url=base_url, headers=headers, limits=limits, timeout=60.0
-    ) as client:
+    async with _seeding_client(base_url, api_key) as client:
 
         async def worker() -> None:
             for request_id in pending:

@@ -20,6 +20,18 @@ function read_lines(path)
   return lines
 end
 
+-- This thread's share of a file's lines (every n-th, n threads), for scenarios that
+-- use each line once.
+function read_share(path, count)
+  local share = {}
+  for i, line in ipairs(read_lines(path)) do
+    if (i - 1) % count == thread_index then
+      share[#share + 1] = line
+    end
+  end
+  return share
+end
+
 -- wrk.format replaces wrk.headers (the --header options) with the table it is given:
 -- scripts that add a header start from a copy of them.
 function headers_with(extra)

@@ -7,12 +7,7 @@ local headers = headers_with({ ["Content-Type"] = "application/json" })
 local body = '{"decision": "approve"}'
 
 function init(args)
-  local count = tonumber(args[2])
-  for i, id in ipairs(read_lines(args[1])) do
-    if (i - 1) % count == thread_index then
-      ids[#ids + 1] = id
-    end
-  end
+  ids = read_share(args[1], tonumber(args[2]))
 end
 
 function request()

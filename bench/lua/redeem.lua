@@ -7,12 +7,7 @@ local position = 0
 local headers = headers_with({ ["Content-Type"] = "application/json" })
 
 function init(args)
-  local count = tonumber(args[2])
-  for i, token in ipairs(read_lines(args[1])) do
-    if (i - 1) % count == thread_index then
-      receipts[#receipts + 1] = token
-    end
-  end
+  receipts = read_share(args[1], tonumber(args[2]))
 end
 
 function request()

@@ -126,3 +126,12 @@ def test_the_sealed_chain_moves_across_and_keeps_verifying(
     # Sealed, the waiting event is off the list and in the chain as #4.
     stored, listed, _ = asyncio.run(run_on(url, _after))
     assert listed == [] and [link[1] for link in stored] == [1, 2, 3, 4]
+
+    command.downgrade(alembic_config(url), "0042")  # the links back onto their events
+    assert asyncio.run(run_on(url, _on_events)) == stored
+
+
+def _on_events(connection: Connection) -> list[Any]:
+    columns = select(EVENTS.c.id, *(sa.column(name) for name in ("seq", "prev_hash", "hash")))
+    rows = connection.execute(columns.order_by(sa.column("seq"))).all()
+    return [tuple(row) for row in rows]

@@ -22,12 +22,19 @@ from signoff.audit.sealing import seal_once, seal_org_now, verify_once
 from signoff.audit.service import cloudevent, export_records
 from signoff.common.time import utcnow
 from signoff.context import AppContext
-from signoff.models import ApprovalRequest, AuditChainHead, AuditCheckpoint, AuditEvent
+from signoff.models import (
+    ApprovalRequest,
+    AuditChainHead,
+    AuditChainLink,
+    AuditCheckpoint,
+    AuditEvent,
+)
 from signoff.receipts.keys import SigningKey
 from signoff.retention import service as retention
 from tests.conftest import Org, assert_error, create_approval, create_org
 
 EVENTS = cast(Table, AuditEvent.__table__)
+CHAIN = cast(Table, AuditChainLink.__table__)
 CHECKPOINTS = cast(Table, AuditCheckpoint.__table__)
 
 
@@ -68,8 +75,21 @@ async def _sql(ctx: AppContext, *statements: Any) -> None:
             await session.execute(statement)
 
 
+def _link(org: Org, seq: int) -> Any:
+    """The org's link at ``seq`` in ``audit_chain``."""
+    return (CHAIN.c.org_id == uuid.UUID(org.id)) & (CHAIN.c.seq == seq)
+
+
 def _at(org: Org, seq: int) -> Any:
-    return (EVENTS.c.org_id == uuid.UUID(org.id)) & (EVENTS.c.seq == seq)
+    """The event chained at ``seq``."""
+    return EVENTS.c.id.in_(select(CHAIN.c.event_id).where(_link(org, seq)))
+
+
+async def chain_seqs(ctx: AppContext, org_id: uuid.UUID) -> list[int]:
+    """The seqs of the org's chain, in order."""
+    async with ctx.db.read_session() as session:
+        statement = select(CHAIN.c.seq).where(CHAIN.c.org_id == org_id).order_by(CHAIN.c.seq)
+        return list((await session.scalars(statement)).all())
 
 
 async def test_a_sealed_chain_verifies_with_its_signed_checkpoint(
@@ -97,17 +117,19 @@ async def test_sealed_hashes_are_over_the_events_as_the_orm_reads_them(
     text by ``str``, and the export carries those texts."""
     org = await _sealed_org(ctx, client, requests=3)
     async with ctx.db.read_session() as session:
-        events = (
-            await session.scalars(
-                select(AuditEvent)
+        chained = (
+            await session.execute(
+                select(AuditEvent, CHAIN.c.seq, CHAIN.c.prev_hash, CHAIN.c.hash)
+                .join(CHAIN, CHAIN.c.event_id == AuditEvent.id)
                 .where(AuditEvent.org_id == uuid.UUID(org.id))
-                .order_by(AuditEvent.seq)
+                .order_by(CHAIN.c.seq)
             )
         ).all()
+    events = [row[0] for row in chained]
     assert len(events) == 3 and all(e.actor_id is not None for e in events)
-    for event in events:
+    for event, seq, prev_hash, digest in chained:
         form = chain.canonical_event(
-            seq=int(event.seq or 0),
+            seq=seq,
             id=event.id,
             org_id=event.org_id,
             request_id=event.request_id,
@@ -115,9 +137,9 @@ async def test_sealed_hashes_are_over_the_events_as_the_orm_reads_them(
             actor_id=event.actor_id,
             data=event.data,
             created_at=event.created_at,
-            prev_hash=str(event.prev_hash),
+            prev_hash=prev_hash,
         )
-        assert chain.event_hash(form) == event.hash
+        assert chain.event_hash(form) == digest
     exported = [r for r in await _export(ctx, org.id) if r["kind"] == "event"]
     assert [(r["id"], r["request_id"], r["actor_id"]) for r in exported] == [
         (str(e.id), str(e.request_id), str(e.actor_id)) for e in events
@@ -143,9 +165,9 @@ async def test_reordered_events_are_named(client: httpx.AsyncClient, ctx: AppCon
     org = await _sealed_org(ctx, client)
     await _sql(
         ctx,
-        update(EVENTS).where(_at(org, 3)).values(seq=-3),
-        update(EVENTS).where(_at(org, 4)).values(seq=3),
-        update(EVENTS).where(_at(org, -3)).values(seq=4),
+        update(CHAIN).where(_link(org, 3)).values(seq=-3),
+        update(CHAIN).where(_link(org, 4)).values(seq=3),
+        update(CHAIN).where(_link(org, -3)).values(seq=4),
     )
     result = await _verify(ctx, client, org)
     assert (result.ok, result.problem_seq) == (False, 3)
@@ -156,23 +178,34 @@ async def test_an_inserted_event_is_named(client: httpx.AsyncClient, ctx: AppCon
     org = await _sealed_org(ctx, client)
     org_id = uuid.UUID(org.id)
     async with ctx.db.read_session() as session:
-        second = (await session.execute(select(EVENTS).where(_at(org, 2)))).one()
-    shifted = (EVENTS.c.org_id == org_id) & (EVENTS.c.seq >= 3)
+        second = (
+            await session.execute(
+                select(EVENTS, CHAIN.c.hash)
+                .join(CHAIN, CHAIN.c.event_id == EVENTS.c.id)
+                .where(_link(org, 2))
+            )
+        ).one()
+    shifted = (CHAIN.c.org_id == org_id) & (CHAIN.c.seq >= 3)
+    forged = uuid.uuid4()
     await _sql(
         ctx,
-        update(EVENTS).where(shifted).values(seq=EVENTS.c.seq + 1000),
-        update(EVENTS)
-        .where((EVENTS.c.org_id == org_id) & (EVENTS.c.seq > 1000))
-        .values(seq=EVENTS.c.seq - 999),
+        update(CHAIN).where(shifted).values(seq=CHAIN.c.seq + 1000),
+        update(CHAIN)
+        .where((CHAIN.c.org_id == org_id) & (CHAIN.c.seq > 1000))
+        .values(seq=CHAIN.c.seq - 999),
         insert(EVENTS).values(
-            id=uuid.uuid4(),
+            id=forged,
             org_id=org_id,
             request_id=second.request_id,
             type="request.approved",
             actor_id=None,
             data={},
             created_at=second.created_at,
+        ),
+        insert(CHAIN).values(
+            org_id=org_id,
             seq=3,
+            event_id=forged,
             prev_hash=second.hash,  # linked in, as a careful forger would
             hash="f" * 64,
         ),
@@ -186,7 +219,8 @@ async def test_events_removed_at_the_end_are_caught_by_the_signed_checkpoint(
 ) -> None:
     org = await _sealed_org(ctx, client)
     org_id = uuid.UUID(org.id)
-    await _sql(ctx, delete(EVENTS).where((EVENTS.c.org_id == org_id) & (EVENTS.c.seq >= 5)))
+    at_the_end = select(CHAIN.c.event_id).where((CHAIN.c.org_id == org_id) & (CHAIN.c.seq >= 5))
+    await _sql(ctx, delete(EVENTS).where(EVENTS.c.id.in_(at_the_end)))
     result = await _verify(ctx, client, org)
     assert not result.ok
     assert result.problem == "events after #4 were removed (checkpoint #6 is signed)"
@@ -254,12 +288,8 @@ async def test_concurrent_decisions_and_sealers_make_one_chain_without_gap_or_fo
     assert [r.status_code for r in responses] == [200] * 200
     await seal_once(ctx, force_checkpoint=True)
     org_id = uuid.UUID(crowd.id)
+    seqs = await chain_seqs(ctx, org_id)
     async with ctx.db.read_session() as session:
-        seqs = (
-            await session.scalars(
-                select(EVENTS.c.seq).where(EVENTS.c.org_id == org_id).order_by(EVENTS.c.seq)
-            )
-        ).all()
         total = await session.scalar(select(func.count()).where(EVENTS.c.org_id == org_id))
     assert seqs == list(range(1, total + 1))
     assert total >= 220  # the creates, the 200 votes and the 20 approvals
@@ -452,9 +482,7 @@ async def test_a_sealer_killed_mid_burst_leaves_a_valid_chain(
     )
     for _ in range(400):  # until its first batches commit, then kill it mid-burst
         async with ctx.db.read_session() as session:
-            done = await session.scalar(
-                select(func.count()).where(EVENTS.c.org_id == org_id, EVENTS.c.seq.is_not(None))
-            )
+            done = await session.scalar(select(func.count()).where(CHAIN.c.org_id == org_id))
         if done or sealer.returncode is not None:
             break
         await asyncio.sleep(0.05)
@@ -462,13 +490,7 @@ async def test_a_sealer_killed_mid_burst_leaves_a_valid_chain(
         sealer.kill()  # SIGKILL: no cleanup runs
     await sealer.wait()
     await seal_once(ctx, force_checkpoint=True)  # the restart
-    async with ctx.db.read_session() as session:
-        seqs = (
-            await session.scalars(
-                select(EVENTS.c.seq).where(EVENTS.c.org_id == org_id).order_by(EVENTS.c.seq)
-            )
-        ).all()
-    assert seqs == list(range(1, 3002))
+    assert await chain_seqs(ctx, org_id) == list(range(1, 3002))
     result = await _verify(ctx, api_only, org)
     assert (result.ok, result.last_seq) == (True, 3001), result.problem
 

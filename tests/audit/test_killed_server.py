@@ -18,13 +18,14 @@ from signoff.audit import chain
 from signoff.audit.sealing import seal_once
 from signoff.audit.service import export_records
 from signoff.context import AppContext
-from signoff.models import AuditEvent
+from signoff.models import AuditUnsealed
 from tests.app.test_shutdown import _env, _until, signoff
+from tests.audit.test_chain import chain_seqs
 from tests.conftest import create_approval, create_org
 
 pytestmark = pytest.mark.anyio
 
-EVENTS: Table = AuditEvent.__table__  # type: ignore[assignment]
+WAITING: Table = AuditUnsealed.__table__  # type: ignore[assignment]
 
 
 async def test_a_server_killed_mid_burst_of_decisions_leaves_a_valid_chain(
@@ -75,14 +76,8 @@ async def test_a_server_killed_mid_burst_of_decisions_leaves_a_valid_chain(
     await seal_once(ctx, force_checkpoint=True)  # the restart
     org_id = uuid.UUID(org.id)
     async with ctx.db.read_session() as session:
-        unsealed = await session.scalar(
-            select(func.count()).where(EVENTS.c.org_id == org_id, EVENTS.c.seq.is_(None))
-        )
-        seqs = (
-            await session.scalars(
-                select(EVENTS.c.seq).where(EVENTS.c.org_id == org_id).order_by(EVENTS.c.seq)
-            )
-        ).all()
+        unsealed = await session.scalar(select(func.count()).where(WAITING.c.org_id == org_id))
+    seqs = await chain_seqs(ctx, org_id)
     assert unsealed == 0
     assert seqs == list(range(1, len(seqs) + 1))
     lines = [json.dumps(r) async for r in export_records(ctx.db.read_session, org_id, 1)]

@@ -6,17 +6,36 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, cast
 
-from sqlalchemy import Row, String, Table, bindparam, insert, select, type_coerce, update
+from sqlalchemy import (
+    Row,
+    String,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    insert,
+    select,
+    type_coerce,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.types import TypeDecorator
 
 from signoff.audit.chain import GENESIS_HASH
-from signoff.models import AuditChainHead, AuditCheckpoint, AuditEvent
+from signoff.models import (
+    AuditChainHead,
+    AuditChainLink,
+    AuditCheckpoint,
+    AuditEvent,
+    AuditUnsealed,
+)
 from signoff.storage import insert_ignoring_conflicts
 
 _EVENTS = cast(Table, AuditEvent.__table__)
 _HEADS = cast(Table, AuditChainHead.__table__)
 _CHECKPOINTS = cast(Table, AuditCheckpoint.__table__)
+_CHAIN = cast(Table, AuditChainLink.__table__)
+_UNSEALED = cast(Table, AuditUnsealed.__table__)
 
 
 class _UuidText(TypeDecorator[str]):
@@ -39,20 +58,22 @@ class _UuidText(TypeDecorator[str]):
 
 def _hashed(*, event_id: bool = False) -> list[Any]:
     """The columns an event's hash covers (``service._canonical``), UUIDs as text;
-    ``event_id``: with the row's id as a ``uuid.UUID`` too (the sealer's update binds it)."""
+    ``event_id``: with the row's id as a ``uuid.UUID`` too (the sealer's insert binds it)."""
     texts = [type_coerce(_EVENTS.c[name], _UuidText()).label(name) for name in _UUID_COLUMNS]
     plain = [_EVENTS.c.type, _EVENTS.c.data, _EVENTS.c.created_at]
     return [*texts, *plain, *([_EVENTS.c.id.label("event_id")] if event_id else [])]
+
+
+# A chained event: the event joined to its row of ``audit_chain``.
+_CHAINED = _CHAIN.join(_EVENTS, _EVENTS.c.id == _CHAIN.c.event_id)
 
 
 _UUID_COLUMNS = ("id", "org_id", "request_id", "actor_id")
 
 
 async def orgs_with_unsealed(session: AsyncSession, limit: int) -> Sequence[uuid.UUID]:
-    """Orgs that have events not yet in their chain (index ix_audit_events_seq_org)."""
-    rows = await session.execute(
-        select(_EVENTS.c.org_id).where(_EVENTS.c.seq.is_(None)).distinct().limit(limit)
-    )
+    """Orgs that have events not yet in their chain (``audit_unsealed``'s key)."""
+    rows = await session.execute(select(_UNSEALED.c.org_id).distinct().limit(limit))
     return [row.org_id for row in rows]
 
 
@@ -79,27 +100,34 @@ async def unsealed_events(
     session: AsyncSession, org_id: uuid.UUID, limit: int
 ) -> Sequence[Row[Any]]:
     """The org's events not yet in its chain, oldest first: the hashed columns and the
-    id to update (index ux_audit_events_org_seq)."""
+    event's id (``audit_unsealed``'s key, then each event by its own)."""
+    waiting = _UNSEALED.join(_EVENTS, _EVENTS.c.id == _UNSEALED.c.event_id)
     return (
         await session.execute(
             select(*_hashed(event_id=True))
-            .where(_EVENTS.c.org_id == org_id, _EVENTS.c.seq.is_(None))
+            .select_from(waiting)
+            .where(_UNSEALED.c.org_id == org_id)
             .order_by(_EVENTS.c.created_at, _EVENTS.c.id)
             .limit(limit)
         )
     ).all()
 
 
-async def set_chain_fields(session: AsyncSession, rows: Sequence[dict[str, Any]]) -> None:
-    """One executemany: each event's seq, prev_hash and hash, by id."""
-    if rows:
-        await session.execute(
-            update(_EVENTS)
-            .where(_EVENTS.c.id == bindparam("event_id"), _EVENTS.c.seq.is_(None))
-            .values(seq=bindparam("seq"), prev_hash=bindparam("prev_hash"), hash=bindparam("h")),
-            list(rows),
-            execution_options={"synchronize_session": False},
-        )
+async def append_links(
+    session: AsyncSession, org_id: uuid.UUID, links: Sequence[dict[str, Any]]
+) -> None:
+    """Append the org's chain (each link's ``seq``, ``event_id``, ``prev_hash``, ``hash``)
+    and take those events off the waiting list: two executemanys, no event rewritten."""
+    if not links:
+        return
+    await session.execute(insert(_CHAIN), [{"org_id": org_id, **link} for link in links])
+    await session.execute(
+        delete(_UNSEALED).where(
+            and_(_UNSEALED.c.org_id == org_id, _UNSEALED.c.event_id == bindparam("done"))
+        ),
+        [{"done": link["event_id"]} for link in links],
+        execution_options={"synchronize_session": False},
+    )
 
 
 async def update_head(session: AsyncSession, org_id: uuid.UUID, **values: Any) -> None:
@@ -142,13 +170,14 @@ async def events_page(
     session: AsyncSession, org_id: uuid.UUID, after_seq: int, limit: int
 ) -> Sequence[Row[Any]]:
     """Sealed events after ``after_seq``, by seq: the hashed columns and the chain's
-    (index ux_audit_events_org_seq)."""
-    chained = [_EVENTS.c.seq, _EVENTS.c.prev_hash, _EVENTS.c.hash]
+    (``audit_chain``'s key, then each event by its own)."""
+    chained = [_CHAIN.c.seq, _CHAIN.c.prev_hash, _CHAIN.c.hash]
     return (
         await session.execute(
             select(*_hashed(), *chained)
-            .where(_EVENTS.c.org_id == org_id, _EVENTS.c.seq > after_seq)
-            .order_by(_EVENTS.c.seq)
+            .select_from(_CHAINED)
+            .where(_CHAIN.c.org_id == org_id, _CHAIN.c.seq > after_seq)
+            .order_by(_CHAIN.c.seq)
             .limit(limit)
         )
     ).all()
@@ -184,13 +213,10 @@ async def last_event_of(
     """The sealed event with the highest seq among these requests' (seq and hash)."""
     return (
         await session.execute(
-            select(_EVENTS.c.seq, _EVENTS.c.hash)
-            .where(
-                _EVENTS.c.org_id == org_id,
-                _EVENTS.c.request_id.in_(request_ids),
-                _EVENTS.c.seq.is_not(None),
-            )
-            .order_by(_EVENTS.c.seq.desc())
+            select(_CHAIN.c.seq, _CHAIN.c.hash)
+            .select_from(_CHAINED)
+            .where(_EVENTS.c.org_id == org_id, _EVENTS.c.request_id.in_(request_ids))
+            .order_by(_CHAIN.c.seq.desc())
             .limit(1)
         )
     ).first()

@@ -1,9 +1,10 @@
 """Sealing events into their org's chain, signing checkpoints, and the export's records.
 
-Events are written by their use cases as before (seq NULL), at no extra cost on the
-request path; ``seal_org`` numbers and hashes them in order, under the org's head row
-lock, in one transaction: concurrent sealers (two workers, an export, a purge) wait on
-each other, so the chain never forks or skips, and a killed sealer commits nothing.
+Events are written by their use cases as before (a trigger lists each in
+``audit_unsealed``, migration 0044); ``seal_org`` numbers and hashes them in order and
+appends them to ``audit_chain``, under the org's head row lock, in one transaction:
+concurrent sealers (two workers, an export, a purge) wait on each other, so the chain
+never forks or skips, and a killed sealer commits nothing. No event row is rewritten.
 """
 
 from __future__ import annotations
@@ -69,9 +70,9 @@ async def seal_org(
     for row in rows:
         seq += 1
         digest = event_hash(_canonical(row, seq, prev))
-        updates.append({"event_id": row.event_id, "seq": seq, "prev_hash": prev, "h": digest})
+        updates.append({"event_id": row.event_id, "seq": seq, "prev_hash": prev, "hash": digest})
         prev = digest
-    await repository.set_chain_fields(session, updates)
+    await repository.append_links(session, org_id, updates)
     values: dict[str, Any] = {"seq": seq, "hash": prev}
     due = seq > head.checkpoint_seq and (
         force_checkpoint

@@ -2,7 +2,7 @@
 
 from signoff.models.activity import AuditEvent, Comment
 from signoff.models.approvals import ApprovalRequest, ApprovalStep, Vote
-from signoff.models.audit import AuditChainHead, AuditCheckpoint
+from signoff.models.audit import AuditChainHead, AuditChainLink, AuditCheckpoint, AuditUnsealed
 from signoff.models.base import Base
 from signoff.models.groups import Group, GroupMember
 from signoff.models.notifications import (
@@ -31,8 +31,10 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalStep",
     "AuditChainHead",
+    "AuditChainLink",
     "AuditCheckpoint",
     "AuditEvent",
+    "AuditUnsealed",
     "Base",
     "Comment",
     "Connection",

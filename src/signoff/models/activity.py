@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, ForeignKey, Index, String, Text
+from sqlalchemy import ForeignKey, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from signoff.common.ids import new_id
@@ -38,10 +38,6 @@ class AuditEvent(Base):
         Index("ix_audit_events_org_created", "org_id", "created_at"),
         # Its type filter: the types an org's log holds, and one type's events newest first.
         Index("ix_audit_events_org_type_created", "org_id", "type", "created_at"),
-        # The hash chain (docs/audit.md): one event per (org, seq), so no fork is written;
-        # and the sealer's scan for unsealed events (seq NULL) by org.
-        Index("ux_audit_events_org_seq", "org_id", "seq", unique=True),
-        Index("ix_audit_events_seq_org", "seq", "org_id"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
@@ -54,7 +50,5 @@ class AuditEvent(Base):
     actor_id: Mapped[uuid.UUID | None] = mapped_column(default=None)
     data: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
-    # Set when the event is sealed into its org's chain (audit/service.py ``seal``).
-    seq: Mapped[int | None] = mapped_column(BigInteger, default=None)
-    prev_hash: Mapped[str | None] = mapped_column(String(64), default=None)
-    hash: Mapped[str | None] = mapped_column(String(64), default=None)
+    # Its place in the org's hash chain is a row of ``audit_chain`` (models/audit.py),
+    # written when it is sealed: the event itself is never written again.

@@ -46,3 +46,37 @@ class AuditCheckpoint(Base):
     hash: Mapped[str] = mapped_column(String(64))
     jws: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class AuditChainLink(Base):
+    """An event's place in its org's chain, appended when the sealer chains it
+    (audit/service.py ``seal_org``): one row per (org, seq), so no fork is written, and
+    one per event. Rows are only ever inserted, so sealing never rewrites the event."""
+
+    __tablename__ = "audit_chain"
+    __table_args__ = (
+        Index("ux_audit_chain_event", "event_id", unique=True),
+        {"sqlite_with_rowid": False},
+    )
+
+    # No key to organizations: the event's own cascades from its org to this row.
+    org_id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    event_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("audit_events.id", ondelete="CASCADE"))
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class AuditUnsealed(Base):
+    """The events waiting to be chained, one row each: a trigger on ``audit_events``
+    (migration 0044) adds it in the transaction that writes the event, whatever writes
+    it; the sealer deletes it as it chains the event. A short table, so finding what to
+    seal never reads the events table's indexes."""
+
+    __tablename__ = "audit_unsealed"
+    __table_args__ = ({"sqlite_with_rowid": False},)
+
+    org_id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    event_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("audit_events.id", ondelete="CASCADE"), primary_key=True
+    )

@@ -2,7 +2,7 @@
 event now
 
 Revision ID: 0047
-Revises: 0043
+Revises: 0044
 Create Date: 2026-11-28
 
 An auditor checks a passkey-signed vote against the public key its passkey was registered
@@ -25,7 +25,7 @@ from signoff.common.time import format_timestamp, utcnow
 from signoff.models.base import UTCDateTime
 
 revision = "0047"
-down_revision = "0043"
+down_revision = "0044"
 branch_labels = None
 depends_on = None
 

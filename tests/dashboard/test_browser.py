@@ -235,7 +235,7 @@ async def test_a_new_admin_copies_the_first_curl_and_its_request_arrives(
         # The live list is read again as its event stream opens: the Copy button of the
         # list swapped in works too.
         await page.evaluate("document.querySelector('#inbox-list').dataset.first = 'yes'")
-        await expect(page.locator("#inbox-list[data-first]")).to_have_count(0)
+        await expect(page.locator("#inbox-list[data-first]")).to_have_count(0, timeout=15_000)
         await page.get_by_role("button", name="Copy").click()
         await expect(page.get_by_role("button", name="Copied")).to_be_visible()
         copied = await page.evaluate("navigator.clipboard.readText()")

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-import pytest
 from alembic import command
 from alembic.script import ScriptDirectory
 from sqlalchemy import insert, select
@@ -19,25 +16,10 @@ from sqlalchemy.engine import Connection
 
 from signoff.migrations import alembic_config, run_on, upgrade_to_head
 from signoff.models import AuditEvent, Organization, Passkey, User
-from tests.conftest import POSTGRES_URL, _create_pg_database, _drop_pg_database
+from tests.storage.test_request_numbers_migration import database  # noqa: F401 (a fixture)
 
 BACKFILL = "0047"
 REGISTERED_AT = datetime(2026, 11, 20, 9, 30, tzinfo=UTC)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite+aiosqlite:///{tmp_path / 'passkeys.db'}"
-        return
-    if not POSTGRES_URL:
-        pytest.skip("PostgreSQL migrations: set SIGNOFF_TEST_POSTGRES_URL=postgresql://...")
-    name = f"signoff_migrations_{uuid.uuid4().hex[:12]}"
-    url = asyncio.run(_create_pg_database(name))
-    try:
-        yield url
-    finally:
-        asyncio.run(_drop_pg_database(name))
 
 
 def _before_backfill(url: str) -> str:
@@ -96,7 +78,9 @@ def _registrations(connection: Connection) -> list[tuple[Any, Any, dict[str, Any
     return [(org_id, actor_id, data) for org_id, actor_id, data in rows]
 
 
-def test_passkeys_without_a_registration_event_get_one(database: str) -> None:
+def test_passkeys_without_a_registration_event_get_one(
+    database: str,  # noqa: F811 (the imported fixture)
+) -> None:
     org_id, user_id = uuid.uuid4(), uuid.uuid4()
     command.upgrade(alembic_config(database), _before_backfill(database))
     old, chained = asyncio.run(run_on(database, lambda c: _store(c, org_id, user_id)))

@@ -24,9 +24,8 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -59,25 +58,29 @@ def signed_receipt() -> tuple[str, dict[str, Any]]:
 
     from signoff.receipts.arguments import arguments_hash
     from signoff.receipts.keys import SigningKey, public_jwk
+    from signoff.receipts.repository import IssuedReceipt
     from signoff.receipts.service import claims_of
 
     kid = str(uuid.uuid4())
     key = SigningKey(kid, OKPKey.generate_key("Ed25519"))
-    request = SimpleNamespace(
-        id=uuid.uuid4(),
+    issued = datetime.now(UTC).replace(microsecond=0)
+    receipt = IssuedReceipt(
+        jti=uuid.uuid4(),
+        request_id=uuid.uuid4(),
         org_id=uuid.uuid4(),
+        kid=kid,
+        issuer="https://signoff.example",
         action_type="deploy.prod",
         arguments_hash=arguments_hash(ARGUMENTS),
         preview_hash=None,
-        receipt_ttl_seconds=3600,
+        decided_by=[str(uuid.uuid4())],
+        issued_at=issued,
+        expires_at=issued + timedelta(seconds=3600),
+        max_uses=1,
+        uses=0,
+        stored_token_encrypted=None,
     )
-    claims = claims_of(
-        request,  # type: ignore[arg-type]
-        [uuid.uuid4()],
-        "https://signoff.example",
-        uuid.uuid4(),
-        datetime.now(UTC),
-    )
+    claims = claims_of(receipt)
     return key.sign(orjson.dumps(claims)), {"keys": [public_jwk(key.key, kid)]}
 
 

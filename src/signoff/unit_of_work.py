@@ -108,8 +108,9 @@ class UnitOfWork:
         self.oauth = OAuthRepository(session)
         self.passkeys = PasskeyRepository(session)
         self.callbacks = DecisionCallbacks(self.webhooks)
-        # Receipts are signed in write transactions only (``AppContext.transaction``).
-        self.receipts = ReceiptWrites(session, keys, box, issuer)
+        # Receipts are issued in write transactions only (``AppContext.transaction``), and
+        # signed on read (receipts/service.py).
+        self.receipts = ReceiptWrites(session, keys, issuer)
         self.notifications = RequestNotifications(NotificationRepository(session, dialect))
         self.changes: list[RequestChange] = []
         # Once committed: what became of the callbacks it wrote (``AppContext.transaction``

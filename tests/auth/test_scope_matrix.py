@@ -255,8 +255,11 @@ async def _redeem(env: Env) -> Call:
         headers=env.admin.headers,
         json={"decision": "approve"},
     )
-    assert decided.status_code == 200 and decided.json()["receipt"], decided.text
-    return "POST", "/api/v1/receipts/redeem", {"receipt": decided.json()["receipt"]}
+    # The decision only says a receipt was issued; the creator's read signs it.
+    assert decided.status_code == 200 and decided.json()["receipt_issued"], decided.text
+    read = await env.client.get(f"/api/v1/approvals/{created['id']}", headers=env.admin.headers)
+    assert read.status_code == 200 and read.json()["receipt"], read.text
+    return "POST", "/api/v1/receipts/redeem", {"receipt": read.json()["receipt"]}
 
 
 async def _oauth_client_id(env: Env) -> str:

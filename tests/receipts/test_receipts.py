@@ -10,6 +10,7 @@ import base64
 import hashlib
 import hmac
 import os
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -26,6 +27,7 @@ from signoff.context import AppContext
 from signoff.crypto import SecretBox
 from signoff.receipts import endpoints as receipt_endpoints
 from signoff.receipts import keys as receipt_keys
+from signoff.receipts import service as receipt_service
 from signoff.receipts.arguments import arguments_hash
 from tests.conftest import Member, Org, assert_error, create_approval
 from tests.steps.test_steps import set_chain, vote
@@ -179,9 +181,12 @@ async def test_an_approval_issues_a_receipt_that_verifies_against_the_jwks(
     answer = await approve(client, org.admin, created["id"])
     body = await read(client, org.member, created["id"])
     assert body["receipt_issued"] is True and body["receipt_uses"] == 0
-    # The admin's decision answers with it too.
-    assert answer["receipt"] == body["receipt"] and answer["receipt_issued"] is True
+    # The decision's answer says it was issued; the token is signed on read, not there.
+    assert answer["receipt"] is None and answer["receipt_issued"] is True
     token = body["receipt"]
+    # Signed again on each read, byte for byte the same (Ed25519 is deterministic).
+    assert (await read(client, org.member, created["id"]))["receipt"] == token
+    assert (await read(client, org.admin, created["id"]))["receipt"] == token
     verified = jws.deserialize_compact(token, await key_set(client), algorithms=["Ed25519"])
     header = verified.headers()
     assert header["alg"] == "Ed25519" and header["typ"] == "signoff-receipt+jwt"
@@ -284,13 +289,17 @@ async def test_the_callback_carries_the_receipt_and_the_outbox_does_not(
         stored = (
             (await uow.session.execute(text("SELECT body FROM webhook_deliveries"))).scalars().all()
         )
-        tokens = (
-            (await uow.session.execute(text("SELECT token_encrypted FROM receipts")))
+        held = (
+            (await uow.session.execute(text("SELECT receipt_encrypted FROM webhook_deliveries")))
             .scalars()
             .all()
         )
+        kept = (
+            await uow.session.execute(text("SELECT count(*) FROM stored_receipt_tokens"))
+        ).scalar_one()
     assert all(token.encode() not in bytes(body) for body in stored)
-    assert all(token not in stored_token for stored_token in tokens)
+    # Neither the outbox nor the receipts hold the token: it is signed as it is sent.
+    assert held == [receipt_service.SIGNED_ON_SEND] and kept == 0
 
 
 # ---- redeeming ----
@@ -404,10 +413,12 @@ async def test_jwks_is_public_and_cacheable(client: httpx.AsyncClient) -> None:
 async def test_rotation_keeps_the_old_key_while_its_receipts_live(
     client: httpx.AsyncClient, org: Org, ctx: AppContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _, token = await approved_receipt(client, org, receipt_ttl_seconds=60)
+    body, token = await approved_receipt(client, org, receipt_ttl_seconds=60)
     [old] = (await client.get("/.well-known/jwks.json")).json()["keys"]
     new_kid = await receipt_keys.rotate(ctx.db, ctx.box, utcnow())
     ctx.keys.forget()
+    # Signed on read by the key its kid names, the retired one: the same bytes as before.
+    assert (await read(client, org.member, body["id"]))["receipt"] == token
     _, newer = await approved_receipt(client, org)
     assert jws.extract_compact(newer.encode()).headers()["kid"] == new_kid
     listed = [key["kid"] for key in (await client.get("/.well-known/jwks.json")).json()["keys"]]
@@ -445,3 +456,30 @@ async def test_a_key_that_does_not_decrypt_stops_approvals_only(
     )
     assert_error(response, 503, "SERVICE_UNAVAILABLE")
     assert (await read(client, org.member, created["id"]))["status"] == "pending"
+
+
+async def test_a_token_stored_before_0048_is_served_as_stored(
+    client: httpx.AsyncClient, org: Org, ctx: AppContext
+) -> None:
+    """A receipt whose row has no claims (0048 kept its token apart) reads its token."""
+    body, _ = await approved_receipt(client, org)
+    async with ctx.db.write_transaction() as session:
+        jti = (
+            await session.execute(
+                text("SELECT jti FROM receipts WHERE request_id = :id"),
+                {
+                    "id": uuid.UUID(body["id"])
+                    if ctx.db.dialect != "sqlite"
+                    else body["id"].replace("-", "")
+                },
+            )
+        ).scalar_one()
+        await session.execute(
+            text("UPDATE receipts SET issuer = NULL, decided_by = NULL WHERE jti = :jti"),
+            {"jti": jti},
+        )
+        await session.execute(
+            text("INSERT INTO stored_receipt_tokens (jti, token_encrypted) VALUES (:jti, :t)"),
+            {"jti": jti, "t": ctx.box.encrypt("stored.before.0048")},
+        )
+    assert (await read(client, org.member, body["id"]))["receipt"] == "stored.before.0048"

@@ -172,6 +172,10 @@ async def test_decision_is_delivered_signed_with_the_payload_and_headers(
 
     payload = orjson.loads(request.body)
     assert verified == payload
+    assert decided["receipt"] is None and decided["receipt_issued"] is True
+    read_back = (
+        await client.get(f"/api/v1/approvals/{created['id']}", headers=org.member.headers)
+    ).json()
     assert payload == {
         "event": "approval.decided",
         "id": created["id"],
@@ -190,8 +194,9 @@ async def test_decision_is_delivered_signed_with_the_payload_and_headers(
         "arguments": {},
         "arguments_hash": EMPTY_ARGUMENTS_HASH,
         "arguments_edited": False,
-        # The approval's receipt (docs/receipts.md), as the admin's answer showed it.
-        "receipt": decided["receipt"],
+        # The approval's receipt (docs/receipts.md), signed as sent: the bytes a read
+        # gives (the decision's answer only says it was issued).
+        "receipt": read_back["receipt"],
     }
 
     [entry] = await delivery_log(client, org.member, created["id"])

@@ -133,12 +133,12 @@ class NotificationOutbox(Protocol):
 
 
 class ReceiptWrites(Protocol):
-    """Where an approval's receipt is signed and stored (receipts domain)."""
+    """Where an approval's receipt is stored (receipts domain); it is signed on read."""
 
     async def issue(
         self, request: RequestRecord, decided_by: Sequence[uuid.UUID], now: datetime
     ) -> str:
-        """Sign and store the receipt; answer it encrypted (for the callback's row)."""
+        """Store the receipt's claims; answer what the callback's row holds for it."""
 
 
 class EffectsUnitOfWork(Protocol):
@@ -329,7 +329,7 @@ class _Sink(Protocol):
     async def receipt(self, row: RequestRecord, decided_by: Sequence[uuid.UUID]) -> None: ...
 
     def receipt_of(self, request_id: uuid.UUID) -> str | None:
-        """The receipt issued for the request by an earlier effect, encrypted."""
+        """What the callback's row holds for the receipt an earlier effect issued."""
 
     async def created(self, row: RequestRecord) -> None: ...
 

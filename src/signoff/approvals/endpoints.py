@@ -272,7 +272,7 @@ async def _receipt_fields(
     if row.status != "approved":
         return receipts.NO_RECEIPT
     async with ctx.db.read_session() as session:
-        return await receipts.read_fields(session, ctx.box, principal, row)
+        return await receipts.read_fields(session, ctx.keys, ctx.box, principal, row)
 
 
 def _cursor(value: str | None, page: int, search: str | None) -> uuid.UUID | None:
@@ -319,7 +319,10 @@ def _parse_wait(value: str | None, maximum: int) -> float:
     summary="Approve or reject a request",
     description="Count-based requests need `required_approvals` approvals by distinct users; "
     "until then the answer is 200 with `status: pending`. One reject rejects. An approval "
-    "issues a receipt (docs/receipts.md); 503 SERVICE_UNAVAILABLE if it cannot be signed "
+    "issues a receipt (docs/receipts.md): this answer says `receipt_issued: true` with "
+    "`receipt: null`, as the token is signed on read (`GET /api/v1/approvals/:id`, its long "
+    "poll, the decision callback), not on the decision; 503 SERVICE_UNAVAILABLE if it "
+    "cannot be signed "
     "(the signing key does not decrypt with this server's SIGNOFF_SECRET_KEY). Approve "
     'with edits: `arguments` beside `decision: "approve"` replaces the request\'s '
     "arguments, which must satisfy its `arguments_schema` (400 VALIDATION_ERROR naming "
@@ -341,8 +344,9 @@ async def decide_approval(request: Request, request_id: UuidPath, principal: Wri
     async with ctx.transaction() as uow:
         result = await service.decide(uow, principal, rid, payload, now, check)
     body = request_to_dict(result.request, now)
-    token = uow.receipts.tokens.get(rid)
-    body.update(receipts.answer_fields(principal, result.request, token))
+    # The receipt is signed on read, not here: GET shows it (docs/receipts.md).
+    issued = rid in uow.receipts.issued
+    body.update(receipts.ISSUED_UNSHOWN if issued else receipts.NO_RECEIPT)
     # Attempt 1 ran once the decision committed; the answer reports its outcome.
     body["callback_delivered"] = uow.first_attempts.delivered
     return json_response(body)

@@ -685,7 +685,13 @@ class ApprovalRequestDetailOut(ApprovalRequestOut, ReceiptFieldsOut):
     votes: list[VoteOut]
 
 
-class DecisionOut(ApprovalRequestOut, ReceiptFieldsOut):
+class DecisionOut(ApprovalRequestOut, ReceiptCountsOut):
+    receipt: str | None = Field(
+        description="Always null in a decision's or cancellation's answer: an approval "
+        "sets `receipt_issued: true`, and the receipt is signed on read, shown by "
+        "`GET /api/v1/approvals/:id` (and its long poll), the decision callback, the "
+        "client library and the MCP tools (docs/receipts.md)."
+    )
     callback_delivered: bool
 
 

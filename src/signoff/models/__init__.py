@@ -24,7 +24,7 @@ from signoff.models.orgs import Connection, Organization, SetupLink, User
 from signoff.models.passkeys import DecisionAssertion, Passkey, PasskeyChallenge
 from signoff.models.passwords import PasswordLink
 from signoff.models.policies import PolicyBudgetUsage, PolicyDocument, StandingApproval
-from signoff.models.receipts import Receipt, SigningKey
+from signoff.models.receipts import Receipt, SigningKey, StoredReceiptToken
 from signoff.models.webhooks import WebhookAttempt, WebhookDelivery
 
 __all__ = [
@@ -62,6 +62,7 @@ __all__ = [
     "SetupLink",
     "SigningKey",
     "StandingApproval",
+    "StoredReceiptToken",
     "User",
     "Vote",
     "WebhookAttempt",

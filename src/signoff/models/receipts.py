@@ -1,8 +1,11 @@
 """Approval receipts and the keys that sign them.
 
-A receipt is a bearer credential: the signed token is kept only encrypted with the app's
-secret box (``token_encrypted``), so a copy of the table redeems nothing. Its row counts
-the redeems; a conditional update (``uses < max_uses``) makes each use count once.
+A receipt is a bearer credential. Its row holds its claims, not its token: the token is
+signed again on each read with the key its ``kid`` names (Ed25519 is deterministic, so
+every read gives the same bytes), and the private keys stay encrypted with the app's secret
+box, so a copy of the tables redeems nothing. Its row counts the redeems; a conditional
+update (``uses < max_uses``) makes each use count once. Tokens stored before 0048 that
+its columns cannot rebuild are kept, encrypted, in ``stored_receipt_tokens``.
 """
 
 from __future__ import annotations
@@ -49,8 +52,25 @@ class Receipt(Base):
     )
     org_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("organizations.id", ondelete="CASCADE"))
     kid: Mapped[str] = mapped_column(String(64))
-    token_encrypted: Mapped[str] = mapped_column(Text)
+    # The claims the token is signed from (null on rows stored with their token, 0048).
+    issuer: Mapped[str | None] = mapped_column(Text, default=None)
+    action_type: Mapped[str | None] = mapped_column(Text, default=None)
+    arguments_hash: Mapped[str | None] = mapped_column(String(64), default=None)
+    preview_hash: Mapped[str | None] = mapped_column(String(64), default=None)
+    decided_by: Mapped[list[str] | None] = mapped_column(JSONType, default=None)
     issued_at: Mapped[datetime] = mapped_column()
     expires_at: Mapped[datetime] = mapped_column()
     max_uses: Mapped[int] = mapped_column(Integer, default=1)
     uses: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class StoredReceiptToken(Base):
+    """A token stored before receipts were signed on read that its row cannot rebuild
+    (migration 0048): served as stored, encrypted with the app's secret box."""
+
+    __tablename__ = "stored_receipt_tokens"
+
+    jti: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("receipts.jti", ondelete="CASCADE"), primary_key=True
+    )
+    token_encrypted: Mapped[str] = mapped_column(Text)

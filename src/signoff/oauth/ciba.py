@@ -38,7 +38,8 @@ from signoff.oauth.service import (
     IssuedTokens,
     issue_tokens,
 )
-from signoff.receipts import repository as receipts
+from signoff.receipts import service as receipts
+from signoff.receipts.keys import KeyRing
 from signoff.unit_of_work import UnitOfWork
 from signoff.webhooks.service import CIBA_SOURCE, check_callback_url
 from signoff.webhooks.urlpolicy import AddressPolicy
@@ -353,6 +354,7 @@ async def issue(
     uow: UnitOfWork,
     client: ClientFacts,
     polled: PollState,
+    keys: KeyRing,
     box: SecretBox,
     settings: Settings,
     now: datetime,
@@ -366,6 +368,5 @@ async def issue(
     )
     arguments = await uow.oauth.approved_arguments(request_id) or {}
     details = arguments.get("authorization_details")
-    issued = await receipts.receipt_of(uow.session, request_id)
-    receipt = box.decrypt(issued.token_encrypted) if issued is not None else None
+    receipt = await receipts.token_of_request(uow.session, keys, box, request_id)
     return CibaTokens(tokens, details if isinstance(details, list) else None, receipt)

@@ -506,7 +506,7 @@ async def _ciba_poll(
         await ciba.pace(wiring_of(request).limiter, polled, ctx.settings)
         ciba.refuse_undecided(polled.state, now)
         async with ctx.transaction() as uow:
-            issued = await ciba.issue(uow, client, polled, ctx.box, ctx.settings, now)
+            issued = await ciba.issue(uow, client, polled, ctx.keys, ctx.box, ctx.settings, now)
     except OAuthError as exc:
         return _oauth_error(exc)
     return json_response(issued.to_body(), 200, NO_STORE)

@@ -1,6 +1,10 @@
 """The Ed25519 keys receipts are signed with, as one process holds them.
 
 The current key is read (and decrypted) once, then kept: signing a receipt reads nothing.
+Receipts are signed on read (docs/decisions/0033-receipt-signed-on-read.md) with the key
+their ``kid`` names: a retired key is read and decrypted the first time one of its
+receipts is read, then kept too. Keys are never deleted, so a receipt reads the same
+bytes after ``signoff keys rotate`` as before.
 A process looks again every ``signing_key_refresh_seconds`` for a key made by
 ``signoff keys rotate`` elsewhere, from ``AppContext.transaction`` before its transaction
 opens. The first process to find no key makes one; two at once make one between them
@@ -92,6 +96,8 @@ class KeyRing:
         self._checked_at: float | None = None  # when the current key was looked for
         # Public keys by kid, for verifying redeemed receipts (retired ones included).
         self._public: dict[str, OKPKey] = {}
+        # Keys other than the current one, by kid, for signing their receipts on read.
+        self._by_kid: dict[str, SigningKey] = {}
 
     @property
     def current(self) -> SigningKey:
@@ -137,6 +143,24 @@ class KeyRing:
         except ValueError:
             logger.error("signing key %s does not decrypt with SIGNOFF_SECRET_KEY", row.kid)
             return None
+
+    async def signing_key(self, kid: str) -> SigningKey:
+        """The key ``kid`` names, to sign one of its receipts again (on read)."""
+        current = self._current
+        if current is not None and current.kid == kid:
+            return current
+        key = self._by_kid.get(kid)
+        if key is None:
+            async with self.db.read_session() as session:
+                row = await repository.key_by_kid(session, kid)
+            key = self._load(row) if row is not None else None
+            if key is None:
+                raise ServiceUnavailable(
+                    "The receipt cannot be signed: its signing key is missing or does not "
+                    "decrypt with this server's SIGNOFF_SECRET_KEY."
+                )
+            self._by_kid[kid] = key
+        return key
 
     async def public_key(self, kid: str) -> OKPKey | None:
         """The public key ``kid`` names, whether it signs now or did before."""

@@ -10,18 +10,23 @@ from typing import Any, NamedTuple, cast
 from sqlalchemy import Table, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from signoff.models import Receipt, SigningKey
+from signoff.models import Receipt, SigningKey, StoredReceiptToken
 from signoff.storage import PreparedQuery, insert_ignoring_conflicts, queue_write
 
 _RECEIPTS = cast(Table, Receipt.__table__)
 _KEYS = cast(Table, SigningKey.__table__)
+_STORED = cast(Table, StoredReceiptToken.__table__)
 
 RECEIPT_COLUMNS = (
     "jti",
     "request_id",
     "org_id",
     "kid",
-    "token_encrypted",
+    "issuer",
+    "action_type",
+    "arguments_hash",
+    "preview_hash",
+    "decided_by",
     "issued_at",
     "expires_at",
     "max_uses",
@@ -37,10 +42,23 @@ class KeyRow(NamedTuple):
 
 
 class IssuedReceipt(NamedTuple):
-    """What a request's reader learns of its receipt."""
+    """A request's receipt as stored: the claims its token is signed from on each read,
+    or (stored before 0048 and not rebuildable) its token, encrypted."""
 
-    token_encrypted: str
+    jti: uuid.UUID
+    request_id: uuid.UUID
+    org_id: uuid.UUID
+    kid: str
+    issuer: str | None
+    action_type: str | None
+    arguments_hash: str | None
+    preview_hash: str | None
+    decided_by: list[str] | None
+    issued_at: datetime
+    expires_at: datetime
+    max_uses: int
     uses: int
+    stored_token_encrypted: str | None
 
 
 class Redeemed(NamedTuple):
@@ -54,15 +72,27 @@ async def add_receipt(session: AsyncSession, values: Mapping[str, Any]) -> None:
     await queue_write(session, _INSERT_RECEIPT, values)
 
 
+_RECEIPT_OF = select(
+    _RECEIPTS.c.jti,
+    _RECEIPTS.c.request_id,
+    _RECEIPTS.c.org_id,
+    _RECEIPTS.c.kid,
+    _RECEIPTS.c.issuer,
+    _RECEIPTS.c.action_type,
+    _RECEIPTS.c.arguments_hash,
+    _RECEIPTS.c.preview_hash,
+    _RECEIPTS.c.decided_by,
+    _RECEIPTS.c.issued_at,
+    _RECEIPTS.c.expires_at,
+    _RECEIPTS.c.max_uses,
+    _RECEIPTS.c.uses,
+    _STORED.c.token_encrypted,
+).select_from(_RECEIPTS.outerjoin(_STORED, _STORED.c.jti == _RECEIPTS.c.jti))
+
+
 async def receipt_of(session: AsyncSession, request_id: uuid.UUID) -> IssuedReceipt | None:
-    row = (
-        await session.execute(
-            select(_RECEIPTS.c.token_encrypted, _RECEIPTS.c.uses).where(
-                _RECEIPTS.c.request_id == request_id
-            )
-        )
-    ).first()
-    return IssuedReceipt(*row) if row is not None else None
+    row = (await session.execute(_RECEIPT_OF.where(_RECEIPTS.c.request_id == request_id))).first()
+    return IssuedReceipt._make(row) if row is not None else None
 
 
 async def request_of(session: AsyncSession, jti: uuid.UUID, org_id: uuid.UUID) -> uuid.UUID | None:

@@ -45,85 +45,112 @@ ACTION_DETAILS_TYPE = "signoff_action"
 _MAX_KID_LENGTH = 64
 
 
-def claims_of(
-    request: RequestRecord,
-    decided_by: Sequence[uuid.UUID],
-    issuer: str,
-    jti: uuid.UUID,
-    now: datetime,
-) -> dict[str, Any]:
-    """The claims of the receipt ``request``'s approval issues at ``now``."""
-    issued = int(now.timestamp())
-    org = str(request.org_id)
-    sub = str(request.id)
+def claims_of(receipt: repository.IssuedReceipt) -> dict[str, Any]:
+    """The claims of a receipt as its row keeps them: the same bytes on every read."""
+    assert receipt.issuer is not None and receipt.decided_by is not None  # signed on read
+    org = str(receipt.org_id)
+    sub = str(receipt.request_id)
     return {
-        "iss": issuer,
+        "iss": receipt.issuer,
         "sub": sub,
-        "jti": str(jti),
-        "iat": issued,
-        "nbf": issued,
-        "exp": issued + request.receipt_ttl_seconds,
+        "jti": str(receipt.jti),
+        "iat": int(receipt.issued_at.timestamp()),
+        "nbf": int(receipt.issued_at.timestamp()),
+        "exp": int(receipt.expires_at.timestamp()),
         "org": org,
-        "action_type": request.action_type,
-        "arguments_hash": request.arguments_hash,
+        "action_type": receipt.action_type,
+        "arguments_hash": receipt.arguments_hash,
         # What the approvers were shown, so an auditor can prove it (absent: no preview).
-        **({"preview_hash": request.preview_hash} if request.preview_hash else {}),
-        "decided_by": [str(user_id) for user_id in decided_by],
-        "max_uses": MAX_USES,
+        **({"preview_hash": receipt.preview_hash} if receipt.preview_hash else {}),
+        "decided_by": list(receipt.decided_by),
+        "max_uses": receipt.max_uses,
         "authorization_details": [
             {
                 "type": ACTION_DETAILS_TYPE,
                 "request_id": sub,
-                "action_type": request.action_type,
-                "arguments_hash": request.arguments_hash,
+                "action_type": receipt.action_type,
+                "arguments_hash": receipt.arguments_hash,
                 "org": org,
             }
         ],
     }
 
 
-class ReceiptWrites:
-    """Issues receipts in a decision's transaction (``effects.ReceiptWrites``)."""
+def rebuildable(receipt: repository.IssuedReceipt) -> bool:
+    """Whether the row holds the claims its token is signed from (not a stored token)."""
+    return receipt.issuer is not None and receipt.decided_by is not None
 
-    def __init__(
-        self, session: AsyncSession, keys: KeyRing | None, box: SecretBox | None, issuer: str
-    ) -> None:
+
+class ReceiptWrites:
+    """Issues receipts in a decision's transaction (``effects.ReceiptWrites``): their rows
+    only. The token is signed on each read (``token_of``), never on the decide."""
+
+    def __init__(self, session: AsyncSession, keys: KeyRing | None, issuer: str) -> None:
         self.session = session
         self.keys = keys
-        self.box = box
         self.issuer = issuer
-        # The tokens issued in this transaction, by request: its answer shows them.
-        self.tokens: dict[uuid.UUID, str] = {}
+        # The requests given a receipt in this transaction: their answer says so.
+        self.issued: set[uuid.UUID] = set()
 
     async def issue(
         self, request: RequestRecord, decided_by: Sequence[uuid.UUID], now: datetime
     ) -> str:
-        assert self.keys is not None and self.box is not None  # a write transaction's
-        key = self.keys.current
-        jti = new_id()
-        claims = claims_of(request, decided_by, self.issuer, jti, now)
-        token = key.sign(orjson.dumps(claims))
-        token_encrypted = self.box.encrypt(token)
-        self.tokens[request.id] = token
+        """Store the receipt's claims; ``SIGNED_ON_SEND`` for the callback's row."""
+        assert self.keys is not None  # a write transaction's
+        # The key that will sign it, which must load now: an approval whose receipt could
+        # not be signed answers 503 (``KeyRing.current``), not a receipt-less approval.
+        kid = self.keys.current.kid
+        issued = int(now.timestamp())
+        self.issued.add(request.id)
         await repository.add_receipt(
             self.session,
             {
-                "jti": jti,
+                "jti": new_id(),
                 "request_id": request.id,
                 "org_id": request.org_id,
-                "kid": key.kid,
-                "token_encrypted": token_encrypted,
-                "issued_at": now,
-                "expires_at": datetime.fromtimestamp(claims["exp"], UTC),
+                "kid": kid,
+                "issuer": self.issuer,
+                "action_type": request.action_type,
+                "arguments_hash": request.arguments_hash,
+                "preview_hash": request.preview_hash,
+                "decided_by": [str(user_id) for user_id in decided_by],
+                "issued_at": datetime.fromtimestamp(issued, UTC),
+                "expires_at": datetime.fromtimestamp(issued + request.receipt_ttl_seconds, UTC),
                 "max_uses": MAX_USES,
                 "uses": 0,
             },
         )
-        return token_encrypted
+        return SIGNED_ON_SEND
+
+
+# What a callback's row holds for ``receipt_encrypted`` when the receipt is to be signed as
+# the attempt is made (webhooks: ``body_to_send``); not a ciphertext.
+SIGNED_ON_SEND = "signed-on-send"
+
+
+async def token_of(keys: KeyRing, box: SecretBox, receipt: repository.IssuedReceipt) -> str:
+    """The receipt's token: signed from its row's claims with the key its ``kid`` names
+    (Ed25519: the same bytes on every read), or the token stored before 0048."""
+    if not rebuildable(receipt):
+        assert receipt.stored_token_encrypted is not None  # 0048 kept it
+        return box.decrypt(receipt.stored_token_encrypted)
+    key = await keys.signing_key(receipt.kid)
+    return key.sign(orjson.dumps(claims_of(receipt)))
+
+
+async def token_of_request(
+    session: AsyncSession, keys: KeyRing, box: SecretBox, request_id: uuid.UUID
+) -> str | None:
+    """The token of ``request_id``'s receipt, None if it has none."""
+    receipt = await repository.receipt_of(session, request_id)
+    return await token_of(keys, box, receipt) if receipt is not None else None
 
 
 # What an answer says of a request that has no receipt (yet).
 NO_RECEIPT: dict[str, Any] = {"receipt": None, "receipt_issued": False, "receipt_uses": 0}
+# What a decision's answer says of the receipt it issued: the token is signed on read
+# (GET, long poll, callback, CIBA, MCP), not on the decide.
+ISSUED_UNSHOWN: dict[str, Any] = {"receipt": None, "receipt_issued": True, "receipt_uses": 0}
 
 
 def may_see(principal: Principal, request: RequestRecord) -> bool:
@@ -143,16 +170,20 @@ def answer_fields(
 
 
 async def read_fields(
-    session: AsyncSession, box: SecretBox, principal: Principal, request: RequestRecord
+    session: AsyncSession,
+    keys: KeyRing,
+    box: SecretBox,
+    principal: Principal,
+    request: RequestRecord,
 ) -> dict[str, Any]:
-    """``answer_fields`` of a request as stored (a read)."""
+    """``answer_fields`` of a request as stored (a read): signed here, for whom may see it;
+    for others "" stands for "issued"."""
     if request.status != "approved":
         return NO_RECEIPT
     issued = await repository.receipt_of(session, request.id)
     if issued is None:
         return NO_RECEIPT
-    # Decrypted only for whom may see it; for others "" stands for "issued".
-    token = box.decrypt(issued.token_encrypted) if may_see(principal, request) else ""
+    token = await token_of(keys, box, issued) if may_see(principal, request) else ""
     return answer_fields(principal, request, token, issued.uses)
 
 

@@ -34,6 +34,8 @@ from signoff.config import Settings
 from signoff.crypto import SecretBox
 from signoff.errors import Conflict, NotFound
 from signoff.logs import current_request_id, request_id_scope
+from signoff.receipts import service as receipts
+from signoff.receipts.keys import KeyRing
 from signoff.storage import Database
 from signoff.webhooks import service
 from signoff.webhooks.delivery import AttemptResult, ClientPool, send_attempt
@@ -126,6 +128,8 @@ class WebhookDispatcher:
         self.poisoned = poisoned
         self.db = db
         self.box = box
+        # The keys that sign the receipts callbacks carry (on send, as on every read).
+        self.receipt_keys = KeyRing(db, box, settings.signing_key_refresh_seconds)
         # What "now" is for claims, records and due times: tests step a retry schedule
         # with a clock of their own instead of waiting it out.
         self.clock = clock
@@ -172,6 +176,19 @@ class WebhookDispatcher:
         with request_id_scope(claimed.request_id_header):
             return await self._attempt(claimed, manual=manual, batched=batched, answered=answered)
 
+    async def _receipt(self, claimed: ClaimedDelivery) -> str | None:
+        """The receipt the attempt carries: signed now from the receipt's row, as every
+        read of it (receipts/service.py), or a token stored encrypted before 0048."""
+        held = claimed.receipt_encrypted
+        if not held:
+            return None
+        if held != receipts.SIGNED_ON_SEND:
+            return self.box.decrypt(held)
+        async with self.db.read_session() as session:
+            return await receipts.token_of_request(
+                session, self.receipt_keys, self.box, claimed.request_id
+            )
+
     async def _attempt(
         self,
         claimed: ClaimedDelivery,
@@ -182,7 +199,7 @@ class WebhookDispatcher:
     ) -> RecordedAttempt | None:
         body = claimed.body
         try:
-            body = service.body_to_send(self.box, claimed.body, claimed.receipt_encrypted)
+            body = service.body_to_send(claimed.body, await self._receipt(claimed))
             headers = signed_headers(
                 service.signing_keys(self.box, claimed.secrets, self.clock()),
                 delivery_id=str(claimed.id),

@@ -310,13 +310,14 @@ def signing_keys(box: SecretBox, secrets: ConnectionSecrets, now: datetime) -> S
     return SigningKeys(box.decrypt(secrets.current_encrypted), previous)
 
 
-def body_to_send(box: SecretBox, body: bytes, receipt_encrypted: str | None) -> bytes:
-    """The body an attempt sends and signs: as stored, with the approval's receipt (kept
-    encrypted apart from it, as a bearer credential) as ``receipt`` when there is one."""
-    if not receipt_encrypted:
+def body_to_send(body: bytes, receipt: str | None) -> bytes:
+    """The body an attempt sends and signs: as stored, with the approval's receipt (never
+    stored in it: a bearer credential, signed as the attempt is made) as ``receipt`` when
+    there is one."""
+    if not receipt:
         return body
     payload = orjson.loads(body)
-    payload["receipt"] = box.decrypt(receipt_encrypted)
+    payload["receipt"] = receipt
     return orjson.dumps(payload)
 
 

@@ -235,8 +235,14 @@ async def test_count_based_receipt_names_every_approver(
 async def test_a_chain_and_an_override_issue_receipts(client: httpx.AsyncClient, org: Org) -> None:
     chained = await create_approval(client, org.member)
     steps = await set_chain(client, org.member, chained["id"], [org.members[1], org.members[2]])
+    answers = []
     for step, who in zip(steps, [org.members[1], org.members[2]], strict=True):
-        assert (await vote(client, who, chained["id"], step["id"])).status_code == 200
+        answer = await vote(client, who, chained["id"], step["id"])
+        assert answer.status_code == 200
+        answers.append(answer.json())
+    # Only the deciding vote issues it; no vote's answer shows it (it is signed on read).
+    assert [a["receipt_issued"] for a in answers] == [False, True]
+    assert [a["receipt"] for a in answers] == [None, None]
     claims = orjson.loads(
         jws.extract_compact(
             (await read(client, org.member, chained["id"]))["receipt"].encode()

@@ -168,6 +168,9 @@ async def vote_step(
             "request_status": result.request.status,
             "current_approvals": result.request.current_approvals,
             "required_approvals": result.request.required_approvals,
+            # The receipt is signed on read, not here (docs/receipts.md).
+            "receipt_issued": rid in uow.receipts.issued,
+            "receipt": None,
             "callback_delivered": callback_delivered,
         }
     )

@@ -137,4 +137,13 @@ class StepVoteOut(StepOut):
     request_status: RequestStatus
     current_approvals: int
     required_approvals: int
+    receipt_issued: bool = Field(
+        description="This vote approved the request and issued its receipt (docs/receipts.md)."
+    )
+    receipt: None = Field(
+        default=None,
+        description="Always null: the receipt is signed on read, shown by "
+        "`GET /api/v1/approvals/:id` (and its long poll), the callback, the client library "
+        "and the MCP tools, never by a vote's answer.",
+    )
     callback_delivered: bool

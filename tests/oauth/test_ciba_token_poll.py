@@ -10,17 +10,13 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import update
 from starlette.types import Receive, Scope, Send
 
-from signoff.common.time import utcnow
 from signoff.context import AppContext
-from signoff.models import ApprovalRequest
 from signoff.oauth import token_poll
 from tests.conftest import Org
 from tests.oauth.support import Client
@@ -29,6 +25,7 @@ from tests.oauth.test_ciba import (
     auth,
     bc_authorize,
     decide,
+    expire,
     person,
     register,
 )
@@ -141,12 +138,7 @@ async def test_expired_and_cancelled(
     ctx: AppContext, client: httpx.AsyncClient, org: Org, poller: Client, paths: Paths
 ) -> None:
     expired = (await bc_authorize(client, poller, person(org))).json()["auth_req_id"]
-    async with ctx.transaction() as uow:
-        await uow.session.execute(
-            update(ApprovalRequest)
-            .where(ApprovalRequest.id == uuid.UUID(expired))
-            .values(expires_at=utcnow() - timedelta(seconds=1))
-        )
+    await expire(ctx, expired)
     assert_same(*await paths.both(polling(client, poller, expired)), 400, "expired_token")
     cancelled = (await bc_authorize(client, poller, person(org))).json()["auth_req_id"]
     response = await client.delete(f"/api/v1/approvals/{cancelled}", headers=org.member.headers)

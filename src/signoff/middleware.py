@@ -24,6 +24,7 @@ from signoff.config import Settings
 from signoff.errors import AppError, EmergencyStopActive, PayloadTooLarge, RateLimited, Unauthorized
 from signoff.logs import bind_request_id, request_id_of, unbind_request_id
 from signoff.metrics import HttpStats
+from signoff.oauth import token_poll
 from signoff.ratelimit.limiter import RateLimitDecision
 from signoff.remote_mcp import task_poll
 from signoff.remote_mcp.resource import MCP_PATH, resource_metadata_url
@@ -136,7 +137,7 @@ class ApiGuard:
         self.stats = stats
         # The app's own list, read at call time: routes added later count too.
         self.routes = routes
-        self._mcp_route_found: BaseRoute | None = None
+        self._routes_found: dict[str, BaseRoute | None] = {}
 
     @property
     def settings(self) -> Settings:
@@ -168,7 +169,8 @@ class ApiGuard:
             return
         if not (path == API_PREFIX or path.startswith(API_PREFIX + "/")):
             # The dashboard, health, discovery documents: only the body limit applies.
-            await self._call_limited(scope, receive, answer)
+            receive, app = await self._ciba_poll(scope, receive)
+            await self._call_limited(scope, receive, answer, app)
             return
         if scope["method"] not in WRITE_METHODS:
             await self._guard_api(scope, receive, answer)
@@ -191,7 +193,8 @@ class ApiGuard:
             decision = await self.wiring.limiter.peek(
                 address_key, settings.rate_limit_unauthenticated
             )
-            await self._call_with_headers(scope, receive, answer, decision)
+            receive, app = await self._ciba_poll(scope, receive)
+            await self._call_with_headers(scope, receive, answer, decision, app=app)
             return
         token = _bearer_token(scope)
         method = scope["method"]
@@ -281,6 +284,21 @@ class ApiGuard:
             raise StalePrincipal()
         check.confirmed = True
 
+    async def _ciba_poll(self, scope: Scope, receive: Receive) -> tuple[Receive, ASGIApp | None]:
+        """A CIBA poll of the token endpoint is answered here, before routing
+        (oauth/token_poll.py): what it is answered by, and ``receive`` with the body
+        read (replayed for the app when it is not one)."""
+        if not token_poll.may_be_poll(scope):
+            return receive, None
+        body, messages = await task_poll.read_body(receive)
+        poll = token_poll.parse(scope, body)
+        if poll is None:
+            return task_poll.replaying(messages, receive), None
+        scope.setdefault("state", {})[token_poll.POLL] = poll
+        # The route it stands for, as the router would have named it (for the HTTP stats).
+        scope["route"] = self._route_of(scope["path"])
+        return task_poll.replaying(messages, receive), token_poll.answer
+
     async def _guard_mcp(self, scope: Scope, receive: Receive, answer: _Answer) -> None:
         """``/mcp`` authenticates as ``/api/v1`` does. Its tools act through ``/api/v1``
         calls made in-process with the caller's credentials (remote_mcp/sdk.py), and
@@ -340,11 +358,15 @@ class ApiGuard:
         )
 
     def _mcp_route(self) -> BaseRoute | None:
-        route = self._mcp_route_found
-        if route is None:
+        return self._route_of(MCP_PATH)
+
+    def _route_of(self, path: str) -> BaseRoute | None:
+        """The route whose template is ``path`` (found once)."""
+        found = self._routes_found
+        if path not in found:
             path_of = {getattr(candidate, "path", None): candidate for candidate in self.routes}
-            route = self._mcp_route_found = path_of.get(MCP_PATH)
-        return route
+            found[path] = path_of.get(path)
+        return found[path]
 
     async def _refuse_mcp(self, scope: Scope, answer: _Answer) -> None:
         """401 (429 for an address guessing keys), naming where ``/mcp``'s authorization

@@ -100,6 +100,16 @@ async def decide(http: httpx.AsyncClient, who: Member, request_id: str, decision
     assert response.status_code == 200, response.text
 
 
+async def expire(ctx: AppContext, auth_req_id: str) -> None:
+    """The request's deadline a second ago, with nobody having decided."""
+    async with ctx.transaction() as uow:
+        await uow.session.execute(
+            update(ApprovalRequest)
+            .where(ApprovalRequest.id == uuid.UUID(auth_req_id))
+            .values(expires_at=utcnow() - timedelta(seconds=1))
+        )
+
+
 @pytest.fixture
 async def poller(ctx: AppContext, org: Org) -> Client:
     return await register(ctx, org.member)
@@ -268,12 +278,7 @@ async def test_expired_token(
     ctx: AppContext, client: httpx.AsyncClient, org: Org, poller: Client
 ) -> None:
     auth_req_id = (await bc_authorize(client, poller, person(org))).json()["auth_req_id"]
-    async with ctx.transaction() as uow:
-        await uow.session.execute(
-            update(ApprovalRequest)
-            .where(ApprovalRequest.id == uuid.UUID(auth_req_id))
-            .values(expires_at=utcnow() - timedelta(seconds=1))
-        )
+    await expire(ctx, auth_req_id)
     assert_oauth_error(await poll(client, poller, auth_req_id), 400, "expired_token")
 
 

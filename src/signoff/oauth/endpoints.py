@@ -11,13 +11,10 @@ RFC 6749, 7009 and 7662, never the API envelope.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hmac
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Annotated, Any
-from urllib.parse import parse_qsl, unquote_plus, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
 from fastapi import APIRouter, Depends, Query
@@ -40,16 +37,14 @@ from signoff.config import Settings
 from signoff.context import AppContext, context_of
 from signoff.errors import Forbidden, NotFound, ValidationFailed
 from signoff.models import DashboardSession, OAuthClient, User
-from signoff.oauth import ciba, service
+from signoff.oauth import ciba, service, token_poll
 from signoff.oauth.errors import (
     AuthorizePageError,
     AuthorizeRedirectError,
     OAuthError,
-    invalid_client,
     invalid_request,
 )
 from signoff.oauth.pages import SCOPE_DESCRIPTIONS, render
-from signoff.oauth.repository import find_client_and_backchannel_prepared
 from signoff.oauth.schemas import (
     BACKCHANNEL_BODY,
     BACKCHANNEL_RESPONSES,
@@ -67,7 +62,7 @@ SESSION_COOKIE = "signoff_session"
 # Where a person signed in with a password an admin generated must choose their own
 # (the dashboard's page): nothing else opens for them until then, consent included.
 CHOOSE_PASSWORD_PATH = "/account/choose-password"  # noqa: S105 - a page's path
-NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+NO_STORE = token_poll.NO_STORE
 
 router = APIRouter(tags=["oauth"], include_in_schema=False, route_class=LeanRoute)
 # The token endpoint alone, tried right after the approvals' routes: CIBA clients poll it.
@@ -368,11 +363,7 @@ async def consent(request: Request) -> Response:
 # ---- token, revocation, introspection, metadata ----
 
 
-def _oauth_error(exc: OAuthError) -> Response:
-    headers = dict(NO_STORE)
-    if exc.status_code == 401:
-        headers["WWW-Authenticate"] = 'Basic realm="signoff"'
-    return json_response(exc.to_body(), exc.status_code, headers)
+_oauth_error = token_poll.oauth_error
 
 
 async def _client_params(request: Request) -> dict[str, str]:
@@ -409,25 +400,7 @@ async def _client_params(request: Request) -> dict[str, str]:
 
 
 def _client_credentials(request: Request, params: dict[str, str]) -> service.ClientCredentials:
-    """client_secret_basic, client_secret_post, or none (public clients) - exactly one."""
-    header = request.headers.get("authorization", "")
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() != "basic":
-        return service.ClientCredentials(params.get("client_id"), params.get("client_secret"))
-    if "client_secret" in params:
-        raise invalid_request("Authenticate the client one way only.")
-    try:
-        decoded = base64.b64decode(value.strip(), validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError):
-        raise invalid_client("Malformed Basic credentials.") from None
-    client_id, sep, secret = decoded.partition(":")
-    if not sep:
-        raise invalid_client("Malformed Basic credentials.")
-    # RFC 6749 section 2.3.1: both parts are form-urlencoded before encoding.
-    client_id, secret = unquote_plus(client_id), unquote_plus(secret)
-    if params.get("client_id", client_id) != client_id:
-        raise invalid_client("client_id differs from the Basic credentials.")
-    return service.ClientCredentials(client_id, secret)
+    return token_poll.client_credentials(request.headers.get("authorization", ""), params)
 
 
 GRANT_TYPES = ("authorization_code", "refresh_token", ciba.GRANT_TYPE)
@@ -449,7 +422,8 @@ async def token(request: Request) -> Response:
         return _oauth_error(exc)
     now = utcnow()
     if grant_type == ciba.GRANT_TYPE:
-        return await _ciba_poll(request, given, params, now)
+        # What the API guard answers itself unless SIGNOFF_STOCK_CIBA_POLL=1 (token_poll.py).
+        return await token_poll.answer_poll(ctx, wiring_of(request).limiter, given, params, now)
     try:
         # Refused clients never take the write transaction.
         async with ctx.reading() as uow:
@@ -484,31 +458,6 @@ async def token(request: Request) -> Response:
             error = exc
     if error is not None:
         return _oauth_error(error)
-    return json_response(issued.to_body(), 200, NO_STORE)
-
-
-async def _ciba_poll(
-    request: Request, given: service.ClientCredentials, params: Mapping[str, str], now: datetime
-) -> Response:
-    """A CIBA poll (or the token request after a ping): one prepared read of the client and
-    the request, and the pace check; only an approved request opens a transaction, to hand
-    out its tokens once."""
-    ctx = context_of(request)
-    auth_req_id = params.get("auth_req_id")
-    try:
-        if not given.client_id:
-            raise invalid_client("Send client_id and client_secret.")
-        read = await find_client_and_backchannel_prepared(
-            ctx.db.queries, given.client_id, parse_id(auth_req_id) if auth_req_id else None
-        )
-        client = service.check_client_credentials(read.client, given)
-        polled = ciba.poll_state(client, auth_req_id, read.state)
-        await ciba.pace(wiring_of(request).limiter, polled, ctx.settings)
-        ciba.refuse_undecided(polled.state, now)
-        async with ctx.transaction() as uow:
-            issued = await ciba.issue(uow, client, polled, ctx.keys, ctx.box, ctx.settings, now)
-    except OAuthError as exc:
-        return _oauth_error(exc)
     return json_response(issued.to_body(), 200, NO_STORE)
 
 

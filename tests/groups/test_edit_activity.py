@@ -49,6 +49,11 @@ async def test_edit_and_approve_on_a_group_step_says_what_it_dismissed(
     fields = {"arg:service": "billing", "arg:replicas": "5", "arg:regions": "eu"}
     review = await post_form(client, f"{url}/edit", f"{url}/edit", **fields)
     assert review.status_code == 200 and "Confirm your edit" in review.text
+    assert (
+        "counts as your approval on your step. The earlier votes of "
+        f"{finance[0].name}, {security.name} were on the old arguments: they no longer "
+        "count, and they are asked again."
+    ) in html.unescape(review.text)
     confirm = next(f for f in forms_of(review.text) if f["action"] == f"{url}/decision")
     decided = await client.post(f"{url}/decision", data=confirm["fields"])
     assert decided.status_code == 303
@@ -68,6 +73,7 @@ async def test_edit_and_approve_on_a_group_step_says_what_it_dismissed(
         f"approval on step 1. Votes dismissed, and asked again: {finance[0].name} (step 1), "
         f"{security.name} (step 2). Reopened: step 2"
     )
+    assert f"Step 1 vote recorded by {finance[1].name}" in activity(page)
     event = await edited_event(client, big_org, request_id)
     assert event["data"]["counts_as_approval"] is True
 

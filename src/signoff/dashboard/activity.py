@@ -50,7 +50,8 @@ def describe_event(
     if kind.startswith("step."):
         order = {str(step.id): step.step_order for step in steps}.get(str(data.get("step_id")))
         step = f"Step {order}" if order is not None else "A step"
-        return f"{step} {kind.removeprefix('step.')} by {who}{_via(data)}"
+        what = kind.removeprefix("step.").replace("_", " ")  # "vote recorded"
+        return f"{step} {what} by {who}{_via(data)}"
     if kind == "arguments.edited":
         return _edited(data, who, names, {str(step.id): step.step_order for step in steps})
     if kind == "steps.configured":

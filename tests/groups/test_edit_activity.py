@@ -11,9 +11,17 @@ import httpx
 import pytest
 
 from signoff.context import AppContext
-from tests.conftest import Org, create_org
+from tests.conftest import Org
 from tests.dashboard.support import post_form, signed_in
-from tests.groups.test_group_edits import EDITED, edited_event, group_chain, read, steps_of
+from tests.groups.test_group_edits import (
+    EDITED,
+    big_org,
+    both_steps_voted,
+    edited_event,
+    group_chain,
+    read,
+    steps_of,
+)
 from tests.oauth.support import forms_of
 from tests.people.test_delegation import away
 from tests.steps.test_group_steps import finance_and_security
@@ -22,9 +30,7 @@ from tests.steps.test_steps import vote
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-async def big_org(ctx: AppContext) -> Org:
-    return await create_org(ctx, "Initech", members=6)
+__all__ = ["big_org"]  # the fixture
 
 
 def activity(page: str) -> list[str]:
@@ -37,10 +43,7 @@ async def test_edit_and_approve_on_a_group_step_says_what_it_dismissed(
     ctx: AppContext, client: httpx.AsyncClient, big_org: Org
 ) -> None:
     finance, security = big_org.members[:3], big_org.members[3]
-    groups = await finance_and_security(client, big_org)
-    request_id, fin, sec = await group_chain(client, big_org, groups)
-    assert (await vote(client, finance[0], request_id, fin["id"])).status_code == 200
-    assert (await vote(client, security, request_id, sec["id"])).status_code == 200
+    request_id, _, _ = await both_steps_voted(client, big_org)
 
     url = f"/requests/{request_id}"
     await signed_in(ctx, client, finance[1])

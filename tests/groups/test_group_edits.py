@@ -87,6 +87,18 @@ async def inbox(client: httpx.AsyncClient, who: Member) -> list[str]:
     return [r["id"] for r in response.json()["data"]]
 
 
+async def both_steps_voted(
+    client: httpx.AsyncClient, org: Org
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """``group_chain`` of 2 of finance and 1 of security, voted by the first of finance
+    and by security: the request's id and its two steps."""
+    groups = await finance_and_security(client, org)
+    request_id, fin, sec = await group_chain(client, org, groups)
+    assert (await vote(client, org.members[0], request_id, fin["id"])).status_code == 200
+    assert (await vote(client, org.members[3], request_id, sec["id"])).status_code == 200
+    return request_id, fin, sec
+
+
 def decided_by(receipt: str) -> list[str]:
     claims: dict[str, Any] = orjson.loads(jws.extract_compact(receipt.encode()).payload)
     assert claims["arguments_hash"] == arguments_hash(EDITED)
@@ -97,10 +109,7 @@ async def test_an_edit_dismisses_group_votes_and_reopens_approved_steps(
     client: httpx.AsyncClient, big_org: Org
 ) -> None:
     finance, security = big_org.members[:3], big_org.members[3]
-    groups = await finance_and_security(client, big_org)
-    request_id, fin, sec = await group_chain(client, big_org, groups)
-    assert (await vote(client, finance[0], request_id, fin["id"])).status_code == 200
-    assert (await vote(client, security, request_id, sec["id"])).status_code == 200
+    request_id, fin, sec = await both_steps_voted(client, big_org)
     assert await inbox(client, finance[0]) == [] and await inbox(client, security) == []
 
     edited = await vote(client, finance[1], request_id, fin["id"], arguments=EDITED)

@@ -76,6 +76,11 @@ class RequestNotifications:
             self._repo, request.org_id, request.id, approver_ids, now
         )
 
+    async def asked_again(
+        self, request: RequestRecord, user_ids: Sequence[uuid.UUID], now: datetime
+    ) -> None:
+        await notifications.on_asked_again(self._repo, request.org_id, request.id, user_ids, now)
+
     async def left_pending(self, request_id: uuid.UUID, now: datetime) -> None:
         await notifications.on_requests_left_pending(self._repo, [request_id], now)
 

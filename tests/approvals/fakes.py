@@ -157,6 +157,8 @@ class FakeNotifications:
     opened_approvers: list[tuple[uuid.UUID, ...]] = field(default_factory=list)
     stopped_for: list[uuid.UUID] = field(default_factory=list)
     created_for: list[uuid.UUID] = field(default_factory=list)
+    # Whom an edit asked again, per edit.
+    asked_again_for: list[tuple[uuid.UUID, ...]] = field(default_factory=list)
 
     async def request_created(self, request: RequestRecord, now: datetime) -> None:
         self.created_for.append(request.id)
@@ -164,6 +166,9 @@ class FakeNotifications:
     async def steps_opened(self, request: RequestRecord, approver_ids: Any, now: datetime) -> None:
         self.steps_opened_for.append(request.id)
         self.opened_approvers.append(tuple(approver_ids))
+
+    async def asked_again(self, request: RequestRecord, user_ids: Any, now: datetime) -> None:
+        self.asked_again_for.append(tuple(user_ids))
 
     async def left_pending(self, request_id: uuid.UUID, now: datetime) -> None:
         self.stopped_for.append(request_id)

@@ -55,8 +55,9 @@ def test_count_based_edit_dismisses_and_asks_again() -> None:
     t = state.apply(earlier, Decide(ALICE, "approve", arguments=NEW), NOW)
     assert (t.status, t.current_approvals, t.asked_again) == ("pending", 1, (BOB.user_id,))
     assert kinds(t)[:3] == ["UpdateRequest", "DismissVotes", "RecordVote"]
-    [notify] = [e for e in t.effects if isinstance(e, state.NotifyStepsOpened)]
-    assert notify.approver_ids == (BOB.user_id,)
+    [asked] = [e for e in t.effects if isinstance(e, state.AskAgain)]
+    assert asked.user_ids == (BOB.user_id,)
+    assert not [e for e in t.effects if isinstance(e, state.NotifyStepsOpened)]
     with pytest.raises(AlreadyVoted):
         state.apply(earlier, Decide(BOB, "approve", arguments=NEW), NOW)
 
@@ -66,8 +67,8 @@ def test_a_parallel_chain_edit_reopens_approved_steps() -> None:
     t = state.apply(view(steps=chain), VoteStep(BOB, chain[1].id, "approve", arguments=NEW), NOW)
     assert t.status == "pending" and t.current_approvals == 1
     assert dict(t.step_changes) == {chain[1].id: "approved", chain[0].id: "pending"}
-    [notify] = [e for e in t.effects if isinstance(e, state.NotifyStepsOpened)]
-    assert notify.approver_ids == (ALICE.user_id,)
+    [asked] = [e for e in t.effects if isinstance(e, state.AskAgain)]
+    assert asked.user_ids == (ALICE.user_id,)
 
 
 def test_an_override_with_an_edit_approves_outright() -> None:

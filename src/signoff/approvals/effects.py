@@ -127,6 +127,10 @@ class NotificationOutbox(Protocol):
         self, request: RequestRecord, approver_ids: Sequence[uuid.UUID], now: datetime
     ) -> None: ...
 
+    async def asked_again(
+        self, request: RequestRecord, user_ids: Sequence[uuid.UUID], now: datetime
+    ) -> None: ...
+
     async def left_pending(self, request_id: uuid.UUID, now: datetime) -> None: ...
 
     async def left_pending_many(self, request_ids: Sequence[uuid.UUID], now: datetime) -> None: ...
@@ -237,6 +241,7 @@ _QUEUED_EFFECTS = (
     state.WriteEvent,
     state.IssueReceipt,
     state.NotifyStepsOpened,
+    state.AskAgain,
     state.StopReminders,
     state.PublishChange,
 )
@@ -335,6 +340,8 @@ class _Sink(Protocol):
 
     async def steps_opened(self, row: RequestRecord, approver_ids: Sequence[uuid.UUID]) -> None: ...
 
+    async def asked_again(self, row: RequestRecord, user_ids: Sequence[uuid.UUID]) -> None: ...
+
     async def left_pending(self, row: RequestRecord) -> None: ...
 
     def publish(self, row: RequestRecord, final: bool) -> None: ...
@@ -374,9 +381,8 @@ async def _dispatch(
             await _decision_output(sink, row, effect, author)
         case state.NotifyCreated():
             await sink.created(row)
-        case state.NotifyStepsOpened():
-            # A group step's plan names its group: the planner tells its members.
-            await sink.steps_opened(row, (*effect.approver_ids, *effect.group_ids))
+        case state.NotifyStepsOpened() | state.AskAgain():
+            await _notify(sink, row, effect)
         case state.StopReminders():
             await sink.left_pending(row)
         case state.PublishChange():
@@ -406,6 +412,17 @@ async def _votes(
         created_at=now,
     )
     await sink.vote(vote)
+
+
+async def _notify(
+    sink: _Sink, row: RequestRecord, effect: state.NotifyStepsOpened | state.AskAgain
+) -> None:
+    """Steps opened (a group step's plan names its group: the planner tells its
+    members), or people asked again after an edit."""
+    if isinstance(effect, state.AskAgain):
+        await sink.asked_again(row, effect.user_ids)
+    else:
+        await sink.steps_opened(row, (*effect.approver_ids, *effect.group_ids))
 
 
 async def _decision_output(
@@ -472,6 +489,9 @@ class _WriteNow:
     async def steps_opened(self, row: RequestRecord, approver_ids: Sequence[uuid.UUID]) -> None:
         await self.uow.notifications.steps_opened(row, approver_ids, self.now)
 
+    async def asked_again(self, row: RequestRecord, user_ids: Sequence[uuid.UUID]) -> None:
+        await self.uow.notifications.asked_again(row, user_ids, self.now)
+
     async def left_pending(self, row: RequestRecord) -> None:
         await self.uow.notifications.left_pending(row.id, self.now)
 
@@ -536,6 +556,9 @@ class _Gathered:
 
     async def steps_opened(self, row: RequestRecord, approver_ids: Sequence[uuid.UUID]) -> None:
         raise AssertionError("opened steps are written on their own")
+
+    async def asked_again(self, row: RequestRecord, user_ids: Sequence[uuid.UUID]) -> None:
+        raise AssertionError("an edit is written on its own")
 
 
 def _request_values(

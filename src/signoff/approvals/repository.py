@@ -1099,6 +1099,43 @@ class ApprovalRepository:
             waiting[(r.request_id, r.group_id)] = left
         return waiting
 
+    async def open_step_voters(
+        self, request_ids: Collection[uuid.UUID]
+    ) -> dict[uuid.UUID, frozenset[uuid.UUID]]:
+        """Who may vote each chain now and has not: the approvers, and the group members
+        who have not voted, of its open steps (a sequential chain's first pending step,
+        every pending step of a parallel one). A request without a pending step (a
+        count-based one) is left out."""
+        if not request_ids:
+            return {}
+        rows = (
+            await self.session.execute(
+                select(
+                    ApprovalStep.request_id,
+                    ApprovalStep.approver_id,
+                    ApprovalStep.group_id,
+                    ApprovalStep.step_order,
+                    ApprovalRequest.is_sequential,
+                )
+                .join(ApprovalRequest, ApprovalRequest.id == ApprovalStep.request_id)
+                .where(
+                    ApprovalStep.request_id.in_(list(request_ids)),
+                    ApprovalStep.status == "pending",
+                )
+            )
+        ).all()
+        first: dict[uuid.UUID, int] = {}
+        for r in rows:
+            first[r.request_id] = min(first.get(r.request_id, r.step_order), r.step_order)
+        waiting = await self.pending_step_approvers({r.request_id for r in rows})
+        found: dict[uuid.UUID, set[uuid.UUID]] = {}
+        for r in rows:
+            voters = found.setdefault(r.request_id, set())
+            if r.is_sequential and r.step_order != first[r.request_id]:
+                continue  # not open yet: its voters are told when it opens
+            voters.update(waiting.get((r.request_id, r.approver_id or r.group_id), ()))
+        return {request_id: frozenset(users) for request_id, users in found.items()}
+
     async def org_of_request(self, request_id: uuid.UUID) -> uuid.UUID | None:
         return await self.session.scalar(
             select(ApprovalRequest.org_id).where(ApprovalRequest.id == request_id)

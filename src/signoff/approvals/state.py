@@ -20,13 +20,15 @@ Rules (decisions.md sections 2 and 3):
   a request with steps directly (an override that skips the pending steps).
 - Group steps (a quorum): any active member of the step's group (or an admin) votes it,
   once; it is approved at its ``required_approvals`` distinct approvals, and one member's
-  reject rejects it, and so the request. Edits of the arguments are refused on such a
-  chain.
+  reject rejects it, and so the request.
 - Approve with edits (``Decide``/``VoteStep`` with ``arguments``): only an approve, only
   on a request with an ``arguments_schema``, whose edited arguments satisfy it. Votes on
   the old arguments no longer count: a count-based request's earlier approvals are
   dismissed (those people are asked again), a chain's approved steps reopen; the edit
-  counts as the editor's approval. Arguments equal to the request's are no edit.
+  counts as the editor's approval. Arguments equal to the request's are no edit. On a
+  chain with group steps, every vote cast on a group step is dismissed too: approved
+  steps reopen, counts restart at zero, and the edit is the editor's vote (for whom they
+  stand in, if a delegate) on the step they decide, counted toward its quorum.
 - Configuring steps: an admin, or the connection that created the request, while it is
   pending and nobody has voted; only an admin may configure fewer steps than the request
   needs approvals now.
@@ -113,7 +115,9 @@ class RequestView:
 
     @property
     def has_votes(self) -> bool:
-        return bool(self.voters) or any(s.status != "pending" for s in self.steps)
+        """Whether anyone voted: a count-based vote, a step decided, or a vote on a group
+        step short of its quorum (still pending, but voted)."""
+        return bool(self.voters) or any(s.status != "pending" or s.voters for s in self.steps)
 
 
 @dataclass(frozen=True)
@@ -331,6 +335,14 @@ class NotifyStepsOpened:
 
 
 @dataclass(frozen=True)
+class AskAgain:
+    """An edit of the arguments dismissed these people's votes: ask them again, from the
+    outbox (those who may vote the request when it is planned and have not since)."""
+
+    user_ids: tuple[uuid.UUID, ...]
+
+
+@dataclass(frozen=True)
 class StopReminders:
     """The request left pending: its scheduled reminders and escalations are void."""
 
@@ -355,6 +367,7 @@ Effect = (
     | SendCallback
     | NotifyCreated
     | NotifyStepsOpened
+    | AskAgain
     | StopReminders
     | PublishChange
 )
@@ -481,10 +494,6 @@ def _edit(request: RequestView, action: Decide | VoteStep) -> ArgumentsEdit | No
     raise when it may not be made."""
     if action.arguments is None:
         return None
-    if any(step.group_id for step in request.steps):
-        raise ValidationFailed.for_field(
-            "arguments", "a chain with a group step takes no edits of the arguments"
-        )
     if action.decision != "approve":
         raise ValidationFailed.for_field(
             "arguments", "only an approval may edit the arguments; a reject takes none"
@@ -516,17 +525,52 @@ def _edited_vote(
         again = tuple(sorted(request.voters, key=str)) if status == "pending" else ()
         return Transition(status, 1, event, records_vote=True, edit=edit, asked_again=again)
     voted = replace(_step_vote(request, action), edit=edit)  # the step's own refusals
-    reopened = [s for s in request.steps if s.status == "approved"]
-    changes: StepChanges = ((action.step_id, "approved"), *((s.id, "pending") for s in reopened))
-    done = len(request.steps) == 1
+    step = _find_step(request, action.step_id)
+    # The edit is the step's first vote: a group step counts it alone toward its quorum.
+    approved = step.group_id is None or step.required_approvals <= 1
+    others = [s for s in request.steps if s.id != step.id]
+    reopened = [s for s in others if s.status == "approved"]
+    # A group step short of its quorum restarts at zero: its votes were dismissed.
+    recounted = [s for s in others if s.status == "pending" and s.voters]
+    changes: StepChanges = (
+        *(((step.id, "approved"),) if approved else ()),
+        *((s.id, "pending") for s in (*reopened, *recounted)),
+    )
+    done = approved and len(request.steps) == 1
+    step_event: EventType = "request.approved" if done else "step.approved"
     return replace(
         voted,
         status="approved" if done else "pending",
-        current_approvals=1,
-        event="request.approved" if done else "step.approved",
+        current_approvals=1 if approved else 0,
+        event=step_event if approved else "step.vote_recorded",
         step_changes=changes,
-        asked_again=tuple(s.approver_id for s in reopened if s.approver_id is not None),
+        step_count=(step.id, 1) if step.group_id is not None else None,
+        asked_again=_dismissed_voters(request, action),
     )
+
+
+def _dismissed_voters(request: RequestView, action: VoteStep) -> tuple[uuid.UUID, ...]:
+    """Whom an edit on a chain asks again: the approver of each approved person's step,
+    and everyone who voted a group step (and the member a delegate voted for), but the
+    editor and the one they stand in for."""
+    editor = {action.actor.user_id, _on_behalf_of(request, action)}
+    asked: list[uuid.UUID] = []
+    for step in sorted(request.steps, key=lambda s: s.step_order):
+        if step.group_id is not None:
+            asked.extend(sorted(step.voters, key=str))
+        elif step.status == "approved" and step.approver_id is not None:
+            asked.append(step.approver_id)
+    return tuple(u for u in dict.fromkeys(asked) if u not in editor)
+
+
+def dismissed_step_votes(request: RequestView) -> dict[str, list[str]]:
+    """The group steps' votes an edit dismisses, by step id: who cast them, and whom a
+    delegate cast one for."""
+    return {
+        str(step.id): sorted(str(v) for v in step.voters)
+        for step in sorted(request.steps, key=lambda s: s.step_order)
+        if step.group_id is not None and step.voters
+    }
 
 
 def _may_vote_for(actor: Actor, step: StepView) -> bool:
@@ -653,16 +697,31 @@ def _effects(request: RequestView, action: Action, transition: Transition) -> tu
         effects.append(IssueReceipt(_approvers(request, action, transition)))
     if transition.is_final and request.has_callback:
         effects.append(SendCallback(comment))
-    if transition.is_final:
-        effects.append(StopReminders())
-    elif transition.asked_again and not (request.steps and request.is_sequential):
-        # Asked again: their approval was of the old arguments.
-        effects.append(NotifyStepsOpened(transition.asked_again))
-    elif isinstance(action, VoteStep) and request.is_sequential and transition.step_changes:
-        # The next step of the chain opens.
-        effects.append(_notify_opened(_open_steps(request, transition.step_changes)))
+    effects.extend(_told(request, action, transition))
     effects.append(PublishChange(final=transition.is_final))
     return tuple(effects)
+
+
+def _told(request: RequestView, action: Action, transition: Transition) -> list[Effect]:
+    """Who is told of a decision or a vote: reminders stop on a final one; an edit asks
+    again those whose votes it dismissed; a sequential chain's next step opens."""
+    if transition.is_final:
+        return [StopReminders()]
+    told: list[Effect] = []
+    if transition.edit is not None:
+        if transition.asked_again:
+            # Their votes were on the old arguments (on a sequential chain, those of its
+            # open step are asked now; the others when their steps open).
+            told.append(AskAgain(transition.asked_again))
+        if isinstance(action, VoteStep) and request.is_sequential:
+            # A step never open before may open (none reopened before it).
+            opened = _open_steps(request, transition.step_changes)
+            if opened and opened != _open_steps(request, ()) and opened[0].status == "pending":
+                told.append(_notify_opened(opened))
+    elif isinstance(action, VoteStep) and request.is_sequential and transition.step_changes:
+        # The next step of the chain opens.
+        told.append(_notify_opened(_open_steps(request, transition.step_changes)))
+    return told
 
 
 def _configure_effects(request: RequestView, action: ConfigureSteps) -> tuple[Effect, ...]:
@@ -779,7 +838,19 @@ def _edited_event(
         data["step_id"] = str(action.step_id)
     if request.voters:
         data["dismissed_approvals"] = sorted(str(v) for v in request.voters)
-    reopened = [str(sid) for sid, status in transition.step_changes if status == "pending"]
+    if isinstance(action, VoteStep):
+        if stood_in := _on_behalf_of(request, action):
+            data["on_behalf_of"] = str(stood_in)
+        if dismissed := dismissed_step_votes(request):
+            data["dismissed_votes"] = dismissed
+        if transition.step_count is not None:
+            data["step_current_approvals"] = transition.step_count[1]
+    approved_before = {s.id for s in request.steps if s.status == "approved"}
+    reopened = [
+        str(sid)
+        for sid, status in transition.step_changes
+        if status == "pending" and sid in approved_before
+    ]
     if reopened:
         data["reopened_steps"] = reopened
     return WriteEvent("arguments.edited", data)

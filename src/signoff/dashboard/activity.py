@@ -50,9 +50,10 @@ def describe_event(
     if kind.startswith("step."):
         order = {str(step.id): step.step_order for step in steps}.get(str(data.get("step_id")))
         step = f"Step {order}" if order is not None else "A step"
-        return f"{step} {kind.removeprefix('step.')} by {who}{_via(data)}"
+        what = kind.removeprefix("step.").replace("_", " ")  # "vote recorded"
+        return f"{step} {what} by {who}{_via(data)}"
     if kind == "arguments.edited":
-        return _edited(data, who)
+        return _edited(data, who, names, {str(step.id): step.step_order for step in steps})
     if kind == "steps.configured":
         count = len(data.get("steps") or [])
         return f"Approval chain of {count} step{'s' if count != 1 else ''} set by {who}"
@@ -87,14 +88,34 @@ def _decision(kind: str, data: Mapping[str, Any], who: str) -> str:
     return text
 
 
-def _edited(data: Mapping[str, Any], who: str) -> str:
-    """An approver's edit of the arguments: it is their approval, and the earlier ones
-    were on other arguments."""
+def _edited(
+    data: Mapping[str, Any], who: str, names: Mapping[uuid.UUID, str], orders: Mapping[str, int]
+) -> str:
+    """An approver's edit of the arguments: it is their approval (or vote on a group's
+    step; a delegate's, for whom they stand in), and the votes cast on the old arguments
+    were dismissed, their voters asked again."""
+
+    def name(user_id: str) -> str:
+        return names.get(uuid.UUID(user_id), "a former user")
+
+    def step(step_id: str) -> str:
+        order = orders.get(step_id)
+        return f"step {order}" if order is not None else "a step"
+
     changes = len(data.get("patch") or [])
-    text = f"Arguments edited by {who} ({changes} change{'s' if changes != 1 else ''})"
+    editor = who + (f" for {name(data['on_behalf_of'])}" if data.get("on_behalf_of") else "")
+    text = f"Arguments edited by {editor} ({changes} change{'s' if changes != 1 else ''})"
     text += "; the edit counts as their approval"
-    if data.get("dismissed_approvals") or data.get("reopened_steps"):
-        text += ", and earlier approvals were asked again"
+    if data.get("step_id"):
+        text += f" on {step(str(data['step_id']))}"
+    dismissed = [name(v) for v in data.get("dismissed_approvals") or ()]
+    for step_id, voters in (data.get("dismissed_votes") or {}).items():
+        dismissed += [f"{name(v)} ({step(step_id)})" for v in voters]
+    if dismissed:
+        text += f". Votes dismissed, and asked again: {', '.join(dismissed)}"
+    if data.get("reopened_steps"):
+        reopened = ", ".join(step(str(sid)) for sid in data["reopened_steps"])
+        text += f". Reopened: {reopened}"
     return text
 
 

@@ -389,6 +389,13 @@ class RequestPage:
         return self.schema is not None
 
     @property
+    def earlier_voters(self) -> list[str]:
+        """Who has voted the (pending) request so far, by name: an edit dismisses every
+        vote (a count-based approval, a person's step, a group step's votes)."""
+        voters = dict.fromkeys(self.names.get(v.user_id, "a former user") for v in self.votes)
+        return list(voters)
+
+    @property
     def may_grant_standing(self) -> bool:
         """Whether "Don't ask again" is offered beside the approval: never for a
         critical request, one needing more than one approval, or one without an action

@@ -56,7 +56,8 @@ Writer = Annotated[Principal, Depends(require_scope("approvals:write"))]
     openapi_extra=json_body_doc(SetSteps),
     summary="Set (replace) the approval chain",
     description="Allowed while the request is pending and nobody has voted (else 409 "
-    "STEPS_LOCKED). `required_approvals` becomes the number of steps.",
+    "STEPS_LOCKED; a vote on a group step short of its quorum counts). "
+    "`required_approvals` becomes the number of steps.",
 )
 async def set_steps(request: Request, request_id: UuidPath, principal: Writer) -> Response:
     ctx = context_of(request)
@@ -139,7 +140,9 @@ async def list_steps(request: Request, request_id: UuidPath, principal: Reader) 
     "while the org forbids self-approval; the step and request pending (409 "
     "STEP_NOT_PENDING / REQUEST_NOT_PENDING); sequential chains in order (409 "
     "STEP_OUT_OF_ORDER). With `arguments` (approve with edits, on a request with an "
-    "`arguments_schema`, else 400 EDITS_NOT_ALLOWED) the steps approved before reopen. 403 "
+    "`arguments_schema`, else 400 EDITS_NOT_ALLOWED) the steps approved before reopen, "
+    "every vote on a group step is dismissed (its voters asked again), and the edit is "
+    "this vote, counted toward the step's quorum (docs/groups.md). 403 "
     "PASSKEY_REQUIRED when the org's `passkey_for` needs the "
     "approver's passkey for this request: `details.url` is its page (docs/passkeys.md).",
 )

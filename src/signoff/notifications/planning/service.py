@@ -10,6 +10,9 @@ and each makes one cheap write (planning and sending happen after the commit, in
   ``plan_waiting`` then gives the first matching rule's channels and audience a
   ``created`` notification (or the opened steps' approvers a ``step_opened`` one) and
   schedules its reminders, escalation and expiry warning as rows with a later ``due_at``;
+- ``on_asked_again``: an edit of the arguments dismissed votes; a plan row names their
+  voters, and planning tells those who may vote the request then and have not voted
+  since (a ``step_opened`` notification: their approval is requested);
 - ``on_requests_left_pending``: decisions, cancellations or expiries void what is
   scheduled.
 
@@ -83,6 +86,20 @@ async def on_step_opened(
         await repo.add_plan(org_id, request_id, "step_opened", now, approver_ids)
 
 
+async def on_asked_again(
+    repo: NotificationRepository,
+    org_id: uuid.UUID,
+    request_id: uuid.UUID,
+    user_ids: Sequence[uuid.UUID],
+    now: datetime,
+) -> None:
+    """An edit of the arguments dismissed these people's votes: they are to be asked
+    again (those who may vote the request when it is planned and have not voted since),
+    if the org can notify anyone; a worker plans it."""
+    if user_ids:
+        await repo.add_plan(org_id, request_id, "asked_again", now, user_ids)
+
+
 async def on_requests_left_pending(
     repo: NotificationRepository, request_ids: Collection[uuid.UUID], now: datetime
 ) -> None:
@@ -135,6 +152,9 @@ async def _plan(repo: NotificationRepository, plans: Sequence[WaitingPlan], now:
     }
     steps = {p.request_id for p in plans if p.kind == "step_opened"}
     waiting_steps = await repo.approvals.pending_step_approvers(steps)
+    asked = {p.request_id for p in plans if p.kind == "asked_again"}
+    open_voters = await repo.approvals.open_step_voters(asked)
+    count_voters = await repo.approvals.count_based_voters_of(asked - open_voters.keys())
     orgs: dict[uuid.UUID, _OrgRouting] = {}
     rows: list[dict[str, Any]] = []
     for plan in plans:
@@ -154,6 +174,16 @@ async def _plan(repo: NotificationRepository, plans: Sequence[WaitingPlan], now:
             continue
         if plan.kind == "created":
             rows += await _plan_created(repo, org, rule, request, now)
+        elif plan.kind == "asked_again":
+            # Asked again after an edit: those who may vote it now and have not since.
+            chain = open_voters.get(request.id)
+            voted = count_voters.get(request.id, frozenset())
+            approvers = [
+                u
+                for u in plan.approver_ids
+                if (u in chain if chain is not None else u not in voted)
+            ]
+            rows += await _plan_step_opened(repo, org, rule, request, approvers, now)
         else:
             # A step's approver, or its group's members (a group step), still to vote.
             waiting = (waiting_steps.get((request.id, a), ()) for a in plan.approver_ids)

@@ -226,21 +226,22 @@ async def test_the_log_is_checkpointed_by_writes_not_by_transactions(
     writers = _group_commit(ctx)
     checkpointer = ctx.db.checkpointer
     assert checkpointer is not None
-    for round_ in range(20):
-        await asyncio.gather(*(_add_org(ctx.db, f"org-{round_}-{i}") for i in range(40)))
+    every = CHECKPOINT_EVERY_WRITES
+    for round_ in range(6):
+        await asyncio.gather(*(_add_org(ctx.db, f"org-{round_}-{i}") for i in range(every)))
         await checkpointer.close()  # waits for the checkpoint under way, if any
-    assert writers.committed_writers == 800
-    assert writers.committed_transactions <= 60
+    assert writers.committed_writers == 6 * every
+    assert writers.committed_transactions <= 6 * every // 12
 
     other = sqlite3.connect(database_url.split("///", 1)[1])
     try:
         _busy, log_frames, _copied = other.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
     finally:
         other.close()
-    # Counted by transactions (every 40 commits), no checkpoint would have run: the log
-    # would hold all 20 rounds (some 200 frames here). Counted by writes, it was copied
-    # back after each round of 40, and holds about one round's.
-    assert 0 < log_frames < 60
+    # Counted by transactions, no checkpoint would have run: the log would hold all 6
+    # rounds (some 6 x 3 x 160 frames). Counted by writes, it was copied back after each
+    # round, and holds about one round's.
+    assert 0 < log_frames < every
 
 
 @sqlite_only
@@ -301,9 +302,11 @@ async def test_the_log_starts_over_under_writes_that_never_stop(
     await asyncio.gather(*writers)
     await checkpointer.close()
 
-    # Some 3 frames a write here, 60 checkpoints of 40 writes: 7,000 frames or so if the
-    # log never started over; 100 and what came during a checkpoint (some 70) if it did.
-    assert _log_file_frames(database_url) < 400
+    # Some 3 frames a write here, 60 checkpoints of ``CHECKPOINT_EVERY_WRITES`` (160):
+    # some 29,000 frames if the log never started over; if it did, what one checkpoint
+    # leaves (under 100, or the writers pause) plus the writes of one interval and those
+    # made during a checkpoint: the bound is the interval's, not the run's length.
+    assert _log_file_frames(database_url) < 100 + 5 * CHECKPOINT_EVERY_WRITES
 
 
 def _log_file_frames(database_url: str) -> int:

@@ -189,6 +189,8 @@ async def apply_create(
     author: Author,
     now: datetime,
     check: PrincipalCheck | None = None,
+    *,
+    plan: bool = True,
 ) -> RequestRecord | None:
     """Write the effects of a create (``state.Create``) of a request of ``values`` (by
     column; the others take their defaults): the request as written, or None, having
@@ -197,7 +199,10 @@ async def apply_create(
     The row, its event and its notification plan go to the storage together, which
     writes them as it writes a create best (on PostgreSQL one statement,
     ``ApprovalRepository.insert_unless_key_taken``). ``check``: the principal came from
-    memory; the insert confirms it (``PrincipalCheck``)."""
+    memory; the insert confirms it (``PrincipalCheck``). ``plan``: False when the org
+    is known to have no notification channel (``storage.channel_presence``), where a
+    storage that writes the plan apart (SQLite) skips its statement, which would write
+    nothing."""
     row = new_row(values)
     record = record_written(row)
     gathered = _Gathered()
@@ -213,7 +218,7 @@ async def apply_create(
     created = await uow.approvals.insert_unless_key_taken(row, record, created_event, check)
     if created is None:
         return None
-    if gathered.created_plans and not uow.approvals.can_write_plan_with_insert:
+    if plan and gathered.created_plans and not uow.approvals.can_write_plan_with_insert:
         await uow.notifications.request_created(created, now)
     if after:
         sink = _WriteNow(uow, now)

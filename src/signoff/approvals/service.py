@@ -53,7 +53,7 @@ from signoff.policies.repository import PolicyRepository
 from signoff.policies.schemas import StandingGrantIn
 from signoff.policies.standing_repository import StandingApprovalRepository
 from signoff.receipts.arguments import arguments_hash
-from signoff.storage import LostRace
+from signoff.storage import LostRace, channel_presence
 from signoff.webhooks.service import CIBA_SOURCE
 
 
@@ -178,7 +178,9 @@ async def create_request(
     )
     transition = state.apply(None, action, now)
     author = effects.Author(principal.user_id, principal.user_email, principal.user_name)
-    created = await effects.apply_create(uow, values, transition, author, now, check)
+    created = await effects.apply_create(
+        uow, values, transition, author, now, check, plan=_may_notify(principal)
+    )
     if created is None:
         assert payload.idempotency_key is not None  # only a key can conflict
         if matched is not None:  # a replay approves nothing: the use goes back
@@ -198,6 +200,15 @@ async def create_request(
         await set_steps(uow, principal, created.id, specs, now, check, by_policy=True)
         created = await uow.approvals.get(principal.org_id, created.id) or created
     return CreateResult(created, created=True)
+
+
+def _may_notify(principal: Principal) -> bool:
+    """False only where the principal says the org has no channel and nothing may have
+    added one since it was read (``storage.channel_presence``, SQLite): then a "created"
+    plan row would not be written anyway."""
+    return principal.org_has_channels or not channel_presence.unchanged_since(
+        principal.channels_epoch
+    )
 
 
 async def _standing_match(

@@ -83,6 +83,11 @@ class Principal(OrgMember):
     # person's authority does not (``auth.authority``). Never set for an OAuth token,
     # which acts as the person who granted it and ends when they are deactivated.
     owner_deactivated: bool = False
+    # Whether the org had a notification channel when this principal was read, and
+    # ``storage.channel_presence``'s epoch before that read (-1: not to be trusted). A
+    # SQLite create writes no plan row while both still hold (``approvals.service``).
+    org_has_channels: bool = True
+    channels_epoch: int = -1
 
     @property
     def is_admin(self) -> bool:

@@ -30,9 +30,17 @@ from signoff.audit import events as audit_events
 from signoff.audit.events import SETTINGS_EVENT
 from signoff.auth.principal import ALL_SCOPES, Principal, PrincipalCheck
 from signoff.common.time import utcnow
-from signoff.models import ApprovalRequest, Base, Connection, Organization, SetupLink, User
+from signoff.models import (
+    ApprovalRequest,
+    Base,
+    Connection,
+    NotificationChannel,
+    Organization,
+    SetupLink,
+    User,
+)
 from signoff.orgs.settings import columns_of
-from signoff.storage import PreparedQuery, QueryRunner
+from signoff.storage import PreparedQuery, QueryRunner, channel_presence
 
 # Every API call runs this: built once, since building a statement (and its cache key)
 # costs more than SQLite takes to answer it (docs/decisions/0004-prepared-statements.md).
@@ -55,6 +63,9 @@ PRINCIPAL_COLUMNS = (
     Organization.self_approval,
     Organization.policy_version,
     Organization.standing_approvals_granted,
+    # Whether the org has a channel (``storage.channel_presence``): one probe of the
+    # channels' unique (org_id, name) index.
+    exists().where(NotificationChannel.org_id == Organization.id).label("org_has_channels"),
 )
 _PRINCIPAL_BY_KEY_HASH = PreparedQuery(
     select(*PRINCIPAL_COLUMNS)
@@ -397,7 +408,9 @@ class OrgRepository:
         return result.all()
 
 
-async def find_principal_by_key_hash(queries: QueryRunner, key_hash: str) -> Principal | None:
+async def find_principal_by_key_hash(
+    queries: QueryRunner, key_hash: str, channels_epoch: int = -1
+) -> Principal | None:
     """The identity behind an API key; None if unknown or revoked.
 
     Every API call asks this, so it runs as a prepared query: no session, and on SQLite
@@ -406,7 +419,7 @@ async def find_principal_by_key_hash(queries: QueryRunner, key_hash: str) -> Pri
     ``PrincipalsByKey`` keeps its answers only while nothing is committed.
     """
     row = await queries.one(_PRINCIPAL_BY_KEY_HASH, {"key_hash": key_hash})
-    return principal_from_row(row) if row is not None else None
+    return principal_from_row(row, channels_epoch=channels_epoch) if row is not None else None
 
 
 class PrincipalsByKey:
@@ -450,7 +463,10 @@ class PrincipalsByKey:
             self._stamp = stamp
         elif (cached := self._principals.get(key_hash)) is not None:
             return cached
-        principal = await find_principal_by_key_hash(self._queries, key_hash)
+        # Taken before the read: whatever moves it on meanwhile makes the principal's
+        # "no channel" untrusted (``storage.channel_presence``).
+        seen = channel_presence.epoch()
+        principal = await find_principal_by_key_hash(self._queries, key_hash, seen)
         # Kept only if no other call moved the stamp on while this read waited (a busy
         # database): the read may then be older than the stamp the cache is at.
         if self._stamp == stamp:
@@ -482,8 +498,10 @@ def principal_from_row(
     *,
     scopes: tuple[str, ...] = ALL_SCOPES,
     auth_method: Literal["api_key", "oauth"] = "api_key",
+    channels_epoch: int = -1,
 ) -> Principal:
-    """A Principal from a row that starts with ``PRINCIPAL_COLUMNS``."""
+    """A Principal from a row that starts with ``PRINCIPAL_COLUMNS``; ``channels_epoch``:
+    ``storage.channel_presence``'s epoch taken before the read (-1: none)."""
     return Principal(
         connection_id=row[0],
         connection_name=row[1],
@@ -502,4 +520,6 @@ def principal_from_row(
         org_self_approval=row[12],
         org_policy_version=row[13],
         org_standing_approvals=row[14],
+        org_has_channels=bool(row[15]),
+        channels_epoch=channels_epoch,
     )

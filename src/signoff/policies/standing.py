@@ -26,7 +26,11 @@ from signoff.auth.principal import OrgMember
 from signoff.common.ids import new_id
 from signoff.common.time import format_timestamp
 from signoff.errors import Forbidden, NotFound, ValidationFailed
-from signoff.policies.standing_repository import StandingApprovalRepository, StandingRow
+from signoff.policies.standing_repository import (
+    StandingApprovalRepository,
+    StandingCandidate,
+    StandingRow,
+)
 
 if TYPE_CHECKING:
     from signoff.policies.schemas import StandingGrantIn
@@ -274,7 +278,7 @@ def _event_data(row: StandingRow) -> dict[str, Any]:
 class Match:
     """The standing approval that approves a new request, its use taken."""
 
-    row: StandingRow
+    row: StandingCandidate
     uses: int
 
     @property

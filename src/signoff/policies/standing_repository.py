@@ -30,6 +30,17 @@ class StandingRow(NamedTuple):
     revoked_by: uuid.UUID | None
 
 
+class StandingCandidate(NamedTuple):
+    """What a create reads of a standing approval it may match: its constraints, and
+    what the decision's event and label name (``standing.Match``)."""
+
+    id: uuid.UUID
+    arguments: dict[str, Any]
+    granted_by: uuid.UUID
+    granted_by_name: str
+    max_uses: int | None
+
+
 _TABLE: Table = StandingApproval.__table__  # type: ignore[assignment]
 _COLUMNS = [getattr(StandingApproval, name).label(name) for name in StandingRow._fields]
 _S = StandingApproval
@@ -45,9 +56,10 @@ def _live(now: Any) -> list[Any]:
 
 
 # The create's one lookup, on ``ix_standing_approvals_lookup``: the live standing
-# approvals of the request's org, connection and action type, oldest first.
+# approvals of the request's org, connection and action type, oldest first. Only the
+# columns a match uses (``StandingCandidate``), not the row's fourteen.
 _CANDIDATES = PreparedQuery(
-    select(*_COLUMNS)
+    select(*(getattr(_S, name).label(name) for name in StandingCandidate._fields))
     .where(
         _S.org_id == bindparam("org_id"),
         _S.connection_id == bindparam("connection_id"),
@@ -55,7 +67,7 @@ _CANDIDATES = PreparedQuery(
         *_live(bindparam("now")),
     )
     .order_by(_S.created_at, _S.id),
-    row_type=StandingRow,
+    row_type=StandingCandidate,
 )
 
 # Take one use, only while it is still live: of concurrent creates on any number of
@@ -80,7 +92,7 @@ class StandingApprovalRepository:
 
     async def candidates(
         self, org_id: uuid.UUID, connection_id: uuid.UUID, action_type: str, now: datetime
-    ) -> list[StandingRow]:
+    ) -> list[StandingCandidate]:
         """The live standing approvals a new request may match (in autocommit where the
         storage allows it: the use, ``use``, is what decides)."""
         params = {

@@ -28,12 +28,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from signoff.storage import channel_presence
 from signoff.storage.prepared import (
     SQLITE_CONNECTION_KEY,
     SQLiteTransaction,
@@ -86,6 +88,9 @@ class GroupCommit:
         # What was committed so far: transactions, and the writers' blocks they held.
         self.committed_transactions = 0
         self.committed_writers = 0
+        # The writer connection and its ``PRAGMA data_version`` when the last transaction
+        # began: a change says another connection committed since (``channel_presence``).
+        self._seen: tuple[sqlite3.Connection, int] | None = None
 
     @asynccontextmanager
     async def writer(self) -> AsyncIterator[AsyncSession]:
@@ -158,6 +163,14 @@ class GroupCommit:
             await session.close()
             raise
         self._batch = _Batch(session, sqlite)
+        try:
+            seen = await sqlite.driver.run(_data_version)
+        except BaseException as error:
+            await self._abandon(self._batch, error)
+            raise
+        if self._seen is None or seen[0] is not self._seen[0] or seen[1] != self._seen[1]:
+            channel_presence.moved()
+        self._seen = seen
         return self._batch
 
     async def _begin_block(self, batch: _Batch) -> None:
@@ -193,6 +206,7 @@ class GroupCommit:
         except BaseException as error:
             await self._abandon(batch, error)
             return
+        channel_presence.transaction_ended()
         self.committed_transactions += 1
         self.committed_writers += batch.writers
         await batch.session.close()  # its rollback on return finds no transaction
@@ -201,6 +215,7 @@ class GroupCommit:
     async def _abandon(self, batch: _Batch, error: BaseException) -> None:
         """The transaction cannot go on: roll it back and fail every writer of it."""
         self._batch = None
+        channel_presence.transaction_ended()
         logger.warning("a shared write transaction failed and was rolled back: %r", error)
         try:
             await batch.session.close()  # rolls the connection back
@@ -209,6 +224,10 @@ class GroupCommit:
                 batch.committed.set_exception(error)
                 if batch.writers == 0:
                     batch.committed.exception()  # nobody waits for it: the error is seen
+
+
+def _data_version(connection: sqlite3.Connection) -> tuple[sqlite3.Connection, int]:
+    return connection, int(connection.execute("PRAGMA data_version").fetchone()[0])
 
 
 async def _execute(batch: _Batch, sql: str) -> None:

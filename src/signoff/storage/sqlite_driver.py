@@ -58,9 +58,12 @@ _RETRIED_ERROR_CODES = frozenset({5, 261})
 _FIRST_PAUSE = 0.001
 _LONGEST_PAUSE = 0.05
 # Counted in writers' blocks, not commits: a create committed alone adds some 22 pages to
-# the log, one in a shared transaction (group_commit) some 3. Checkpoints every 40 writes
-# copy the log back in small steps, while writers go on.
-CHECKPOINT_EVERY_WRITES = 40
+# the log, one in a shared transaction (group_commit) some 3. A checkpoint copies the log
+# back while writers go on, but costs a create load some 4 % of the server's CPU when run
+# every 40 writes (docs/decisions/0034-create-cuts.md): every 160, the log holds some 500
+# frames (2 MB) between two under load, at most some 3,500 (14 MB) of creates committed
+# alone, and ``RESTART_LOG_FRAMES`` still starts it over.
+CHECKPOINT_EVERY_WRITES = 160
 # The log is started over once a checkpoint leaves it this long (SQLite's own checkpoint
 # size): writers then pause for a last checkpoint of what they added meanwhile.
 RESTART_LOG_FRAMES = 1_000

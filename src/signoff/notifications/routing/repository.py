@@ -12,7 +12,7 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.models.notifications import Notification, NotificationChannel, RoutingConfig
-from signoff.storage import PreparedQuery, execute_in
+from signoff.storage import PreparedQuery, channel_presence, execute_in
 
 _ROUTING_RULES = PreparedQuery(
     select(
@@ -33,6 +33,7 @@ class RoutingQueries:
     """The routing document and channels (``NotificationRepository`` is one)."""
 
     session: AsyncSession
+    dialect: str
 
     async def get_routing(self, org_id: uuid.UUID) -> RoutingConfig | None:
         return await self.session.get(RoutingConfig, org_id)
@@ -77,6 +78,10 @@ class RoutingQueries:
         return await self.session.get(NotificationChannel, channel_id)
 
     async def add_channel(self, channel: NotificationChannel) -> None:
+        # SQLite creates that trusted "no channel" stop trusting it (``channel_presence``;
+        # PostgreSQL's creates ask in their own statement).
+        if self.dialect == "sqlite":
+            channel_presence.channel_written()
         self.session.add(channel)
 
     async def void_pending_of_channels(

@@ -44,6 +44,7 @@ def _principals() -> tuple[repository.PrincipalsByKey, _Queries]:
         "allow",  # the org's self_approval
         0,  # the org's policy version
         0,  # the standing approvals the org granted
+        False,  # whether the org has a notification channel
     )
     queries = _Queries(row)
     return repository.PrincipalsByKey(cast(QueryRunner, queries)), queries

@@ -176,9 +176,9 @@ async def test_a_key_is_read_once_until_anything_is_committed(
     reads: list[str] = []
     read_principal = repository.find_principal_by_key_hash
 
-    async def counting(queries: Any, key_hash: str) -> Any:
+    async def counting(queries: Any, key_hash: str, *args: Any) -> Any:
         reads.append(key_hash)
-        return await read_principal(queries, key_hash)
+        return await read_principal(queries, key_hash, *args)
 
     monkeypatch.setattr(repository, "find_principal_by_key_hash", counting)
     for _ in range(3):

@@ -77,6 +77,11 @@ async def test_edit_and_approve_on_a_group_step_says_what_it_dismissed(
         f"{security.name} (step 2). Reopened: step 2"
     )
     assert f"Step 1 vote recorded by {finance[1].name}" in activity(page)
+    # Under a chain, each vote names its step: the edit's vote is step 1's, not the request's.
+    assert (
+        f'<span class="muted">Step 1:</span> <span class="vote vote-approve">Approved</span> '
+        f"by <strong>{finance[1].name}</strong>"
+    ) in page
     event = await edited_event(client, big_org, request_id)
     assert event["data"]["counts_as_approval"] is True
 

@@ -316,12 +316,13 @@ async def match(
     now: datetime,
 ) -> Match | None:
     """The first live standing approval whose constraints hold, its use taken in the
-    caller's transaction (one lookup on its index, one conditional UPDATE); None: the
+    caller's transaction (one lookup on its index; on PostgreSQL one conditional UPDATE,
+    on SQLite the request's insert: ``StandingApprovalRepository.use``); None: the
     request goes to people."""
     for row in await repo.candidates(org_id, connection_id, action_type, now):
         if not constraints_hold(row.arguments, arguments):
             continue
-        uses = await repo.use(row.id, now)
+        uses = await repo.use(row, now)
         if uses is not None:
             return Match(row, uses)
     return None

@@ -10,7 +10,7 @@ from sqlalchemy import Table, bindparam, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from signoff.models import Organization, StandingApproval
-from signoff.storage import PreparedQuery, QueryRunner, execute_in
+from signoff.storage import PreparedQuery, QueryRunner, execute_in, holds_sqlite_write_lock
 
 
 class StandingRow(NamedTuple):
@@ -32,13 +32,14 @@ class StandingRow(NamedTuple):
 
 class StandingCandidate(NamedTuple):
     """What a create reads of a standing approval it may match: its constraints, and
-    what the decision's event and label name (``standing.Match``)."""
+    what the decision's event and label name (``standing.Match``), its uses so far."""
 
     id: uuid.UUID
     arguments: dict[str, Any]
     granted_by: uuid.UUID
     granted_by_name: str
     max_uses: int | None
+    uses: int
 
 
 _TABLE: Table = StandingApproval.__table__  # type: ignore[assignment]
@@ -90,29 +91,48 @@ class StandingApprovalRepository:
         self.dialect = dialect
         self.queries = queries
 
+    @property
+    def use_taken_by_insert(self) -> bool:
+        """Whether the request's insert takes the use (SQLite's trigger, migration 0051):
+        in a SQLite write transaction, which holds the write lock, so the candidates it
+        read are live until it commits and ``use`` need not ask again."""
+        return self.dialect == "sqlite" and holds_sqlite_write_lock(self.session)
+
     async def candidates(
         self, org_id: uuid.UUID, connection_id: uuid.UUID, action_type: str, now: datetime
     ) -> list[StandingCandidate]:
         """The live standing approvals a new request may match (in autocommit where the
-        storage allows it: the use, ``use``, is what decides)."""
+        storage allows it: the use, ``use``, is what decides; on SQLite under the write
+        lock, ``use_taken_by_insert``)."""
         params = {
             "org_id": org_id,
             "connection_id": connection_id,
             "action_type": action_type,
             "now": now,
         }
-        if self.queries is not None and not self.session.in_transaction():
+        if (
+            self.queries is not None
+            and not self.session.in_transaction()
+            and not self.use_taken_by_insert
+        ):
             return list(await self.queries.all(_CANDIDATES, params))
         return list(await execute_in(self.session, _CANDIDATES, params))
 
-    async def use(self, standing_id: uuid.UUID, now: datetime) -> int | None:
-        """Take one use in the caller's transaction: the uses now, or None when it is
-        no longer live (used up, expired or revoked meanwhile)."""
-        rows = await execute_in(self.session, _USE, {"standing_id": standing_id, "now": now})
+    async def use(self, candidate: StandingCandidate, now: datetime) -> int | None:
+        """Take one use of a candidate read in the caller's transaction: the uses now, or
+        None when it is no longer live (used up, expired or revoked meanwhile). Where the
+        request's insert takes it (``use_taken_by_insert``), no statement: the
+        candidate's uses plus the one its request's insert will add."""
+        if self.use_taken_by_insert:
+            return candidate.uses + 1
+        rows = await execute_in(self.session, _USE, {"standing_id": candidate.id, "now": now})
         return int(rows[0].uses) if rows else None
 
     async def give_back(self, standing_id: uuid.UUID) -> None:
-        """Undo ``use`` in the same transaction (a create that turned out a replay)."""
+        """Undo ``use`` in the same transaction (a create that turned out a replay). Where
+        the insert takes the use, an insert that did not happen took none."""
+        if self.use_taken_by_insert:
+            return
         await self.session.execute(
             update(_TABLE).where(_TABLE.c.id == standing_id).values(uses=_TABLE.c.uses - 1)
         )

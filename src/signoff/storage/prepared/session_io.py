@@ -224,6 +224,13 @@ async def _through_sqlalchemy(
     return await through_sqlalchemy(connection, query, params)
 
 
+def holds_sqlite_write_lock(session: AsyncSession) -> bool:
+    """Whether the session is a SQLite write transaction (``group_commit``), which holds
+    the database's one write lock from its ``BEGIN IMMEDIATE``: what it reads cannot
+    change before it commits, whoever else writes (another process waits)."""
+    return SQLITE_CONNECTION_KEY in session.info
+
+
 async def sqlite_transaction_of(session: AsyncSession) -> SQLiteTransaction | None:
     """The SQLite connection under the session's transaction (None on PostgreSQL).
 

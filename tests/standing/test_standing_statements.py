@@ -1,0 +1,76 @@
+"""What a standing-approval hit costs SQLite's writer, in statements (issue 36: a hit
+answered as fast as a plain create): its use is taken by the request's insert (the
+trigger of migration 0051), not by an UPDATE of its own, and still counted once."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from signoff.context import AppContext
+from signoff.storage.sqlite_driver import InlineConnection
+from tests.conftest import Org, approval_body
+from tests.standing.support import DEPLOY, grant, request, standing_list
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.parametrize("test_database", ["sqlite"], indirect=True),
+]
+
+
+@pytest.fixture
+async def statements(ctx: AppContext) -> AsyncIterator[list[str]]:
+    """The statements the writer connection runs from now on (a trigger's own
+    statements, SQLite's ``-- `` lines, left out)."""
+    seen: list[str] = []
+
+    def traced(statement: str) -> None:
+        if not statement.startswith("-- "):
+            seen.append(statement)
+
+    async with ctx.db.write_engine.connect() as connection:
+        driver = (await connection.get_raw_connection()).driver_connection
+        assert isinstance(driver, InlineConnection)
+        driver._conn.set_trace_callback(traced)
+    yield seen
+    driver._conn.set_trace_callback(None)
+
+
+def _writes_to(statements: list[str], table: str) -> list[str]:
+    return [s for s in statements if s.startswith(f"UPDATE {table} ")]
+
+
+async def test_a_hit_takes_its_use_in_the_insert_not_an_update(
+    client: httpx.AsyncClient, org: Org, statements: list[str]
+) -> None:
+    requester, approver = org.members[0], org.members[1]
+    await grant(client, requester, approver, {"max_uses": 2})
+    statements.clear()
+    first = await request(client, requester)
+    assert first["status"] == "approved"
+    assert _writes_to(statements, "standing_approvals") == []
+    second = await request(client, requester)
+    assert second["status"] == "approved"
+    third = await request(client, requester)
+    assert third["status"] == "pending"  # two uses, both taken
+    assert await standing_list(client, approver) == []  # used up: no longer live
+
+
+async def test_the_uses_are_counted_once_each_and_a_replay_takes_none(
+    client: httpx.AsyncClient, org: Org, statements: list[str]
+) -> None:
+    requester, approver = org.members[0], org.members[1]
+    await grant(client, requester, approver, {"max_uses": 5})
+    first = await request(client, requester, idempotency_key="k-1")
+    replay = await client.post(
+        "/api/v1/approvals",
+        json=approval_body(**DEPLOY, idempotency_key="k-1"),
+        headers=requester.headers,
+    )
+    assert replay.json()["id"] == first["id"]
+    await request(client, requester)
+    (standing,) = await standing_list(client, approver)
+    assert standing["uses"] == 2
+    assert _writes_to(statements, "standing_approvals") == []

@@ -4,7 +4,7 @@ what applying a transition writes, so effects are tested without a database."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -78,7 +78,13 @@ class FakeApprovals:
     can_write_plan_with_insert: bool = False
 
     async def insert_unless_key_taken(
-        self, row: dict[str, Any], record: RequestRecord, event: NewEvent, check: Any = None
+        self,
+        row: dict[str, Any],
+        record: RequestRecord,
+        event: NewEvent,
+        check: Any = None,
+        *,
+        then: Sequence[NewEvent] = (),
     ) -> RequestRecord | None:
         key = row.get("idempotency_key")
         if key is not None:
@@ -86,7 +92,7 @@ class FakeApprovals:
                 return None
             self.keys.add((row["org_id"], key))
         self.inserted.append(record)
-        self.events.append(event)
+        self.events.extend((event, *then))
         return record
 
     async def update_if_pending(

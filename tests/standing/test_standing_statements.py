@@ -74,3 +74,22 @@ async def test_the_uses_are_counted_once_each_and_a_replay_takes_none(
     (standing,) = await standing_list(client, approver)
     assert standing["uses"] == 2
     assert _writes_to(statements, "standing_approvals") == []
+
+
+async def test_a_hit_writes_its_events_in_one_statement_and_keeps_both(
+    client: httpx.AsyncClient, org: Org, statements: list[str]
+) -> None:
+    """``request.created`` and ``request.approved`` both stay in the trail, in order,
+    written by one insert (a trigger's run of it traces the same text again)."""
+    requester, approver = org.members[0], org.members[1]
+    standing_id = await grant(client, requester, approver, {"max_uses": 3})
+    statements.clear()
+    hit = await request(client, requester)
+    inserts = {s for s in statements if s.startswith("INSERT INTO audit_events ")}
+    assert len(inserts) == 1
+    events = await client.get(f"/api/v1/approvals/{hit['id']}/events", headers=approver.headers)
+    kinds = [(e["type"], e["actor_id"]) for e in events.json()["data"]]
+    assert kinds == [("request.created", requester.user_id), ("request.approved", None)]
+    approved = events.json()["data"][1]["data"]
+    assert approved["standing_approval"]["id"] == standing_id
+    assert approved["standing_approval"]["uses"] == 1

@@ -70,6 +70,8 @@ class ApprovalWrites(Protocol):
         record: RequestRecord,
         event: NewEvent,
         check: PrincipalCheck | None = None,
+        *,
+        then: Sequence[NewEvent] = (),
     ) -> RequestRecord | None: ...
 
     @property
@@ -215,7 +217,17 @@ async def apply_create(
             continue
         record = await _dispatch(gathered, record, effect, author, now)
     (created_event,) = gathered.events
-    created = await uow.approvals.insert_unless_key_taken(row, record, created_event, check)
+    # The events written next (a policy's notes, its decision's event) go with the row's
+    # own: on SQLite one statement for them all. A policy decides, not the creator: they
+    # name no person.
+    then: list[NewEvent] = []
+    while after and isinstance(after[0], state.WriteEvent):
+        note = after.pop(0)
+        assert isinstance(note, state.WriteEvent)
+        then.append(event(record, note.type, None, now, dict(note.data)))
+    created = await uow.approvals.insert_unless_key_taken(
+        row, record, created_event, check, then=then
+    )
     if created is None:
         return None
     if plan and gathered.created_plans and not uow.approvals.can_write_plan_with_insert:

@@ -117,6 +117,18 @@ _EVENT_COLUMNS = ("id", "org_id", "request_id", "type", "actor_id", "data", "cre
 _INSERT_EVENT = PreparedQuery(insert(_AUDIT_EVENTS), column_keys=_EVENT_COLUMNS)
 
 
+@functools.cache
+def _insert_events(count: int) -> PreparedQuery:
+    """SQLite: ``count`` events in one statement (one ``VALUES`` row each, parameters
+    named ``<column>_<index>``): a create a policy or a standing approval decides writes
+    its own event and its decision's together."""
+    rows = [
+        {c: bindparam(f"{c}_{i}", type_=_AUDIT_EVENTS.c[c].type) for c in _EVENT_COLUMNS}
+        for i in range(count)
+    ]
+    return PreparedQuery(insert(_AUDIT_EVENTS).values(rows))
+
+
 def _next_number(org_id: Any) -> Any:
     """PostgreSQL: the org's next request number, drawn from its own sequence (migration
     0024). A sequence holds no lock until the create commits, as a counter row would:
@@ -674,10 +686,15 @@ class ApprovalRepository:
         record: RequestRecord,
         event: NewEvent,
         check: PrincipalCheck | None = None,
+        *,
+        then: Sequence[NewEvent] = (),
     ) -> RequestRecord | None:
         """Insert a request (``row``, every column; ``record``, the same as a record) and
-        its ``request.created`` audit ``event``; the row as written, or None (and no
-        event) if its idempotency key is already taken in the org.
+        its ``request.created`` audit ``event``, then the events ``then`` (a policy's
+        notes, the decision of a create a policy or a standing approval decided); the row
+        as written, or None (and no event) if its idempotency key is already taken in
+        the org. On SQLite the events are one statement; on PostgreSQL ``then`` is queued
+        (``queue_write``) after the create's own statement.
 
         ``ON CONFLICT DO NOTHING`` against the unique (org_id, idempotency_key) constraint:
         of concurrent creates with one key exactly one inserts, on both databases. On
@@ -717,12 +734,26 @@ class ApprovalRepository:
                 return None
             if written.plans:  # its org can notify: the sender is woken
                 self._created_plan.written(self.session)
+            for later in then:
+                await self.add_event(later)
             return record._replace(number=written.number)
         numbered = await execute_in(self.session, _INSERT_NUMBERED_SQLITE, row)
         if not numbered:
             return None
-        await self.add_event(event)
+        if then:
+            await self._add_events_at_once([event, *then])
+        else:
+            await self.add_event(event)
         return record._replace(number=numbered[0].number)
+
+    async def _add_events_at_once(self, events: Sequence[NewEvent]) -> None:
+        """SQLite: the events in one statement (``_insert_events``), in order."""
+        params: dict[str, Any] = {}
+        for index, item in enumerate(events):
+            values = _new_row_values(item, _INSERT_EVENT)
+            values["data"] = item.data if item.data is not None else {}
+            params |= {f"{column}_{index}": value for column, value in values.items()}
+        await count_in(self.session, _insert_events(len(events)), params)
 
     async def find_by_idempotency_key(self, org_id: uuid.UUID, key: str) -> RequestRecord | None:
         rows = await execute_in(self.session, _REQUEST_BY_KEY, {"org_id": org_id, "key": key})

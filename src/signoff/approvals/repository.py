@@ -1101,6 +1101,13 @@ class ApprovalRepository:
                 )
             )
         ).all()
+        return await self._approvers_of(rows)
+
+    async def _approvers_of(
+        self, rows: Sequence[Any]
+    ) -> dict[tuple[uuid.UUID, uuid.UUID], tuple[uuid.UUID, ...]]:
+        """``pending_step_approvers`` of the pending steps read already (``rows``: each
+        with its ``id``, ``request_id``, ``approver_id`` and ``group_id``)."""
         waiting: dict[tuple[uuid.UUID, uuid.UUID], tuple[uuid.UUID, ...]] = {
             (r.request_id, r.approver_id): (r.approver_id,) for r in rows if r.approver_id
         }
@@ -1142,6 +1149,7 @@ class ApprovalRepository:
         rows = (
             await self.session.execute(
                 select(
+                    ApprovalStep.id,
                     ApprovalStep.request_id,
                     ApprovalStep.approver_id,
                     ApprovalStep.group_id,
@@ -1158,7 +1166,7 @@ class ApprovalRepository:
         first: dict[uuid.UUID, int] = {}
         for r in rows:
             first[r.request_id] = min(first.get(r.request_id, r.step_order), r.step_order)
-        waiting = await self.pending_step_approvers({r.request_id for r in rows})
+        waiting = await self._approvers_of(rows)  # the steps read once, here
         found: dict[uuid.UUID, set[uuid.UUID]] = {}
         for r in rows:
             voters = found.setdefault(r.request_id, set())

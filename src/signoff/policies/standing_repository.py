@@ -93,10 +93,11 @@ class StandingApprovalRepository:
 
     @property
     def use_taken_by_insert(self) -> bool:
-        """Whether the request's insert takes the use (SQLite's trigger, migration 0051):
-        in a SQLite write transaction, which holds the write lock, so the candidates it
-        read are live until it commits and ``use`` need not ask again."""
-        return self.dialect == "sqlite" and holds_sqlite_write_lock(self.session)
+        """Whether the request's insert takes the use: on SQLite, always (the trigger of
+        migration 0051), and the create reads its candidates in its write transaction,
+        which holds the write lock: they are live until it commits, and ``use`` need
+        not ask again."""
+        return self.dialect == "sqlite"
 
     async def candidates(
         self, org_id: uuid.UUID, connection_id: uuid.UUID, action_type: str, now: datetime
@@ -110,11 +111,13 @@ class StandingApprovalRepository:
             "action_type": action_type,
             "now": now,
         }
-        if (
-            self.queries is not None
-            and not self.session.in_transaction()
-            and not self.use_taken_by_insert
-        ):
+        if self.use_taken_by_insert:
+            # In the write transaction, which sees the uses taken by the writers before
+            # it in its batch (group commit): read elsewhere, or without the write lock,
+            # a candidate could be used up before the insert.
+            if not holds_sqlite_write_lock(self.session):
+                raise RuntimeError("a create on SQLite matches in its write transaction")
+        elif self.queries is not None and not self.session.in_transaction():
             return list(await self.queries.all(_CANDIDATES, params))
         return list(await execute_in(self.session, _CANDIDATES, params))
 

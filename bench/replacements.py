@@ -35,7 +35,10 @@ order alternates (A B, B A, A B, ...), so that both sides share the machine's mo
   command's whole CPU time per side;
 - taskpoll (``remote_mcp/task_poll.py``: ``tasks/get`` on ``/mcp`` answered by the API
   guard with one read, vs the MCP SDK's request handling; ``SIGNOFF_STOCK_TASK_POLL``):
-  wrk on ``make bench``'s task_poll.
+  wrk on ``make bench``'s task_poll;
+- hotroutes (``hot_routes.py``: a create, a get and a decision handed by the API guard
+  straight to their handlers, vs the app's routing; ``SIGNOFF_STOCK_HOT_ROUTES``): wrk on
+  get, create and decide.
 
 The index hints are measured on the large database they serve, by ``make bench-size``
 (``--planner``).
@@ -105,6 +108,7 @@ SWITCHES = {
     "writesalone": "SIGNOFF_STOCK_WRITES_ALONE",
     "canonical": "SIGNOFF_STOCK_CANONICAL",
     "taskpoll": "SIGNOFF_STOCK_TASK_POLL",
+    "hotroutes": "SIGNOFF_STOCK_HOT_ROUTES",
 }
 WRK_SCENARIOS = {
     "routes": ("get", "create", "list", "decide"),
@@ -116,6 +120,7 @@ WRK_SCENARIOS = {
     "writesalone": ("decide",),
     "canonical": ("create", "decide"),
     "taskpoll": ("task_poll",),
+    "hotroutes": ("get", "create", "decide"),
 }
 # Measured on PostgreSQL; every other replacement on SQLite.
 ON_POSTGRES = frozenset({"pgpool", "prepared-pg", "writesalone"})

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match
 
-from signoff import __version__
+from signoff import __version__, hot_routes
 from signoff.api_docs import install_docs
 from signoff.approvals.endpoints import router as approvals_router
 from signoff.audit.endpoints import router as audit_router
@@ -38,6 +38,7 @@ from signoff.errors import (
 )
 from signoff.groups.endpoints import router as groups_router
 from signoff.groups.pages import pages as group_pages
+from signoff.hot_routes import HotRoutes
 from signoff.metrics import HTTP_STATS
 from signoff.middleware import ApiGuard
 from signoff.notifications.endpoints import router as notifications_router
@@ -321,5 +322,10 @@ def create_app(
         max_bytes=settings.max_body_bytes,
         stats=HTTP_STATS if settings.metrics_enabled else None,
         routes=app.router.routes,
+        # The busiest calls, straight to their handlers (hot_routes.py); not past the
+        # legacy envelope's layer.
+        hot=HotRoutes(app.router.routes)
+        if hot_routes.enabled() and not settings.compat_legacy_clients
+        else None,
     )
     return app

@@ -1,6 +1,6 @@
 """Our one ASGI layer (``ApiGuard``): trailing slashes, request ids and HTTP stats for every
 request; authentication, rate limits and the emergency stop for ``/api/v1`` (and ``/mcp``);
-the body size limit.
+the body size limit; and for the four busiest API calls, the routing (``hot_routes.py``).
 
 One layer, not one per concern: each layer wrapped ``send`` again, and those wrappers were a
 tenth of a decide's CPU (docs/decisions/0025). Pure ASGI (no BaseHTTPMiddleware) for the
@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from signoff.auth.principal import PrincipalCheck, StalePrincipal
 from signoff.config import Settings
 from signoff.errors import AppError, EmergencyStopActive, PayloadTooLarge, RateLimited, Unauthorized
+from signoff.hot_routes import HotRoutes
 from signoff.logs import bind_request_id, request_id_of, unbind_request_id
 from signoff.metrics import HttpStats
 from signoff.oauth import token_poll
@@ -129,8 +130,11 @@ class ApiGuard:
         max_bytes: int,
         stats: HttpStats | None = None,
         routes: Sequence[BaseRoute] = (),
+        hot: HotRoutes | None = None,
     ) -> None:
         self.app = app
+        # The calls answered by their route's handler without the app's routing.
+        self.hot = hot
         # Its services and settings are read at each call, not kept: a test swaps some.
         self.wiring = wiring
         self.max_bytes = max_bytes
@@ -446,6 +450,9 @@ class ApiGuard:
                     raise payload_too_large(max_bytes)
             return message
 
+        if app is None and self.hot is not None and (found := self.hot.find(scope)) is not None:
+            await self.hot.call(found, scope, limited_receive, answer.send, answer)
+            return
         await (app or self.app)(scope, limited_receive, answer.send)
 
 

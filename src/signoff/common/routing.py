@@ -40,10 +40,15 @@ STOCK_SWITCH = "SIGNOFF_STOCK_ROUTES"
 
 
 class LeanRoute(APIRoute):
+    # The lean handler, if the route has one (the API guard calls some directly:
+    # hot_routes.py).
+    lean: Handler | None = None
+
     def get_route_handler(self) -> Handler:
         if os.environ.get(STOCK_SWITCH) == "1":
             return super().get_route_handler()
-        return _lean_handler(self.dependant) or super().get_route_handler()
+        self.lean = _lean_handler(self.dependant)
+        return self.lean or super().get_route_handler()
 
 
 def _lean_handler(dependant: Dependant) -> Handler | None:

@@ -52,7 +52,7 @@ class CoalescingTransport:
 
     Why: uvicorn writes a response's status line and headers, then its body, each with a
     ``write`` of its own, and uvloop sends each at once: two system calls (and two TCP
-    segments) for every answer, where one would do (docs/decisions/0039). The writes are
+    segments) for every answer, where one would do (docs/decisions/0037). The writes are
     kept in order and sent at the end of the turn (``call_soon``); closing or aborting the
     connection sends (or drops) what is kept first. Everything else is the transport's.
     """

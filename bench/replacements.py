@@ -33,6 +33,9 @@ order alternates (A B, B A, A B, ...), so that both sides share the machine's mo
   and decide (the sealer runs in the serving process); then the chain those runs sealed,
   exported once, checked offline by ``signoff audit verify`` (the auditor's path), the
   command's whole CPU time per side;
+- writes (``serving.CoalescingTransport``: a response's writes of one turn of the loop
+  sent in one system call, vs uvicorn's write of each at once;
+  ``SIGNOFF_STOCK_SOCKET_WRITES``): wrk on get, create and decide;
 - taskpoll (``remote_mcp/task_poll.py``: ``tasks/get`` on ``/mcp`` answered by the API
   guard with one read, vs the MCP SDK's request handling; ``SIGNOFF_STOCK_TASK_POLL``):
   wrk on ``make bench``'s task_poll;
@@ -109,6 +112,7 @@ SWITCHES = {
     "canonical": "SIGNOFF_STOCK_CANONICAL",
     "taskpoll": "SIGNOFF_STOCK_TASK_POLL",
     "hotroutes": "SIGNOFF_STOCK_HOT_ROUTES",
+    "writes": "SIGNOFF_STOCK_SOCKET_WRITES",
 }
 WRK_SCENARIOS = {
     "routes": ("get", "create", "list", "decide"),
@@ -121,6 +125,7 @@ WRK_SCENARIOS = {
     "canonical": ("create", "decide"),
     "taskpoll": ("task_poll",),
     "hotroutes": ("get", "create", "decide"),
+    "writes": ("get", "create", "decide"),
 }
 # Measured on PostgreSQL; every other replacement on SQLite.
 ON_POSTGRES = frozenset({"pgpool", "prepared-pg", "writesalone"})

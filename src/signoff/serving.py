@@ -42,6 +42,75 @@ ACCEPT_RETRY_SECONDS = 1.0
 _OUT_OF_DESCRIPTORS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 # The measurement switch (see the module's docstring): uvicorn accepts on its own.
 STOCK_SWITCH = "SIGNOFF_STOCK_ACCEPT"
+# The same, for ``CoalescingTransport``: each of uvicorn's writes goes to the socket at once.
+STOCK_WRITES_SWITCH = "SIGNOFF_STOCK_SOCKET_WRITES"
+
+
+class CoalescingTransport:
+    """A connection's transport whose writes made in one turn of the event loop go to the
+    socket together, in one system call.
+
+    Why: uvicorn writes a response's status line and headers, then its body, each with a
+    ``write`` of its own, and uvloop sends each at once: two system calls (and two TCP
+    segments) for every answer, where one would do (docs/decisions/0037). The writes are
+    kept in order and sent at the end of the turn (``call_soon``); closing or aborting the
+    connection sends (or drops) what is kept first. Everything else is the transport's.
+    """
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not data:
+            return
+        if not self._pending:
+            self._loop.call_soon(self._flush)
+        self._pending.append(bytes(data))
+
+    def writelines(self, list_of_data: Any) -> None:
+        for data in list_of_data:
+            self.write(data)
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        if self._transport.is_closing():
+            return
+        self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._pending = []
+        self._transport.abort()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + sum(map(len, self._pending))
+
+    def __getattr__(self, name: str) -> Any:
+        # Reading, flow control, extra info, the protocol: the transport's own.
+        return getattr(self._transport, name)
+
+
+def coalescing_protocol(protocol_class: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
+    """``protocol_class`` whose connection writes through a ``CoalescingTransport``."""
+
+    class Coalescing(protocol_class):  # type: ignore[valid-type,misc]
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            loop = asyncio.get_running_loop()
+            super().connection_made(CoalescingTransport(transport, loop))  # type: ignore[arg-type]
+
+    Coalescing.__name__ = Coalescing.__qualname__ = f"Coalescing{protocol_class.__name__}"
+    return Coalescing
 
 
 class PendingAcceptor:
@@ -149,10 +218,13 @@ class Server(uvicorn.Server):
         if self.should_exit:
             return
         config = self.config
+        protocol_class: type[asyncio.Protocol] = config.http_protocol_class
+        if os.environ.get(STOCK_WRITES_SWITCH) != "1":
+            protocol_class = coalescing_protocol(protocol_class)
 
         def protocol_factory() -> asyncio.Protocol:
             # As uvicorn's startup makes them (its protocol classes take these keywords).
-            return config.http_protocol_class(  # type: ignore[call-arg]
+            return protocol_class(  # type: ignore[call-arg]
                 config=config, server_state=self.server_state, app_state=self.lifespan.state
             )
 

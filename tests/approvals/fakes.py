@@ -85,6 +85,7 @@ class FakeApprovals:
         check: Any = None,
         *,
         then: Sequence[NewEvent] = (),
+        standing: Any = None,
     ) -> RequestRecord | None:
         key = row.get("idempotency_key")
         if key is not None:

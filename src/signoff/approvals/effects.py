@@ -26,7 +26,7 @@ import jsonpatch
 
 from signoff import metrics
 from signoff.approvals import state
-from signoff.approvals.repository import NewEvent, NewVote
+from signoff.approvals.repository import NewEvent, NewVote, StandingUse
 from signoff.approvals.typed_rows import RequestRecord, StepRecord, new_row, record_written
 from signoff.auth.principal import PrincipalCheck
 from signoff.common.ids import new_id
@@ -72,6 +72,7 @@ class ApprovalWrites(Protocol):
         check: PrincipalCheck | None = None,
         *,
         then: Sequence[NewEvent] = (),
+        standing: StandingUse | None = None,
     ) -> RequestRecord | None: ...
 
     @property
@@ -193,6 +194,7 @@ async def apply_create(
     check: PrincipalCheck | None = None,
     *,
     plan: bool = True,
+    standing: StandingUse | None = None,
 ) -> RequestRecord | None:
     """Write the effects of a create (``state.Create``) of a request of ``values`` (by
     column; the others take their defaults): the request as written, or None, having
@@ -204,7 +206,8 @@ async def apply_create(
     memory; the insert confirms it (``PrincipalCheck``). ``plan``: False when the org
     is known to have no notification channel (``storage.channel_presence``), where a
     storage that writes the plan apart (SQLite) skips its statement, which would write
-    nothing."""
+    nothing. ``standing``: the standing approval's use the create's statement takes
+    (PostgreSQL), its uses then set in the decision event's ``standing_approval``."""
     row = new_row(values)
     record = record_written(row)
     gathered = _Gathered()
@@ -225,8 +228,12 @@ async def apply_create(
         note = after.pop(0)
         assert isinstance(note, state.WriteEvent)
         then.append(event(record, note.type, None, now, dict(note.data)))
+    if standing is not None:
+        for later in then:
+            if isinstance(later.data.get("standing_approval"), dict):
+                standing.event_data = later.data["standing_approval"]
     created = await uow.approvals.insert_unless_key_taken(
-        row, record, created_event, check, then=then
+        row, record, created_event, check, then=then, standing=standing
     )
     if created is None:
         return None

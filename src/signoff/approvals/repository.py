@@ -56,6 +56,7 @@ from signoff.models import (
     Vote,
 )
 from signoff.orgs.repository import principal_guard, principal_guard_params, stood_in_for
+from signoff.policies.standing_repository import take_use
 from signoff.storage import (
     PreparedQuery,
     QueryRunner,
@@ -179,8 +180,39 @@ class CreatedPlan:
     written: Callable[[AsyncSession], None]
 
 
+@dataclass
+class StandingUse:
+    """The use of a standing approval that a create's statement takes (PostgreSQL,
+    ``insert_unless_key_taken``): the request is inserted only if the use was. The
+    create answers ``uses``, the approval's uses after it (None: none taken), and sets
+    them in ``event_data``, the decision event's ``standing_approval``."""
+
+    standing_id: uuid.UUID
+    now: datetime
+    event_data: dict[str, Any] | None = None
+    uses: int | None = None
+
+
+class StandingUseLost(Exception):
+    """The standing approval a create matched was used up, expired or revoked before its
+    statement could take the use: nothing was written (``StandingUse``)."""
+
+
+def _check_use_taken(written: Any, standing: StandingUse) -> None:
+    """After a create's statement that was to take a standing approval's use: raise
+    ``StandingUseLost`` if it could not (not for a replayed key or a revoked principal,
+    which write nothing anyway); else the decision event tells the uses it counted."""
+    if standing.uses is None:
+        if written.principal_live and not written.key_taken:
+            raise StandingUseLost(standing.standing_id)
+    elif written.requests and standing.event_data is not None:
+        standing.event_data["uses"] = standing.uses
+
+
 @functools.cache
-def _create_alone(guarded: bool, plan_from: Callable[[Any], Insert]) -> PreparedQuery:
+def _create_alone(
+    guarded: bool, plan_from: Callable[[Any], Insert], standing: bool = False
+) -> PreparedQuery:
     """PostgreSQL: everything a create writes, in one statement that is its own
     transaction (autocommit: no ``BEGIN`` and ``COMMIT`` round trips): the request, its
     ``request.created`` event and its notification plan row (``plan_from``, where the org
@@ -189,7 +221,12 @@ def _create_alone(guarded: bool, plan_from: Callable[[Any], Insert]) -> Prepared
 
     ``guarded``: the principal came from memory, and the statement writes only while
     ``principal_guard`` holds (a revoked key writes nothing). It answers
-    ``principal_live`` and how many requests, events and plans it wrote."""
+    ``principal_live`` and how many requests, events and plans it wrote.
+
+    ``standing``: the request is one a standing approval approves, and the statement
+    takes its use (``standing_repository.take_use`` of ``standing_id``) before it
+    inserts the request, which it inserts only if it took it. It answers the uses after
+    it (``standing_uses``, null: not taken) and whether the idempotency key was taken."""
     table: Table = ApprovalRequest.__table__  # type: ignore[assignment]
     live = select((principal_guard() if guarded else true()).label("ok")).cte("live")
     org_id = bindparam("org_id", type_=table.c.org_id.type)
@@ -199,12 +236,20 @@ def _create_alone(guarded: bool, plan_from: Callable[[Any], Insert]) -> Prepared
         table.c.org_id == org_id,
         table.c.idempotency_key == bindparam("idempotency_key", type_=table.c.idempotency_key.type),
     )
+    conditions = [live.c.ok, ~key_taken.correlate(None)]
+    if standing:
+        use = take_use(
+            bindparam("standing_id", type_=table.c.standing_approval_id.type),
+            bindparam("standing_now", type_=table.c.created_at.type),
+            *conditions,
+        ).cte("standing_use")
+        conditions.append(exists(select(use.c.uses)))
     values = select(
         *(
             _next_number(org_id) if c == "number" else bindparam(c, type_=table.c[c].type)
             for c in COLUMNS
         )
-    ).where(live.c.ok, ~key_taken.correlate(None))
+    ).where(*conditions)
     created = (
         postgresql.insert(table)
         .from_select(list(COLUMNS), values)
@@ -235,15 +280,19 @@ def _create_alone(guarded: bool, plan_from: Callable[[Any], Insert]) -> Prepared
     def count(cte: Any, label: str) -> Any:
         return select(func.count()).select_from(cte).scalar_subquery().label(label)
 
-    return PreparedQuery(
-        select(
-            live.c.ok.label("principal_live"),
-            count(created, "requests"),
-            count(event_rows, "events"),
-            count(plans, "plans"),
-            select(func.max(created.c.number)).scalar_subquery().label("number"),
-        )
-    )
+    answers = [
+        live.c.ok.label("principal_live"),
+        count(created, "requests"),
+        count(event_rows, "events"),
+        count(plans, "plans"),
+        select(func.max(created.c.number)).scalar_subquery().label("number"),
+    ]
+    if standing:
+        answers += [
+            select(func.max(use.c.uses)).scalar_subquery().label("standing_uses"),
+            key_taken.correlate(None).label("key_taken"),
+        ]
+    return PreparedQuery(select(*answers))
 
 
 # A decision's writes and reads, run by every decide (prepared.py).
@@ -688,6 +737,7 @@ class ApprovalRepository:
         check: PrincipalCheck | None = None,
         *,
         then: Sequence[NewEvent] = (),
+        standing: StandingUse | None = None,
     ) -> RequestRecord | None:
         """Insert a request (``row``, every column; ``record``, the same as a record) and
         its ``request.created`` audit ``event``, then the events ``then`` (a policy's
@@ -706,6 +756,11 @@ class ApprovalRepository:
         drawn from the org's sequence (``_next_number``), on SQLite the org's last plus
         one, read in this write transaction (``_INSERT_NUMBERED_SQLITE``). The unique
         (org_id, number) index stands behind both.
+
+        ``standing``: PostgreSQL, the create's statement takes the standing approval's
+        use too (``_create_alone``), in the session's transaction, since the decision's
+        writes follow; raises ``StandingUseLost`` (nothing written) if it could not. On
+        SQLite the insert's trigger takes it (migration 0051).
         """
         # The new row is what was written: the values read back as written (UTC
         # timestamps, the same JSON), with the number the insert gave it.
@@ -725,11 +780,16 @@ class ApprovalRepository:
                 assert check is not None
                 params |= principal_guard_params(check)
             assert self._created_plan is not None  # ``can_write_plan_with_insert``
-            query = _create_alone(guarded, self._created_plan.insert_from)
-            (written,) = await execute_alone(self.session, self.queries, query, params)
+            query = _create_alone(guarded, self._created_plan.insert_from, standing is not None)
+            if standing is None:
+                (written,) = await execute_alone(self.session, self.queries, query, params)
+            else:
+                written = await self._create_with_use(query, params, standing)
             if guarded:
                 assert check is not None
                 check.confirm(written.principal_live)
+            if standing is not None:
+                _check_use_taken(written, standing)
             if not written.requests:
                 return None
             if written.plans:  # its org can notify: the sender is woken
@@ -745,6 +805,16 @@ class ApprovalRepository:
         else:
             await self.add_event(event)
         return record._replace(number=numbered[0].number)
+
+    async def _create_with_use(
+        self, query: PreparedQuery, params: dict[str, Any], standing: StandingUse
+    ) -> Any:
+        """PostgreSQL: the create's statement taking the standing approval's use too, in
+        the session's transaction (the decision's writes follow it)."""
+        params |= {"standing_id": standing.standing_id, "standing_now": standing.now}
+        (written,) = await execute_in(self.session, query, params)
+        standing.uses = written.standing_uses
+        return written
 
     async def _add_events_at_once(self, events: Sequence[NewEvent]) -> None:
         """SQLite: the events in one statement (``_insert_events``), in order."""

@@ -22,7 +22,12 @@ import orjson
 from signoff.approvals import effects, state
 from signoff.approvals.listing import ListFilters, read_page
 from signoff.approvals.previews import preview_hash
-from signoff.approvals.repository import ApprovalReads, ApprovalRepository
+from signoff.approvals.repository import (
+    ApprovalReads,
+    ApprovalRepository,
+    StandingUse,
+    StandingUseLost,
+)
 from signoff.approvals.schemas import (
     CreateApprovalRequest,
     DecideApprovalRequest,
@@ -163,27 +168,21 @@ async def create_request(
     )
     values.update(verdict.changes)
     matched = await _standing_match(uow, principal, payload, verdict, values, now)
-    if matched is not None:
-        verdict = replace(verdict, decision="approve", label=matched.label, data=matched.data)
-        values["standing_approval_id"] = matched.row.id
-    values.update(_decided_columns(verdict, now))
-    action = state.Create(
-        principal.actor,
-        payload.title,
-        values["priority"],
-        payload.source,
-        policy=_policy_verdict(verdict, "standing_approval" if matched else "policy"),
-        has_callback=payload.callback_url is not None,
-        notes=verdict.notes,
-    )
-    transition = state.apply(None, action, now)
-    author = effects.Author(principal.user_id, principal.user_email, principal.user_name)
-    created = await effects.apply_create(
-        uow, values, transition, author, now, check, plan=_may_notify(principal)
-    )
+    try:
+        created, taken = await _write_create(
+            uow, principal, payload, verdict, values, matched, now, check
+        )
+    except StandingUseLost:
+        # PostgreSQL: its use was taken by concurrent creates first; nothing was written.
+        # The candidates are read again in this transaction, each use an UPDATE of its
+        # own (``standing.match``, ``taking``), as before the use went into the insert.
+        matched = await _standing_match(uow, principal, payload, verdict, values, now, True)
+        created, taken = await _write_create(
+            uow, principal, payload, verdict, values, matched, now, check
+        )
     if created is None:
         assert payload.idempotency_key is not None  # only a key can conflict
-        if matched is not None:  # a replay approves nothing: the use goes back
+        if matched is not None and taken:  # a replay approves nothing: the use goes back
             await uow.standing.give_back(matched.row.id)
         existing = await uow.approvals.find_by_idempotency_key(
             principal.org_id, payload.idempotency_key
@@ -202,6 +201,48 @@ async def create_request(
     return CreateResult(created, created=True)
 
 
+async def _write_create(
+    uow: ApprovalsWork,
+    principal: Principal,
+    payload: CreateApprovalRequest,
+    verdict: policies.CreateVerdict,
+    values: dict[str, Any],
+    matched: standing.Match | None,
+    now: datetime,
+    check: PrincipalCheck | None,
+) -> tuple[RequestRecord | None, bool]:
+    """Write the create as the policies' ``verdict`` and the standing approval
+    ``matched`` decide it (``effects.apply_create``): the request (None: its idempotency
+    key was taken), and whether a use of ``matched`` was taken all the same, to give
+    back (PostgreSQL: an UPDATE of its own, or the create's statement when a concurrent
+    create with the key won the insert; SQLite's trigger takes none then). Raises
+    ``StandingUseLost`` where the create's statement was to take the use and could not
+    (``Match.by_create``), having written nothing."""
+    row = dict(values)
+    if matched is not None:
+        verdict = replace(verdict, decision="approve", label=matched.label, data=matched.data)
+        row["standing_approval_id"] = matched.row.id
+    row.update(_decided_columns(verdict, now))
+    action = state.Create(
+        principal.actor,
+        payload.title,
+        row["priority"],
+        payload.source,
+        policy=_policy_verdict(verdict, "standing_approval" if matched else "policy"),
+        has_callback=payload.callback_url is not None,
+        notes=verdict.notes,
+    )
+    transition = state.apply(None, action, now)
+    author = effects.Author(principal.user_id, principal.user_email, principal.user_name)
+    use = StandingUse(matched.row.id, now) if matched is not None and matched.by_create else None
+    created = await effects.apply_create(
+        uow, row, transition, author, now, check, plan=_may_notify(principal), standing=use
+    )
+    if use is not None:
+        return created, use.uses is not None
+    return created, matched is not None and not uow.standing.use_taken_by_insert
+
+
 def _may_notify(principal: Principal) -> bool:
     """False only where the principal says the org has no channel and nothing may have
     added one since it was read (``storage.channel_presence``, SQLite): then a "created"
@@ -218,6 +259,7 @@ async def _standing_match(
     verdict: policies.CreateVerdict,
     values: Mapping[str, Any],
     now: datetime,
+    taking: bool = False,
 ) -> standing.Match | None:
     """After the policies (no rule decided), before people: the standing approval that
     approves the new request, its use taken in the create's transaction. Nothing is read
@@ -239,6 +281,7 @@ async def _standing_match(
         payload.action_type,
         payload.arguments,
         now,
+        taking=taking,
     )
 
 

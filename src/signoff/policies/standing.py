@@ -280,6 +280,9 @@ class Match:
 
     row: StandingCandidate
     uses: int
+    # The use is still to be taken by the create's own statement (PostgreSQL:
+    # ``StandingApprovalRepository.use_taken_by_create``).
+    by_create: bool = False
 
     @property
     def label(self) -> str:
@@ -314,17 +317,21 @@ async def match(
     action_type: str,
     arguments: Mapping[str, Any] | None,
     now: datetime,
+    *,
+    taking: bool = False,
 ) -> Match | None:
     """The first live standing approval whose constraints hold, its use taken in the
-    caller's transaction (one lookup on its index; on PostgreSQL one conditional UPDATE,
-    on SQLite the request's insert: ``StandingApprovalRepository.use``); None: the
-    request goes to people."""
+    caller's transaction (one lookup on its index; the use by the request's insert on
+    SQLite, by the create's statement on PostgreSQL, ``Match.by_create``; ``taking``:
+    by a conditional UPDATE of its own, after the create's was lost:
+    ``StandingApprovalRepository.use``); None: the request goes to people."""
+    by_create = repo.use_taken_by_create and not taking
     for row in await repo.candidates(org_id, connection_id, action_type, now):
         if not constraints_hold(row.arguments, arguments):
             continue
-        uses = await repo.use(row, now)
+        uses = await repo.use(row, now, taking=taking)
         if uses is not None:
-            return Match(row, uses)
+            return Match(row, uses, by_create)
     return None
 
 

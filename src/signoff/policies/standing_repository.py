@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Table, bindparam, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.dml import Update
 
 from signoff.models import Organization, StandingApproval
 from signoff.storage import PreparedQuery, QueryRunner, execute_in, holds_sqlite_write_lock
@@ -71,16 +72,23 @@ _CANDIDATES = PreparedQuery(
     row_type=StandingCandidate,
 )
 
-# Take one use, only while it is still live: of concurrent creates on any number of
-# replicas, at most ``max_uses`` get a row back. PostgreSQL makes a concurrent UPDATE of
-# the row wait for the other's commit and tests the condition again on the row as
-# committed; SQLite has one writer at a time.
-_USE = PreparedQuery(
-    update(_TABLE)
-    .where(_TABLE.c.id == bindparam("standing_id"), *_live(bindparam("now")))
-    .values(uses=_TABLE.c.uses + 1)
-    .returning(_TABLE.c.uses.label("uses"))
-)
+
+def take_use(standing_id: Any, now: Any, *also: Any) -> Update:
+    """Take one use, only while it is still live (and ``also`` holds): of concurrent
+    creates on any number of replicas, at most ``max_uses`` get a row back. PostgreSQL
+    makes a concurrent UPDATE of the row wait for the other's commit and tests the
+    condition again on the row as committed; SQLite has one writer at a time. A part of
+    the create's own statement on PostgreSQL (``ApprovalRepository.
+    insert_unless_key_taken``), a statement of its own after a lost race (``_USE``)."""
+    return (
+        update(_TABLE)
+        .where(_TABLE.c.id == standing_id, *_live(now), *also)
+        .values(uses=_TABLE.c.uses + 1)
+        .returning(_TABLE.c.uses.label("uses"))
+    )
+
+
+_USE = PreparedQuery(take_use(bindparam("standing_id"), bindparam("now")))
 
 
 class StandingApprovalRepository:
@@ -121,12 +129,24 @@ class StandingApprovalRepository:
             return list(await self.queries.all(_CANDIDATES, params))
         return list(await execute_in(self.session, _CANDIDATES, params))
 
-    async def use(self, candidate: StandingCandidate, now: datetime) -> int | None:
+    @property
+    def use_taken_by_create(self) -> bool:
+        """Whether the create's own statement takes the use, on PostgreSQL: its
+        conditional UPDATE is a part of the request's insert, which inserts nothing if
+        the use is lost (``ApprovalRepository.insert_unless_key_taken``, ``StandingUse``;
+        the create then matches again with ``use``, ``taking=True``)."""
+        return self.dialect == "postgresql"
+
+    async def use(
+        self, candidate: StandingCandidate, now: datetime, *, taking: bool = False
+    ) -> int | None:
         """Take one use of a candidate read in the caller's transaction: the uses now, or
         None when it is no longer live (used up, expired or revoked meanwhile). Where the
-        request's insert takes it (``use_taken_by_insert``), no statement: the
-        candidate's uses plus the one its request's insert will add."""
-        if self.use_taken_by_insert:
+        request's insert takes it (``use_taken_by_insert``), or the create's statement
+        (``use_taken_by_create``, unless ``taking``), no statement: the candidate's uses
+        plus the one the create will add (on PostgreSQL the create answers the uses it
+        counted, ``StandingUse``)."""
+        if self.use_taken_by_insert or (self.use_taken_by_create and not taking):
             return candidate.uses + 1
         rows = await execute_in(self.session, _USE, {"standing_id": candidate.id, "now": now})
         return int(rows[0].uses) if rows else None

@@ -10,8 +10,6 @@ from sqlalchemy import (
     Row,
     String,
     Table,
-    and_,
-    bindparam,
     delete,
     insert,
     select,
@@ -116,18 +114,26 @@ async def unsealed_events(
 async def append_links(
     session: AsyncSession, org_id: uuid.UUID, links: Sequence[dict[str, Any]]
 ) -> None:
-    """Append the org's chain (each link's ``seq``, ``event_id``, ``prev_hash``, ``hash``)
-    and take those events off the waiting list: two executemanys, no event rewritten."""
-    if not links:
-        return
-    await session.execute(insert(_CHAIN), [{"org_id": org_id, **link} for link in links])
-    await session.execute(
+    """Append the org's chain (each link's ``seq``, ``event_id``, ``prev_hash``, ``hash``):
+    one executemany, no event rewritten (``take_unsealed`` clears the waiting list)."""
+    if links:
+        await session.execute(insert(_CHAIN), [{"org_id": org_id, **link} for link in links])
+
+
+async def take_unsealed(
+    session: AsyncSession, org_id: uuid.UUID, event_ids: Sequence[uuid.UUID]
+) -> int:
+    """Take these events off the org's waiting list, in one statement; how many of them
+    were still on it (fewer: another sealer chained some since they were read)."""
+    if not event_ids:
+        return 0
+    result = await session.execute(
         delete(_UNSEALED).where(
-            and_(_UNSEALED.c.org_id == org_id, _UNSEALED.c.event_id == bindparam("done"))
+            _UNSEALED.c.org_id == org_id, _UNSEALED.c.event_id.in_(list(event_ids))
         ),
-        [{"done": link["event_id"]} for link in links],
         execution_options={"synchronize_session": False},
     )
+    return int(getattr(result, "rowcount", 0))
 
 
 async def update_head(session: AsyncSession, org_id: uuid.UUID, **values: Any) -> None:

@@ -11,6 +11,8 @@ from signoff.common.time import utcnow
 from signoff.context import AppContext
 
 ORGS_PER_ROUND = 100
+# Waiting events read at once for an org (one sorted read a wake-up, not one a batch).
+WAKE_READ = 5000
 
 
 def checkpoint_policy(ctx: AppContext) -> service.CheckpointPolicy:
@@ -53,22 +55,38 @@ async def verify_once(ctx: AppContext) -> int:
     return checked
 
 
+def batch_size(waiting: int) -> int:
+    """Events sealed a transaction when ``waiting`` were read: ``SEAL_BATCH`` when few
+    wait, a quarter of them under load (fewer transactions, locks and head updates a
+    wake-up), never more than ``MAX_SEAL_BATCH`` (the writers' pause stays short)."""
+    return min(service.MAX_SEAL_BATCH, max(service.SEAL_BATCH, waiting // 4))
+
+
 async def seal_org_now(ctx: AppContext, org_id: uuid.UUID, *, checkpoint: bool) -> int:
-    """Seal one org to its last event, a batch a transaction (an export or a purge wants
-    the chain complete); how many events were sealed."""
+    """Seal one org to its last event (an export or a purge wants the chain complete):
+    its waiting events read in order once, then sealed a batch a transaction; how many
+    events were sealed."""
     await ctx.keys.ready()
     sealed = 0
     while True:
-        async with ctx.db.write_transaction() as session:
-            result = await service.seal_org(
-                session,
-                ctx.db.dialect,
-                org_id,
-                ctx.keys.current.sign,
-                checkpoint_policy(ctx),
-                utcnow(),
-                force_checkpoint=checkpoint,
-            )
-        sealed += result.events
-        if result.events < service.SEAL_BATCH:
+        async with ctx.db.read_session() as session:
+            waiting = await repository.unsealed_events(session, org_id, WAKE_READ)
+        size = batch_size(len(waiting))
+        try:
+            for start in range(0, max(len(waiting), 1), size):
+                async with ctx.db.write_transaction() as session:
+                    result = await service.seal_org(
+                        session,
+                        ctx.db.dialect,
+                        org_id,
+                        ctx.keys.current.sign,
+                        checkpoint_policy(ctx),
+                        utcnow(),
+                        force_checkpoint=checkpoint,
+                        waiting=waiting[start : start + size],
+                    )
+                sealed += result.events
+        except service.StaleBatch:
+            continue  # another sealer chained some of them: read what still waits
+        if len(waiting) < WAKE_READ:
             return sealed

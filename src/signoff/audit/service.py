@@ -30,9 +30,13 @@ from signoff.audit.chain import (
 from signoff.common.ids import new_id
 
 # Sealing holds the org's head lock (on SQLite, the one writer) while it hashes: a
-# smaller batch keeps that pause short for the requests waiting to write.
+# smaller batch keeps that pause short for the requests waiting to write. Under load the
+# sealer takes bigger ones (``sealing.batch_size``), up to ``MAX_SEAL_BATCH``.
 SEAL_BATCH = 200
+MAX_SEAL_BATCH = 1000
 EXPORT_PAGE = 500
+# The re-check hashes in a read and stores its mark once a page: a page this long.
+VERIFY_PAGE = 5000
 
 Signer = Callable[[bytes, str], str]
 
@@ -51,6 +55,11 @@ class Sealed:
     checkpointed: bool
 
 
+class StaleBatch(Exception):
+    """Some of the events read for a batch were chained by another sealer meanwhile: the
+    batch's transaction is rolled back and the waiting list read again."""
+
+
 async def seal_org(
     session: AsyncSession,
     dialect: str,
@@ -60,12 +69,21 @@ async def seal_org(
     now: datetime,
     *,
     force_checkpoint: bool = False,
+    waiting: Sequence[Row[Any]] | None = None,
 ) -> Sealed:
-    """Seal up to ``SEAL_BATCH`` of the org's unsealed events, then sign the head if the
-    policy says it is time (or ``force_checkpoint``)."""
+    """Seal the org's unsealed events ``waiting`` (read before, outside this transaction,
+    by ``repository.unsealed_events``), or up to ``SEAL_BATCH`` of them read here, then
+    sign the head if the policy says it is time (or ``force_checkpoint``). Raises
+    ``StaleBatch`` when some of ``waiting`` are no longer waiting."""
     head = await repository.lock_head(session, dialect, org_id)
     seq, prev = int(head.seq), str(head.hash)
-    rows = await repository.unsealed_events(session, org_id, SEAL_BATCH)
+    rows = waiting
+    if rows is None:
+        rows = await repository.unsealed_events(session, org_id, SEAL_BATCH)
+    if rows:
+        taken = await repository.take_unsealed(session, org_id, [row.event_id for row in rows])
+        if taken != len(rows):
+            raise StaleBatch(org_id)
     updates = []
     for row in rows:
         seq += 1
@@ -247,7 +265,7 @@ async def orgs_to_verify(session: AsyncSession, limit: int) -> Sequence[uuid.UUI
 
 
 async def check_stored(
-    session: AsyncSession, org_id: uuid.UUID, limit: int = EXPORT_PAGE
+    session: AsyncSession, org_id: uuid.UUID, limit: int = VERIFY_PAGE
 ) -> Verified | None:
     """Recompute up to ``limit`` of the org's stored events after the last verified one,
     from its hash, in a read: the writers are not held while it hashes. None when there

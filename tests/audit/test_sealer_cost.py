@@ -1,0 +1,121 @@
+"""What sealing and re-checking a burst of events costs the database, in statements, on
+both databases (issue 34, decision 0039): the waiting list is read once a wake-up and
+taken off in one statement a batch, and the re-check stores its mark once a page."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any, cast
+
+import httpx
+import pytest
+from sqlalchemy import Table, event, insert, select
+
+from signoff.audit import chain, repository, service
+from signoff.audit.sealing import checkpoint_policy, seal_once, seal_org_now, verify_once
+from signoff.common.time import utcnow
+from signoff.context import AppContext
+from signoff.models import AuditChainHead, AuditEvent
+from tests.audit.test_chain import _verify, chain_seqs, requests_only
+from tests.conftest import create_approval, create_org
+
+EVENTS = cast(Table, AuditEvent.__table__)
+HEADS = cast(Table, AuditChainHead.__table__)
+BURST = 1200
+
+
+@contextmanager
+def executions(ctx: AppContext) -> Iterator[list[str]]:
+    """Each statement run on the write or read engine, once per row of an executemany."""
+    seen: list[str] = []
+
+    def counted(_c: Any, _cur: Any, statement: str, parameters: Any, _x: Any, many: bool) -> None:
+        seen.extend([statement] * (len(parameters) if many else 1))
+
+    engines = {ctx.db.write_engine.sync_engine, ctx.db.read_engine.sync_engine}
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", counted)
+    try:
+        yield seen
+    finally:
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", counted)
+
+
+async def _burst(ctx: AppContext, client: httpx.AsyncClient) -> uuid.UUID:
+    """An org whose chain is sealed to its first request, then ``BURST`` events waiting."""
+    org = await requests_only(ctx, await create_org(ctx, "Burst", members=1))
+    request = await create_approval(client, org.admin, title="Busy")
+    org_id = uuid.UUID(org.id)
+    await seal_org_now(ctx, org_id, checkpoint=False)
+    now = utcnow()
+    rows = [
+        {
+            "id": uuid.uuid4(),
+            "org_id": org_id,
+            "request_id": uuid.UUID(request["id"]),
+            "type": "comment.created",
+            "actor_id": None,
+            "data": {"n": index, "text": f"comment {index}"},
+            "created_at": now + timedelta(microseconds=index),
+        }
+        for index in range(BURST)
+    ]
+    async with ctx.db.write_transaction() as session:
+        await session.execute(insert(EVENTS), rows)
+    return org_id
+
+
+async def test_a_burst_is_sealed_in_a_few_statements_and_still_verifies(
+    client: httpx.AsyncClient, ctx: AppContext
+) -> None:
+    org_id = await _burst(ctx, client)
+    with executions(ctx) as seen:
+        assert await seal_once(ctx, verify=False) == BURST
+    # One link inserted a row (executemany) and a handful of statements a batch: not a
+    # delete a row, nor a read of the whole waiting list for each batch.
+    chain_rows = [s for s in seen if "audit_chain " in s and s.startswith("INSERT")]
+    assert len(chain_rows) == BURST
+    assert len(seen) - len(chain_rows) <= 30, seen[:40]
+    assert await chain_seqs(ctx, org_id) == list(range(1, BURST + 2))
+    await seal_org_now(ctx, org_id, checkpoint=True)
+    org = type("O", (), {"id": str(org_id)})
+    result = await _verify(ctx, client, cast(Any, org))
+    assert (result.ok, result.last_seq) == (True, BURST + 1), result.problem
+
+
+async def test_the_re_check_stores_its_mark_once_for_a_burst(
+    client: httpx.AsyncClient, ctx: AppContext
+) -> None:
+    org_id = await _burst(ctx, client)
+    await seal_once(ctx, verify=False)
+    with executions(ctx) as seen:
+        assert await verify_once(ctx) >= BURST + 1
+    marks = [s for s in seen if s.startswith("UPDATE audit_chain_heads")]
+    assert len(marks) == 1
+    async with ctx.db.read_session() as session:
+        head = (await session.execute(select(HEADS).where(HEADS.c.org_id == org_id))).one()
+    assert (head.verified_seq, head.verify_failed_seq) == (BURST + 1, None)
+    assert head.verified_hash == head.hash != chain.GENESIS_HASH
+
+
+async def test_a_batch_read_before_another_sealer_took_it_is_not_chained_twice(
+    client: httpx.AsyncClient, ctx: AppContext
+) -> None:
+    """The waiting list is read outside the sealing transaction: a batch another sealer
+    chained meanwhile is refused whole (rolled back), and the chain keeps one link each."""
+    org_id = await _burst(ctx, client)
+    async with ctx.db.read_session() as session:
+        stale = await repository.unsealed_events(session, org_id, 50)
+    assert await seal_org_now(ctx, org_id, checkpoint=False) == BURST
+    with pytest.raises(service.StaleBatch):
+        async with ctx.db.write_transaction() as session:
+            await service.seal_org(
+                session, ctx.db.dialect, org_id, None, checkpoint_policy(ctx), utcnow(),
+                waiting=stale,
+            )  # fmt: skip
+    assert await chain_seqs(ctx, org_id) == list(range(1, BURST + 2))
+    assert await seal_org_now(ctx, org_id, checkpoint=False) == 0

@@ -12,14 +12,14 @@ from typing import Any, cast
 
 import httpx
 import pytest
-from sqlalchemy import Table, event, insert, select
+from sqlalchemy import Table, event, insert, select, text
 
 from signoff.audit import chain, repository, service
 from signoff.audit.sealing import checkpoint_policy, seal_once, seal_org_now, verify_once
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.models import AuditChainHead, AuditEvent
-from tests.audit.test_chain import _verify, chain_seqs, requests_only
+from tests.audit.test_chain import _export, _verify, chain_seqs, requests_only
 from tests.conftest import create_approval, create_org
 
 EVENTS = cast(Table, AuditEvent.__table__)
@@ -119,3 +119,56 @@ async def test_a_batch_read_before_another_sealer_took_it_is_not_chained_twice(
             )  # fmt: skip
     assert await chain_seqs(ctx, org_id) == list(range(1, BURST + 2))
     assert await seal_org_now(ctx, org_id, checkpoint=False) == 0
+
+
+async def test_times_read_as_text_hash_as_the_orm_reads_them(
+    client: httpx.AsyncClient, ctx: AppContext, backend: str
+) -> None:
+    """The sealer reads ``created_at`` as the chain's text without a datetime in between
+    (SQLite's stored text moved into place): each hash is still over ``chain_timestamp``
+    of the time the ORM reads, for stored texts of every shape (a year before 1000, no
+    fraction of a second, written by hand), and the chain verifies."""
+    org = await requests_only(ctx, await create_org(ctx, "Times", members=1))
+    request = await create_approval(client, org.admin, title="Timed")
+    org_id = uuid.UUID(org.id)
+    times = [
+        utcnow(),
+        utcnow().replace(microsecond=0),
+        utcnow().replace(year=999, microsecond=5),
+        utcnow().replace(year=1, month=1, day=1, hour=0, minute=0, second=0, microsecond=0),
+    ]
+    rows = [
+        {
+            "id": uuid.uuid4(),
+            "org_id": org_id,
+            "request_id": uuid.UUID(request["id"]),
+            "type": "comment.created",
+            "actor_id": None,
+            "data": {"n": index},
+            "created_at": at,
+        }
+        for index, at in enumerate(times)
+    ]
+    async with ctx.db.write_transaction() as session:
+        await session.execute(insert(EVENTS), rows)
+        if backend == "sqlite":  # a text without the fraction, as a hand-written row has
+            await session.execute(
+                text("UPDATE audit_events SET created_at = '2026-01-02 03:04:05' WHERE id = :id"),
+                {"id": rows[1]["id"].hex},
+            )
+    async with ctx.db.read_session() as session:
+        waiting = await repository.unsealed_events(session, org_id, 10)
+    assert {type(row.created_at) for row in waiting} == {str}  # no datetime made
+    await seal_org_now(ctx, org_id, checkpoint=True)
+    async with ctx.db.read_session() as session:
+        stored = (
+            await session.execute(select(AuditEvent).where(AuditEvent.org_id == org_id))
+        ).scalars()
+        expected = {event.id: chain.chain_timestamp(event.created_at) for event in stored}
+    exported = [r for r in await _export(ctx, org.id) if r["kind"] == "event"]
+    assert {uuid.UUID(r["id"]): r["created_at"] for r in exported} == expected
+    if backend == "sqlite":
+        assert expected[rows[1]["id"]] == "2026-01-02T03:04:05.000000Z"
+        assert expected[rows[2]["id"]].startswith("999-")
+    result = await _verify(ctx, client, org)
+    assert (result.ok, result.last_seq) == (True, 5), result.problem

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -19,7 +20,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.types import TypeDecorator
 
-from signoff.audit.chain import GENESIS_HASH
+from signoff.audit.chain import GENESIS_HASH, chain_timestamp
 from signoff.models import (
     AuditChainHead,
     AuditChainLink,
@@ -54,12 +55,35 @@ class _UuidText(TypeDecorator[str]):
         return str(uuid.UUID(str(value)))  # any other form, as ``uuid.UUID`` reads it
 
 
+class _ChainTime(TypeDecorator[str]):
+    """``created_at`` read as the text the chain hashes (``chain.chain_timestamp``). On
+    SQLite from the stored text itself: ``YYYY-MM-DD HH:MM:SS.ffffff`` (naive UTC,
+    ``models.base``) becomes ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` by moving two characters,
+    where parsing it into a datetime and formatting that again cost the sealer and the
+    re-check several µs an event. Any other text (a year before 1000, no fraction), and
+    PostgreSQL's datetimes, go through ``chain_timestamp`` as before."""
+
+    impl = String
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Any) -> str | None:
+        if value is None:
+            return None
+        if type(value) is str:
+            if len(value) == 26 and value[0] != "0" and value[10] == " " and value[19] == ".":
+                return f"{value[:10]}T{value[11:]}Z"
+            value = datetime.fromisoformat(value)  # naive: UTC, as chain_timestamp takes it
+        return chain_timestamp(value)
+
+
 def _hashed(*, event_id: bool = False) -> list[Any]:
-    """The columns an event's hash covers (``service._canonical``), UUIDs as text;
-    ``event_id``: with the row's id as a ``uuid.UUID`` too (the sealer's insert binds it)."""
+    """The columns an event's hash covers (``service._canonical``), UUIDs and the time as
+    text; ``event_id``: with the row's id as a ``uuid.UUID`` too (the sealer's insert
+    binds it)."""
     texts = [type_coerce(_EVENTS.c[name], _UuidText()).label(name) for name in _UUID_COLUMNS]
-    plain = [_EVENTS.c.type, _EVENTS.c.data, _EVENTS.c.created_at]
-    return [*texts, *plain, *([_EVENTS.c.id.label("event_id")] if event_id else [])]
+    plain = [_EVENTS.c.type, _EVENTS.c.data]
+    created_at = type_coerce(_EVENTS.c.created_at, _ChainTime()).label("created_at")
+    return [*texts, *plain, created_at, *([_EVENTS.c.id.label("event_id")] if event_id else [])]
 
 
 # A chained event: the event joined to its row of ``audit_chain``.

@@ -109,7 +109,7 @@ async def test_a_batch_read_before_another_sealer_took_it_is_not_chained_twice(
     chained meanwhile is refused whole (rolled back), and the chain keeps one link each."""
     org_id = await _burst(ctx, client)
     async with ctx.db.read_session() as session:
-        stale = await repository.unsealed_events(session, org_id, 50)
+        stale = await repository.waiting_ids(session, org_id, 50)
     assert await seal_org_now(ctx, org_id, checkpoint=False) == BURST
     with pytest.raises(service.StaleBatch):
         async with ctx.db.write_transaction() as session:

@@ -135,6 +135,26 @@ async def unsealed_events(
     ).all()
 
 
+async def waiting_ids(session: AsyncSession, org_id: uuid.UUID, limit: int) -> list[uuid.UUID]:
+    """The ids of the org's events not yet in its chain, oldest first (by the events'
+    (created_at, id)): one sort a wake-up, and little to convert a row."""
+    waiting = _UNSEALED.join(_EVENTS, _EVENTS.c.id == _UNSEALED.c.event_id)
+    rows = await session.execute(
+        select(_UNSEALED.c.event_id)
+        .select_from(waiting)
+        .where(_UNSEALED.c.org_id == org_id)
+        .order_by(_EVENTS.c.created_at, _EVENTS.c.id)
+        .limit(limit)
+    )
+    return [row.event_id for row in rows]
+
+
+async def events_by_id(session: AsyncSession, ids: Sequence[uuid.UUID]) -> Sequence[Row[Any]]:
+    """These events' hashed columns and id (``event_id``), in no particular order."""
+    statement = select(*_hashed(event_id=True)).where(_EVENTS.c.id.in_(list(ids)))
+    return (await session.execute(statement)).all()
+
+
 async def append_links(
     session: AsyncSession, org_id: uuid.UUID, links: Sequence[dict[str, Any]]
 ) -> None:

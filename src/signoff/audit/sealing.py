@@ -11,7 +11,8 @@ from signoff.common.time import utcnow
 from signoff.context import AppContext
 
 ORGS_PER_ROUND = 100
-# Waiting events read at once for an org (one sorted read a wake-up, not one a batch).
+# Waiting events' ids read at once for an org (one sorted read a wake-up, not one a
+# batch; each batch then reads its events by id).
 WAKE_READ = 5000
 
 
@@ -57,20 +58,20 @@ async def verify_once(ctx: AppContext) -> int:
 
 def batch_size(waiting: int) -> int:
     """Events sealed a transaction when ``waiting`` were read: ``SEAL_BATCH`` when few
-    wait, a quarter of them under load (fewer transactions, locks and head updates a
+    wait, an eighth of them under load (fewer transactions, locks and head updates a
     wake-up), never more than ``MAX_SEAL_BATCH`` (the writers' pause stays short)."""
-    return min(service.MAX_SEAL_BATCH, max(service.SEAL_BATCH, waiting // 4))
+    return min(service.MAX_SEAL_BATCH, max(service.SEAL_BATCH, waiting // 8))
 
 
 async def seal_org_now(ctx: AppContext, org_id: uuid.UUID, *, checkpoint: bool) -> int:
     """Seal one org to its last event (an export or a purge wants the chain complete):
-    its waiting events read in order once, then sealed a batch a transaction; how many
-    events were sealed."""
+    its waiting events' ids read in order once, then sealed a batch a transaction; how
+    many events were sealed."""
     await ctx.keys.ready()
     sealed = 0
     while True:
         async with ctx.db.read_session() as session:
-            waiting = await repository.unsealed_events(session, org_id, WAKE_READ)
+            waiting = await repository.waiting_ids(session, org_id, WAKE_READ)
         size = batch_size(len(waiting))
         try:
             for start in range(0, max(len(waiting), 1), size):

@@ -29,11 +29,11 @@ from signoff.audit.chain import (
 )
 from signoff.common.ids import new_id
 
-# Sealing holds the org's head lock (on SQLite, the one writer) while it hashes: a
-# smaller batch keeps that pause short for the requests waiting to write. Under load the
-# sealer takes bigger ones (``sealing.batch_size``), up to ``MAX_SEAL_BATCH``.
+# Sealing holds the org's head lock (on SQLite, the one writer) while it reads and hashes
+# a batch: a smaller batch keeps that pause short for the requests waiting to write. Under
+# load the sealer takes bigger ones (``sealing.batch_size``), up to ``MAX_SEAL_BATCH``.
 SEAL_BATCH = 200
-MAX_SEAL_BATCH = 1000
+MAX_SEAL_BATCH = 400
 EXPORT_PAGE = 500
 # The re-check hashes in a read and stores its mark once a page: a page this long.
 VERIFY_PAGE = 5000
@@ -69,21 +69,24 @@ async def seal_org(
     now: datetime,
     *,
     force_checkpoint: bool = False,
-    waiting: Sequence[Row[Any]] | None = None,
+    waiting: Sequence[uuid.UUID] | None = None,
 ) -> Sealed:
-    """Seal the org's unsealed events ``waiting`` (read before, outside this transaction,
-    by ``repository.unsealed_events``), or up to ``SEAL_BATCH`` of them read here, then
-    sign the head if the policy says it is time (or ``force_checkpoint``). Raises
-    ``StaleBatch`` when some of ``waiting`` are no longer waiting."""
+    """Seal the org's unsealed events ``waiting`` (their ids, in the chain's order, read
+    before this transaction by ``repository.waiting_ids``), or up to ``SEAL_BATCH`` of
+    them read here, then sign the head if the policy says it is time (or
+    ``force_checkpoint``). Raises ``StaleBatch`` when some of ``waiting`` are no longer
+    waiting (another sealer chained them): nothing is then chained."""
     head = await repository.lock_head(session, dialect, org_id)
     seq, prev = int(head.seq), str(head.hash)
-    rows = waiting
-    if rows is None:
+    if waiting is None:
         rows = await repository.unsealed_events(session, org_id, SEAL_BATCH)
-    if rows:
-        taken = await repository.take_unsealed(session, org_id, [row.event_id for row in rows])
-        if taken != len(rows):
-            raise StaleBatch(org_id)
+        ids = [row.event_id for row in rows]
+    else:
+        ids = list(waiting)
+    if ids and await repository.take_unsealed(session, org_id, ids) != len(ids):
+        raise StaleBatch(org_id)
+    if waiting is not None:
+        rows = await _in_order(session, ids)
     updates = []
     for row in rows:
         seq += 1
@@ -104,6 +107,14 @@ async def seal_org(
     if updates or "checkpoint_seq" in values:
         await repository.update_head(session, org_id, **values)
     return Sealed(org_id, len(updates), seq, "checkpoint_seq" in values)
+
+
+async def _in_order(session: AsyncSession, ids: list[uuid.UUID]) -> list[Row[Any]]:
+    """The events of ``ids`` (all still there: they were waiting), in that order."""
+    if not ids:
+        return []
+    by_id = {row.event_id: row for row in await repository.events_by_id(session, ids)}
+    return [by_id[event_id] for event_id in ids]
 
 
 async def _add_checkpoint(

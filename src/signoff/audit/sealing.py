@@ -4,6 +4,7 @@ signed) call these."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from signoff.audit import repository, service
@@ -36,23 +37,34 @@ async def seal_once(ctx: AppContext, *, force_checkpoint: bool = False, verify: 
 
 
 async def verify_once(ctx: AppContext) -> int:
-    """Re-hash every org's stored events after its verified mark, page by page: each page
-    is hashed in a read and its mark stored by a short write, so writers never wait on
-    the hashing. How many events were checked."""
+    """Re-hash every org's stored events after its verified mark, a page a read (the
+    event loop is given back between pages), so writers never wait on the hashing; the
+    mark is stored by a short write once ``VERIFY_MARK_EVERY`` events held, at a failure
+    and at the end. How many events were checked."""
     async with ctx.db.read_session() as session:
         orgs = await service.orgs_to_verify(session, ORGS_PER_ROUND)
     checked = 0
     for org_id in orgs:
+        held: service.Verified | None = None  # checked, not stored yet
         while True:
             async with ctx.db.read_session() as session:
-                verified = await service.check_stored(session, org_id)
-            if verified is None:
+                page = await service.check_stored(session, org_id, after=held)
+            before = held.seq if held is not None else None
+            if page is not None:
+                held = page
+            if held is None:
                 break
+            stuck = page is not None and page.seq == (page.from_seq if before is None else before)
+            done = page is None or page.failed_seq is not None or stuck
+            if not done and held.seq - held.from_seq < service.VERIFY_MARK_EVERY:
+                await asyncio.sleep(0)
+                continue
             async with ctx.db.write_transaction() as session:
-                stored = await service.record_verified(session, org_id, verified, utcnow())
-            checked += verified.seq - verified.from_seq
-            if not stored or verified.failed_seq is not None or verified.seq == verified.from_seq:
+                stored = await service.record_verified(session, org_id, held, utcnow())
+            checked += held.seq - held.from_seq
+            if not stored or done:
                 break
+            held = None
     return checked
 
 

@@ -35,8 +35,9 @@ from signoff.common.ids import new_id
 SEAL_BATCH = 200
 MAX_SEAL_BATCH = 400
 EXPORT_PAGE = 500
-# The re-check hashes in a read and stores its mark once a page: a page this long.
-VERIFY_PAGE = 5000
+# The re-check hashes a page (``EXPORT_PAGE``) a read, and stores its mark once this
+# many events held (or at the end, or at a failure), not once a page.
+VERIFY_MARK_EVERY = 5000
 
 Signer = Callable[[bytes, str], str]
 
@@ -276,16 +277,26 @@ async def orgs_to_verify(session: AsyncSession, limit: int) -> Sequence[uuid.UUI
 
 
 async def check_stored(
-    session: AsyncSession, org_id: uuid.UUID, limit: int = VERIFY_PAGE
+    session: AsyncSession,
+    org_id: uuid.UUID,
+    limit: int = EXPORT_PAGE,
+    *,
+    after: Verified | None = None,
 ) -> Verified | None:
-    """Recompute up to ``limit`` of the org's stored events after the last verified one,
+    """Recompute up to ``limit`` of the org's stored events after the last verified one
+    (or after ``after``, a page checked but not stored yet, whose ``from_seq`` is kept),
     from its hash, in a read: the writers are not held while it hashes. None when there
     is nothing to check (no chain yet, nothing new, or a failure already recorded)."""
     head = await repository.head(session, org_id)
-    if head is None or head.verify_failed_seq is not None or head.verified_seq >= head.seq:
+    if head is None or head.verify_failed_seq is not None:
         return None
-    start = int(head.verified_seq)
-    seq, prev = start, str(head.verified_hash)
+    if after is None:
+        start = int(head.verified_seq)
+        seq, prev = start, str(head.verified_hash)
+    else:
+        start, seq, prev = after.from_seq, after.seq, after.hash
+    if seq >= head.seq:
+        return None
     pruned = await repository.last_pruned(session, org_id)
     if pruned is not None and pruned.seq > seq:
         seq, prev = int(pruned.seq), str(pruned.hash)

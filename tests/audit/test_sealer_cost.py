@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 import httpx
@@ -53,21 +53,26 @@ async def _burst(ctx: AppContext, client: httpx.AsyncClient) -> uuid.UUID:
     org_id = uuid.UUID(org.id)
     await seal_org_now(ctx, org_id, checkpoint=False)
     now = utcnow()
-    rows = [
-        {
-            "id": uuid.uuid4(),
-            "org_id": org_id,
-            "request_id": uuid.UUID(request["id"]),
-            "type": "comment.created",
-            "actor_id": None,
-            "data": {"n": index, "text": f"comment {index}"},
-            "created_at": now + timedelta(microseconds=index),
-        }
-        for index in range(BURST)
-    ]
+    rows = _comments(org_id, request["id"], [now + timedelta(microseconds=n) for n in range(BURST)])
     async with ctx.db.write_transaction() as session:
         await session.execute(insert(EVENTS), rows)
     return org_id
+
+
+def _comments(org_id: uuid.UUID, request_id: str, times: list[datetime]) -> list[dict[str, Any]]:
+    """Event rows of the request, one at each of ``times``, as a busy request's comments."""
+    return [
+        {
+            "id": uuid.uuid4(),
+            "org_id": org_id,
+            "request_id": uuid.UUID(request_id),
+            "type": "comment.created",
+            "actor_id": None,
+            "data": {"n": index, "text": f"comment {index}"},
+            "created_at": at,
+        }
+        for index, at in enumerate(times)
+    ]
 
 
 async def test_a_burst_is_sealed_in_a_few_statements_and_still_verifies(
@@ -141,18 +146,7 @@ async def test_times_read_as_text_hash_as_the_orm_reads_them(
         utcnow().replace(year=999, microsecond=5),
         utcnow().replace(year=1, month=1, day=1, hour=0, minute=0, second=0, microsecond=0),
     ]
-    rows = [
-        {
-            "id": uuid.uuid4(),
-            "org_id": org_id,
-            "request_id": uuid.UUID(request["id"]),
-            "type": "comment.created",
-            "actor_id": None,
-            "data": {"n": index},
-            "created_at": at,
-        }
-        for index, at in enumerate(times)
-    ]
+    rows = _comments(org_id, request["id"], times)
     async with ctx.db.write_transaction() as session:
         await session.execute(insert(EVENTS), rows)
         if backend == "sqlite":  # a text without the fraction, as a hand-written row has

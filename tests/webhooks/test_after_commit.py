@@ -118,3 +118,28 @@ async def test_a_batch_hands_its_callbacks_to_the_workers_instead(
     async with ctx.reading() as read:
         claims = await read.session.scalars(select(WebhookDelivery.claim_token))
         assert set(claims.all()) == {None}  # released: any worker may take them now
+
+
+async def test_a_transaction_draws_its_lease_token_only_when_it_writes_a_callback(
+    ctx: AppContext, wiring: Wiring, org: Org
+) -> None:
+    """Every write transaction holds an outbox; its lease token (a new id) is drawn when
+    a callback is written, not for the creates and writes that have none."""
+    principal = await wiring.callers.authenticate(org.member.api_key)
+    assert principal is not None
+    async with Receiver() as receiver:
+        payload = CreateApprovalRequest.model_validate(
+            {"title": "t", "description": "d", "priority": "low", "callback_url": receiver.url}
+        )
+        async with ctx.transaction() as uow:
+            created = await approvals_service.create_request(
+                uow, principal, payload, wiring.ctx.box, utcnow()
+            )
+        assert "token" not in vars(uow.outbox)  # a create writes no callback
+        async with ctx.transaction() as uow:
+            ids = [created.request.id]
+            await approvals_service.cancel_pending(uow, _org_id(org), None, ids, utcnow())
+            assert [d.token for d in uow.outbox.claimed] == [uow.outbox.token]
+    async with ctx.reading() as read:
+        claims = await read.session.scalars(select(WebhookDelivery.claim_token))
+        assert set(claims.all()) <= {None, uow.outbox.token}

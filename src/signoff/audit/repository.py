@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
     Row,
     String,
     Table,
-    and_,
-    bindparam,
     delete,
     insert,
     select,
@@ -21,7 +20,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.types import TypeDecorator
 
-from signoff.audit.chain import GENESIS_HASH
+from signoff.audit.chain import GENESIS_HASH, chain_timestamp
 from signoff.models import (
     AuditChainHead,
     AuditChainLink,
@@ -56,12 +55,35 @@ class _UuidText(TypeDecorator[str]):
         return str(uuid.UUID(str(value)))  # any other form, as ``uuid.UUID`` reads it
 
 
+class _ChainTime(TypeDecorator[str]):
+    """``created_at`` read as the text the chain hashes (``chain.chain_timestamp``). On
+    SQLite from the stored text itself: ``YYYY-MM-DD HH:MM:SS.ffffff`` (naive UTC,
+    ``models.base``) becomes ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` by moving two characters,
+    where parsing it into a datetime and formatting that again cost the sealer and the
+    re-check several µs an event. Any other text (a year before 1000, no fraction), and
+    PostgreSQL's datetimes, go through ``chain_timestamp`` as before."""
+
+    impl = String
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Any) -> str | None:
+        if value is None:
+            return None
+        if type(value) is str:
+            if len(value) == 26 and value[0] != "0" and value[10] == " " and value[19] == ".":
+                return f"{value[:10]}T{value[11:]}Z"
+            value = datetime.fromisoformat(value)  # naive: UTC, as chain_timestamp takes it
+        return chain_timestamp(value)
+
+
 def _hashed(*, event_id: bool = False) -> list[Any]:
-    """The columns an event's hash covers (``service._canonical``), UUIDs as text;
-    ``event_id``: with the row's id as a ``uuid.UUID`` too (the sealer's insert binds it)."""
+    """The columns an event's hash covers (``service._canonical``), UUIDs and the time as
+    text; ``event_id``: with the row's id as a ``uuid.UUID`` too (the sealer's insert
+    binds it)."""
     texts = [type_coerce(_EVENTS.c[name], _UuidText()).label(name) for name in _UUID_COLUMNS]
-    plain = [_EVENTS.c.type, _EVENTS.c.data, _EVENTS.c.created_at]
-    return [*texts, *plain, *([_EVENTS.c.id.label("event_id")] if event_id else [])]
+    plain = [_EVENTS.c.type, _EVENTS.c.data]
+    created_at = type_coerce(_EVENTS.c.created_at, _ChainTime()).label("created_at")
+    return [*texts, *plain, created_at, *([_EVENTS.c.id.label("event_id")] if event_id else [])]
 
 
 # A chained event: the event joined to its row of ``audit_chain``.
@@ -113,21 +135,49 @@ async def unsealed_events(
     ).all()
 
 
+async def waiting_ids(session: AsyncSession, org_id: uuid.UUID, limit: int) -> list[uuid.UUID]:
+    """The ids of the org's events not yet in its chain, oldest first (by the events'
+    (created_at, id)): one sort a wake-up, and little to convert a row."""
+    waiting = _UNSEALED.join(_EVENTS, _EVENTS.c.id == _UNSEALED.c.event_id)
+    rows = await session.execute(
+        select(_UNSEALED.c.event_id)
+        .select_from(waiting)
+        .where(_UNSEALED.c.org_id == org_id)
+        .order_by(_EVENTS.c.created_at, _EVENTS.c.id)
+        .limit(limit)
+    )
+    return [row.event_id for row in rows]
+
+
+async def events_by_id(session: AsyncSession, ids: Sequence[uuid.UUID]) -> Sequence[Row[Any]]:
+    """These events' hashed columns and id (``event_id``), in no particular order."""
+    statement = select(*_hashed(event_id=True)).where(_EVENTS.c.id.in_(list(ids)))
+    return (await session.execute(statement)).all()
+
+
 async def append_links(
     session: AsyncSession, org_id: uuid.UUID, links: Sequence[dict[str, Any]]
 ) -> None:
-    """Append the org's chain (each link's ``seq``, ``event_id``, ``prev_hash``, ``hash``)
-    and take those events off the waiting list: two executemanys, no event rewritten."""
-    if not links:
-        return
-    await session.execute(insert(_CHAIN), [{"org_id": org_id, **link} for link in links])
-    await session.execute(
+    """Append the org's chain (each link's ``seq``, ``event_id``, ``prev_hash``, ``hash``):
+    one executemany, no event rewritten (``take_unsealed`` clears the waiting list)."""
+    if links:
+        await session.execute(insert(_CHAIN), [{"org_id": org_id, **link} for link in links])
+
+
+async def take_unsealed(
+    session: AsyncSession, org_id: uuid.UUID, event_ids: Sequence[uuid.UUID]
+) -> int:
+    """Take these events off the org's waiting list, in one statement; how many of them
+    were still on it (fewer: another sealer chained some since they were read)."""
+    if not event_ids:
+        return 0
+    result = await session.execute(
         delete(_UNSEALED).where(
-            and_(_UNSEALED.c.org_id == org_id, _UNSEALED.c.event_id == bindparam("done"))
+            _UNSEALED.c.org_id == org_id, _UNSEALED.c.event_id.in_(list(event_ids))
         ),
-        [{"done": link["event_id"]} for link in links],
         execution_options={"synchronize_session": False},
     )
+    return int(getattr(result, "rowcount", 0))
 
 
 async def update_head(session: AsyncSession, org_id: uuid.UUID, **values: Any) -> None:

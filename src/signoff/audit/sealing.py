@@ -4,6 +4,7 @@ signed) call these."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from signoff.audit import repository, service
@@ -11,6 +12,9 @@ from signoff.common.time import utcnow
 from signoff.context import AppContext
 
 ORGS_PER_ROUND = 100
+# Waiting events' ids read at once for an org (one sorted read a wake-up, not one a
+# batch; each batch then reads its events by id).
+WAKE_READ = 5000
 
 
 def checkpoint_policy(ctx: AppContext) -> service.CheckpointPolicy:
@@ -33,42 +37,69 @@ async def seal_once(ctx: AppContext, *, force_checkpoint: bool = False, verify: 
 
 
 async def verify_once(ctx: AppContext) -> int:
-    """Re-hash every org's stored events after its verified mark, page by page: each page
-    is hashed in a read and its mark stored by a short write, so writers never wait on
-    the hashing. How many events were checked."""
+    """Re-hash every org's stored events after its verified mark, a page a read (the
+    event loop is given back between pages), so writers never wait on the hashing; the
+    mark is stored by a short write once ``VERIFY_MARK_EVERY`` events held, at a failure
+    and at the end. How many events were checked."""
     async with ctx.db.read_session() as session:
         orgs = await service.orgs_to_verify(session, ORGS_PER_ROUND)
     checked = 0
     for org_id in orgs:
+        held: service.Verified | None = None  # checked, not stored yet
         while True:
             async with ctx.db.read_session() as session:
-                verified = await service.check_stored(session, org_id)
-            if verified is None:
+                page = await service.check_stored(session, org_id, after=held)
+            before = held.seq if held is not None else None
+            if page is not None:
+                held = page
+            if held is None:
                 break
+            stuck = page is not None and page.seq == (page.from_seq if before is None else before)
+            done = page is None or page.failed_seq is not None or stuck
+            if not done and held.seq - held.from_seq < service.VERIFY_MARK_EVERY:
+                await asyncio.sleep(0)
+                continue
             async with ctx.db.write_transaction() as session:
-                stored = await service.record_verified(session, org_id, verified, utcnow())
-            checked += verified.seq - verified.from_seq
-            if not stored or verified.failed_seq is not None or verified.seq == verified.from_seq:
+                stored = await service.record_verified(session, org_id, held, utcnow())
+            checked += held.seq - held.from_seq
+            if not stored or done:
                 break
+            held = None
     return checked
 
 
+def batch_size(waiting: int) -> int:
+    """Events sealed a transaction when ``waiting`` were read: ``SEAL_BATCH`` when few
+    wait, an eighth of them under load (fewer transactions, locks and head updates a
+    wake-up), never more than ``MAX_SEAL_BATCH`` (the writers' pause stays short)."""
+    return min(service.MAX_SEAL_BATCH, max(service.SEAL_BATCH, waiting // 8))
+
+
 async def seal_org_now(ctx: AppContext, org_id: uuid.UUID, *, checkpoint: bool) -> int:
-    """Seal one org to its last event, a batch a transaction (an export or a purge wants
-    the chain complete); how many events were sealed."""
+    """Seal one org to its last event (an export or a purge wants the chain complete):
+    its waiting events' ids read in order once, then sealed a batch a transaction; how
+    many events were sealed."""
     await ctx.keys.ready()
     sealed = 0
     while True:
-        async with ctx.db.write_transaction() as session:
-            result = await service.seal_org(
-                session,
-                ctx.db.dialect,
-                org_id,
-                ctx.keys.current.sign,
-                checkpoint_policy(ctx),
-                utcnow(),
-                force_checkpoint=checkpoint,
-            )
-        sealed += result.events
-        if result.events < service.SEAL_BATCH:
+        async with ctx.db.read_session() as session:
+            waiting = await repository.waiting_ids(session, org_id, WAKE_READ)
+        size = batch_size(len(waiting))
+        try:
+            for start in range(0, max(len(waiting), 1), size):
+                async with ctx.db.write_transaction() as session:
+                    result = await service.seal_org(
+                        session,
+                        ctx.db.dialect,
+                        org_id,
+                        ctx.keys.current.sign,
+                        checkpoint_policy(ctx),
+                        utcnow(),
+                        force_checkpoint=checkpoint,
+                        waiting=waiting[start : start + size],
+                    )
+                sealed += result.events
+        except service.StaleBatch:
+            continue  # another sealer chained some of them: read what still waits
+        if len(waiting) < WAKE_READ:
             return sealed

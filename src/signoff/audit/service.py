@@ -29,10 +29,15 @@ from signoff.audit.chain import (
 )
 from signoff.common.ids import new_id
 
-# Sealing holds the org's head lock (on SQLite, the one writer) while it hashes: a
-# smaller batch keeps that pause short for the requests waiting to write.
+# Sealing holds the org's head lock (on SQLite, the one writer) while it reads and hashes
+# a batch: a smaller batch keeps that pause short for the requests waiting to write. Under
+# load the sealer takes bigger ones (``sealing.batch_size``), up to ``MAX_SEAL_BATCH``.
 SEAL_BATCH = 200
+MAX_SEAL_BATCH = 400
 EXPORT_PAGE = 500
+# The re-check hashes a page (``EXPORT_PAGE``) a read, and stores its mark once this
+# many events held (or at the end, or at a failure), not once a page.
+VERIFY_MARK_EVERY = 5000
 
 Signer = Callable[[bytes, str], str]
 
@@ -51,6 +56,11 @@ class Sealed:
     checkpointed: bool
 
 
+class StaleBatch(Exception):
+    """Some of the events read for a batch were chained by another sealer meanwhile: the
+    batch's transaction is rolled back and the waiting list read again."""
+
+
 async def seal_org(
     session: AsyncSession,
     dialect: str,
@@ -60,12 +70,24 @@ async def seal_org(
     now: datetime,
     *,
     force_checkpoint: bool = False,
+    waiting: Sequence[uuid.UUID] | None = None,
 ) -> Sealed:
-    """Seal up to ``SEAL_BATCH`` of the org's unsealed events, then sign the head if the
-    policy says it is time (or ``force_checkpoint``)."""
+    """Seal the org's unsealed events ``waiting`` (their ids, in the chain's order, read
+    before this transaction by ``repository.waiting_ids``), or up to ``SEAL_BATCH`` of
+    them read here, then sign the head if the policy says it is time (or
+    ``force_checkpoint``). Raises ``StaleBatch`` when some of ``waiting`` are no longer
+    waiting (another sealer chained them): nothing is then chained."""
     head = await repository.lock_head(session, dialect, org_id)
     seq, prev = int(head.seq), str(head.hash)
-    rows = await repository.unsealed_events(session, org_id, SEAL_BATCH)
+    if waiting is None:
+        rows = await repository.unsealed_events(session, org_id, SEAL_BATCH)
+        ids = [row.event_id for row in rows]
+    else:
+        ids = list(waiting)
+    if ids and await repository.take_unsealed(session, org_id, ids) != len(ids):
+        raise StaleBatch(org_id)
+    if waiting is not None:
+        rows = await _in_order(session, ids)
     updates = []
     for row in rows:
         seq += 1
@@ -86,6 +108,14 @@ async def seal_org(
     if updates or "checkpoint_seq" in values:
         await repository.update_head(session, org_id, **values)
     return Sealed(org_id, len(updates), seq, "checkpoint_seq" in values)
+
+
+async def _in_order(session: AsyncSession, ids: list[uuid.UUID]) -> list[Row[Any]]:
+    """The events of ``ids`` (all still there: they were waiting), in that order."""
+    if not ids:
+        return []
+    by_id = {row.event_id: row for row in await repository.events_by_id(session, ids)}
+    return [by_id[event_id] for event_id in ids]
 
 
 async def _add_checkpoint(
@@ -247,16 +277,26 @@ async def orgs_to_verify(session: AsyncSession, limit: int) -> Sequence[uuid.UUI
 
 
 async def check_stored(
-    session: AsyncSession, org_id: uuid.UUID, limit: int = EXPORT_PAGE
+    session: AsyncSession,
+    org_id: uuid.UUID,
+    limit: int = EXPORT_PAGE,
+    *,
+    after: Verified | None = None,
 ) -> Verified | None:
-    """Recompute up to ``limit`` of the org's stored events after the last verified one,
+    """Recompute up to ``limit`` of the org's stored events after the last verified one
+    (or after ``after``, a page checked but not stored yet, whose ``from_seq`` is kept),
     from its hash, in a read: the writers are not held while it hashes. None when there
     is nothing to check (no chain yet, nothing new, or a failure already recorded)."""
     head = await repository.head(session, org_id)
-    if head is None or head.verify_failed_seq is not None or head.verified_seq >= head.seq:
+    if head is None or head.verify_failed_seq is not None:
         return None
-    start = int(head.verified_seq)
-    seq, prev = start, str(head.verified_hash)
+    if after is None:
+        start = int(head.verified_seq)
+        seq, prev = start, str(head.verified_hash)
+    else:
+        start, seq, prev = after.from_seq, after.seq, after.hash
+    if seq >= head.seq:
+        return None
     pruned = await repository.last_pruned(session, org_id)
     if pruned is not None and pruned.seq > seq:
         seq, prev = int(pruned.seq), str(pruned.hash)

@@ -81,11 +81,15 @@ class Outbox:
     """Deliveries written by one transaction, held by it until its caller acts."""
 
     lease_seconds: float = DEFAULT_LEASE_SECONDS
-    # Unique, not secret: the lease's owner. new_id draws no system call per transaction.
-    token: uuid.UUID = field(default_factory=new_id)
     claimed: list[ClaimedDelivery] = field(default_factory=list)
     # Signing secrets by connection: a batch (an emergency stop) reads each once.
     secrets: dict[uuid.UUID, ConnectionSecrets] = field(default_factory=dict)
+
+    @functools.cached_property
+    def token(self) -> uuid.UUID:
+        """Unique, not secret: the lease's owner. Drawn when the transaction first writes
+        a callback: every write transaction has an outbox, few write a callback."""
+        return new_id()
 
 
 def start_outbox(session: AsyncSession, lease_seconds: float) -> Outbox:

@@ -1,0 +1,172 @@
+"""What sealing and re-checking a burst of events costs the database, in statements, on
+both databases (issue 34, decision 0039): the waiting list is read once a wake-up and
+taken off in one statement a batch; the re-check hashes a page a read and stores its
+mark once for the burst."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+import httpx
+import pytest
+from sqlalchemy import Table, event, insert, select, text
+
+from signoff.audit import chain, repository, service
+from signoff.audit.sealing import checkpoint_policy, seal_once, seal_org_now, verify_once
+from signoff.common.time import utcnow
+from signoff.context import AppContext
+from signoff.models import AuditChainHead, AuditEvent
+from tests.audit.test_chain import _export, _verify, chain_seqs, requests_only
+from tests.conftest import create_approval, create_org
+
+EVENTS = cast(Table, AuditEvent.__table__)
+HEADS = cast(Table, AuditChainHead.__table__)
+BURST = 1200
+
+
+@contextmanager
+def executions(ctx: AppContext) -> Iterator[list[str]]:
+    """Each statement run on the write or read engine, once per row of an executemany."""
+    seen: list[str] = []
+
+    def counted(_c: Any, _cur: Any, statement: str, parameters: Any, _x: Any, many: bool) -> None:
+        seen.extend([statement] * (len(parameters) if many else 1))
+
+    engines = {ctx.db.write_engine.sync_engine, ctx.db.read_engine.sync_engine}
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", counted)
+    try:
+        yield seen
+    finally:
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", counted)
+
+
+async def _burst(ctx: AppContext, client: httpx.AsyncClient) -> uuid.UUID:
+    """An org whose chain is sealed to its first request, then ``BURST`` events waiting."""
+    org = await requests_only(ctx, await create_org(ctx, "Burst", members=1))
+    request = await create_approval(client, org.admin, title="Busy")
+    org_id = uuid.UUID(org.id)
+    await seal_org_now(ctx, org_id, checkpoint=False)
+    now = utcnow()
+    rows = _comments(org_id, request["id"], [now + timedelta(microseconds=n) for n in range(BURST)])
+    async with ctx.db.write_transaction() as session:
+        await session.execute(insert(EVENTS), rows)
+    return org_id
+
+
+def _comments(org_id: uuid.UUID, request_id: str, times: list[datetime]) -> list[dict[str, Any]]:
+    """Event rows of the request, one at each of ``times``, as a busy request's comments."""
+    return [
+        {
+            "id": uuid.uuid4(),
+            "org_id": org_id,
+            "request_id": uuid.UUID(request_id),
+            "type": "comment.created",
+            "actor_id": None,
+            "data": {"n": index, "text": f"comment {index}"},
+            "created_at": at,
+        }
+        for index, at in enumerate(times)
+    ]
+
+
+async def test_a_burst_is_sealed_in_a_few_statements_and_still_verifies(
+    client: httpx.AsyncClient, ctx: AppContext
+) -> None:
+    org_id = await _burst(ctx, client)
+    with executions(ctx) as seen:
+        assert await seal_once(ctx, verify=False) == BURST
+    # One link inserted a row (executemany) and a handful of statements a batch: not a
+    # delete a row, nor a read of the whole waiting list for each batch.
+    chain_rows = [s for s in seen if "audit_chain " in s and s.startswith("INSERT")]
+    assert len(chain_rows) == BURST
+    assert len(seen) - len(chain_rows) <= 40, seen[:50]
+    assert await chain_seqs(ctx, org_id) == list(range(1, BURST + 2))
+    await seal_org_now(ctx, org_id, checkpoint=True)
+    org = type("O", (), {"id": str(org_id)})
+    result = await _verify(ctx, client, cast(Any, org))
+    assert (result.ok, result.last_seq) == (True, BURST + 1), result.problem
+
+
+async def test_the_re_check_stores_its_mark_once_for_a_burst(
+    client: httpx.AsyncClient, ctx: AppContext
+) -> None:
+    org_id = await _burst(ctx, client)
+    await seal_once(ctx, verify=False)
+    with executions(ctx) as seen:
+        assert await verify_once(ctx) >= BURST + 1
+    marks = [s for s in seen if s.startswith("UPDATE audit_chain_heads")]
+    assert len(marks) == 1
+    # Hashed a page a read (the event loop given back between them), not all at once.
+    pages = [s for s in seen if s.startswith("SELECT") and "JOIN audit_events" in s]
+    assert len(pages) == -(-(BURST + 1) // service.EXPORT_PAGE)
+    async with ctx.db.read_session() as session:
+        head = (await session.execute(select(HEADS).where(HEADS.c.org_id == org_id))).one()
+    assert (head.verified_seq, head.verify_failed_seq) == (BURST + 1, None)
+    assert head.verified_hash == head.hash != chain.GENESIS_HASH
+
+
+async def test_a_batch_read_before_another_sealer_took_it_is_not_chained_twice(
+    client: httpx.AsyncClient, ctx: AppContext
+) -> None:
+    """The waiting list is read outside the sealing transaction: a batch another sealer
+    chained meanwhile is refused whole (rolled back), and the chain keeps one link each."""
+    org_id = await _burst(ctx, client)
+    async with ctx.db.read_session() as session:
+        stale = await repository.waiting_ids(session, org_id, 50)
+    assert await seal_org_now(ctx, org_id, checkpoint=False) == BURST
+    with pytest.raises(service.StaleBatch):
+        async with ctx.db.write_transaction() as session:
+            await service.seal_org(
+                session, ctx.db.dialect, org_id, None, checkpoint_policy(ctx), utcnow(),
+                waiting=stale,
+            )  # fmt: skip
+    assert await chain_seqs(ctx, org_id) == list(range(1, BURST + 2))
+    assert await seal_org_now(ctx, org_id, checkpoint=False) == 0
+
+
+async def test_times_read_as_text_hash_as_the_orm_reads_them(
+    client: httpx.AsyncClient, ctx: AppContext, backend: str
+) -> None:
+    """The sealer reads ``created_at`` as the chain's text without a datetime in between
+    (SQLite's stored text moved into place): each hash is still over ``chain_timestamp``
+    of the time the ORM reads, for stored texts of every shape (a year before 1000, no
+    fraction of a second, written by hand), and the chain verifies."""
+    org = await requests_only(ctx, await create_org(ctx, "Times", members=1))
+    request = await create_approval(client, org.admin, title="Timed")
+    org_id = uuid.UUID(org.id)
+    times = [
+        utcnow(),
+        utcnow().replace(microsecond=0),
+        utcnow().replace(year=999, microsecond=5),
+        utcnow().replace(year=1, month=1, day=1, hour=0, minute=0, second=0, microsecond=0),
+    ]
+    rows = _comments(org_id, request["id"], times)
+    async with ctx.db.write_transaction() as session:
+        await session.execute(insert(EVENTS), rows)
+        if backend == "sqlite":  # a text without the fraction, as a hand-written row has
+            await session.execute(
+                text("UPDATE audit_events SET created_at = '2026-01-02 03:04:05' WHERE id = :id"),
+                {"id": rows[1]["id"].hex},
+            )
+    async with ctx.db.read_session() as session:
+        waiting = await repository.unsealed_events(session, org_id, 10)
+    assert {type(row.created_at) for row in waiting} == {str}  # no datetime made
+    await seal_org_now(ctx, org_id, checkpoint=True)
+    async with ctx.db.read_session() as session:
+        stored = (
+            await session.execute(select(AuditEvent).where(AuditEvent.org_id == org_id))
+        ).scalars()
+        expected = {event.id: chain.chain_timestamp(event.created_at) for event in stored}
+    exported = [r for r in await _export(ctx, org.id) if r["kind"] == "event"]
+    assert {uuid.UUID(r["id"]): r["created_at"] for r in exported} == expected
+    if backend == "sqlite":
+        assert expected[rows[1]["id"]] == "2026-01-02T03:04:05.000000Z"
+        assert expected[rows[2]["id"]].startswith("999-")
+    result = await _verify(ctx, client, org)
+    assert (result.ok, result.last_seq) == (True, 5), result.problem

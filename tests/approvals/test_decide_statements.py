@@ -12,9 +12,8 @@ import httpx
 import pytest
 
 from signoff.context import AppContext
-from signoff.storage.sqlite_driver import InlineConnection
 from tests.conftest import Member, Org, create_approval
-from tests.helpers import backdate_expiry
+from tests.helpers import backdate_expiry, sqlite_statements
 
 pytestmark = [
     pytest.mark.anyio,
@@ -24,18 +23,9 @@ pytestmark = [
 
 @pytest.fixture
 async def statements(ctx: AppContext) -> AsyncIterator[list[str]]:
-    seen: list[str] = []
-
-    def traced(statement: str) -> None:
-        if not statement.startswith("-- "):
-            seen.append(statement)
-
-    async with ctx.db.write_engine.connect() as connection:
-        driver = (await connection.get_raw_connection()).driver_connection
-        assert isinstance(driver, InlineConnection)
-        driver._conn.set_trace_callback(traced)
-    yield seen
-    driver._conn.set_trace_callback(None)
+    """The statements the writer connection runs from now on."""
+    async with sqlite_statements(ctx) as seen:
+        yield seen
 
 
 def _on_requests(statements: list[str]) -> list[str]:
@@ -64,6 +54,8 @@ async def test_a_decision_writes_its_request_without_reading_it_first(
     assert response.status_code == 200, response.text
     (write,) = _on_requests(statements)
     assert write.startswith("UPDATE approval_requests ") and "RETURNING" in write
+    # Its org has no channel: its create wrote no plan, so nothing was scheduled to void.
+    assert not [s for s in statements if s.startswith("UPDATE notifications ")]
     body = response.json()
     assert (body["status"], body["decision_comment"]) == (status, None)
     assert body["decided_by"] == org.admin.user_id

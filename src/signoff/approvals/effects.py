@@ -209,7 +209,9 @@ async def apply_create(
     is known to have no notification channel (``storage.channel_presence``), where a
     storage that writes the plan apart (SQLite) skips its statement, which would write
     nothing."""
-    row = new_row(values)
+    # Whether its plan row may be written: the decision's reminders to void (0052).
+    planned = plan or uow.approvals.can_write_plan_with_insert
+    row = new_row({**values, "notifications_planned": planned})
     record = record_written(row)
     gathered = _Gathered()
     # The row's own event goes with the insert; what a policy adds (its notes, its
@@ -524,10 +526,18 @@ class _WriteNow:
         await self.uow.notifications.asked_again(row, user_ids, self.now)
 
     async def left_pending(self, row: RequestRecord) -> None:
-        await self.uow.notifications.left_pending(row.id, self.now)
+        if may_have_scheduled(row):
+            await self.uow.notifications.left_pending(row.id, self.now)
 
     def publish(self, row: RequestRecord, final: bool) -> None:
         self.uow.request_changed(row.org_id, row.id, final=final)
+
+
+def may_have_scheduled(row: RequestRecord) -> bool:
+    """Whether ``row`` may have reminders, escalations or warnings to void: only a plan
+    row schedules them, and only its create (``notifications_planned``), a chain's steps
+    opening (``has_steps``) or an edit asking again (``arguments_edited``) writes one."""
+    return row.notifications_planned or row.has_steps or row.arguments_edited
 
 
 @dataclass

@@ -7,7 +7,9 @@ the API answers against what the database holds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,6 +18,28 @@ from sqlalchemy import select, update
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.models import ApprovalRequest, AuditEvent
+from signoff.storage.sqlite_driver import InlineConnection
+
+
+@contextlib.asynccontextmanager
+async def sqlite_statements(ctx: AppContext) -> AsyncIterator[list[str]]:
+    """SQLite: the statements the writer connection runs in the block (a trigger's own
+    statements, SQLite's ``-- `` lines, left out)."""
+    seen: list[str] = []
+
+    def traced(statement: str) -> None:
+        if not statement.startswith("-- "):
+            seen.append(statement)
+
+    async with ctx.db.write_engine.connect() as connection:
+        driver = (await connection.get_raw_connection()).driver_connection
+        assert isinstance(driver, InlineConnection)
+        driver._conn.set_trace_callback(traced)
+    try:
+        yield seen
+    finally:
+        driver._conn.set_trace_callback(None)
+
 
 # Settings for modules that need a pending request past its deadline to stay unswept.
 NO_SWEEP = {"expiry_sweep_interval_seconds": 3600.0}

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from signoff.context import AppContext
-from signoff.storage.sqlite_driver import InlineConnection
 from tests.conftest import Org, approval_body
+from tests.helpers import sqlite_statements
 from tests.standing.support import DEPLOY, grant, request, standing_list
 
 pytestmark = [
@@ -22,20 +22,9 @@ pytestmark = [
 
 @pytest.fixture
 async def statements(ctx: AppContext) -> AsyncIterator[list[str]]:
-    """The statements the writer connection runs from now on (a trigger's own
-    statements, SQLite's ``-- `` lines, left out)."""
-    seen: list[str] = []
-
-    def traced(statement: str) -> None:
-        if not statement.startswith("-- "):
-            seen.append(statement)
-
-    async with ctx.db.write_engine.connect() as connection:
-        driver = (await connection.get_raw_connection()).driver_connection
-        assert isinstance(driver, InlineConnection)
-        driver._conn.set_trace_callback(traced)
-    yield seen
-    driver._conn.set_trace_callback(None)
+    """The statements the writer connection runs from now on."""
+    async with sqlite_statements(ctx) as seen:
+        yield seen
 
 
 def _writes_to(statements: list[str], table: str) -> list[str]:

@@ -171,11 +171,15 @@ async def apply_transition(
     transition: state.Transition,
     author: Author | None,
     now: datetime,
+    *,
+    written: RequestRecord | None = None,
 ) -> RequestRecord:
     """Write every effect of ``transition`` on the locked request ``row``, in order; the
-    request as it now is."""
+    request as it now is. ``written``: the request's new state is written already (a
+    decision written before its read, ``state.UnreadDecision``), as this row: its update
+    is checked against it, not made again."""
     author = as_voted(author, transition)
-    sink = _WriteNow(uow, now)
+    sink = _WriteNow(uow, now, written)
     for effect in transition.effects:
         row = await _dispatch(sink, row, effect, author, now)
     await uow.approvals.flush()
@@ -208,7 +212,9 @@ async def apply_create(
     storage that writes the plan apart (SQLite) skips its statement, which would write
     nothing. ``standing``: the standing approval's use the create's statement takes
     (PostgreSQL), its uses then set in the decision event's ``standing_approval``."""
-    row = new_row(values)
+    # Whether its plan row may be written: the decision's reminders to void (0052).
+    planned = plan or uow.approvals.can_write_plan_with_insert
+    row = new_row({**values, "notifications_planned": planned})
     record = record_written(row)
     gathered = _Gathered()
     # The row's own event goes with the insert; what a policy adds (its notes, its
@@ -467,12 +473,22 @@ class _WriteNow:
     """Each write made at once over the unit of work (most are queued by the storage and
     go out together before the next read or the commit)."""
 
-    def __init__(self, uow: EffectsUnitOfWork, now: datetime) -> None:
+    def __init__(
+        self, uow: EffectsUnitOfWork, now: datetime, written: RequestRecord | None = None
+    ) -> None:
         self.uow = uow
         self.now = now
         self.receipts: dict[uuid.UUID, str] = {}
+        self.written = written
 
     async def update(self, row: RequestRecord, values: dict[str, Any]) -> None:
+        if self.written is not None:
+            written, self.written = self.written, None
+            if any(getattr(written, column) != value for column, value in values.items()):
+                # The state machine answered otherwise than what was written: the raise
+                # rolls the transaction back (``state.UnreadDecision`` makes it unreachable).
+                raise RuntimeError(f"request {row.id} was written unlike its transition")
+            return
         # The row lock (PostgreSQL) or the write lock (SQLite) makes the refusal
         # unreachable; should it ever happen, refusing is right and nothing is written.
         status = row.status
@@ -517,10 +533,18 @@ class _WriteNow:
         await self.uow.notifications.asked_again(row, user_ids, self.now)
 
     async def left_pending(self, row: RequestRecord) -> None:
-        await self.uow.notifications.left_pending(row.id, self.now)
+        if may_have_scheduled(row):
+            await self.uow.notifications.left_pending(row.id, self.now)
 
     def publish(self, row: RequestRecord, final: bool) -> None:
         self.uow.request_changed(row.org_id, row.id, final=final)
+
+
+def may_have_scheduled(row: RequestRecord) -> bool:
+    """Whether ``row`` may have reminders, escalations or warnings to void: only a plan
+    row schedules them, and only its create (``notifications_planned``), a chain's steps
+    opening (``has_steps``) or an edit asking again (``arguments_edited``) writes one."""
+    return row.notifications_planned or row.has_steps or row.arguments_edited
 
 
 @dataclass
@@ -585,15 +609,34 @@ class _Gathered:
         raise AssertionError("an edit is written on its own")
 
 
-def _request_values(
-    row: RequestRecord, effect: state.UpdateRequest, author: Author | None, now: datetime
+def unread_values(
+    unread: state.UnreadDecision, comment: str | None, author: Author | None, now: datetime
 ) -> dict[str, Any]:
-    """The columns ``effect`` sets on ``row``."""
-    values: dict[str, Any] = {
+    """The columns a decision written before its read sets (``state.UnreadDecision``):
+    those its transition's ``UpdateRequest`` sets, which ``apply_transition`` checks."""
+    final = unread.status in state.TERMINAL_STATUSES
+    effect = state.UpdateRequest(
+        unread.status, unread.current_approvals, comment=comment if final else None
+    )
+    values = _state_values(effect, now)
+    if final:
+        values.update(_decided_fields(effect, author, now))
+    return values
+
+
+def _state_values(effect: state.UpdateRequest, now: datetime) -> dict[str, Any]:
+    return {
         "status": effect.status,
         "current_approvals": effect.current_approvals,
         "updated_at": now,
     }
+
+
+def _request_values(
+    row: RequestRecord, effect: state.UpdateRequest, author: Author | None, now: datetime
+) -> dict[str, Any]:
+    """The columns ``effect`` sets on ``row``."""
+    values = _state_values(effect, now)
     if effect.required_approvals is not None:
         values.update(required_approvals=effect.required_approvals, has_steps=True)
     if effect.edit is not None:
@@ -624,6 +667,13 @@ def _final_fields(
     if effect.status == "expired":
         # Expiry happened at the deadline, whenever the sweep notices it.
         return {"decided_at": row.expires_at or now}
+    return _decided_fields(effect, author, now)
+
+
+def _decided_fields(
+    effect: state.UpdateRequest, author: Author | None, now: datetime
+) -> dict[str, Any]:
+    """A person's (or the operator's) final transition: who decided, when, and why."""
     fields: dict[str, Any] = {
         "decided_at": now,
         "decided_by": author.user_id if author else None,

@@ -24,6 +24,7 @@ from sqlalchemy import (
     func,
     insert,
     literal_column,
+    or_,
     select,
     table,
     true,
@@ -33,6 +34,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.dml import Insert
 
+from signoff.approvals.state import UnreadDecision
 from signoff.approvals.typed_rows import (
     COLUMNS,
     RequestRecord,
@@ -487,6 +489,30 @@ def _update_if_pending(columns: frozenset[str], *, versioned: bool = False) -> P
     )
 
 
+@functools.cache
+def _decide_unread(columns: frozenset[str], bounded: bool) -> PreparedQuery:
+    """A decision written without a read of its request (``state.UnreadDecision``): the
+    compare-and-set of its condition, setting ``columns`` and answering the request as
+    written; ``bounded``: the condition caps ``required_approvals`` (an approval)."""
+    conditions = [
+        ApprovalRequest.id == bindparam("request_id"),
+        ApprovalRequest.org_id == bindparam("org_id"),
+        ApprovalRequest.status == bindparam("status_before", type_=String),
+        or_(ApprovalRequest.expires_at.is_(None), ApprovalRequest.expires_at > bindparam("now")),
+        ApprovalRequest.has_steps.is_(False),
+        ApprovalRequest.current_approvals == bindparam("approvals_before"),
+    ]
+    if bounded:
+        conditions.append(ApprovalRequest.required_approvals <= bindparam("most_required"))
+    return PreparedQuery(
+        update(ApprovalRequest)
+        .where(*conditions)
+        .values({column: bindparam(f"new_{column}") for column in sorted(columns)})
+        .returning(*request_columns()),
+        row_type=RequestRecord,
+    )
+
+
 class ApprovalReads:
     """The reads of a get, as prepared queries outside any session (prepared.py).
 
@@ -853,6 +879,39 @@ class ApprovalRepository:
         params |= principal_guard_params(check)
         rows = await execute_in(self.session, _REQUEST_FOR_UPDATE_GUARDED, params)
         return _confirmed(rows[0] if rows else None, check)
+
+    @property
+    def can_decide_unread(self) -> bool:
+        """SQLite: a decision may be written before its request is read
+        (``decide_unread``); its transaction holds the write lock from its first statement,
+        so the row answered is the one the decision was made on. PostgreSQL keeps its
+        read without a lock (``can_decide_without_lock``)."""
+        return self.dialect == "sqlite"
+
+    async def decide_unread(
+        self,
+        org_id: uuid.UUID,
+        request_id: uuid.UUID,
+        unread: UnreadDecision,
+        values: dict[str, Any],
+        now: datetime,
+    ) -> RequestRecord | None:
+        """Set ``values`` on the org's request if ``unread``'s condition holds for it at
+        ``now`` (``state.UnreadDecision``), in one statement: the request as written, or
+        None, having written nothing (no such request, or the condition does not hold)."""
+        bounded = unread.most_required is not None
+        params = {f"new_{column}": value for column, value in values.items()}
+        params |= {
+            "request_id": request_id,
+            "org_id": org_id,
+            "status_before": unread.status_before,
+            "approvals_before": unread.approvals_before,
+            "now": now,
+        }
+        if bounded:
+            params["most_required"] = unread.most_required
+        rows = await execute_in(self.session, _decide_unread(frozenset(values), bounded), params)
+        return cast(RequestRecord, rows[0]) if rows else None
 
     async def update_if_pending(
         self, request_id: uuid.UUID, values: dict[str, Any], refusal: Callable[[], Exception]

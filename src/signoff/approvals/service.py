@@ -617,8 +617,48 @@ async def _decide_request(
         done = await _without_lock(uow, principal, request_id, action, now, check)
         if done is not None:
             return done[0]
+    elif uow.approvals.can_decide_unread and check is None:
+        decided = await _decided_unread(uow, principal, request_id, action, now)
+        if decided is not None:
+            return decided
     row = await _get_locked(uow.approvals, principal, request_id, check)
     return await _transition(uow, row, action, principal, now)
+
+
+async def _decided_unread(
+    uow: ApprovalsWork,
+    principal: OrgMember,
+    request_id: uuid.UUID,
+    action: state.Decide,
+    now: datetime,
+) -> TransitionResult | None:
+    """SQLite: the decision written before its request is read, in one compare-and-set
+    that answers the row (``state.UnreadDecision``), then the state machine's answer on
+    the request as it was, whose other effects are written as ever. None, having written
+    nothing, when the condition does not hold (no such request, decided, expired, a
+    chain, votes counted already...): the request is then read and decided under the
+    lock, which gives the state machine's answer, refusal or transition."""
+    unread = state.decided_unread(action)
+    if unread is None:
+        return None
+    author = author_of(principal)
+    values = effects.unread_values(unread, action.comment, author, now)
+    written = await uow.approvals.decide_unread(principal.org_id, request_id, unread, values, now)
+    if written is None:
+        return None
+    # The request as the condition says it was: pending, no approval counted, so no
+    # voters, no chain, and nothing decided yet.
+    before = written._replace(
+        status=unread.status_before,
+        current_approvals=unread.approvals_before,
+        decided_at=None,
+        decided_by=None,
+        decided_by_name=None,
+        decision_comment=None,
+    )
+    transition = state.apply(_view_of(before, (), frozenset()), action, now)
+    row = await effects.apply_transition(uow, before, transition, author, now, written=written)
+    return TransitionResult(row, transition)
 
 
 # Reads of a request a transition without a lock makes before it takes the lock instead:

@@ -422,6 +422,49 @@ def apply(request: RequestView | None, action: Action, now: datetime) -> Transit
     return replace(transition, effects=_effects(request, action, transition))
 
 
+@dataclass(frozen=True)
+class UnreadDecision:
+    """A request-level decision (``Decide``) the storage may write before reading the
+    request, as one compare-and-set: the new ``status`` and ``current_approvals``, made
+    only on a request that is pending and not past ``expires_at``, has no steps, counts no
+    approval yet (so no voters: each count-based vote is an approval the row counts), and,
+    for an approval, needs at most ``most_required`` approvals. On exactly those requests
+    ``apply`` answers the decision with these two values and refuses nothing (``admits``;
+    the storage's condition is built from these fields). On any other request the write
+    changes nothing, and the request is read and decided as ever."""
+
+    status: RequestStatus
+    current_approvals: int
+    most_required: int | None  # None: any number (a reject)
+    # What the request held before, under the condition.
+    status_before: RequestStatus = "pending"
+    approvals_before: int = 0
+
+    def admits(self, request: RequestView, now: datetime) -> bool:
+        """Whether the condition holds for ``request`` at ``now`` (its Python form)."""
+        return (
+            request.status == self.status_before
+            and not is_past_expiry(request.expires_at, now)
+            and not request.steps
+            and request.current_approvals == self.approvals_before
+            and (self.most_required is None or request.required_approvals <= self.most_required)
+        )
+
+
+def decided_unread(action: Action) -> UnreadDecision | None:
+    """What ``action`` writes without a read of its request (``UnreadDecision``), if it
+    may: a plain approve or reject of a request, by a person whose authority stands (a
+    deactivated owner's connection is refused whatever the request), without edits
+    (those are checked against the request's schema)."""
+    if not isinstance(action, Decide) or action.arguments is not None:
+        return None
+    if action.actor.owner_deactivated:
+        return None
+    if action.decision == "reject":
+        return UnreadDecision("rejected", 0, None)
+    return UnreadDecision("approved", 1, 1)
+
+
 def _create(action: Create) -> Transition:
     """A new request: pending, no approvals; its row, its event, its notifications. A
     policy's verdict creates it decided instead: its decision's event, receipt and

@@ -59,6 +59,7 @@ class RequestRecord(NamedTuple):
     original_arguments_hash: str | None
     passkey_required: bool = False
     standing_approval_id: uuid.UUID | None = None
+    notifications_planned: bool = True
 
 
 class StepRecord(NamedTuple):

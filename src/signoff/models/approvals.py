@@ -17,6 +17,7 @@ from sqlalchemy import (
     false,
     func,
     text,
+    true,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -124,6 +125,11 @@ class ApprovalRequest(Base):
     # The standing approval that approved it at create (``policies.standing``); no
     # foreign key, as for its grantor: the id is what the audit names.
     standing_approval_id: Mapped[uuid.UUID | None] = mapped_column(default=None)
+    # False only where the create wrote no notification plan row (SQLite, an org known to
+    # have no channel): a decision then has no reminders to void (migration 0052).
+    notifications_planned: Mapped[bool] = mapped_column(
+        Boolean, default=True, server_default=true()
+    )
     # How long the receipt its approval issues is valid.
     receipt_ttl_seconds: Mapped[int] = mapped_column(
         Integer,

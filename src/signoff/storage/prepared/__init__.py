@@ -27,6 +27,7 @@ from signoff.storage.prepared.session_io import (
     inline_driver,
     notifies_left_to_caller,
     sqlite_transaction_of,
+    stock_execution_info,
 )
 from signoff.storage.prepared.statements import (
     STOCK_EXECUTION_SWITCH,
@@ -68,6 +69,7 @@ __all__ = [
     "savepoint",
     "send_queued_writes",
     "sqlite_transaction_of",
+    "stock_execution_info",
     "switched",
     "writes_alone",
 ]

@@ -16,6 +16,7 @@ from signoff.storage.prepared.runner import QueryRunner
 from signoff.storage.prepared.session_io import (
     QUEUED_WRITES_KEY,
     SQLITE_CONNECTION_KEY,
+    STOCK_EXECUTION_KEY,
     QueuingSession,
     SQLiteTransaction,
     count_in,
@@ -48,6 +49,7 @@ from signoff.storage.prepared.write_batching import (
 __all__ = [
     "QUEUED_WRITES_KEY",
     "SQLITE_CONNECTION_KEY",
+    "STOCK_EXECUTION_KEY",
     "STOCK_EXECUTION_SWITCH",
     "LostRace",
     "PreparedQuery",

@@ -1,7 +1,7 @@
 """SQLite's commit stamp (``QueryRunner.commit_stamp``, what the principal cache keys on)
 is read once per turn of the event loop: the calls of one turn share one
 ``PRAGMA data_version``, a commit by another connection shows from the next turn on, and
-a commit made on the event loop's thread at once."""
+a commit by this process at once."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from signoff.context import AppContext
 from signoff.storage import sqlite_driver
 from signoff.storage.prepared import QueryRunner
+from tests.conftest import create_org
 
 pytestmark = pytest.mark.anyio
 
@@ -62,24 +63,20 @@ async def test_one_read_per_turn_and_a_commit_elsewhere_seen_the_next_turn(
     assert counted.statements == 2
 
 
-async def test_a_commit_on_the_loops_thread_is_seen_in_the_same_turn(
+async def test_a_commit_of_this_process_is_seen_in_the_same_turn(
     ctx: AppContext, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A commit that completes without leaving the turn (a connection that commits
-    inline) is counted; the stamp is then read again."""
     if backend != "sqlite":
         pytest.skip("SQLite only: PostgreSQL has no stamp")
-    path = ctx.settings.database_url.split("///", 1)[1]
-    _other_connection_commits(path)  # the table
-    inline = sqlite_driver.InlineConnection(sqlite_driver.open_sqlite(f"sqlite:///{path}"), 5.0)
+    made = sqlite_driver.commits_made()
+    await create_org(ctx, "Committed", members=0)  # commits through this process's writer
+    assert sqlite_driver.commits_made() > made
+
     queries = ctx.db.queries
     counted = _counted(queries, monkeypatch)
     first = queries.commit_stamp()
-    made = sqlite_driver.commits_made()
-    await inline.begin("BEGIN IMMEDIATE")
-    await inline.run(lambda db: db.execute("INSERT INTO stamp_probe VALUES (2)"))
-    await inline.commit()
-    assert sqlite_driver.commits_made() == made + 1
+    # Within one turn: a commit elsewhere (unseen), then one this process counts.
+    _other_connection_commits(ctx.settings.database_url.split("///", 1)[1])
+    monkeypatch.setattr(sqlite_driver, "_COMMITS", [sqlite_driver.commits_made() + 1])
     assert queries.commit_stamp() != first
     assert counted.statements == 2
-    inline._conn.close()

@@ -278,16 +278,13 @@ class InlineCursor:
         self._cursor.arraysize = value
 
 
-# Commits made on the event loop's thread: what a stamp read earlier in the same turn of
-# the loop cannot have seen (``commits_made``).
+# Commits made by this process's connections (any thread): what a stamp read earlier in a
+# turn of the event loop cannot have seen (``commits_made``).
 _COMMITS = [0]
 
 
 def commits_made() -> int:
-    """How many transactions this process's connections committed on the event loop's
-    thread. A commit in a worker thread is not counted: whoever waits for it resumes in a
-    later callback of the loop, after the one that drops a stamp read before it
-    (``QueryRunner.commit_stamp``)."""
+    """How many transactions this process's SQLite connections have committed."""
     return _COMMITS[0]
 
 
@@ -332,7 +329,6 @@ class InlineConnection(AiosqliteLookalike):
         (``group_commit``)."""
         if self._checkpointer is None:
             await self._retrier.run(self._commit)
-            _COMMITS[0] += 1  # on the event loop's thread (``commits_made``)
             return
         await self._retrier.run_in_thread(self._commit)
         self._checkpointer.committed(writers)
@@ -347,6 +343,7 @@ class InlineConnection(AiosqliteLookalike):
                 self._conn.execute(statement)
         self._conn.commit()
         self._changes_at_end = self._conn.total_changes
+        _COMMITS[0] += 1
 
     def _wrote(self) -> bool:
         return self._conn.in_transaction and self._conn.total_changes != self._changes_at_end

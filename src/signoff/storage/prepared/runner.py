@@ -215,13 +215,13 @@ class QueryRunner:
         nothing as cheap, and None if SQLite cannot answer: then the caller reads afresh.
 
         Read once per turn of the event loop: a later call in the same turn gets the
-        same stamp unless a commit on the loop's thread came meanwhile (``commits_made``).
-        The ``PRAGMA`` begins and ends a read transaction, a share of every call's CPU;
-        the calls of one turn came before it began, so a commit that lands during the
-        turn (another process, a worker thread) is one none of them can have seen. The
-        stamp is dropped by a callback queued when it is read, which runs before any step
-        queued after that: the first step of a call that arrives later, or the resumption
-        of whoever waited for that commit (docs/decisions/0041-request-layer-cuts.md).
+        same stamp unless this process committed meanwhile (``commits_made``). The
+        ``PRAGMA`` begins and ends a read transaction, a share of every call's CPU, and
+        the calls of one turn are those whose bytes came before it began: a commit that
+        lands during the turn is one none of them can have seen. The stamp is dropped by
+        a callback queued when it is read, which runs before any step queued after that:
+        the first step of a call that arrives later, or of a call whose client waited
+        for that commit (docs/decisions/0041-request-layer-cuts.md).
         """
         if self._sqlite_url is None:
             return None

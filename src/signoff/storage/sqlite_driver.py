@@ -278,16 +278,6 @@ class InlineCursor:
         self._cursor.arraysize = value
 
 
-# Commits made by this process's connections (any thread): what a stamp read earlier in a
-# turn of the event loop cannot have seen (``commits_made``).
-_COMMITS = [0]
-
-
-def commits_made() -> int:
-    """How many transactions this process's SQLite connections have committed."""
-    return _COMMITS[0]
-
-
 class InlineConnection(AiosqliteLookalike):
     """An aiosqlite-shaped connection over a ``sqlite3`` connection, used on one thread."""
 
@@ -343,7 +333,6 @@ class InlineConnection(AiosqliteLookalike):
                 self._conn.execute(statement)
         self._conn.commit()
         self._changes_at_end = self._conn.total_changes
-        _COMMITS[0] += 1
 
     def _wrote(self) -> bool:
         return self._conn.in_transaction and self._conn.total_changes != self._changes_at_end

@@ -20,7 +20,6 @@ Statements inside a session's transaction go through ``session_io`` instead.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from signoff.storage.asyncpg_connections import ReadPool
 from signoff.storage.prepared.statements import PreparedQuery
-from signoff.storage.sqlite_driver import Retrier, commits_made, open_sqlite, threaded
+from signoff.storage.sqlite_driver import Retrier, open_sqlite, threaded
 
 
 async def through_sqlalchemy(
@@ -88,8 +87,6 @@ class QueryRunner:
         self._thread = ThreadPoolExecutor(max_workers=1) if sqlite_url and threaded() else None
         self._connection: sqlite3.Connection | None = None
         self._connections_opened = 0
-        # The stamp read in this turn of the event loop: (loop, commits_made(), stamp).
-        self._turn_stamp: tuple[asyncio.AbstractEventLoop, int, tuple[int, int]] | None = None
 
     @property
     def through_engine(self) -> bool:
@@ -212,35 +209,14 @@ class QueryRunner:
         ``PRAGMA data_version`` (it reads no table) read on this runner's own connection, which
         only reads, so every commit anywhere changes it; the number of that connection
         comes first, as a new connection counts afresh. None on PostgreSQL, which has
-        nothing as cheap, and None if SQLite cannot answer: then the caller reads afresh.
-
-        Read once per turn of the event loop: a later call in the same turn gets the
-        same stamp unless this process committed meanwhile (``commits_made``). The
-        ``PRAGMA`` begins and ends a read transaction, a share of every call's CPU, and
-        the calls of one turn are those whose bytes came before it began: a commit that
-        lands during the turn is one none of them can have seen. The stamp is dropped by
-        a callback queued when it is read, which runs before any step queued after that:
-        the first step of a call that arrives later, or of a call whose client waited
-        for that commit (docs/decisions/0041-request-layer-cuts.md).
-        """
+        nothing as cheap, and None if SQLite cannot answer: then the caller reads afresh."""
         if self._sqlite_url is None:
             return None
-        loop = asyncio.get_running_loop()
-        commits = commits_made()
-        kept = self._turn_stamp
-        if kept is not None and kept[0] is loop and kept[1] == commits:
-            return kept[2]
         try:
             row = self._sqlite_connection().execute("PRAGMA data_version").fetchone()
         except sqlite3.Error:
             return None
-        stamp = self._connections_opened, int(row[0])
-        self._turn_stamp = loop, commits, stamp
-        loop.call_soon(self._turn_over)
-        return stamp
-
-    def _turn_over(self) -> None:
-        self._turn_stamp = None
+        return self._connections_opened, int(row[0])
 
     def _sqlite_connection(self) -> sqlite3.Connection:
         if self._connection is None:

@@ -56,6 +56,7 @@ from signoff.storage.prepared import (
     QueryRunner,
     QueuingSession,
     has_unflushed_changes,
+    stock_execution_info,
     switched,
 )
 from signoff.storage.sqlite_driver import Checkpointer, begin_transaction, inline_connector
@@ -188,11 +189,18 @@ class Database:
             ReadPool(url, PLANNED_READ_POOL_SIZE, plan_each_call=True) if postgres else None,
             through_engine=not prepared,
         )
-        self._read_sessions = async_sessionmaker(self.read_engine, expire_on_commit=False)
+        # Whether the switch was set now: each statement reads it here (session_io).
+        info = stock_execution_info()
+        self._read_sessions = async_sessionmaker(
+            self.read_engine, expire_on_commit=False, info=info
+        )
         # PostgreSQL: writes that ask for no answer go out together (prepared.queue_write).
         sync_session_class = Session if self.is_sqlite else QueuingSession
         self._write_sessions = async_sessionmaker(
-            self.write_engine, expire_on_commit=False, sync_session_class=sync_session_class
+            self.write_engine,
+            expire_on_commit=False,
+            sync_session_class=sync_session_class,
+            info=info,
         )
 
     @property

@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from signoff.storage import channel_presence
 from signoff.storage.prepared import (
     SQLITE_CONNECTION_KEY,
+    STOCK_EXECUTION_KEY,
     SQLiteTransaction,
     has_unflushed_changes,
     inline_driver,
@@ -193,7 +194,11 @@ class GroupCommit:
             raise
         if failed or len(batch.session.identity_map):
             batch.session.expunge_all()
-        batch.session.info.clear()
+        info = batch.session.info
+        stock = info.get(STOCK_EXECUTION_KEY)
+        info.clear()
+        if stock:  # the database's, not the block's (session_io.stock_execution_info)
+            info[STOCK_EXECUTION_KEY] = stock
         if failed:
             await self._commit(batch)
 

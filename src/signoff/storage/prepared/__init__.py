@@ -16,6 +16,7 @@ from signoff.storage.prepared.runner import QueryRunner
 from signoff.storage.prepared.session_io import (
     QUEUED_WRITES_KEY,
     SQLITE_CONNECTION_KEY,
+    STOCK_EXECUTION_KEY,
     QueuingSession,
     SQLiteTransaction,
     count_in,
@@ -27,6 +28,7 @@ from signoff.storage.prepared.session_io import (
     inline_driver,
     notifies_left_to_caller,
     sqlite_transaction_of,
+    stock_execution_info,
 )
 from signoff.storage.prepared.statements import (
     STOCK_EXECUTION_SWITCH,
@@ -47,6 +49,7 @@ from signoff.storage.prepared.write_batching import (
 __all__ = [
     "QUEUED_WRITES_KEY",
     "SQLITE_CONNECTION_KEY",
+    "STOCK_EXECUTION_KEY",
     "STOCK_EXECUTION_SWITCH",
     "LostRace",
     "PreparedQuery",
@@ -68,6 +71,7 @@ __all__ = [
     "savepoint",
     "send_queued_writes",
     "sqlite_transaction_of",
+    "stock_execution_info",
     "switched",
     "writes_alone",
 ]

@@ -51,8 +51,20 @@ class ApprovalRequest(Base):
             Index(f"ix_approval_requests_org_{column}_created", *columns)
             for column, columns in _FILTER_INDEX_COLUMNS.items()
         ),
-        Index("ix_approval_requests_org_decided", "org_id", "decided_at", "status", "created_at"),
-        # An approver's inbox: each priority's pending requests, oldest first.
+        # Decided windows and the retention purge, each a range of ``decided_at``. On
+        # SQLite only decided requests are in it, so a create writes no entry and a
+        # decision adds one rather than moving one (migration 0054).
+        Index(
+            "ix_approval_requests_org_decided",
+            "org_id",
+            "decided_at",
+            "status",
+            "created_at",
+            sqlite_where=text("decided_at IS NOT NULL"),
+        ),
+        # An approver's inbox: each priority's pending requests, oldest first. On SQLite
+        # only pending requests are in it, so a decision removes its entry rather than
+        # moving it to the new status (migration 0054).
         Index(
             "ix_approval_requests_org_status_priority_created",
             "org_id",
@@ -60,6 +72,7 @@ class ApprovalRequest(Base):
             "priority",
             "created_at",
             "id",
+            sqlite_where=text("status = 'pending'"),
         ),
         # The expiry sweep looks only at pending rows with a deadline.
         Index(

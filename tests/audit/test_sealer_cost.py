@@ -93,6 +93,30 @@ async def test_a_burst_is_sealed_in_a_few_statements_and_still_verifies(
     assert (result.ok, result.last_seq) == (True, BURST + 1), result.problem
 
 
+async def test_waiting_ids_go_back_to_the_database_as_they_were_read(
+    client: httpx.AsyncClient, ctx: AppContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sealer binds the waiting events' ids as it read them (taking them off the
+    list, reading the events, linking them): no ``uuid.UUID`` made for an event, and
+    the chain still verifies."""
+    org_id = await _burst(ctx, client)
+    made = 0
+    plain_init = uuid.UUID.__init__
+
+    def counted(self: uuid.UUID, *args: Any, **kwargs: Any) -> None:
+        nonlocal made
+        made += 1
+        plain_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(uuid.UUID, "__init__", counted)
+    assert await seal_org_now(ctx, org_id, checkpoint=False) == BURST
+    monkeypatch.undo()
+    assert made < 20, made
+    async with ctx.db.read_session() as session:
+        page = await service.check_stored(session, org_id, BURST + 1)
+    assert page is not None and (page.seq, page.failed_seq) == (BURST + 1, None)
+
+
 async def test_the_re_check_stores_its_mark_once_for_a_burst(
     client: httpx.AsyncClient, ctx: AppContext
 ) -> None:

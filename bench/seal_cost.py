@@ -36,6 +36,7 @@ from sqlalchemy import Table, event, insert
 from signoff.audit import chain, repository, sealing, service
 from signoff.common.time import utcnow
 from signoff.config import Settings
+from signoff.context import AppContext
 from signoff.crypto import generate_secret_key
 from signoff.migrations import upgrade_to_head
 from signoff.models import AuditEvent, Organization
@@ -64,21 +65,22 @@ def _event_rows(org_id: uuid.UUID, count: int, start: int = 0) -> list[dict[str,
 
 
 @contextmanager
-def _statements(wiring: Wiring) -> Iterator[Counter[str]]:
-    """Statements run on either engine by their first word (an executemany's rows each)."""
-    seen: Counter[str] = Counter()
+def executions(ctx: AppContext) -> Iterator[list[str]]:
+    """Each statement run on the write or read engine, once per row of an executemany
+    (tests/audit/test_sealer_cost.py counts them too)."""
+    seen: list[str] = []
 
-    def count(_c: Any, _cur: Any, statement: str, params: Any, _x: Any, many: bool) -> None:
-        seen[statement.split(None, 1)[0].upper()] += len(params) if many else 1
+    def counted(_c: Any, _cur: Any, statement: str, parameters: Any, _x: Any, many: bool) -> None:
+        seen.extend([statement] * (len(parameters) if many else 1))
 
-    engines = {wiring.ctx.db.write_engine.sync_engine, wiring.ctx.db.read_engine.sync_engine}
+    engines = {ctx.db.write_engine.sync_engine, ctx.db.read_engine.sync_engine}
     for engine in engines:
-        event.listen(engine, "before_cursor_execute", count)
+        event.listen(engine, "before_cursor_execute", counted)
     try:
         yield seen
     finally:
         for engine in engines:
-            event.remove(engine, "before_cursor_execute", count)
+            event.remove(engine, "before_cursor_execute", counted)
 
 
 @contextmanager
@@ -146,7 +148,7 @@ async def _seal_round(path: Path, count: int, breakdown: bool) -> dict[str, Any]
         spent: Counter[str] = Counter()
         gc.collect()
         gc.freeze()
-        with _statements(wiring) as seen, _steps(spent) if breakdown else _nothing():
+        with executions(wiring.ctx) as seen, _steps(spent) if breakdown else _nothing():
             began = time.process_time()
             sealed = await sealing.seal_org_now(wiring.ctx, org_id, checkpoint=False)
             cpu = time.process_time() - began
@@ -155,7 +157,8 @@ async def _seal_round(path: Path, count: int, breakdown: bool) -> dict[str, Any]
         async with wiring.ctx.db.read_session() as session:
             page = await service.check_stored(session, org_id, after=None)
         assert page is not None and page.failed_seq is None
-        return {"cpu": cpu, "statements": dict(seen), "steps": dict(spent)}
+        kinds = Counter(statement.split(None, 1)[0].upper() for statement in seen)
+        return {"cpu": cpu, "statements": dict(kinds), "steps": dict(spent)}
     finally:
         await wiring.close()
 

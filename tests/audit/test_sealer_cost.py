@@ -6,14 +6,13 @@ mark once for the burst."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, cast
 
 import httpx
 import pytest
-from sqlalchemy import Table, event, insert, select, text
+from bench.seal_cost import executions
+from sqlalchemy import Table, insert, select, text
 
 from signoff.audit import chain, repository, service
 from signoff.audit.sealing import checkpoint_policy, seal_once, seal_org_now, verify_once
@@ -26,24 +25,6 @@ from tests.conftest import create_approval, create_org
 EVENTS = cast(Table, AuditEvent.__table__)
 HEADS = cast(Table, AuditChainHead.__table__)
 BURST = 1200
-
-
-@contextmanager
-def executions(ctx: AppContext) -> Iterator[list[str]]:
-    """Each statement run on the write or read engine, once per row of an executemany."""
-    seen: list[str] = []
-
-    def counted(_c: Any, _cur: Any, statement: str, parameters: Any, _x: Any, many: bool) -> None:
-        seen.extend([statement] * (len(parameters) if many else 1))
-
-    engines = {ctx.db.write_engine.sync_engine, ctx.db.read_engine.sync_engine}
-    for engine in engines:
-        event.listen(engine, "before_cursor_execute", counted)
-    try:
-        yield seen
-    finally:
-        for engine in engines:
-            event.remove(engine, "before_cursor_execute", counted)
 
 
 async def _burst(ctx: AppContext, client: httpx.AsyncClient) -> uuid.UUID:

@@ -6,14 +6,13 @@ mark once for the burst."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, cast
 
 import httpx
 import pytest
-from sqlalchemy import Table, event, insert, select, text
+from bench.seal_cost import executions
+from sqlalchemy import Table, insert, select, text
 
 from signoff.audit import chain, repository, service
 from signoff.audit.sealing import checkpoint_policy, seal_once, seal_org_now, verify_once
@@ -26,24 +25,6 @@ from tests.conftest import create_approval, create_org
 EVENTS = cast(Table, AuditEvent.__table__)
 HEADS = cast(Table, AuditChainHead.__table__)
 BURST = 1200
-
-
-@contextmanager
-def executions(ctx: AppContext) -> Iterator[list[str]]:
-    """Each statement run on the write or read engine, once per row of an executemany."""
-    seen: list[str] = []
-
-    def counted(_c: Any, _cur: Any, statement: str, parameters: Any, _x: Any, many: bool) -> None:
-        seen.extend([statement] * (len(parameters) if many else 1))
-
-    engines = {ctx.db.write_engine.sync_engine, ctx.db.read_engine.sync_engine}
-    for engine in engines:
-        event.listen(engine, "before_cursor_execute", counted)
-    try:
-        yield seen
-    finally:
-        for engine in engines:
-            event.remove(engine, "before_cursor_execute", counted)
 
 
 async def _burst(ctx: AppContext, client: httpx.AsyncClient) -> uuid.UUID:
@@ -91,6 +72,30 @@ async def test_a_burst_is_sealed_in_a_few_statements_and_still_verifies(
     org = type("O", (), {"id": str(org_id)})
     result = await _verify(ctx, client, cast(Any, org))
     assert (result.ok, result.last_seq) == (True, BURST + 1), result.problem
+
+
+async def test_waiting_ids_go_back_to_the_database_as_they_were_read(
+    client: httpx.AsyncClient, ctx: AppContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sealer binds the waiting events' ids as it read them (taking them off the
+    list, reading the events, linking them): no ``uuid.UUID`` made for an event, and
+    the chain still verifies."""
+    org_id = await _burst(ctx, client)
+    made = 0
+    plain_init = uuid.UUID.__init__
+
+    def counted(self: uuid.UUID, *args: Any, **kwargs: Any) -> None:
+        nonlocal made
+        made += 1
+        plain_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(uuid.UUID, "__init__", counted)
+    assert await seal_org_now(ctx, org_id, checkpoint=False) == BURST
+    monkeypatch.undo()
+    assert made < 20, made
+    async with ctx.db.read_session() as session:
+        page = await service.check_stored(session, org_id, BURST + 1)
+    assert page is not None and (page.seq, page.failed_seq) == (BURST + 1, None)
 
 
 async def test_the_re_check_stores_its_mark_once_for_a_burst(

@@ -11,12 +11,15 @@ from sqlalchemy import (
     Row,
     String,
     Table,
+    Uuid,
+    bindparam,
     delete,
     insert,
     select,
     type_coerce,
     update,
 )
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.types import TypeDecorator
 
@@ -52,6 +55,8 @@ class _UuidText(TypeDecorator[str]):
         if type(value) is str and len(value) == 32:
             value = value.lower()
             return f"{value[:8]}-{value[8:12]}-{value[12:16]}-{value[16:20]}-{value[20:]}"
+        if isinstance(value, uuid.UUID):  # asyncpg's own, whose text is already the form
+            return str(value)
         return str(uuid.UUID(str(value)))  # any other form, as ``uuid.UUID`` reads it
 
 
@@ -76,14 +81,31 @@ class _ChainTime(TypeDecorator[str]):
         return chain_timestamp(value)
 
 
+class _StoredKey(TypeDecorator[Any]):
+    """An event's id read and bound as the driver holds it (SQLite's 32 hex digits,
+    asyncpg's uuid), never made a ``uuid.UUID`` and back: the sealer only reads waiting
+    ids to bind them again (taking them off the list, reading the events, linking them),
+    and each conversion cost it more than hashing the event does."""
+
+    impl = Uuid
+    cache_ok = True
+
+    def bind_processor(self, dialect: Dialect) -> None:
+        return None
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> None:
+        return None
+
+
 def _hashed(*, event_id: bool = False) -> list[Any]:
-    """The columns an event's hash covers (``service._canonical``), UUIDs and the time as
-    text; ``event_id``: with the row's id as a ``uuid.UUID`` too (the sealer's insert
-    binds it)."""
+    """The columns an event's hash covers, in ``service._canonical``'s order, UUIDs and
+    the time as text; ``event_id``: with the row's id as stored too (``_StoredKey``: the
+    sealer's insert binds it)."""
     texts = [type_coerce(_EVENTS.c[name], _UuidText()).label(name) for name in _UUID_COLUMNS]
     plain = [_EVENTS.c.type, _EVENTS.c.data]
     created_at = type_coerce(_EVENTS.c.created_at, _ChainTime()).label("created_at")
-    return [*texts, *plain, created_at, *([_EVENTS.c.id.label("event_id")] if event_id else [])]
+    stored = [type_coerce(_EVENTS.c.id, _StoredKey()).label("event_id")] if event_id else []
+    return [*texts, *plain, created_at, *stored]
 
 
 # A chained event: the event joined to its row of ``audit_chain``.
@@ -135,12 +157,12 @@ async def unsealed_events(
     ).all()
 
 
-async def waiting_ids(session: AsyncSession, org_id: uuid.UUID, limit: int) -> list[uuid.UUID]:
+async def waiting_ids(session: AsyncSession, org_id: uuid.UUID, limit: int) -> list[Any]:
     """The ids of the org's events not yet in its chain, oldest first (by the events'
-    (created_at, id)): one sort a wake-up, and little to convert a row."""
+    (created_at, id)), as stored (``_StoredKey``): one sort a wake-up, nothing to convert."""
     waiting = _UNSEALED.join(_EVENTS, _EVENTS.c.id == _UNSEALED.c.event_id)
     rows = await session.execute(
-        select(_UNSEALED.c.event_id)
+        select(type_coerce(_UNSEALED.c.event_id, _StoredKey()).label("event_id"))
         .select_from(waiting)
         .where(_UNSEALED.c.org_id == org_id)
         .order_by(_EVENTS.c.created_at, _EVENTS.c.id)
@@ -149,31 +171,38 @@ async def waiting_ids(session: AsyncSession, org_id: uuid.UUID, limit: int) -> l
     return [row.event_id for row in rows]
 
 
-async def events_by_id(session: AsyncSession, ids: Sequence[uuid.UUID]) -> Sequence[Row[Any]]:
-    """These events' hashed columns and id (``event_id``), in no particular order."""
-    statement = select(*_hashed(event_id=True)).where(_EVENTS.c.id.in_(list(ids)))
+async def events_by_id(session: AsyncSession, ids: Sequence[Any]) -> Sequence[Row[Any]]:
+    """These events (ids as ``waiting_ids`` reads them): their hashed columns and id
+    (``event_id``, as stored), in no particular order."""
+    statement = select(*_hashed(event_id=True)).where(
+        type_coerce(_EVENTS.c.id, _StoredKey()).in_(list(ids))
+    )
     return (await session.execute(statement)).all()
+
+
+# The sealer's links: ``event_id`` bound as the events were read (``_StoredKey``).
+_APPEND_LINK = insert(_CHAIN).values(event_id=bindparam("event_id", type_=_StoredKey()))
 
 
 async def append_links(
     session: AsyncSession, org_id: uuid.UUID, links: Sequence[dict[str, Any]]
 ) -> None:
-    """Append the org's chain (each link's ``seq``, ``event_id``, ``prev_hash``, ``hash``):
+    """Append the org's chain (each link's ``seq``, ``event_id`` as ``events_by_id`` read
+    it, ``prev_hash``, ``hash``):
     one executemany, no event rewritten (``take_unsealed`` clears the waiting list)."""
     if links:
-        await session.execute(insert(_CHAIN), [{"org_id": org_id, **link} for link in links])
+        await session.execute(_APPEND_LINK, [{"org_id": org_id, **link} for link in links])
 
 
-async def take_unsealed(
-    session: AsyncSession, org_id: uuid.UUID, event_ids: Sequence[uuid.UUID]
-) -> int:
+async def take_unsealed(session: AsyncSession, org_id: uuid.UUID, event_ids: Sequence[Any]) -> int:
     """Take these events off the org's waiting list, in one statement; how many of them
     were still on it (fewer: another sealer chained some since they were read)."""
     if not event_ids:
         return 0
     result = await session.execute(
         delete(_UNSEALED).where(
-            _UNSEALED.c.org_id == org_id, _UNSEALED.c.event_id.in_(list(event_ids))
+            _UNSEALED.c.org_id == org_id,
+            type_coerce(_UNSEALED.c.event_id, _StoredKey()).in_(list(event_ids)),
         ),
         execution_options={"synchronize_session": False},
     )

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -22,7 +22,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from signoff.audit import repository
 from signoff.audit.chain import (
     CHECKPOINT_TYPE,
-    canonical_event,
     chain_timestamp,
     checkpoint_payload,
     event_hash,
@@ -70,7 +69,7 @@ async def seal_org(
     now: datetime,
     *,
     force_checkpoint: bool = False,
-    waiting: Sequence[uuid.UUID] | None = None,
+    waiting: Sequence[Any] | None = None,
 ) -> Sealed:
     """Seal the org's unsealed events ``waiting`` (their ids, in the chain's order, read
     before this transaction by ``repository.waiting_ids``), or up to ``SEAL_BATCH`` of
@@ -110,7 +109,7 @@ async def seal_org(
     return Sealed(org_id, len(updates), seq, "checkpoint_seq" in values)
 
 
-async def _in_order(session: AsyncSession, ids: list[uuid.UUID]) -> list[Row[Any]]:
+async def _in_order(session: AsyncSession, ids: list[Any]) -> list[Row[Any]]:
     """The events of ``ids`` (all still there: they were waiting), in that order."""
     if not ids:
         return []
@@ -143,17 +142,22 @@ async def _add_checkpoint(
 
 
 def _canonical(row: Row[Any], seq: int, prev: str) -> dict[str, Any]:
-    return canonical_event(
-        seq=seq,
-        id=row.id,
-        org_id=row.org_id,
-        request_id=row.request_id,
-        type=row.type,
-        actor_id=row.actor_id,
-        data=row.data,
-        created_at=row.created_at,
-        prev_hash=prev,
-    )
+    """``chain.canonical_event`` of a row that starts with ``repository._hashed``'s
+    columns (UUIDs and the time already the chain's text), built from the tuple itself:
+    the sealer, the re-check and the export make one an event."""
+    fields = cast("tuple[Any, ...]", row)
+    data = fields[5]
+    return {
+        "seq": seq,
+        "id": fields[0],
+        "org_id": fields[1],
+        "request_id": fields[2],
+        "type": fields[4],
+        "actor_id": fields[3],
+        "data": data if data is not None else {},
+        "created_at": fields[6],
+        "prev_hash": prev,
+    }
 
 
 # ---- export ----

@@ -1,5 +1,6 @@
-"""The four busiest API calls, handed by the API guard straight to their ``LeanRoute``
-handlers: a create, a get, a decision and a step's vote (docs/decisions/0036).
+"""The five busiest API calls, handed by the API guard straight to their ``LeanRoute``
+handlers: a create, a list page, a get, a decision and a step's vote
+(docs/decisions/0036, 0046).
 
 Through the app, each of them also passed Starlette's ``ExceptionMiddleware``, FastAPI's
 ``AsyncExitStackMiddleware``, the router trying routes one by one, ``APIRoute.handle``,
@@ -41,6 +42,7 @@ STOCK_SWITCH = "SIGNOFF_STOCK_HOT_ROUTES"
 # Method and path template of each call dispatched here.
 HOT = (
     ("POST", "/api/v1/approvals"),
+    ("GET", "/api/v1/approvals"),
     ("GET", "/api/v1/approvals/{request_id}"),
     ("PATCH", "/api/v1/approvals/{request_id}"),
     ("PATCH", "/api/v1/approvals/{request_id}/steps/{step_id}"),

@@ -1,4 +1,4 @@
-"""The four calls the API guard hands straight to their handlers (hot_routes.py) against
+"""The five calls the API guard hands straight to their handlers (hot_routes.py) against
 the app's own routing (what ``SIGNOFF_STOCK_HOT_ROUTES=1`` serves): the same status,
 headers (all but the date, the request id and the allowance left) and body bytes, for
 answers and refusals, on SQLite and PostgreSQL."""
@@ -156,6 +156,27 @@ async def test_get_decide_and_their_refusals(
     assert_same(*await paths.both(put, dispatched=False), 405)
 
 
+async def test_list_pages_and_their_refusals(
+    client: httpx.AsyncClient, org: Org, paths: Paths
+) -> None:
+    for _ in range(3):
+        await create_approval(client, org.member)
+    reader = org.members[1].headers
+
+    def listing(query: str) -> Call:
+        return lambda: client.get("/api/v1/approvals" + query, headers=reader)
+
+    first, _ = await paths.both(listing("?page_size=2"))
+    cursor = first.json()["next_cursor"]
+    answered = ["", "?page_size=2", "?page=2&page_size=2", f"?cursor={cursor}&page_size=2"]
+    answered += ["?status=pending&priority=high", "?search=deploy"]
+    for query in answered:
+        assert_same(*await paths.both(listing(query)), 200)
+    for query in ["?page_size=0", "?cursor=nonsense", "?status=maybe"]:
+        assert_same(*await paths.both(listing(query)), 400)
+    assert_same(*await paths.both(listing("/")), 200)  # the trailing slash goes
+
+
 async def test_a_decision_each_way(client: httpx.AsyncClient, org: Org, paths: Paths) -> None:
     answers = []
     body = {"decision": "approve", "comment": "fine"}
@@ -258,6 +279,7 @@ async def test_the_table_names_the_routes_the_router_would_take(app: Any) -> Non
     table = HotRoutes(app.router.routes)
     for method, path in [
         ("POST", "/api/v1/approvals"),
+        ("GET", "/api/v1/approvals"),
         ("GET", "/api/v1/approvals/abc"),
         ("PATCH", "/api/v1/approvals/abc"),
         ("PATCH", "/api/v1/approvals/abc/steps/def"),
@@ -267,5 +289,5 @@ async def test_the_table_names_the_routes_the_router_would_take(app: Any) -> Non
         assert found is not None, (method, path)
         routed = next(r for r in app.router.routes if r.matches(scope)[0].name == "FULL")
         assert found[0].route is routed
-    for method, path in [("GET", "/api/v1/approvals"), ("DELETE", "/api/v1/approvals/abc")]:
+    for method, path in [("GET", "/api/v1/approval"), ("DELETE", "/api/v1/approvals/abc")]:
         assert table.find({"type": "http", "method": method, "path": path}) is None

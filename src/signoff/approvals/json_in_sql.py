@@ -27,6 +27,8 @@ from sqlalchemy import (
     cast,
     func,
     literal_column,
+    null,
+    or_,
     select,
 )
 
@@ -121,7 +123,8 @@ class _SQLite:
         text: ColumnElement[Any] = groups[0]
         for group in groups[1:]:
             text = text.op("||")(_sql("-")).op("||")(group)
-        return text
+        # Tested first: an absent id (who decided a pending request) skips the nine steps.
+        return case((value.is_(None), null()), else_=text)
 
     @staticmethod
     def timestamp(value: _Column) -> ColumnElement[Any]:
@@ -130,13 +133,16 @@ class _SQLite:
 
     @staticmethod
     def boolean(value: _Column) -> ColumnElement[Any]:
-        # json(): the result is JSON, so json_object embeds true/false, not 1/0.
-        return func.json(case((value, _sql("true")), else_=_sql("false")))
+        # json(): the result is JSON, so json_object embeds true/false, not 1/0. Each
+        # json() of a constant is evaluated once per statement, not once per row.
+        return case((value, _JSON_TRUE), else_=_JSON_FALSE)
 
     @staticmethod
     def json_object_or_empty(value: _Column) -> ColumnElement[Any]:
-        # A JSON null (how an absent value may be stored) reads as {} too.
-        return func.json(func.coalesce(func.nullif(value, _sql("null")), _sql("{}")))
+        # A JSON null (how an absent value may be stored) reads as {} too. The empty
+        # object, the common value, is a constant: only other text is parsed, per row.
+        empty = or_(value.is_(None), value.in_([_sql("null"), _sql("{}")]))
+        return case((empty, _JSON_EMPTY), else_=func.json(value))
 
     @staticmethod
     def json_or_null(value: _Column) -> ColumnElement[Any]:
@@ -146,6 +152,11 @@ class _SQLite:
     @staticmethod
     def plain(value: _Column) -> ColumnElement[Any]:
         return value
+
+
+_JSON_TRUE = func.json(literal_column("'true'"))
+_JSON_FALSE = func.json(literal_column("'false'"))
+_JSON_EMPTY = func.json(literal_column("'{}'"))
 
 
 class _PostgreSQL:

@@ -161,6 +161,10 @@ class Compiled:
         return values
 
     def row(self, raw: Sequence[Any]) -> tuple[Any, ...]:
+        if not self.converted:
+            # Nothing to convert (a rendered page's one text column): no copy.
+            same: tuple[Any, ...] = self.row_type._make(raw)  # type: ignore[attr-defined]
+            return same
         values = list(raw)
         for index, process in self.converted:
             values[index] = process(values[index])

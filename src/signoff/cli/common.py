@@ -11,6 +11,8 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -63,14 +65,29 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-def open_database() -> Settings:
-    """The settings of a command about to use the database, its schema made ready."""
+def open_database(*, apart: bool = False) -> Settings:
+    """The settings of a command about to use the database, its schema made ready.
+
+    ``apart``: check (and on SQLite migrate) in a forked child process. Why: the check
+    loads alembic and every migration script, which a long-running process would then
+    hold for its whole life though it never uses them again
+    (docs/decisions/0043-serve-memory.md).
+    """
     settings = get_settings()
     try:
-        prepare_database(settings)
+        if apart:
+            _prepare_in_child(settings)
+        else:
+            prepare_database(settings)
     except SchemaBehind as exc:
         raise fail(str(exc)) from None
     return settings
+
+
+def _prepare_in_child(settings: Settings) -> None:
+    """``prepare_database`` in a forked child; its exception, if any, raised here."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("fork")) as child:
+        child.submit(prepare_database, settings).result()
 
 
 def run_in_transaction(action: Callable[[AppContext, UnitOfWork], Awaitable[T]]) -> T:

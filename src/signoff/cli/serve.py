@@ -42,7 +42,7 @@ def serve(
     from signoff.app import create_app
     from signoff.serving import listening_socket, run_server
 
-    settings = open_database()
+    settings = open_database(apart=True)
     configure_logging(settings)
     try:
         listener = listening_socket(host, port)
@@ -95,7 +95,7 @@ def worker() -> None:
     from signoff.worker.notifications import run_notification_sender
     from signoff.worker.sweeper import run_expiry_sweep
 
-    settings = open_database()
+    settings = open_database(apart=True)
     configure_logging(settings)
 
     async def main() -> None:

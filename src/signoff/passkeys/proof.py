@@ -13,8 +13,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import rfc8785
-from webauthn import verify_authentication_response
-from webauthn.helpers.exceptions import WebAuthnException
 
 from signoff.errors import ValidationFailed
 
@@ -62,6 +60,11 @@ def verify_stored_assertion(
     signature against ``public_key`` (the registered key, base64url COSE; by default the
     one kept with it); the relying party and origin (by default those kept with it).
     Raises ``PasskeyRefused`` if anything does not hold."""
+    # Imported here: a server loads ``webauthn`` only when a passkey is checked
+    # (docs/decisions/0043-serve-memory.md).
+    from webauthn import verify_authentication_response
+    from webauthn.helpers.exceptions import WebAuthnException
+
     try:
         expected = decision_challenge(
             stored["request_id"], stored["decision"], stored["arguments_hash"], stored["nonce"]

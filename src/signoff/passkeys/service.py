@@ -17,21 +17,6 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import orjson
-from webauthn import (
-    generate_authentication_options,
-    generate_registration_options,
-    options_to_json,
-    verify_authentication_response,
-    verify_registration_response,
-)
-from webauthn.helpers.exceptions import WebAuthnException
-from webauthn.helpers.structs import (
-    AuthenticatorSelectionCriteria,
-    AuthenticatorTransport,
-    PublicKeyCredentialDescriptor,
-    ResidentKeyRequirement,
-    UserVerificationRequirement,
-)
 
 from signoff.approvals import service as approvals
 from signoff.approvals.repository import NewEvent
@@ -50,6 +35,10 @@ from signoff.passkeys.proof import (
 )
 from signoff.passkeys.repository import PasskeyRepository
 from signoff.passkeys.rule import PASSKEY_FOR_VALUES, PasskeyProof
+
+# ``webauthn`` (with pyOpenSSL and the ASN.1 modules it loads) is imported in each
+# ceremony, not here: only passkey routes need it, and every server would otherwise hold
+# it (docs/decisions/0043-serve-memory.md).
 
 # The offline check lives in ``proof`` (the audit verifier runs it); callers of the
 # service keep finding it here.
@@ -124,6 +113,8 @@ async def _new_challenge(
 
 
 def _descriptors(passkeys: list[Passkey] | tuple[Passkey, ...]) -> list[Any]:
+    from webauthn.helpers.structs import AuthenticatorTransport, PublicKeyCredentialDescriptor
+
     found = []
     for key in passkeys:
         transports = [AuthenticatorTransport(t) for t in key.transports if _known_transport(t)]
@@ -134,6 +125,8 @@ def _descriptors(passkeys: list[Passkey] | tuple[Passkey, ...]) -> list[Any]:
 
 
 def _known_transport(value: str) -> bool:
+    from webauthn.helpers.structs import AuthenticatorTransport
+
     return value in {t.value for t in AuthenticatorTransport}
 
 
@@ -145,6 +138,13 @@ async def registration_options(
 ) -> str:
     """The options for ``navigator.credentials.create``: a discoverable credential that
     verifies its user, not one of those the person has already."""
+    from webauthn import generate_registration_options, options_to_json
+    from webauthn.helpers.structs import (
+        AuthenticatorSelectionCriteria,
+        ResidentKeyRequirement,
+        UserVerificationRequirement,
+    )
+
     existing = list(await repo.list_for_user(member.user_id))
     challenge = await _new_challenge(repo, now, "register", user_id=member.user_id)
     options = generate_registration_options(
@@ -172,6 +172,9 @@ async def register(
     now: datetime,
 ) -> Passkey:
     """Check the browser's answer to ``registration_options`` and keep the passkey."""
+    from webauthn import verify_registration_response
+    from webauthn.helpers.exceptions import WebAuthnException
+
     name = " ".join(name.split())[:NAME_MAX] or "Passkey"
     credential = _parse_credential(credential_json)
     taken = await repo.take_challenge(credential["_challenge"], "register", now)
@@ -226,6 +229,9 @@ async def remove(
 
 async def signin_options(repo: PasskeyRepository, rp: RelyingParty, now: datetime) -> str:
     """Options for a discoverable credential: the authenticator says whose it is."""
+    from webauthn import generate_authentication_options, options_to_json
+    from webauthn.helpers.structs import UserVerificationRequirement
+
     challenge = await _new_challenge(repo, now, "signin")
     options = generate_authentication_options(
         rp_id=rp.rp_id,
@@ -257,6 +263,9 @@ async def _check_assertion(
     expected_challenge: bytes,
     now: datetime,
 ) -> Passkey:
+    from webauthn import verify_authentication_response
+    from webauthn.helpers.exceptions import WebAuthnException
+
     passkey = await repo.find_by_credential_id(credential["_id"])
     if passkey is None:
         raise PasskeyRefused("This passkey is not registered here.")
@@ -289,6 +298,9 @@ async def decision_options(
     now: datetime,
 ) -> str:
     """Options for signing ``decision`` on the request as its arguments are now."""
+    from webauthn import generate_authentication_options, options_to_json
+    from webauthn.helpers.structs import UserVerificationRequirement
+
     if decision not in DECISIONS:
         raise ValidationFailed.for_field("decision", "must be approve or reject")
     facts = await repo.request_facts(member.org_id, request_id)

@@ -14,8 +14,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-import cel
-
 from signoff.errors import ValidationFailed
 
 Effect = Literal["auto_approve", "auto_reject", "require", "escalate"]
@@ -245,6 +243,11 @@ def _condition(text: Any, field: str, errors: list[dict[str, str]]) -> Any:
     if _nesting(text) > MAX_NESTING:
         errors.append(_error(field, f"nested deeper than {MAX_NESTING} levels"))
         return None
+    # Imported on the first condition compiled: ``cel`` brings its command line (and a
+    # terminal toolkit) with it, which a server without policies has no use for
+    # (docs/decisions/0043-serve-memory.md).
+    import cel
+
     try:
         program = cel.compile(text)
     except (ValueError, RuntimeError) as exc:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-import cel
 import orjson
 
 from signoff.policies.document import CompiledDocument, Rule, compile_stored
@@ -117,6 +116,8 @@ def first_match(
 
 
 def _first_match(document: CompiledDocument, variables: dict[str, Any]) -> Rule | None:
+    import cel  # loaded already: the document's rules were compiled with it
+
     context = cel.Context(variables)
     for rule in document.rules:
         try:

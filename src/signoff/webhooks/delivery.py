@@ -3,12 +3,13 @@
 Attempts go through aiohttp (``ClientPool``): its client costs far less CPU per request
 than httpx's (docs/decisions/0021-expiry-storms-and-the-callback-worker.md), and a callback worker
 draining a backlog spends its time there. Every connection is dialled through
-``GuardedResolver``, which resolves the host itself and checks every address against the
-SSRF policy; aiohttp then connects to those checked addresses only (TLS still verifies the
-certificate against the host *name*, sent as SNI). A host written as an IP address is
-checked before the attempt (aiohttp does not ask a resolver for those). The pool has no
-overall size limit: one slow receiver must never make another wait for a pooled
-connection; how many attempts run at once is the worker's business.
+``aiohttp_session.GuardedResolver``, which resolves the host itself and checks every
+address against the SSRF policy; aiohttp then connects to those checked addresses only
+(TLS still verifies the certificate against the host *name*, sent as SNI). A host
+written as an IP address is checked before the attempt (aiohttp does not ask a resolver
+for those). The pool has no overall size limit: one slow receiver must never make
+another wait for a pooled connection; how many attempts run at once is the worker's
+business.
 
 ``GuardedBackend`` does the same for httpx, which the Slack API client uses.
 """
@@ -17,16 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import ssl
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import aiohttp
 import httpcore
 import httpx
-from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
 from signoff.webhooks.urlpolicy import (
@@ -36,6 +35,9 @@ from signoff.webhooks.urlpolicy import (
     ip_literal,
     resolve_permitted,
 )
+
+if TYPE_CHECKING:
+    import aiohttp
 
 logger = logging.getLogger(__name__)
 
@@ -129,32 +131,6 @@ def build_transport(
     return transport
 
 
-class GuardedResolver(AbstractResolver):
-    """aiohttp's resolver, through the SSRF guard: every address of the answer checked."""
-
-    def __init__(self, policy: AddressPolicy) -> None:
-        self.policy = policy
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        addresses = await resolve_permitted(self.policy, host, port)
-        return [
-            ResolveResult(
-                hostname=host,
-                host=str(address),
-                port=port,
-                family=socket.AF_INET6 if address.version == 6 else socket.AF_INET,
-                proto=0,
-                flags=socket.AI_NUMERICHOST,
-            )
-            for address in addresses
-        ]
-
-    async def close(self) -> None:
-        return None
-
-
 class ClientPool:
     """Kept-alive connections to every receiver, in one aiohttp session.
 
@@ -180,23 +156,11 @@ class ClientPool:
     def session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
         if self._session is None or self._loop is not loop or self._session.closed:
-            connector = aiohttp.TCPConnector(
-                resolver=GuardedResolver(self.policy),
-                ssl=self._ssl_context,
-                limit=0,
-                limit_per_host=0,
-                keepalive_timeout=self.idle_seconds,
-            )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                # A callback keeps no cookies, reads the answer's bytes as sent, takes no
-                # proxy from the environment and names no client library.
-                cookie_jar=aiohttp.DummyCookieJar(),
-                auto_decompress=False,
-                trust_env=False,
-                skip_auto_headers=("User-Agent",),
-                timeout=aiohttp.ClientTimeout(total=None),
-            )
+            # aiohttp is loaded by the first attempt, not with the app: a server that
+            # sends no callbacks never holds it (docs/decisions/0043-serve-memory.md).
+            from signoff.webhooks.aiohttp_session import guarded_session
+
+            self._session = guarded_session(self.policy, self._ssl_context, self.idle_seconds)
             self._loop = loop
         return self._session
 
@@ -216,6 +180,8 @@ def _chain(exc: BaseException) -> Iterable[BaseException]:
 
 
 def classify_error(exc: BaseException) -> str:
+    import aiohttp
+
     chain = list(_chain(exc))
     if any(isinstance(e, AddressNotAllowed) for e in chain):
         return ERROR_ADDRESS

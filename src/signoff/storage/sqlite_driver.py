@@ -169,8 +169,8 @@ class Checkpointer:
     when a writer begins while all of it has been copied, which under steady writes never
     happens by itself: so once a checkpoint leaves ``RESTART_LOG_FRAMES`` or more in the
     log, this process's writers are kept out (``writers_paused``) for one more
-    checkpoint, of the little they added meanwhile, and
-    the next writer starts the log over. Reads go on throughout.
+    checkpoint, of the little they added meanwhile, and the next writer starts the log
+    over. Reads go on throughout.
     """
 
     def __init__(

@@ -13,8 +13,6 @@ import os
 import sqlite3
 import threading
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -28,13 +26,7 @@ from signoff.models import ApprovalRequest, Organization
 from signoff.storage import sqlite_driver
 from signoff.storage.database import Database
 from signoff.storage.group_commit import GroupCommit
-from signoff.storage.sqlite_driver import (
-    CHECKPOINT_EVERY_FRAMES,
-    LOG_FRAMES_PER_COMMIT,
-    LOG_FRAMES_PER_WRITER,
-    Checkpointer,
-    InlineConnection,
-)
+from signoff.storage.sqlite_driver import CHECKPOINT_EVERY_WRITES, Checkpointer, InlineConnection
 from signoff.wiring import Wiring
 from tests.conftest import Org, approval_body, eventually
 
@@ -229,13 +221,12 @@ async def test_a_checkpoint_waits_for_no_transaction_to_be_open(
 async def test_the_log_is_checkpointed_by_writes_not_by_transactions(
     ctx: AppContext, database_url: str
 ) -> None:
-    """Shared transactions hold many writes each: checkpoints follow the writes they hold,
-    not the commits alone, so a log of shared transactions is copied back too."""
+    """Shared transactions hold many writes each: checkpoints follow the writes, so the log
+    is copied back and started over as often as when every write committed alone."""
     writers = _group_commit(ctx)
     checkpointer = ctx.db.checkpointer
     assert checkpointer is not None
-    # Enough writes, even all in shared transactions, for the log to be checkpointed.
-    every = CHECKPOINT_EVERY_FRAMES // LOG_FRAMES_PER_WRITER
+    every = CHECKPOINT_EVERY_WRITES
     for round_ in range(6):
         await asyncio.gather(*(_add_org(ctx.db, f"org-{round_}-{i}") for i in range(every)))
         await checkpointer.close()  # waits for the checkpoint under way, if any
@@ -248,46 +239,9 @@ async def test_the_log_is_checkpointed_by_writes_not_by_transactions(
     finally:
         other.close()
     # Counted by transactions, no checkpoint would have run: the log would hold all 6
-    # rounds (some 6 x 3 frames a write). Counted by writes, it was copied back after each
+    # rounds (some 6 x 3 x 160 frames). Counted by writes, it was copied back after each
     # round, and holds about one round's.
-    assert 0 < log_frames < 3 * every
-
-
-@asynccontextmanager
-async def _nothing_paused() -> AsyncIterator[None]:
-    yield
-
-
-async def _checkpoints_after(writes: int, per_transaction: int) -> int:
-    """How many checkpoints ``writes`` writes start, committed ``per_transaction`` at a time."""
-    started = 0
-
-    def counted(_self: Checkpointer) -> int:
-        nonlocal started
-        started += 1
-        return 0
-
-    checkpointer = Checkpointer("sqlite:///unused.db", _nothing_paused)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Checkpointer, "_checkpoint", counted)
-        for _ in range(writes // per_transaction):
-            checkpointer.committed(per_transaction)
-            await checkpointer.close()  # lets the checkpoint started, if any, end
-    return started
-
-
-async def test_checkpoints_follow_the_log_frames_of_shared_and_lone_writes() -> None:
-    """A checkpoint copies each page of the log once: writes in shared transactions, whose
-    shared pages the log holds once per transaction, go further between two checkpoints
-    than writes committed alone, whose every commit repeats those pages."""
-    writes = 20 * CHECKPOINT_EVERY_FRAMES // LOG_FRAMES_PER_WRITER // 4
-    lone = await _checkpoints_after(writes, 1)
-    shared = await _checkpoints_after(writes, 20)
-    lone_frames = writes * (LOG_FRAMES_PER_COMMIT + LOG_FRAMES_PER_WRITER)
-    shared_frames = writes // 20 * LOG_FRAMES_PER_COMMIT + writes * LOG_FRAMES_PER_WRITER
-    assert lone == pytest.approx(lone_frames / CHECKPOINT_EVERY_FRAMES, abs=1)
-    assert shared == pytest.approx(shared_frames / CHECKPOINT_EVERY_FRAMES, abs=1)
-    assert lone >= 3 * shared
+    assert 0 < log_frames < every
 
 
 @sqlite_only
@@ -307,8 +261,7 @@ async def test_writers_go_on_while_a_checkpoint_runs(
         return checkpoint(self)
 
     monkeypatch.setattr(Checkpointer, "_checkpoint", held_checkpoint)
-    writes = CHECKPOINT_EVERY_FRAMES // LOG_FRAMES_PER_WRITER  # enough for a checkpoint
-    await asyncio.gather(*(_add_org(ctx.db, f"org-{i}") for i in range(writes)))
+    await asyncio.gather(*(_add_org(ctx.db, f"org-{i}") for i in range(CHECKPOINT_EVERY_WRITES)))
     assert await asyncio.to_thread(under_way.wait, 5)
     try:
         await asyncio.wait_for(_add_org(ctx.db, "during the checkpoint"), timeout=2)
@@ -327,7 +280,6 @@ async def test_the_log_starts_over_under_writes_that_never_stop(
     checkpoint leaves ``RESTART_LOG_FRAMES`` behind, writers pause for one more, and the
     log starts over. The log file keeps the size of its longest run, which shows it."""
     monkeypatch.setattr(sqlite_driver, "RESTART_LOG_FRAMES", 100)
-    monkeypatch.setattr(sqlite_driver, "CHECKPOINT_EVERY_FRAMES", 1_000)
     checkpointer = ctx.db.checkpointer
     assert checkpointer is not None
     stop = asyncio.Event()
@@ -350,12 +302,11 @@ async def test_the_log_starts_over_under_writes_that_never_stop(
     await asyncio.gather(*writers)
     await checkpointer.close()
 
-    # Some 3 frames a write here, fewer than estimated, 60 checkpoints of some 1,000
-    # frames each: some 60,000 frames if the log never started over; if it did, what one
-    # checkpoint leaves (under 100, or the writers pause) plus one interval's frames and
-    # those written during a checkpoint, which a loaded machine makes slow: the bound is
-    # a few intervals', not the run's.
-    assert _log_file_frames(database_url) < 100 + 4 * 1_000
+    # Some 3 frames a write here, 60 checkpoints of ``CHECKPOINT_EVERY_WRITES`` (160):
+    # some 29,000 frames if the log never started over; if it did, what one checkpoint
+    # leaves (under 100, or the writers pause) plus the writes of one interval and those
+    # made during a checkpoint: the bound is the interval's, not the run's length.
+    assert _log_file_frames(database_url) < 100 + 5 * CHECKPOINT_EVERY_WRITES
 
 
 def _log_file_frames(database_url: str) -> int:

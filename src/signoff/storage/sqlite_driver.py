@@ -24,8 +24,7 @@ What would otherwise block the event loop:
 - WAL checkpoints: SQLite copies the log back into the database (and syncs the file) inside
   the commit that crosses ``wal_autocheckpoint``, milliseconds at a time. Writer
   connections made here turn that off and leave it to a ``Checkpointer``, which runs the
-  checkpoint in a worker thread each time the log has grown by ``CHECKPOINT_EVERY_FRAMES``
-  or so.
+  checkpoint in a worker thread every ``CHECKPOINT_EVERY_WRITES`` writes.
 - Writing the log: a commit writes its pages into the log, and the first one after the log
   starts over syncs its header. The writer connection's commits run in a worker thread
   (``InlineConnection.commit``), and so do the statements a connection runs just before
@@ -58,18 +57,13 @@ _open_sqlite: Callable[..., sqlite3.Connection] = sqlite3.connect
 _RETRIED_ERROR_CODES = frozenset({5, 261})
 _FIRST_PAUSE = 0.001
 _LONGEST_PAUSE = 0.05
-# Checkpoints are spaced by the frames the log has grown by, estimated from what was
-# committed: a transaction adds the pages its writers share (the right edge of each index
-# on a time, the counts, the search index's segment), once, and each writer's block the
-# pages of its own rows. A checkpoint copies each page of the log once, however many
-# frames hold it, so the shared pages cost a checkpoint the same whether it comes after
-# a few writes or many: spacing checkpoints by frames rather than by writes lets shared
-# transactions go further between two, while the log of writes committed alone, whose
-# every commit repeats the shared pages, stays as short
-# (docs/decisions/0044-checkpoints-by-log-frames.md). The estimate is a create's.
-LOG_FRAMES_PER_COMMIT = 17
-LOG_FRAMES_PER_WRITER = 5
-CHECKPOINT_EVERY_FRAMES = 3_000
+# Counted in writers' blocks, not commits: a create committed alone adds some 22 pages to
+# the log, one in a shared transaction (group_commit) some 3. A checkpoint copies the log
+# back while writers go on, but costs a create load some 4 % of the server's CPU when run
+# every 40 writes (docs/decisions/0034-create-cuts.md): every 160, the log holds some 500
+# frames (2 MB) between two under load, at most some 3,500 (14 MB) of creates committed
+# alone, and ``RESTART_LOG_FRAMES`` still starts it over.
+CHECKPOINT_EVERY_WRITES = 160
 # The log is started over once a checkpoint leaves it this long (SQLite's own checkpoint
 # size): writers then pause for a last checkpoint of what they added meanwhile.
 RESTART_LOG_FRAMES = 1_000
@@ -159,18 +153,17 @@ async def _off_the_loop(call: Callable[[], T]) -> T:
 
 
 class Checkpointer:
-    """Checkpoints the WAL of one database file in a worker thread, each time the log has
-    grown by some ``CHECKPOINT_EVERY_FRAMES``.
+    """Checkpoints the WAL of one database file in a worker thread, every so many writes.
 
     Writers go on during a checkpoint: it copies the log as far as it was when it began,
-    and syncs the log and the database file, which writers used to wait out at every
-    checkpoint (under load a large share of their time, and a slow disk's sync stalled
-    every write: docs/decisions/0003-inline-sqlite-driver.md). The log starts over only
-    when a writer begins while all of it has been copied, which under steady writes never
-    happens by itself: so once a checkpoint leaves ``RESTART_LOG_FRAMES`` or more in the
-    log, this process's writers are kept out (``writers_paused``) for one more
-    checkpoint, of the little they added meanwhile, and the next writer starts the log
-    over. Reads go on throughout.
+    and syncs the log and the database file, which writers used to wait out every
+    ``CHECKPOINT_EVERY_WRITES`` writes (under load a large share of their time, and a slow
+    disk's sync stalled every write: docs/decisions/0003-inline-sqlite-driver.md). The log
+    starts over only when a writer begins while all of it has been copied,
+    which under steady writes never happens by itself: so once a checkpoint leaves
+    ``RESTART_LOG_FRAMES`` or more in the log, this process's writers are kept out
+    (``writers_paused``) for one more checkpoint, of the little they added meanwhile, and
+    the next writer starts the log over. Reads go on throughout.
     """
 
     def __init__(
@@ -180,15 +173,14 @@ class Checkpointer:
         self._args = args
         self._kwargs = {**kwargs, "check_same_thread": False}
         self._writers_paused = writers_paused
-        self._log_frames = 0  # estimated, since the last checkpoint began
+        self._writes = 0
         self._task: asyncio.Task[None] | None = None
         self._connection: sqlite3.Connection | None = None
 
     def committed(self, writers: int = 1) -> None:
-        """A transaction holding ``writers`` writers' blocks was committed."""
-        self._log_frames += LOG_FRAMES_PER_COMMIT + LOG_FRAMES_PER_WRITER * writers
-        if self._log_frames >= CHECKPOINT_EVERY_FRAMES and self._task is None:
-            self._log_frames = 0
+        self._writes += writers
+        if self._writes >= CHECKPOINT_EVERY_WRITES and self._task is None:
+            self._writes = 0
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:

@@ -36,6 +36,7 @@ from signoff.migrations import upgrade_to_head
 from signoff.models import Base
 from signoff.orgs import service as orgs_service
 from signoff.wiring import Wiring
+from tests.helpers import sqlite_statements
 
 # The browser tests' fixtures (chromium, server, site) for every module.
 pytest_plugins = ["tests.browser"]
@@ -205,6 +206,14 @@ async def wiring(settings: Settings) -> AsyncIterator[Wiring]:
 @pytest.fixture
 def ctx(wiring: Wiring) -> AppContext:
     return wiring.ctx
+
+
+@pytest.fixture
+async def statements(ctx: AppContext) -> AsyncIterator[list[str]]:
+    """The statements SQLite's writer connection runs from now on (tests that count a
+    write's statements)."""
+    async with sqlite_statements(ctx) as seen:
+        yield seen
 
 
 @pytest.fixture

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
@@ -127,3 +130,16 @@ class CallbackReceiver:
             await writer.drain()
         finally:
             writer.close()
+
+
+def python_apart(script: str, database_url: str) -> str:
+    """The last line ``script`` prints, run by a fresh interpreter on ``database_url`` with
+    no other ``SIGNOFF_`` setting of this process (what a module loads at import shows)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")}
+    env["SIGNOFF_DATABASE_URL"] = database_url
+    env["SIGNOFF_SECRET_KEY"] = "x" * 40
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]

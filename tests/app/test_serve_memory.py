@@ -4,24 +4,12 @@ imported on first use, and the schema check runs in a child process
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.helpers import python_apart
 
 # Each is imported by the first request (or task) that needs it.
 LOADED_ON_FIRST_USE = ("webauthn", "aiohttp", "cel", "prompt_toolkit", "alembic")
-
-
-def _run(script: str, database: Path) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")}
-    env["SIGNOFF_DATABASE_URL"] = f"sqlite:///{database}"
-    env["SIGNOFF_SECRET_KEY"] = "x" * 40
-    done = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip().splitlines()[-1]
 
 
 def test_opening_the_database_apart_migrates_it_and_loads_no_library(tmp_path: Path) -> None:
@@ -32,7 +20,7 @@ def test_opening_the_database_apart_migrates_it_and_loads_no_library(tmp_path: P
         "create_app(open_database(apart=True))\n"
         f"print(sorted(m for m in {LOADED_ON_FIRST_USE!r} if m in sys.modules))\n"
     )
-    assert _run(script, tmp_path / "signoff.db") == "[]"
+    assert python_apart(script, f"sqlite:///{tmp_path / 'signoff.db'}") == "[]"
     check = "from signoff.migrations import is_at_head\n"
     check += f"print(is_at_head('sqlite+aiosqlite:///{tmp_path / 'signoff.db'}'))\n"
-    assert _run(check, tmp_path / "signoff.db") == "True"
+    assert python_apart(check, f"sqlite:///{tmp_path / 'signoff.db'}") == "True"

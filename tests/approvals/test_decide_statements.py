@@ -5,7 +5,6 @@ new state is written before it is read, by one ``UPDATE ... RETURNING``
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -13,19 +12,12 @@ import pytest
 
 from signoff.context import AppContext
 from tests.conftest import Member, Org, create_approval
-from tests.helpers import backdate_expiry, sqlite_statements
+from tests.helpers import backdate_expiry
 
 pytestmark = [
     pytest.mark.anyio,
     pytest.mark.parametrize("test_database", ["sqlite"], indirect=True),
 ]
-
-
-@pytest.fixture
-async def statements(ctx: AppContext) -> AsyncIterator[list[str]]:
-    """The statements the writer connection runs from now on."""
-    async with sqlite_statements(ctx) as seen:
-        yield seen
 
 
 def _on_requests(statements: list[str]) -> list[str]:

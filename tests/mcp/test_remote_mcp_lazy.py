@@ -5,9 +5,6 @@ a server that cannot start answers 503 instead of holding its callers."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from typing import Any
 
 import httpx
@@ -18,6 +15,7 @@ from pydantic import AnyHttpUrl
 from signoff.remote_mcp import sdk
 from signoff.remote_mcp.resource import build_resource_metadata_url
 from tests.conftest import Org
+from tests.helpers import python_apart
 from tests.mcp.conftest import Live
 
 pytestmark = pytest.mark.anyio
@@ -58,14 +56,7 @@ def test_importing_and_building_the_app_leaves_the_sdk_unloaded(tmp_path: Any) -
         "create_app()\n"
         "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")}
-    env["SIGNOFF_DATABASE_URL"] = f"sqlite+aiosqlite:///{tmp_path}/signoff.db"
-    env["SIGNOFF_SECRET_KEY"] = "x" * 40
-    done = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
+    assert python_apart(script, f"sqlite+aiosqlite:///{tmp_path}/signoff.db") == "[]"
 
 
 @pytest.fixture

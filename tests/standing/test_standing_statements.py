@@ -4,27 +4,16 @@ trigger of migration 0051), not by an UPDATE of its own, and still counted once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import httpx
 import pytest
 
-from signoff.context import AppContext
 from tests.conftest import Org, approval_body
-from tests.helpers import sqlite_statements
 from tests.standing.support import DEPLOY, grant, request, standing_list
 
 pytestmark = [
     pytest.mark.anyio,
     pytest.mark.parametrize("test_database", ["sqlite"], indirect=True),
 ]
-
-
-@pytest.fixture
-async def statements(ctx: AppContext) -> AsyncIterator[list[str]]:
-    """The statements the writer connection runs from now on."""
-    async with sqlite_statements(ctx) as seen:
-        yield seen
 
 
 def _writes_to(statements: list[str], table: str) -> list[str]:

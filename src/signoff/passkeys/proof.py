@@ -62,8 +62,7 @@ def verify_stored_assertion(
     Raises ``PasskeyRefused`` if anything does not hold."""
     # Imported here: a server loads ``webauthn`` only when a passkey is checked
     # (docs/decisions/0043-serve-memory.md).
-    from webauthn import verify_authentication_response
-    from webauthn.helpers.exceptions import WebAuthnException
+    from signoff.passkeys import webauthn_calls
 
     try:
         expected = decision_challenge(
@@ -79,15 +78,14 @@ def verify_stored_assertion(
                 "signature": stored["signature"],
             },
         }
-        verify_authentication_response(
-            credential=credential,
-            expected_challenge=expected,
-            expected_rp_id=rp_id or stored["rp_id"],
-            expected_origin=origin or stored["origin"],
-            credential_public_key=unb64url(public_key or stored["public_key"]),
+        webauthn_calls.verify_assertion(
+            credential,
+            challenge=expected,
+            rp_id=rp_id or stored["rp_id"],
+            origin=origin or stored["origin"],
+            public_key=unb64url(public_key or stored["public_key"]),
             # The count was checked when the vote was cast; here only the signature.
-            credential_current_sign_count=0,
-            require_user_verification=True,
+            sign_count=0,
         )
-    except (WebAuthnException, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except webauthn_calls.REFUSED as exc:
         raise PasskeyRefused(f"The stored passkey assertion does not verify: {exc}") from None

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 import orjson
@@ -36,9 +36,11 @@ from signoff.passkeys.proof import (
 from signoff.passkeys.repository import PasskeyRepository
 from signoff.passkeys.rule import PASSKEY_FOR_VALUES, PasskeyProof
 
-# ``webauthn`` (with pyOpenSSL and the ASN.1 modules it loads) is imported in each
-# ceremony, not here: only passkey routes need it, and every server would otherwise hold
-# it (docs/decisions/0043-serve-memory.md).
+if TYPE_CHECKING:
+    from signoff.passkeys.webauthn_calls import Credential
+
+# ``webauthn`` is reached through ``webauthn_calls``, imported in each ceremony, not
+# here: only passkey routes need it (docs/decisions/0043-serve-memory.md).
 
 # The offline check lives in ``proof`` (the audit verifier runs it); callers of the
 # service keep finding it here.
@@ -112,22 +114,10 @@ async def _new_challenge(
     return challenge
 
 
-def _descriptors(passkeys: list[Passkey] | tuple[Passkey, ...]) -> list[Any]:
-    from webauthn.helpers.structs import AuthenticatorTransport, PublicKeyCredentialDescriptor
+def _credentials(passkeys: list[Passkey] | tuple[Passkey, ...]) -> list[Credential]:
+    from signoff.passkeys.webauthn_calls import Credential
 
-    found = []
-    for key in passkeys:
-        transports = [AuthenticatorTransport(t) for t in key.transports if _known_transport(t)]
-        found.append(
-            PublicKeyCredentialDescriptor(id=unb64url(key.credential_id), transports=transports)
-        )
-    return found
-
-
-def _known_transport(value: str) -> bool:
-    from webauthn.helpers.structs import AuthenticatorTransport
-
-    return value in {t.value for t in AuthenticatorTransport}
+    return [Credential(unb64url(key.credential_id), tuple(key.transports)) for key in passkeys]
 
 
 # ---- registering ----
@@ -138,29 +128,19 @@ async def registration_options(
 ) -> str:
     """The options for ``navigator.credentials.create``: a discoverable credential that
     verifies its user, not one of those the person has already."""
-    from webauthn import generate_registration_options, options_to_json
-    from webauthn.helpers.structs import (
-        AuthenticatorSelectionCriteria,
-        ResidentKeyRequirement,
-        UserVerificationRequirement,
-    )
+    from signoff.passkeys import webauthn_calls
 
     existing = list(await repo.list_for_user(member.user_id))
     challenge = await _new_challenge(repo, now, "register", user_id=member.user_id)
-    options = generate_registration_options(
+    return webauthn_calls.registration_options(
         rp_id=rp.rp_id,
         rp_name=rp.name,
         user_id=member.user_id.bytes,
         user_name=member.user_email,
         user_display_name=member.user_name,
         challenge=challenge,
-        authenticator_selection=AuthenticatorSelectionCriteria(
-            resident_key=ResidentKeyRequirement.REQUIRED,
-            user_verification=UserVerificationRequirement.REQUIRED,
-        ),
-        exclude_credentials=_descriptors(existing),
+        exclude=_credentials(existing),
     )
-    return options_to_json(options)
 
 
 async def register(
@@ -172,8 +152,7 @@ async def register(
     now: datetime,
 ) -> Passkey:
     """Check the browser's answer to ``registration_options`` and keep the passkey."""
-    from webauthn import verify_registration_response
-    from webauthn.helpers.exceptions import WebAuthnException
+    from signoff.passkeys import webauthn_calls
 
     name = " ".join(name.split())[:NAME_MAX] or "Passkey"
     credential = _parse_credential(credential_json)
@@ -181,14 +160,13 @@ async def register(
     if taken is None or taken["user_id"] != member.user_id:
         raise PasskeyRefused("This passkey request expired. Please try again.")
     try:
-        verified = verify_registration_response(
-            credential=_webauthn_fields(credential),
-            expected_challenge=unb64url(credential["_challenge"]),
-            expected_rp_id=rp.rp_id,
-            expected_origin=rp.origin,
-            require_user_verification=True,
+        verified = webauthn_calls.verify_registration(
+            _webauthn_fields(credential),
+            challenge=unb64url(credential["_challenge"]),
+            rp_id=rp.rp_id,
+            origin=rp.origin,
         )
-    except (WebAuthnException, ValueError, KeyError, TypeError):
+    except webauthn_calls.REFUSED:
         raise PasskeyRefused() from None
     credential_id = b64url(verified.credential_id)
     if await repo.find_by_credential_id(credential_id) is not None:
@@ -200,9 +178,11 @@ async def register(
         user_id=member.user_id,
         name=name,
         credential_id=credential_id,
-        public_key=b64url(verified.credential_public_key),
+        public_key=b64url(verified.public_key),
         sign_count=verified.sign_count,
-        transports=[t for t in transports if isinstance(t, str) and _known_transport(t)],
+        transports=[
+            t for t in transports if isinstance(t, str) and t in webauthn_calls.KNOWN_TRANSPORTS
+        ],
         created_at=now,
     )
     await repo.add(passkey)
@@ -229,16 +209,10 @@ async def remove(
 
 async def signin_options(repo: PasskeyRepository, rp: RelyingParty, now: datetime) -> str:
     """Options for a discoverable credential: the authenticator says whose it is."""
-    from webauthn import generate_authentication_options, options_to_json
-    from webauthn.helpers.structs import UserVerificationRequirement
+    from signoff.passkeys import webauthn_calls
 
     challenge = await _new_challenge(repo, now, "signin")
-    options = generate_authentication_options(
-        rp_id=rp.rp_id,
-        challenge=challenge,
-        user_verification=UserVerificationRequirement.REQUIRED,
-    )
-    return options_to_json(options)
+    return webauthn_calls.authentication_options(rp_id=rp.rp_id, challenge=challenge)
 
 
 async def sign_in(
@@ -263,25 +237,23 @@ async def _check_assertion(
     expected_challenge: bytes,
     now: datetime,
 ) -> Passkey:
-    from webauthn import verify_authentication_response
-    from webauthn.helpers.exceptions import WebAuthnException
+    from signoff.passkeys import webauthn_calls
 
     passkey = await repo.find_by_credential_id(credential["_id"])
     if passkey is None:
         raise PasskeyRefused("This passkey is not registered here.")
     try:
-        verified = verify_authentication_response(
-            credential=_webauthn_fields(credential),
-            expected_challenge=expected_challenge,
-            expected_rp_id=rp.rp_id,
-            expected_origin=rp.origin,
-            credential_public_key=unb64url(passkey.public_key),
-            credential_current_sign_count=passkey.sign_count,
-            require_user_verification=True,
+        sign_count = webauthn_calls.verify_assertion(
+            _webauthn_fields(credential),
+            challenge=expected_challenge,
+            rp_id=rp.rp_id,
+            origin=rp.origin,
+            public_key=unb64url(passkey.public_key),
+            sign_count=passkey.sign_count,
         )
-    except (WebAuthnException, ValueError, KeyError, TypeError):
+    except webauthn_calls.REFUSED:
         raise PasskeyRefused() from None
-    if not await repo.record_use(passkey.id, verified.new_sign_count, now):
+    if not await repo.record_use(passkey.id, sign_count, now):
         raise PasskeyRefused()
     return passkey
 
@@ -298,8 +270,7 @@ async def decision_options(
     now: datetime,
 ) -> str:
     """Options for signing ``decision`` on the request as its arguments are now."""
-    from webauthn import generate_authentication_options, options_to_json
-    from webauthn.helpers.structs import UserVerificationRequirement
+    from signoff.passkeys import webauthn_calls
 
     if decision not in DECISIONS:
         raise ValidationFailed.for_field("decision", "must be approve or reject")
@@ -324,13 +295,9 @@ async def decision_options(
         arguments_hash=facts[2],
         nonce=nonce,
     )
-    options = generate_authentication_options(
-        rp_id=rp.rp_id,
-        challenge=challenge,
-        allow_credentials=_descriptors(passkeys),
-        user_verification=UserVerificationRequirement.REQUIRED,
+    return webauthn_calls.authentication_options(
+        rp_id=rp.rp_id, challenge=challenge, allow=_credentials(passkeys)
     )
-    return options_to_json(options)
 
 
 @dataclass(frozen=True)

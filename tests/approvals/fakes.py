@@ -76,6 +76,7 @@ class FakeApprovals:
     inserted: list[RequestRecord] = field(default_factory=list)
     keys: set[tuple[uuid.UUID, str]] = field(default_factory=set)
     can_write_plan_with_insert: bool = False
+    writes_at_once: bool = False
 
     async def insert_unless_key_taken(
         self,

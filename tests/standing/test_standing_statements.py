@@ -7,6 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from signoff.approvals.repository import ApprovalRepository
 from tests.conftest import Org, approval_body
 from tests.standing.support import DEPLOY, grant, request, standing_list
 
@@ -71,3 +72,26 @@ async def test_a_hit_writes_its_events_in_one_statement_and_keeps_both(
     approved = events.json()["data"][1]["data"]
     assert approved["standing_approval"]["id"] == standing_id
     assert approved["standing_approval"]["uses"] == 1
+
+
+async def test_a_hit_flushes_nothing_after_its_decision(
+    client: httpx.AsyncClient, org: Org, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite makes a queued write at once: once the decision's event and receipt are
+    written, a flush has nothing left to send, and a hit asks for none (a plain create
+    never did). The receipt is there all the same."""
+    requester, approver = org.members[0], org.members[1]
+    await grant(client, requester, approver, {"max_uses": 3})
+    flushes: list[object] = []
+    real = ApprovalRepository.flush
+
+    async def counted(self: ApprovalRepository) -> None:
+        flushes.append(self)
+        await real(self)
+
+    monkeypatch.setattr(ApprovalRepository, "flush", counted)
+    hit = await request(client, requester)
+    assert hit["status"] == "approved"
+    assert flushes == []
+    read = await client.get(f"/api/v1/approvals/{hit['id']}", headers=requester.headers)
+    assert read.json()["receipt_issued"] is True and read.json()["receipt"]

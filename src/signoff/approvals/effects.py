@@ -78,6 +78,9 @@ class ApprovalWrites(Protocol):
     @property
     def can_write_plan_with_insert(self) -> bool: ...
 
+    @property
+    def writes_at_once(self) -> bool: ...
+
     async def update_if_pending(
         self, request_id: uuid.UUID, values: dict[str, Any], refusal: Callable[[], Exception]
     ) -> None: ...
@@ -250,7 +253,12 @@ async def apply_create(
         for effect in after:
             # A policy decides, not the creator: its events name no person.
             created = await _dispatch(sink, created, effect, None, now)
-        await uow.approvals.flush()
+        # Where queued writes are made at once (SQLite), a decision's event and receipt
+        # are written by now and leave nothing to flush; a callback may.
+        if not uow.approvals.writes_at_once or any(
+            not isinstance(effect, _QUEUED_EFFECTS) for effect in after
+        ):
+            await uow.approvals.flush()
     for org_id, request_id, final in gathered.changes:
         uow.request_changed(org_id, request_id, final=final)
     return created

@@ -753,6 +753,12 @@ class ApprovalRepository:
         row itself (PostgreSQL: in its one statement)."""
         return self.dialect == "postgresql" and self._created_plan is not None
 
+    @property
+    def writes_at_once(self) -> bool:
+        """Whether a queued write (``storage.queue_write``) is made when queued (SQLite):
+        after only such writes, ``flush`` has nothing to send."""
+        return self.dialect == "sqlite"
+
     # ---- requests ----
 
     async def insert_unless_key_taken(

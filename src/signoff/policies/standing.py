@@ -11,6 +11,7 @@ approval, never matches one and never grants one.
 
 from __future__ import annotations
 
+import functools
 import math
 import uuid
 from collections.abc import Mapping
@@ -276,27 +277,35 @@ def _event_data(row: StandingRow) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Match:
-    """The standing approval that approves a new request, its use taken."""
+    """The standing approval that approves a new request, its use taken: ``label``, the
+    request's ``decided_by_name``; ``data``, what the decision's event names of it."""
 
     row: StandingCandidate
     uses: int
+    label: str
+    data: dict[str, Any]
     # The use is still to be taken by the create's own statement (PostgreSQL:
     # ``StandingApprovalRepository.use_taken_by_create``).
     by_create: bool = False
 
-    @property
-    def label(self) -> str:
-        return f"standing approval {self.row.id} (granted by {self.row.granted_by_name})"
 
-    @property
-    def data(self) -> dict[str, Any]:
-        return {
-            "id": str(self.row.id),
-            "granted_by": str(self.row.granted_by),
-            "granted_by_name": self.row.granted_by_name,
-            "uses": self.uses,
-            "max_uses": self.row.max_uses,
-        }
+@functools.lru_cache(maxsize=1024)
+def _names(
+    standing_id: uuid.UUID, granted_by: uuid.UUID, granted_by_name: str
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """What every hit of one standing approval names of it, made once: its label, and
+    the first items of its event data (``Match``)."""
+    label = f"standing approval {standing_id} (granted by {granted_by_name})"
+    named = (("id", str(standing_id)), ("granted_by", str(granted_by)))
+    return label, (*named, ("granted_by_name", granted_by_name))
+
+
+def _match(row: StandingCandidate, uses: int, by_create: bool) -> Match:
+    label, named = _names(row.id, row.granted_by, row.granted_by_name)
+    data: dict[str, Any] = dict(named)
+    data["uses"] = uses
+    data["max_uses"] = row.max_uses
+    return Match(row, uses, label, data, by_create)
 
 
 def may_match(
@@ -331,7 +340,7 @@ async def match(
             continue
         uses = await repo.use(row, now, taking=taking)
         if uses is not None:
-            return Match(row, uses, by_create)
+            return _match(row, uses, by_create)
     return None
 
 

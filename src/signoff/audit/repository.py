@@ -227,7 +227,8 @@ _ROWID: ColumnClause[int] = literal_column("audit_events.rowid", Integer)
 _READ_MARK = text(
     "SELECT m.event_rowid AS position, m.event_id AS event_id, "
     "e.id IS m.event_id AS held, (SELECT max(rowid) FROM audit_events) AS top, "
-    "EXISTS (SELECT 1 FROM audit_unsealed) AS listed "
+    "EXISTS (SELECT 1 FROM audit_unsealed AS u JOIN audit_events AS l ON l.id = u.event_id) "
+    "AS listed "
     "FROM audit_seal_mark AS m LEFT JOIN audit_events AS e ON e.rowid = m.event_rowid"
 )
 _LAST_CHAINED = text(
@@ -245,8 +246,17 @@ _MOVE_MARK = text(
 async def seal_mark(session: AsyncSession) -> Row[Any]:
     """SQLite: the mark (``position``, ``event_id`` as stored), whether that event is still
     at that rowid (``held``), the highest rowid of the events (``top``), and whether any
-    event is still listed in ``audit_unsealed`` (``listed``: written before 0055)."""
+    event is still listed in ``audit_unsealed`` (``listed``: written before 0055, and
+    still there)."""
     return (await session.execute(_READ_MARK)).one()
+
+
+async def an_org_listed(session: AsyncSession) -> uuid.UUID:
+    """SQLite: an org with an event still listed in ``audit_unsealed`` (``seal_mark``'s
+    ``listed``); a row whose event is gone (deleted with foreign keys off) is passed over."""
+    waiting = _UNSEALED.join(_EVENTS, _EVENTS.c.id == _UNSEALED.c.event_id)
+    statement = select(_UNSEALED.c.org_id).select_from(waiting).limit(1)
+    return cast(uuid.UUID, (await session.execute(statement)).scalar_one())
 
 
 async def last_chained_at_or_below(session: AsyncSession, position: int) -> tuple[int, Any]:

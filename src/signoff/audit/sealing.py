@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
+from typing import Any
 
 from signoff.audit import repository, service
 from signoff.common.time import utcnow
@@ -106,17 +108,7 @@ async def seal_org_now(ctx: AppContext, org_id: uuid.UUID, *, checkpoint: bool) 
         sealed = await _seal_in_commit_order(ctx, force_checkpoint=False)
         if checkpoint:
             await ctx.keys.ready()
-            async with ctx.db.write_transaction() as session:
-                await service.seal_org(
-                    session,
-                    ctx.db.dialect,
-                    org_id,
-                    ctx.keys.current.sign,
-                    checkpoint_policy(ctx),
-                    utcnow(),
-                    force_checkpoint=True,
-                    waiting=(),
-                )
+            await _seal_listed(ctx, org_id, (), checkpoint=True)  # the head signed
         return sealed
     await ctx.keys.ready()
     sealed = 0
@@ -126,19 +118,28 @@ async def seal_org_now(ctx: AppContext, org_id: uuid.UUID, *, checkpoint: bool) 
         size = service.batch_size(len(waiting))
         try:
             for start in range(0, max(len(waiting), 1), size):
-                async with ctx.db.write_transaction() as session:
-                    result = await service.seal_org(
-                        session,
-                        ctx.db.dialect,
-                        org_id,
-                        ctx.keys.current.sign,
-                        checkpoint_policy(ctx),
-                        utcnow(),
-                        force_checkpoint=checkpoint,
-                        waiting=waiting[start : start + size],
-                    )
-                sealed += result.events
+                batch = waiting[start : start + size]
+                sealed += await _seal_listed(ctx, org_id, batch, checkpoint=checkpoint)
         except service.StaleBatch:
             continue  # another sealer chained some of them: read what still waits
         if len(waiting) < WAKE_READ:
             return sealed
+
+
+async def _seal_listed(
+    ctx: AppContext, org_id: uuid.UUID, waiting: Sequence[Any], *, checkpoint: bool
+) -> int:
+    """Seal these listed events of the org (``service.seal_org``) in a transaction of its
+    own; how many were sealed."""
+    async with ctx.db.write_transaction() as session:
+        result = await service.seal_org(
+            session,
+            ctx.db.dialect,
+            org_id,
+            ctx.keys.current.sign,
+            checkpoint_policy(ctx),
+            utcnow(),
+            force_checkpoint=checkpoint,
+            waiting=waiting,
+        )
+    return result.events

@@ -127,7 +127,7 @@ async def seal_in_commit_order(
     old order, before any event past the mark."""
     mark = await repository.seal_mark(session)
     if mark.listed:
-        (org_id,) = await repository.orgs_with_unsealed(session, 1)
+        org_id = await repository.an_org_listed(session)
         drained = await seal_org(
             session, dialect, org_id, sign, policy, now, force_checkpoint=force_checkpoint
         )

@@ -13,7 +13,6 @@ from datetime import timedelta
 from typing import Any, cast
 
 import httpx
-import pytest
 from joserfc.jwk import OKPKey
 from sqlalchemy import Table, delete, func, insert, select, update
 
@@ -297,10 +296,10 @@ async def test_concurrent_decisions_and_sealers_make_one_chain_without_gap_or_fo
     assert result.ok, result.problem
 
 
-@pytest.mark.usefixtures("postgres_only")
 async def test_two_processes_seal_one_chain(api_only: httpx.AsyncClient, ctx: AppContext) -> None:
-    """Two sealer processes racing on PostgreSQL (the head row's lock) make one chain
-    (``api_only``: no sealer of this process's own)."""
+    """Two sealer processes racing (PostgreSQL: the head row's lock; SQLite: the sealed
+    mark's compare-and-set) make one chain (``api_only``: no sealer of this process's
+    own)."""
     client = api_only
     org = await requests_only(ctx, await create_org(ctx, "Twins", members=1))
     for index in range(60):

@@ -19,7 +19,7 @@ from signoff.audit import chain
 from signoff.audit.sealing import seal_org_now
 from signoff.audit.service import export_records
 from signoff.context import AppContext
-from signoff.models import AuditEvent, AuditUnsealed
+from signoff.models import AuditChainLink, AuditEvent
 from signoff.passkeys.proof import b64url, decision_challenge
 from tests.conftest import Org, create_approval
 from tests.passkeys.authenticator import SoftAuthenticator
@@ -34,7 +34,7 @@ from tests.passkeys.test_passkey_decisions import (
 pytestmark = pytest.mark.anyio
 
 EVENTS = cast(Table, AuditEvent.__table__)
-WAITING = cast(Table, AuditUnsealed.__table__)
+CHAIN = cast(Table, AuditChainLink.__table__)
 
 
 @pytest.fixture
@@ -71,8 +71,8 @@ async def _tamper(ctx: AppContext, org: Org, **values: Any) -> dict[str, Any]:
     sealer chains it; its data before the change."""
     async with ctx.db.write_transaction() as session:
         row = (await session.execute(select(EVENTS).where(_signed(org)))).one()
-        waiting = select(WAITING).where(WAITING.c.event_id == row.id)
-        assert (await session.execute(waiting)).first() is not None  # not chained yet
+        link = select(CHAIN).where(CHAIN.c.event_id == row.id)
+        assert (await session.execute(link)).first() is None  # not chained yet
         data = dict(row.data)
         changes = values.pop("data", {})
         await session.execute(

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
+    Integer,
     Row,
     String,
     Table,
@@ -15,12 +16,15 @@ from sqlalchemy import (
     bindparam,
     delete,
     insert,
+    literal_column,
     select,
+    text,
     type_coerce,
     update,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.elements import ColumnClause
 from sqlalchemy.types import TypeDecorator
 
 from signoff.audit.chain import GENESIS_HASH, chain_timestamp
@@ -207,6 +211,82 @@ async def take_unsealed(session: AsyncSession, org_id: uuid.UUID, event_ids: Seq
         execution_options={"synchronize_session": False},
     )
     return int(getattr(result, "rowcount", 0))
+
+
+# ---- SQLite: events found by their rowid past the sealed mark ----
+#
+# Under SQLite's one writer an event's rowid is its commit order: a row committed later
+# has a higher rowid, unless the highest rows were deleted (retention, an org deleted) and
+# their rowids taken again, or VACUUM renumbered them. ``audit_seal_mark`` (migration 0055,
+# one row) holds the rowid of the last event chained and that event's id: when the id is
+# no longer at that rowid, the mark is found again below it (``last_chained_at_or_below``).
+# Every event at or below the mark is chained; every event above it is not.
+
+_ROWID: ColumnClause[int] = literal_column("audit_events.rowid", Integer)
+
+_READ_MARK = text(
+    "SELECT m.event_rowid AS position, m.event_id AS event_id, "
+    "e.id IS m.event_id AS held, (SELECT max(rowid) FROM audit_events) AS top, "
+    "EXISTS (SELECT 1 FROM audit_unsealed AS u JOIN audit_events AS l ON l.id = u.event_id) "
+    "AS listed "
+    "FROM audit_seal_mark AS m LEFT JOIN audit_events AS e ON e.rowid = m.event_rowid"
+)
+_LAST_CHAINED = text(
+    "SELECT e.rowid AS position, e.id AS event_id FROM audit_events AS e "
+    "WHERE e.rowid <= :position "
+    "AND EXISTS (SELECT 1 FROM audit_chain AS c WHERE c.event_id = e.id) "
+    "ORDER BY e.rowid DESC LIMIT 1"
+)
+_MOVE_MARK = text(
+    "UPDATE audit_seal_mark SET event_rowid = :to_position, event_id = :to_event "
+    "WHERE event_rowid = :position AND event_id IS :event_id"
+)
+
+
+async def seal_mark(session: AsyncSession) -> Row[Any]:
+    """SQLite: the mark (``position``, ``event_id`` as stored), whether that event is still
+    at that rowid (``held``), the highest rowid of the events (``top``), and whether any
+    event is still listed in ``audit_unsealed`` (``listed``: written before 0055, and
+    still there)."""
+    return (await session.execute(_READ_MARK)).one()
+
+
+async def an_org_listed(session: AsyncSession) -> uuid.UUID:
+    """SQLite: an org with an event still listed in ``audit_unsealed`` (``seal_mark``'s
+    ``listed``); a row whose event is gone (deleted with foreign keys off) is passed over."""
+    waiting = _UNSEALED.join(_EVENTS, _EVENTS.c.id == _UNSEALED.c.event_id)
+    statement = select(_UNSEALED.c.org_id).select_from(waiting).limit(1)
+    return cast(uuid.UUID, (await session.execute(statement)).scalar_one())
+
+
+async def last_chained_at_or_below(session: AsyncSession, position: int) -> tuple[int, Any]:
+    """SQLite: the highest rowid at or below ``position`` of an event in a chain, and its
+    id, or (0, None): where the mark belongs when its event is no longer at its rowid.
+    Walks down from ``position`` over the rows that took rowids again (unchained)."""
+    row = (await session.execute(_LAST_CHAINED, {"position": position})).first()
+    return (int(row.position), row.event_id) if row is not None else (0, None)
+
+
+async def events_after(session: AsyncSession, position: int, limit: int) -> Sequence[Row[Any]]:
+    """SQLite: the events past rowid ``position``, in rowid order (commit order): the hashed
+    columns, the id as stored (``event_id``) and the rowid (``position``). A range read of
+    the table's own b-tree: no index."""
+    columns = [*_hashed(event_id=True), _ROWID.label("position")]
+    return (
+        await session.execute(
+            select(*columns).where(position < _ROWID).order_by(_ROWID).limit(limit)
+        )
+    ).all()
+
+
+async def move_mark(session: AsyncSession, read: tuple[int, Any], to: tuple[int, Any]) -> bool:
+    """SQLite: move the mark from ``read`` (rowid, event id) to ``to``, only if it is still
+    at ``read``; whether it moved (not: another sealer chained those events)."""
+    result = await session.execute(
+        _MOVE_MARK,
+        {"position": read[0], "event_id": read[1], "to_position": to[0], "to_event": to[1]},
+    )
+    return bool(getattr(result, "rowcount", 0))
 
 
 async def update_head(session: AsyncSession, org_id: uuid.UUID, **values: Any) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
+from typing import Any
 
 from signoff.audit import repository, service
 from signoff.common.time import utcnow
@@ -24,8 +26,14 @@ def checkpoint_policy(ctx: AppContext) -> service.CheckpointPolicy:
 
 
 async def seal_once(ctx: AppContext, *, force_checkpoint: bool = False, verify: bool = True) -> int:
-    """Seal every org's waiting events (one transaction per org and batch), then, when
-    ``verify``, re-check what is stored (``verify_once``); how many events were sealed."""
+    """Seal every org's waiting events (one transaction per org and batch; on SQLite per
+    batch of every org's), then, when ``verify``, re-check what is stored
+    (``verify_once``); how many events were sealed."""
+    if ctx.db.dialect == "sqlite":
+        sealed = await _seal_in_commit_order(ctx, force_checkpoint)
+        if verify:
+            await verify_once(ctx)
+        return sealed
     async with ctx.db.read_session() as session:
         orgs = await repository.orgs_with_unsealed(session, ORGS_PER_ROUND)
     sealed = 0
@@ -68,38 +76,70 @@ async def verify_once(ctx: AppContext) -> int:
     return checked
 
 
-def batch_size(waiting: int) -> int:
-    """Events sealed a transaction when ``waiting`` were read: ``SEAL_BATCH`` when few
-    wait, an eighth of them under load (fewer transactions, locks and head updates a
-    wake-up), never more than ``MAX_SEAL_BATCH`` (the writers' pause stays short)."""
-    return min(service.MAX_SEAL_BATCH, max(service.SEAL_BATCH, waiting // 8))
+async def _seal_in_commit_order(ctx: AppContext, force_checkpoint: bool) -> int:
+    """SQLite: every org's events past the sealed mark, a batch a transaction, until none
+    is left; how many were sealed. Nothing waiting is seen in a read: no write lock."""
+    async with ctx.db.read_session() as session:
+        if not await service.anything_to_seal(session):
+            return 0
+    await ctx.keys.ready()
+    sealed = 0
+    while True:
+        async with ctx.db.write_transaction() as session:
+            batch = await service.seal_in_commit_order(
+                session,
+                ctx.db.dialect,
+                ctx.keys.current.sign,
+                checkpoint_policy(ctx),
+                utcnow(),
+                force_checkpoint=force_checkpoint,
+            )
+        sealed += batch.events
+        if not batch.more:
+            return sealed
 
 
 async def seal_org_now(ctx: AppContext, org_id: uuid.UUID, *, checkpoint: bool) -> int:
     """Seal one org to its last event (an export or a purge wants the chain complete):
     its waiting events' ids read in order once, then sealed a batch a transaction; how
-    many events were sealed."""
+    many events were sealed. On SQLite every org's waiting events are sealed (they come
+    in one commit order), then the org's head signed if ``checkpoint``."""
+    if ctx.db.dialect == "sqlite":
+        sealed = await _seal_in_commit_order(ctx, force_checkpoint=False)
+        if checkpoint:
+            await ctx.keys.ready()
+            await _seal_listed(ctx, org_id, (), checkpoint=True)  # the head signed
+        return sealed
     await ctx.keys.ready()
     sealed = 0
     while True:
         async with ctx.db.read_session() as session:
             waiting = await repository.waiting_ids(session, org_id, WAKE_READ)
-        size = batch_size(len(waiting))
+        size = service.batch_size(len(waiting))
         try:
             for start in range(0, max(len(waiting), 1), size):
-                async with ctx.db.write_transaction() as session:
-                    result = await service.seal_org(
-                        session,
-                        ctx.db.dialect,
-                        org_id,
-                        ctx.keys.current.sign,
-                        checkpoint_policy(ctx),
-                        utcnow(),
-                        force_checkpoint=checkpoint,
-                        waiting=waiting[start : start + size],
-                    )
-                sealed += result.events
+                batch = waiting[start : start + size]
+                sealed += await _seal_listed(ctx, org_id, batch, checkpoint=checkpoint)
         except service.StaleBatch:
             continue  # another sealer chained some of them: read what still waits
         if len(waiting) < WAKE_READ:
             return sealed
+
+
+async def _seal_listed(
+    ctx: AppContext, org_id: uuid.UUID, waiting: Sequence[Any], *, checkpoint: bool
+) -> int:
+    """Seal these listed events of the org (``service.seal_org``) in a transaction of its
+    own; how many were sealed."""
+    async with ctx.db.write_transaction() as session:
+        result = await service.seal_org(
+            session,
+            ctx.db.dialect,
+            org_id,
+            ctx.keys.current.sign,
+            checkpoint_policy(ctx),
+            utcnow(),
+            force_checkpoint=checkpoint,
+            waiting=waiting,
+        )
+    return result.events

@@ -1,8 +1,11 @@
 """Sealing events into their org's chain, signing checkpoints, and the export's records.
 
-Events are written by their use cases as before (a trigger lists each in
-``audit_unsealed``, migration 0044); ``seal_org`` numbers and hashes them in order and
-appends them to ``audit_chain``, under the org's head row lock, in one transaction:
+Events are written by their use cases as before. On PostgreSQL a trigger lists each in
+``audit_unsealed`` (migration 0044) and ``seal_org`` chains an org's in their written
+order (``created_at``, ``id``); on SQLite nothing is listed (migration 0055) and
+``seal_in_commit_order`` chains the events past a mark on their rowid, in commit order.
+Either numbers and hashes them and appends them to ``audit_chain``, under the org's head
+row lock, in one transaction:
 concurrent sealers (two workers, an export, a purge) wait on each other, so the chain
 never forks or skips, and a killed sealer commits nothing. No event row is rewritten.
 """
@@ -56,8 +59,9 @@ class Sealed:
 
 
 class StaleBatch(Exception):
-    """Some of the events read for a batch were chained by another sealer meanwhile: the
-    batch's transaction is rolled back and the waiting list read again."""
+    """Some of the events read for a batch were chained by another sealer meanwhile (or,
+    on SQLite, the sealed mark moved): the batch's transaction is rolled back and what
+    waits is read again."""
 
 
 async def seal_org(
@@ -71,13 +75,13 @@ async def seal_org(
     force_checkpoint: bool = False,
     waiting: Sequence[Any] | None = None,
 ) -> Sealed:
-    """Seal the org's unsealed events ``waiting`` (their ids, in the chain's order, read
+    """Seal the org's events listed in ``audit_unsealed`` (PostgreSQL; on SQLite those
+    written before migration 0055): ``waiting`` (their ids, in the chain's order, read
     before this transaction by ``repository.waiting_ids``), or up to ``SEAL_BATCH`` of
     them read here, then sign the head if the policy says it is time (or
     ``force_checkpoint``). Raises ``StaleBatch`` when some of ``waiting`` are no longer
     waiting (another sealer chained them): nothing is then chained."""
     head = await repository.lock_head(session, dialect, org_id)
-    seq, prev = int(head.seq), str(head.hash)
     if waiting is None:
         rows = await repository.unsealed_events(session, org_id, SEAL_BATCH)
         ids = [row.event_id for row in rows]
@@ -87,6 +91,85 @@ async def seal_org(
         raise StaleBatch(org_id)
     if waiting is not None:
         rows = await _in_order(session, ids)
+    return await _append(session, org_id, head, rows, sign, policy, now, force_checkpoint)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one ``seal_in_commit_order`` transaction chained, and whether more may wait."""
+
+    events: int
+    more: bool
+
+
+def batch_size(waiting: int) -> int:
+    """Events sealed a transaction when ``waiting`` wait: ``SEAL_BATCH`` when few wait, an
+    eighth of them under load (fewer transactions, locks and head updates a wake-up),
+    never more than ``MAX_SEAL_BATCH`` (the writers' pause stays short)."""
+    return min(MAX_SEAL_BATCH, max(SEAL_BATCH, waiting // 8))
+
+
+async def seal_in_commit_order(
+    session: AsyncSession,
+    dialect: str,
+    sign: Signer | None,
+    policy: CheckpointPolicy,
+    now: datetime,
+    *,
+    force_checkpoint: bool = False,
+    read: tuple[int, Any] | None = None,
+) -> Batch:
+    """SQLite: chain the events past the sealed mark, every org's, in rowid order (commit
+    order under one writer), each org's after its head, and move the mark past them in
+    this transaction, from where it was read (``read``, or here): a compare-and-set, so
+    two sealers never chain an event twice (``StaleBatch`` if the mark moved). Events
+    still listed in ``audit_unsealed`` (written before migration 0055) go first, in their
+    old order, before any event past the mark."""
+    mark = await repository.seal_mark(session)
+    if mark.listed:
+        org_id = await repository.an_org_listed(session)
+        drained = await seal_org(
+            session, dialect, org_id, sign, policy, now, force_checkpoint=force_checkpoint
+        )
+        return Batch(drained.events, True)
+    stored = (int(mark.position), mark.event_id)
+    start = stored if mark.held else await repository.last_chained_at_or_below(session, stored[0])
+    limit = batch_size(int(mark.top or 0) - start[0])
+    rows = await repository.events_after(session, start[0], limit)
+    end = (int(rows[-1].position), rows[-1].event_id) if rows else start
+    origin = stored if read is None else read
+    if end != origin and not await repository.move_mark(session, origin, end):
+        raise StaleBatch(None)
+    orgs: dict[str, list[Row[Any]]] = {}
+    for row in rows:
+        orgs.setdefault(row.org_id, []).append(row)
+    for org_text, events in orgs.items():
+        org_id = uuid.UUID(org_text)
+        head = await repository.lock_head(session, dialect, org_id)
+        await _append(session, org_id, head, events, sign, policy, now, force_checkpoint)
+    return Batch(len(rows), end[0] < int(mark.top or 0))
+
+
+async def anything_to_seal(session: AsyncSession) -> bool:
+    """SQLite: whether ``seal_in_commit_order`` has anything to do (an event past the
+    mark, one still listed, or a mark whose event is no longer at its rowid)."""
+    mark = await repository.seal_mark(session)
+    return bool(mark.listed or not mark.held or int(mark.top or 0) > int(mark.position))
+
+
+async def _append(
+    session: AsyncSession,
+    org_id: uuid.UUID,
+    head: Row[Any],
+    rows: Sequence[Row[Any]],
+    sign: Signer | None,
+    policy: CheckpointPolicy,
+    now: datetime,
+    force_checkpoint: bool,
+) -> Sealed:
+    """Chain ``rows`` (the org's next events, in order) after its locked ``head``, then
+    sign the head if the policy says it is time (or ``force_checkpoint``)."""
+    seq, prev = int(head.seq), str(head.hash)
     updates = []
     for row in rows:
         seq += 1
@@ -252,8 +335,12 @@ async def prune_for_purge(
     event of those requests. Exports start there (docs/audit.md, "Retention"), so the
     holes the purge makes lie before the chain's verified start. The seq pruned to, or
     None when those requests have no sealed event past the last pruning."""
-    while (await seal_org(session, dialect, org_id, None, policy, now)).events == SEAL_BATCH:
-        pass
+    if dialect == "sqlite":
+        while (await seal_in_commit_order(session, dialect, None, policy, now)).more:
+            pass
+    else:
+        while (await seal_org(session, dialect, org_id, None, policy, now)).events == SEAL_BATCH:
+            pass
     last = await repository.last_event_of(session, org_id, request_ids)
     pruned = await repository.last_pruned(session, org_id)
     if last is None or (pruned is not None and pruned.seq >= last.seq):

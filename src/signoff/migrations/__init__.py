@@ -18,12 +18,14 @@ MIGRATIONS_DIR = Path(__file__).parent
 T = TypeVar("T")
 
 # Dialect-specific objects the models do not describe, managed by hand in the migrations:
-# full-text search (0001) and the request counts (0005 on SQLite, 0018 on PostgreSQL).
+# full-text search (0001), the request counts (0005 on SQLite, 0018 on PostgreSQL) and
+# the audit sealer's mark (0055, SQLite).
 HAND_MANAGED_PREFIXES = (
     "approval_requests_fts",
     "search_vector",
     "ix_approval_requests_search",
     "approval_request_counts",
+    "audit_seal_mark",
 )
 
 

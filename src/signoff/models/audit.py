@@ -68,10 +68,12 @@ class AuditChainLink(Base):
 
 
 class AuditUnsealed(Base):
-    """The events waiting to be chained, one row each: a trigger on ``audit_events``
-    (migration 0044) adds it in the transaction that writes the event, whatever writes
-    it; the sealer deletes it as it chains the event. A short table, so finding what to
-    seal never reads the events table's indexes."""
+    """The events waiting to be chained, one row each: on PostgreSQL a trigger on
+    ``audit_events`` (migration 0044) adds it in the transaction that writes the event,
+    whatever writes it; the sealer deletes it as it chains the event. A short table, so
+    finding what to seal never reads the events table's indexes. SQLite lists nothing
+    since migration 0055 (its sealer follows the rowid past ``audit_seal_mark``), only the
+    events that were waiting when it ran, chained first."""
 
     __tablename__ = "audit_unsealed"
     __table_args__ = ({"sqlite_with_rowid": False},)

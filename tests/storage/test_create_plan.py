@@ -20,6 +20,7 @@ from signoff.context import AppContext
 from signoff.notifications.planning.repository import created_plan_from
 from signoff.storage.asyncpg_connections import asyncpg_dsn
 from tests.conftest import Org
+from tests.storage.seeding import seed_requests
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("postgres_only")]
 
@@ -29,32 +30,6 @@ _READ = (
     "SELECT coalesce(sum(seq_tup_read), 0) + coalesce(sum(idx_tup_fetch), 0) "
     "FROM pg_stat_xact_user_tables WHERE relname = 'approval_requests'"
 )
-
-
-async def _seed(connection: Any, org_id: uuid.UUID) -> uuid.UUID:
-    """``ROWS`` requests of the org without idempotency keys, written by one statement,
-    not analyzed (a new deployment's table: the planner guesses an org's requests to be
-    a row or two, and the (org_id, number) index looks as good as the key's); the org's
-    connection."""
-    connector: uuid.UUID = await connection.fetchval(
-        "SELECT id FROM connections WHERE org_id = $1 LIMIT 1", org_id
-    )
-    await connection.execute(
-        """
-        INSERT INTO approval_requests (
-            id, org_id, connection_id, title, description, status, priority, metadata,
-            required_approvals, current_approvals, is_sequential, created_at, updated_at,
-            comments_count, has_steps, number)
-        SELECT gen_random_uuid(), $1, $2, 'Deploy ' || n, 'Change ' || n, 'pending',
-               'medium', '{}'::jsonb, 1, 0, false, now() - n * interval '1 second', now(),
-               0, false, 1000 + n
-        FROM generate_series(1, $3) AS n
-        """,
-        org_id,
-        connector,
-        ROWS,
-    )
-    return connector
 
 
 def _params(org_id: uuid.UUID, connection_id: uuid.UUID, key: str | None) -> dict[str, Any]:
@@ -94,7 +69,9 @@ async def _rows_read(ctx: AppContext, org: Org, key: str | None) -> tuple[int, i
     )
     connection = await asyncpg.connect(asyncpg_dsn(ctx.settings.database_url))
     try:
-        connector = await _seed(connection, org_id)
+        # Not analyzed, as a new deployment's table: the planner guesses an org's requests
+        # to be a row or two, and the (org_id, number) index looks as good as the key's.
+        connector = await seed_requests(connection, org_id, ROWS, analyze=False)
         await connection.execute("SET plan_cache_mode = force_generic_plan")
         statement = await connection.prepare(compiled.sql)
         # The org's first create makes its number sequence, reading its last number.

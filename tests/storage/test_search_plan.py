@@ -22,6 +22,7 @@ from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.storage.asyncpg_connections import asyncpg_dsn
 from tests.conftest import Org
+from tests.storage.seeding import seed_requests
 
 pytestmark = pytest.mark.anyio
 
@@ -30,27 +31,12 @@ ROWS = 30_000
 
 async def _seed(connection: Any, org_id: uuid.UUID) -> None:
     """``ROWS`` requests of the org, three of which mention a rare word."""
-    connector = await connection.fetchval(
-        "SELECT id FROM connections WHERE org_id = $1 LIMIT 1", org_id
+    title = (
+        "CASE WHEN n % 10000 = 0 THEN 'Rotate zanzibar keys ' || n "
+        "ELSE 'Deploy billing service ' || n END"
     )
-    await connection.execute(
-        """
-        INSERT INTO approval_requests (
-            id, org_id, connection_id, title, description, status, priority, metadata,
-            required_approvals, current_approvals, is_sequential, created_at, updated_at,
-            comments_count, has_steps, number)
-        SELECT gen_random_uuid(), $1, $2,
-               CASE WHEN n % 10000 = 0 THEN 'Rotate zanzibar keys ' || n
-                    ELSE 'Deploy billing service ' || n END,
-               'Routine change number ' || n, 'pending', 'medium', '{}'::jsonb,
-               1, 0, false, now() - n * interval '1 second', now(), 0, false, 1000 + n
-        FROM generate_series(1, $3) AS n
-        """,
-        org_id,
-        connector,
-        ROWS,
-    )
-    await connection.execute("ANALYZE approval_requests")
+    description = "'Routine change number ' || n"
+    await seed_requests(connection, org_id, ROWS, title=title, description=description)
 
 
 # PostgreSQL's plan; SQLite searches its FTS5 table.

@@ -21,6 +21,7 @@ from sqlalchemy import (
     column,
     delete,
     exists,
+    false,
     func,
     insert,
     literal_column,
@@ -213,7 +214,7 @@ def _check_use_taken(written: Any, standing: StandingUse) -> None:
 
 @functools.cache
 def _create_alone(
-    guarded: bool, plan_from: Callable[[Any], Insert], standing: bool = False
+    guarded: bool, plan_from: Callable[[Any], Insert], standing: bool = False, keyed: bool = True
 ) -> PreparedQuery:
     """PostgreSQL: everything a create writes, in one statement that is its own
     transaction (autocommit: no ``BEGIN`` and ``COMMIT`` round trips): the request, its
@@ -228,7 +229,13 @@ def _create_alone(
     ``standing``: the request is one a standing approval approves, and the statement
     takes its use (``standing_repository.take_use`` of ``standing_id``) before it
     inserts the request, which it inserts only if it took it. It answers the uses after
-    it (``standing_uses``, null: not taken) and whether the idempotency key was taken."""
+    it (``standing_uses``, null: not taken) and whether the idempotency key was taken.
+
+    ``keyed``: the create has an idempotency key. Without one nothing can conflict (the
+    unique constraint holds NULLs apart), so the statement reads nothing of the org's
+    requests: a generic plan of the key's lookup may read it through the (org_id,
+    number) index and filter every request of the org by key, since both indexes lead
+    with org_id and a NULL key leaves nothing to tell them apart by."""
     table: Table = ApprovalRequest.__table__  # type: ignore[assignment]
     live = select((principal_guard() if guarded else true()).label("ok")).cte("live")
     org_id = bindparam("org_id", type_=table.c.org_id.type)
@@ -238,7 +245,9 @@ def _create_alone(
         table.c.org_id == org_id,
         table.c.idempotency_key == bindparam("idempotency_key", type_=table.c.idempotency_key.type),
     )
-    conditions = [live.c.ok, ~key_taken.correlate(None)]
+    conditions: list[Any] = [live.c.ok]
+    if keyed:
+        conditions.append(~key_taken.correlate(None))
     if standing:
         use = take_use(
             bindparam("standing_id", type_=table.c.standing_approval_id.type),
@@ -292,7 +301,7 @@ def _create_alone(
     if standing:
         answers += [
             select(func.max(use.c.uses)).scalar_subquery().label("standing_uses"),
-            key_taken.correlate(None).label("key_taken"),
+            (key_taken.correlate(None) if keyed else false()).label("key_taken"),
         ]
     return PreparedQuery(select(*answers))
 
@@ -812,7 +821,12 @@ class ApprovalRepository:
                 assert check is not None
                 params |= principal_guard_params(check)
             assert self._created_plan is not None  # ``can_write_plan_with_insert``
-            query = _create_alone(guarded, self._created_plan.insert_from, standing is not None)
+            query = _create_alone(
+                guarded,
+                self._created_plan.insert_from,
+                standing is not None,
+                row["idempotency_key"] is not None,
+            )
             if standing is None:
                 (written,) = await execute_alone(self.session, self.queries, query, params)
             else:

@@ -992,8 +992,9 @@ async def set_steps(
     transition = state.apply(await _view(uow.approvals, row), action, now)
     await _check_approvers(uow.approvals, org_id, specs)
     await _check_groups(uow.approvals, org_id, specs)
-    row = await effects.apply_transition(uow, row, transition, author_of(principal), now)
-    return await uow.approvals.list_steps(row.id)
+    await effects.apply_transition(uow, row, transition, author_of(principal), now)
+    # The chain as written, not read again: under the lock, nothing else changed it.
+    return uow.approvals.chain_written(request_id)
 
 
 async def _check_approvers(

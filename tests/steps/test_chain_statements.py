@@ -1,6 +1,7 @@
-"""What a SQLite step vote costs its writer, in statements: the request and its chain
-read once each, under the lock; whom the voter stands in for (out of office) read only
-when the step is not their own; the voted step answered as written, not read again."""
+"""What a SQLite chain costs its writer, in statements: a configuration answers the
+chain it wrote without reading it; a step vote reads the request and its chain once
+each, under the lock, reads whom the voter stands in for (out of office) only when the
+step is not their own, and answers the voted step as written, not read again."""
 
 from __future__ import annotations
 
@@ -32,6 +33,26 @@ async def _chain(
     request = await create_approval(client, org.admin, is_sequential=True)
     steps = await set_chain(client, org.admin, request["id"], approvers)
     return request["id"], [step["id"] for step in steps]
+
+
+async def test_a_configuration_answers_its_chain_without_reading_it(
+    client: httpx.AsyncClient, org: Org, statements: list[str]
+) -> None:
+    request = await create_approval(client, org.admin, is_sequential=True)
+    statements.clear()
+    steps = await set_chain(client, org.admin, request["id"], org.members[:3])
+    assert _reads(statements) == {"steps": 0, "users": 1}  # the approvers checked
+    listed = await client.get(f"/api/v1/approvals/{request['id']}/steps", headers=org.admin.headers)
+    assert [
+        {key: step[key] for key in ("id", "step_order", "approver_id", "status")}
+        for step in listed.json()["data"]
+    ] == steps
+    # Replaced before any vote: the new chain, as written.
+    statements.clear()
+    again = await set_chain(client, org.admin, request["id"], org.members[1:3])
+    assert _reads(statements)["steps"] == 1  # the chain replaced, read for the state machine
+    listed = await client.get(f"/api/v1/approvals/{request['id']}/steps", headers=org.admin.headers)
+    assert [step["id"] for step in listed.json()["data"]] == [step["id"] for step in again]
 
 
 async def test_a_vote_on_ones_own_step_reads_no_delegation_and_the_chain_once(

@@ -401,12 +401,6 @@ _STEPS_OF_REQUEST = PreparedQuery(
     .order_by(ApprovalStep.step_order),
     row_type=StepRecord,
 )
-_STEP_BY_ID = PreparedQuery(
-    select(*columns_of(ApprovalStep, StepRecord)).where(
-        ApprovalStep.id == bindparam("step_id"), ApprovalStep.request_id == bindparam("request_id")
-    ),
-    row_type=StepRecord,
-)
 # On the table, not the entity: through a session on PostgreSQL, the ORM's bulk forms of
 # these statements answer no row count.
 _STEPS: Table = ApprovalStep.__table__  # type: ignore[assignment]
@@ -1075,12 +1069,6 @@ class ApprovalRepository:
             step = StepRecord(*row)
             steps.setdefault(step.request_id, []).append(step)
         return steps
-
-    async def get_step(self, request_id: uuid.UUID, step_id: uuid.UUID) -> StepRecord | None:
-        rows = await execute_in(
-            self.session, _STEP_BY_ID, {"request_id": request_id, "step_id": step_id}
-        )
-        return rows[0] if rows else None
 
     async def replace_steps(
         self, request_id: uuid.UUID, steps: Sequence[StepRecord], *, replacing: bool

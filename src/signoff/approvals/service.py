@@ -461,11 +461,11 @@ async def _decide_on(
     check: PrincipalCheck | None,
     on: DecisionTarget,
 ) -> TransitionResult:
-    stands_in_for: dict[uuid.UUID, str] = {}
-    if on != "request":
-        # Out of office: a delegate votes the steps of those they stand in for.
-        stands_in_for = await uow.approvals.stood_in_for(principal.org_id, principal.user_id, now)
+    # Out of office: a delegate votes the steps of those they stand in for. A vote on a
+    # step named by id reads them once its step is known (``_vote_step``).
+    stands_in_for: dict[uuid.UUID, str] | None = None
     if on == "my_step":
+        stands_in_for = await uow.approvals.stood_in_for(principal.org_id, principal.user_id, now)
         on = await _step_awaiting(uow.approvals, principal, request_id, stands_in_for) or "request"
     if isinstance(on, uuid.UUID):
         return await _vote_step(uow, principal, request_id, on, payload, now, check, stands_in_for)
@@ -1001,8 +1001,9 @@ async def set_steps(
     transition = state.apply(await _view(uow.approvals, row), action, now)
     await _check_approvers(uow.approvals, org_id, specs)
     await _check_groups(uow.approvals, org_id, specs)
-    row = await effects.apply_transition(uow, row, transition, author_of(principal), now)
-    return await uow.approvals.list_steps(row.id)
+    await effects.apply_transition(uow, row, transition, author_of(principal), now)
+    # The chain as written, not read again: under the lock, nothing else changed it.
+    return uow.approvals.chain_written(request_id)
 
 
 async def _check_approvers(
@@ -1084,10 +1085,39 @@ async def _vote_step(
     stands_in_for: Mapping[uuid.UUID, str] | None = None,
 ) -> TransitionResult:
     """A vote on one step of the chain; ``stands_in_for``: the away people whose steps
-    the voter may vote too, with their names."""
-    stands_in_for = stands_in_for or {}
+    the voter may vote too, with their names (None: read here, and only when the step
+    is not the voter's own).
+
+    Under the lock (SQLite, or a lost race), the chain read for the state machine is the
+    one written: the voted step is answered as the transition writes it, not read again."""
+    repo = uow.approvals
+    if repo.can_decide_without_lock:
+        if stands_in_for is None:
+            stands_in_for = await repo.stood_in_for(principal.org_id, principal.user_id, now)
+        action, author = _step_vote(principal, step_id, payload, stands_in_for)
+        done = await _without_lock(uow, principal, request_id, action, now, check, author=author)
+        if done is not None:
+            return _step_voted(done[0], done[1], step_id, author, now)
+    row = await _get_locked(repo, principal, request_id, check)
+    steps = await repo.list_steps(row.id) if row.has_steps else ()
+    view = await _view_with(repo, row, steps)
+    if stands_in_for is None:
+        stands_in_for = await _stands_in_for_on(repo, principal, view, step_id, now)
+    action, author = _step_vote(principal, step_id, payload, stands_in_for)
+    transition = state.apply(view, action, now)
+    changed = await effects.apply_transition(uow, row, transition, author, now)
+    return _step_voted(TransitionResult(changed, transition), steps, step_id, author, now)
+
+
+def _step_vote(
+    principal: OrgMember,
+    step_id: uuid.UUID,
+    payload: DecideApprovalRequest,
+    stands_in_for: Mapping[uuid.UUID, str],
+) -> tuple[state.VoteStep, effects.Author | None]:
+    """The state machine's action for a vote on ``step_id``, and its author as the
+    records name them."""
     actor = replace(principal.actor, stands_in_for=frozenset(stands_in_for))
-    author = author_of(principal, stands_in_for)
     action = state.VoteStep(
         actor,
         step_id,
@@ -1097,19 +1127,38 @@ async def _vote_step(
         _via(payload),
         payload.arguments,
     )
-    if uow.approvals.can_decide_without_lock:
-        done = await _without_lock(uow, principal, request_id, action, now, check, author=author)
-        if done is not None:
-            result, steps = done
-            # The state machine found the step in this chain.
-            (voted,) = (step for step in steps if step.id == step_id)
-            written = effects.step_as_written(voted, result.transition, author, now)
-            return TransitionResult(result.request, result.transition, written)
-    row = await _get_locked(uow.approvals, principal, request_id, check)
-    result = await _transition(uow, row, action, principal, now, author)
-    step = await uow.approvals.get_step(row.id, step_id)
-    assert step is not None  # the state machine found it in the locked chain
-    return TransitionResult(result.request, result.transition, step)
+    return action, author_of(principal, stands_in_for)
+
+
+def _step_voted(
+    result: TransitionResult,
+    steps: Sequence[StepRecord],
+    step_id: uuid.UUID,
+    author: effects.Author | None,
+    now: datetime,
+) -> TransitionResult:
+    """``result`` with the voted step as written, from ``steps``, the chain as read for
+    the transition (the state machine found the step in it)."""
+    (voted,) = (step for step in steps if step.id == step_id)
+    written = effects.step_as_written(voted, result.transition, author, now)
+    return TransitionResult(result.request, result.transition, written)
+
+
+async def _stands_in_for_on(
+    repo: ApprovalRepository,
+    member: OrgMember,
+    view: state.RequestView,
+    step_id: uuid.UUID,
+    now: datetime,
+) -> Mapping[uuid.UUID, str]:
+    """The away people ``member`` stands in for, as far as a vote on ``step_id`` of
+    ``view`` can count for one: none to read when the step is their own, or a group's
+    of which they are an active member (they vote as themselves: ``state``'s
+    ``_on_behalf_of``), nor when the chain has no such step (the state machine refuses)."""
+    step = next((s for s in view.steps if s.id == step_id), None)
+    if step is None or member.user_id in (step.approver_id, *step.members):
+        return {}
+    return await repo.stood_in_for(member.org_id, member.user_id, now)
 
 
 async def steps_and_votes(

@@ -1,0 +1,94 @@
+"""What a SQLite chain costs its writer, in statements: a configuration answers the
+chain it wrote without reading it; a step vote reads the request and its chain once
+each, under the lock, reads whom the voter stands in for (out of office) only when the
+step is not their own, and answers the voted step as written, not read again."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.conftest import Member, Org, create_approval
+from tests.people.test_delegation import away
+from tests.steps.test_steps import set_chain, vote
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.parametrize("test_database", ["sqlite"], indirect=True),
+]
+
+
+def _reads(statements: list[str]) -> dict[str, int]:
+    """How many times the writer read the chain, and the org's users (the delegation
+    read: the away people the voter stands in for, with their names)."""
+    return {
+        "steps": sum(s.startswith("SELECT approval_steps.") for s in statements),
+        "users": sum(s.startswith("SELECT users.") for s in statements),
+    }
+
+
+async def _chain(
+    client: httpx.AsyncClient, org: Org, approvers: list[Member]
+) -> tuple[str, list[str]]:
+    request = await create_approval(client, org.admin, is_sequential=True)
+    steps = await set_chain(client, org.admin, request["id"], approvers)
+    return request["id"], [step["id"] for step in steps]
+
+
+async def test_a_configuration_answers_its_chain_without_reading_it(
+    client: httpx.AsyncClient, org: Org, statements: list[str]
+) -> None:
+    request = await create_approval(client, org.admin, is_sequential=True)
+    statements.clear()
+    steps = await set_chain(client, org.admin, request["id"], org.members[:3])
+    assert _reads(statements) == {"steps": 0, "users": 1}  # the approvers checked
+    listed = await client.get(f"/api/v1/approvals/{request['id']}/steps", headers=org.admin.headers)
+    assert [
+        {key: step[key] for key in ("id", "step_order", "approver_id", "status")}
+        for step in listed.json()["data"]
+    ] == steps
+    # Replaced before any vote: the new chain, as written.
+    statements.clear()
+    again = await set_chain(client, org.admin, request["id"], org.members[1:3])
+    assert _reads(statements)["steps"] == 1  # the chain replaced, read for the state machine
+    listed = await client.get(f"/api/v1/approvals/{request['id']}/steps", headers=org.admin.headers)
+    assert [step["id"] for step in listed.json()["data"]] == [step["id"] for step in again]
+
+
+async def test_a_vote_on_ones_own_step_reads_no_delegation_and_the_chain_once(
+    client: httpx.AsyncClient, org: Org, statements: list[str]
+) -> None:
+    first, second = org.members[0], org.members[1]
+    request_id, steps = await _chain(client, org, [first, second])
+    statements.clear()
+    answer = await vote(client, first, request_id, steps[0], comment="fine")
+    assert answer.status_code == 200, answer.text
+    assert _reads(statements) == {"steps": 1, "users": 0}
+    listed = await client.get(f"/api/v1/approvals/{request_id}/steps", headers=org.admin.headers)
+    stored = listed.json()["data"][0]
+    assert {key: answer.json()[key] for key in stored} == stored  # answered as written
+    assert (stored["status"], stored["decided_by"], stored["comment"]) == (
+        "approved",
+        first.user_id,
+        "fine",
+    )
+    statements.clear()
+    last = await vote(client, second, request_id, steps[1])
+    assert last.json()["request_status"] == "approved", last.text
+    assert _reads(statements) == {"steps": 1, "users": 0}
+
+
+async def test_a_vote_on_someone_elses_step_still_reads_whom_the_voter_stands_in_for(
+    client: httpx.AsyncClient, org: Org, statements: list[str]
+) -> None:
+    ann, bob = org.members[0], org.members[1]
+    assert (await away(client, ann, bob)).status_code == 200
+    request_id, steps = await _chain(client, org, [ann])
+    statements.clear()
+    answer = await vote(client, bob, request_id, steps[0])
+    assert answer.status_code == 200, answer.text
+    assert _reads(statements) == {"steps": 1, "users": 1}
+    assert answer.json()["request_status"] == "approved"
+    events = await client.get(f"/api/v1/approvals/{request_id}/events", headers=org.admin.headers)
+    voted = [e for e in events.json()["data"] if e["type"] == "request.approved"]
+    assert voted[0]["data"]["on_behalf_of"] == ann.user_id

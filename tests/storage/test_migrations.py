@@ -23,8 +23,8 @@ from sqlalchemy.engine import Connection
 from signoff.migrations import (
     alembic_config,
     current_revisions,
+    described_by_models,
     head_revisions,
-    is_described_by_models,
     run_on,
     upgrade_to_head,
 )
@@ -63,7 +63,7 @@ def _tables(connection: Connection) -> set[str]:
 def _schema_differences(connection: Connection) -> list[Any]:
     context = MigrationContext.configure(
         connection,
-        opts={"compare_type": True, "include_object": is_described_by_models},
+        opts={"compare_type": True, "include_object": described_by_models(connection.dialect.name)},
     )
     return list(compare_metadata(context, Base.metadata))
 

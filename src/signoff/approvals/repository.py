@@ -232,18 +232,19 @@ def _create_alone(
     it (``standing_uses``, null: not taken) and whether the idempotency key was taken.
 
     ``keyed``: the create has an idempotency key. Without one nothing can conflict (the
-    unique constraint holds NULLs apart), so the statement reads nothing of the org's
-    requests: a generic plan of the key's lookup may read it through the (org_id,
-    number) index and filter every request of the org by key, since both indexes lead
-    with org_id and a NULL key leaves nothing to tell them apart by."""
+    unique index holds NULLs apart), so the statement reads nothing of the org's
+    requests."""
     table: Table = ApprovalRequest.__table__  # type: ignore[assignment]
     live = select((principal_guard() if guarded else true()).label("ok")).cte("live")
     org_id = bindparam("org_id", type_=table.c.org_id.type)
     # An idempotency key already taken: nothing is inserted, and no number is drawn for
     # a replay (a race of two creates with one key may still draw one in vain).
+    # The org by ``IS NOT DISTINCT FROM``, which no index applies: the lookup can use the
+    # key's index (led by the key, migration 0056) and none led by org_id, which a generic
+    # plan made before the table's first ANALYZE may take to read every request of the org.
     key_taken = exists().where(
-        table.c.org_id == org_id,
         table.c.idempotency_key == bindparam("idempotency_key", type_=table.c.idempotency_key.type),
+        table.c.org_id.is_not_distinct_from(org_id),
     )
     conditions: list[Any] = [live.c.ok]
     if keyed:
@@ -781,7 +782,7 @@ class ApprovalRepository:
         the org. On SQLite the events are one statement; on PostgreSQL ``then`` is queued
         (``queue_write``) after the create's own statement.
 
-        ``ON CONFLICT DO NOTHING`` against the unique (org_id, idempotency_key) constraint:
+        ``ON CONFLICT DO NOTHING`` against the org's idempotency keys being unique:
         of concurrent creates with one key exactly one inserts, on both databases. On
         PostgreSQL the inserts, with the notification plan row (``can_write_plan_with_insert``),
         are one statement (``_create_alone``), run in autocommit when it is the

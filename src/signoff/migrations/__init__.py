@@ -29,9 +29,18 @@ HAND_MANAGED_PREFIXES = (
 )
 
 
-def is_described_by_models(obj: object, name: str | None, type_: str, *_: object) -> bool:
-    """Alembic's ``include_object``: compare only what the models describe."""
-    return not (name or "").startswith(HAND_MANAGED_PREFIXES)
+def described_by_models(dialect: str) -> Callable[..., bool]:
+    """Alembic's ``include_object`` on ``dialect``: compare only what the models describe,
+    leaving out a model object made on another dialect only (``ddl_if``), which alembic
+    does not read."""
+
+    def include(obj: object, name: str | None, type_: str, reflected: bool, *_: object) -> bool:
+        only = getattr(obj, "_ddl_if", None)
+        if not reflected and only is not None and only.dialect not in (None, dialect):
+            return False
+        return not (name or "").startswith(HAND_MANAGED_PREFIXES)
+
+    return include
 
 
 def alembic_config(url: str) -> Config:

@@ -10,7 +10,7 @@ from sqlalchemy import exc, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from signoff.migrations import is_described_by_models
+from signoff.migrations import described_by_models
 from signoff.models import Base
 
 # SQLite's batch migrations reflect the tables a rebuilt one refers to; SQLAlchemy cannot
@@ -35,7 +35,7 @@ def _configure(connection: Connection) -> None:
         target_metadata=Base.metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
-        include_object=is_described_by_models,
+        include_object=described_by_models(connection.dialect.name),
     )
 
 

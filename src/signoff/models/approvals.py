@@ -39,7 +39,13 @@ _FILTER_INDEX_COLUMNS = {
 class ApprovalRequest(Base):
     __tablename__ = "approval_requests"
     __table_args__ = (
-        UniqueConstraint("org_id", "idempotency_key"),
+        # One request per idempotency key in an org (NULLs distinct: a create without a
+        # key never conflicts). On PostgreSQL the index leads with the key, so the key's
+        # lookup at create can use no index that leads with org_id (migration 0056).
+        UniqueConstraint("org_id", "idempotency_key").ddl_if(dialect="sqlite"),
+        Index(
+            "uq_approval_requests_idempotency_key_org_id", "idempotency_key", "org_id", unique=True
+        ).ddl_if(dialect="postgresql"),
         # A request's number in its org (``#1234``): how people name it, and how a search
         # for the number finds it (migration 0024).
         Index("uq_approval_requests_org_number", "org_id", "number", unique=True),

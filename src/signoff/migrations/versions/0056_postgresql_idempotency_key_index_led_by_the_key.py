@@ -1,7 +1,7 @@
 """PostgreSQL: the idempotency key's unique index leads with the key
 
 Revision ID: 0056
-Revises: 0054
+Revises: 0055
 Create Date: 2026-11-29
 
 A keyed create looks its key up in the org. The unique constraint on
@@ -22,7 +22,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0056"
-down_revision = "0054"
+down_revision = "0055"
 branch_labels = None
 depends_on = None
 

@@ -220,16 +220,7 @@ async def _write_create(
     (``Match.by_create``), having written nothing."""
     row = dict(values)
     if matched is not None:
-        # As ``dataclasses.replace`` would, without its look at the fields on every hit.
-        verdict = policies.CreateVerdict(
-            decision="approve",
-            label=matched.label,
-            reason=verdict.reason,
-            data=matched.data,
-            changes=verdict.changes,
-            notes=verdict.notes,
-            group_steps=verdict.group_steps,
-        )
+        verdict = replace(verdict, decision="approve", label=matched.label, data=matched.data)
         row["standing_approval_id"] = matched.row.id
     row.update(_decided_columns(verdict, now))
     action = state.Create(

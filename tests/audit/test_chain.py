@@ -30,6 +30,7 @@ from signoff.models import (
 )
 from signoff.receipts.keys import SigningKey
 from signoff.retention import service as retention
+from tests.audit.support import event_rows
 from tests.conftest import Org, assert_error, create_approval, create_org
 
 EVENTS = cast(Table, AuditEvent.__table__)
@@ -457,18 +458,8 @@ async def test_a_sealer_killed_mid_burst_leaves_a_valid_chain(
     request = await create_approval(api_only, org.admin, title="Busy")
     org_id, request_id = uuid.UUID(org.id), uuid.UUID(request["id"])
     now = utcnow()
-    rows = [
-        {
-            "id": uuid.uuid4(),
-            "org_id": org_id,
-            "request_id": request_id,
-            "type": "comment.created",
-            "actor_id": None,
-            "data": {"n": index},
-            "created_at": now + timedelta(microseconds=index),
-        }
-        for index in range(3000)
-    ]
+    times = [now + timedelta(microseconds=index) for index in range(3000)]
+    rows = event_rows(org_id, times, request_id=request_id, type="comment.created")
     async with ctx.db.write_transaction() as session:
         await session.execute(insert(EVENTS), rows)
     env = {

@@ -9,7 +9,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import sqlalchemy as sa
@@ -22,26 +22,15 @@ from signoff.audit import chain
 from signoff.audit.service import CheckpointPolicy, export_records, seal_org
 from signoff.migrations import alembic_config, run_on, upgrade_to_head
 from signoff.models import AuditChainHead, AuditChainLink, AuditEvent, AuditUnsealed
+from tests.audit.support import after_start, event_rows
 from tests.storage.test_migrations import empty_database  # noqa: F401 (the fixture)
 
 EVENTS = cast(Table, AuditEvent.__table__)
 ORG = uuid.uuid4()
-START = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def _events(count: int) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": uuid.uuid4(),
-            "org_id": ORG,
-            "request_id": None,
-            "type": "org.settings_changed",
-            "actor_id": None,
-            "data": {"n": index, "note": "é"},
-            "created_at": START + timedelta(seconds=index),
-        }
-        for index in range(count)
-    ]
+    return event_rows(ORG, after_start(range(count)), data=lambda n: {"n": n, "note": "é"})
 
 
 def _store_as_0042(connection: Connection) -> list[tuple[uuid.UUID, int, str, str]]:

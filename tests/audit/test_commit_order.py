@@ -12,7 +12,7 @@ import sqlite3
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -28,13 +28,13 @@ from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.migrations import alembic_config, run_on, upgrade_to_head
 from signoff.models import AuditChainLink, AuditEvent, AuditUnsealed, Organization
+from tests.audit.support import after_start, event_rows
 from tests.conftest import create_org
 
 EVENTS = cast(Table, AuditEvent.__table__)
 CHAIN = cast(Table, AuditChainLink.__table__)
 WAITING = cast(Table, AuditUnsealed.__table__)
 ORGS = cast(Table, Organization.__table__)
-START = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -49,18 +49,7 @@ pytestmark = pytest.mark.usefixtures("sqlite_only")
 
 def _events(org_id: uuid.UUID, seconds: list[int]) -> list[dict[str, Any]]:
     """Events of the org, one at each of ``seconds`` after ``START``."""
-    return [
-        {
-            "id": uuid.uuid4(),
-            "org_id": org_id,
-            "request_id": None,
-            "type": "org.settings_changed",
-            "actor_id": None,
-            "data": {"at": at},
-            "created_at": START + timedelta(seconds=at),
-        }
-        for at in seconds
-    ]
+    return event_rows(org_id, after_start(seconds))
 
 
 async def _write(ctx: AppContext, rows: list[dict[str, Any]]) -> list[uuid.UUID]:

@@ -19,6 +19,7 @@ from signoff.audit.sealing import checkpoint_policy, seal_once, seal_org_now, ve
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.models import AuditChainHead, AuditEvent
+from tests.audit.support import event_rows
 from tests.audit.test_chain import _export, _verify, chain_seqs, requests_only
 from tests.conftest import create_approval, create_org
 
@@ -42,18 +43,13 @@ async def _burst(ctx: AppContext, client: httpx.AsyncClient) -> uuid.UUID:
 
 def _comments(org_id: uuid.UUID, request_id: str, times: list[datetime]) -> list[dict[str, Any]]:
     """Event rows of the request, one at each of ``times``, as a busy request's comments."""
-    return [
-        {
-            "id": uuid.uuid4(),
-            "org_id": org_id,
-            "request_id": uuid.UUID(request_id),
-            "type": "comment.created",
-            "actor_id": None,
-            "data": {"n": index, "text": f"comment {index}"},
-            "created_at": at,
-        }
-        for index, at in enumerate(times)
-    ]
+    return event_rows(
+        org_id,
+        times,
+        request_id=uuid.UUID(request_id),
+        type="comment.created",
+        data=lambda n: {"n": n, "text": f"comment {n}"},
+    )
 
 
 async def test_a_burst_is_sealed_in_a_few_statements_and_still_verifies(

@@ -58,11 +58,12 @@ async def test_a_burst_is_sealed_in_a_few_statements_and_still_verifies(
     org_id = await _burst(ctx, client)
     with executions(ctx) as seen:
         assert await seal_once(ctx, verify=False) == BURST
-    # One link inserted a row (executemany) and a handful of statements a batch: not a
-    # delete a row, nor a read of the whole waiting list for each batch.
+    # One link inserted a row (executemany) and a handful of statements a batch (on
+    # SQLite with the savepoint that keeps one org's failure from the others, two): not
+    # a delete a row, nor a read of the whole waiting list for each batch.
     chain_rows = [s for s in seen if "audit_chain " in s and s.startswith("INSERT")]
     assert len(chain_rows) == BURST
-    assert len(seen) - len(chain_rows) <= 40, seen[:50]
+    assert len(seen) - len(chain_rows) <= 52, seen[:50]
     assert await chain_seqs(ctx, org_id) == list(range(1, BURST + 2))
     await seal_org_now(ctx, org_id, checkpoint=True)
     org = type("O", (), {"id": str(org_id)})

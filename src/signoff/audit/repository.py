@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -35,7 +35,7 @@ from signoff.models import (
     AuditEvent,
     AuditUnsealed,
 )
-from signoff.storage import insert_ignoring_conflicts
+from signoff.storage import insert_ignoring_conflicts, not_among
 
 _EVENTS = cast(Table, AuditEvent.__table__)
 _HEADS = cast(Table, AuditChainHead.__table__)
@@ -119,9 +119,13 @@ _CHAINED = _CHAIN.join(_EVENTS, _EVENTS.c.id == _CHAIN.c.event_id)
 _UUID_COLUMNS = ("id", "org_id", "request_id", "actor_id")
 
 
-async def orgs_with_unsealed(session: AsyncSession, limit: int) -> Sequence[uuid.UUID]:
-    """Orgs that have events not yet in their chain (``audit_unsealed``'s key)."""
-    rows = await session.execute(select(_UNSEALED.c.org_id).distinct().limit(limit))
+async def orgs_with_unsealed(
+    session: AsyncSession, limit: int, skip: Collection[uuid.UUID] = ()
+) -> Sequence[uuid.UUID]:
+    """Orgs that have events not yet in their chain (``audit_unsealed``'s key), but those
+    of ``skip`` (held back: one of their events could not be sealed)."""
+    statement = select(_UNSEALED.c.org_id).where(*not_among(_UNSEALED.c.org_id, skip))
+    rows = await session.execute(statement.distinct().limit(limit))
     return [row.org_id for row in rows]
 
 
@@ -198,6 +202,19 @@ async def append_links(
         await session.execute(_APPEND_LINK, [{"org_id": org_id, **link} for link in links])
 
 
+async def list_unsealed(
+    session: AsyncSession, dialect: str, org_id: uuid.UUID, event_ids: Sequence[Any]
+) -> None:
+    """List these events of the org (ids as ``events_after`` read them) in
+    ``audit_unsealed``, unless they are listed already: kept back from the SQLite
+    sealer's range past the mark, to be chained from the list."""
+    if event_ids:
+        statement = insert_ignoring_conflicts(dialect, _UNSEALED, ("org_id", "event_id"))
+        # ``event_id`` bound as the events were read (``_StoredKey``).
+        statement = statement.values(event_id=bindparam("event_id", type_=_StoredKey()))
+        await session.execute(statement, [{"org_id": org_id, "event_id": e} for e in event_ids])
+
+
 async def take_unsealed(session: AsyncSession, org_id: uuid.UUID, event_ids: Sequence[Any]) -> int:
     """Take these events off the org's waiting list, in one statement; how many of them
     were still on it (fewer: another sealer chained some since they were read)."""
@@ -220,7 +237,8 @@ async def take_unsealed(session: AsyncSession, org_id: uuid.UUID, event_ids: Seq
 # their rowids taken again, or VACUUM renumbered them. ``audit_seal_mark`` (migration 0055,
 # one row) holds the rowid of the last event chained and that event's id: when the id is
 # no longer at that rowid, the mark is found again below it (``last_chained_at_or_below``).
-# Every event at or below the mark is chained; every event above it is not.
+# Every event at or below the mark is chained or listed (kept back: an org whose event
+# could not be sealed, ``service.seal_in_commit_order``); every event above it is neither.
 
 _ROWID: ColumnClause[int] = literal_column("audit_events.rowid", Integer)
 
@@ -234,7 +252,9 @@ _READ_MARK = text(
 _LAST_CHAINED = text(
     "SELECT e.rowid AS position, e.id AS event_id FROM audit_events AS e "
     "WHERE e.rowid <= :position "
-    "AND EXISTS (SELECT 1 FROM audit_chain AS c WHERE c.event_id = e.id) "
+    "AND (EXISTS (SELECT 1 FROM audit_chain AS c WHERE c.event_id = e.id) "
+    "OR EXISTS (SELECT 1 FROM audit_unsealed AS u WHERE u.org_id = e.org_id "
+    "AND u.event_id = e.id)) "
     "ORDER BY e.rowid DESC LIMIT 1"
 )
 _MOVE_MARK = text(
@@ -251,18 +271,23 @@ async def seal_mark(session: AsyncSession) -> Row[Any]:
     return (await session.execute(_READ_MARK)).one()
 
 
-async def an_org_listed(session: AsyncSession) -> uuid.UUID:
+async def an_org_listed(
+    session: AsyncSession, skip: Collection[uuid.UUID] = ()
+) -> uuid.UUID | None:
     """SQLite: an org with an event still listed in ``audit_unsealed`` (``seal_mark``'s
-    ``listed``); a row whose event is gone (deleted with foreign keys off) is passed over."""
+    ``listed``), but those of ``skip``, or None; a row whose event is gone (deleted with
+    foreign keys off) is passed over."""
     waiting = _UNSEALED.join(_EVENTS, _EVENTS.c.id == _UNSEALED.c.event_id)
-    statement = select(_UNSEALED.c.org_id).select_from(waiting).limit(1)
-    return cast(uuid.UUID, (await session.execute(statement)).scalar_one())
+    statement = select(_UNSEALED.c.org_id).select_from(waiting)
+    statement = statement.where(*not_among(_UNSEALED.c.org_id, skip)).limit(1)
+    return cast("uuid.UUID | None", (await session.execute(statement)).scalar())
 
 
 async def last_chained_at_or_below(session: AsyncSession, position: int) -> tuple[int, Any]:
-    """SQLite: the highest rowid at or below ``position`` of an event in a chain, and its
-    id, or (0, None): where the mark belongs when its event is no longer at its rowid.
-    Walks down from ``position`` over the rows that took rowids again (unchained)."""
+    """SQLite: the highest rowid at or below ``position`` of an event in a chain (or
+    listed, kept back), and its id, or (0, None): where the mark belongs when its event
+    is no longer at its rowid. Walks down from ``position`` over the rows that took
+    rowids again (unchained)."""
     row = (await session.execute(_LAST_CHAINED, {"position": position})).first()
     return (int(row.position), row.event_id) if row is not None else (0, None)
 

@@ -5,15 +5,17 @@ Events are written by their use cases as before. On PostgreSQL a trigger lists e
 order (``created_at``, ``id``); on SQLite nothing is listed (migration 0055) and
 ``seal_in_commit_order`` chains the events past a mark on their rowid, in commit order.
 Either numbers and hashes them and appends them to ``audit_chain``, under the org's head
-row lock, in one transaction:
+row lock, in one transaction (an org one of whose events cannot be sealed is held back,
+``Unsealable``, and the others sealed):
 concurrent sealers (two workers, an export, a purge) wait on each other, so the chain
 never forks or skips, and a killed sealer commits nothing. No event row is rewritten.
 """
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,6 +32,8 @@ from signoff.audit.chain import (
     event_hash,
 )
 from signoff.common.ids import new_id
+from signoff.common.poison import PoisonedRows
+from signoff.storage import savepoint
 
 # Sealing holds the org's head lock (on SQLite, the one writer) while it reads and hashes
 # a batch: a smaller batch keeps that pause short for the requests waiting to write. Under
@@ -56,6 +60,28 @@ class Sealed:
     events: int
     head_seq: int
     checkpointed: bool
+
+
+SEAL_JOB = "audit_seal"
+
+
+class Unsealable(Exception):
+    """An org's event could not be sealed (its data cannot be canonicalised, or sealing
+    the org failed otherwise): the org is held back (parked, ``common.poison``) with its
+    events unsealed, while the other orgs' chains go on, and tried again later. The text
+    names the org, the event when known, and the error's kind, never the error's own
+    text: that may quote the event's data or a statement's values."""
+
+    def __init__(self, org_id: uuid.UUID, event_id: object, kind: str) -> None:
+        event = "an event" if event_id is None else f"event {event_id}"
+        super().__init__(f"{event} of org {org_id} could not be sealed ({kind})")
+
+
+def held_back(org_id: uuid.UUID, error: Exception) -> Unsealable:
+    """``error`` as what is logged of it: an ``Unsealable``, with the error's frames."""
+    if isinstance(error, Unsealable):
+        return error
+    return Unsealable(org_id, None, type(error).__name__).with_traceback(error.__traceback__)
 
 
 class StaleBatch(Exception):
@@ -102,6 +128,10 @@ class Batch:
     more: bool
 
 
+# Orgs and their events of a batch (those of one org in order).
+Held = list[tuple[uuid.UUID, list[Row[Any]]]]
+
+
 def batch_size(waiting: int) -> int:
     """Events sealed a transaction when ``waiting`` wait: ``SEAL_BATCH`` when few wait, an
     eighth of them under load (fewer transactions, locks and head updates a wake-up),
@@ -116,6 +146,7 @@ async def seal_in_commit_order(
     policy: CheckpointPolicy,
     now: datetime,
     *,
+    poisoned: PoisonedRows,
     force_checkpoint: bool = False,
     read: tuple[int, Any] | None = None,
 ) -> Batch:
@@ -123,15 +154,35 @@ async def seal_in_commit_order(
     order under one writer), each org's after its head, and move the mark past them in
     this transaction, from where it was read (``read``, or here): a compare-and-set, so
     two sealers never chain an event twice (``StaleBatch`` if the mark moved). Events
-    still listed in ``audit_unsealed`` (written before migration 0055) go first, in their
-    old order, before any event past the mark."""
+    listed in ``audit_unsealed`` (written before migration 0055, or kept back) go first,
+    in the list's order, before any event past the mark.
+
+    An org one of whose events cannot be sealed is parked in ``poisoned`` (``SEAL_JOB``)
+    and its events in the batch kept back: listed, so that the mark still moves past
+    them and the other orgs' chains go on. While it has events listed its later ones are
+    listed behind them (its chain keeps their order); they are chained from the list
+    once it is tried again and its events can be sealed. The caller keeps ``poisoned``
+    across its batches: a parked org is not tried again within them."""
     mark = await repository.seal_mark(session)
+    parked = poisoned.parked(SEAL_JOB)
     if mark.listed:
-        org_id = await repository.an_org_listed(session)
-        drained = await seal_org(
-            session, dialect, org_id, sign, policy, now, force_checkpoint=force_checkpoint
-        )
-        return Batch(drained.events, True)
+        org_id = await repository.an_org_listed(session, parked)
+        if org_id is not None:
+            try:
+                async with savepoint(session):
+                    drained = await seal_org(
+                        session,
+                        dialect,
+                        org_id,
+                        sign,
+                        policy,
+                        now,
+                        force_checkpoint=force_checkpoint,
+                    )
+            except Exception as error:  # the org's listed events stay listed
+                poisoned.park(SEAL_JOB, org_id, held_back(org_id, error))
+                return Batch(0, True)
+            return Batch(drained.events, True)
     stored = (int(mark.position), mark.event_id)
     start = stored if mark.held else await repository.last_chained_at_or_below(session, stored[0])
     limit = batch_size(int(mark.top or 0) - start[0])
@@ -143,18 +194,59 @@ async def seal_in_commit_order(
     orgs: dict[str, list[Row[Any]]] = {}
     for row in rows:
         orgs.setdefault(row.org_id, []).append(row)
-    for org_text, events in orgs.items():
-        org_id = uuid.UUID(org_text)
-        head = await repository.lock_head(session, dialect, org_id)
-        await _append(session, org_id, head, events, sign, policy, now, force_checkpoint)
-    return Batch(len(rows), end[0] < int(mark.top or 0))
+    batch = [(uuid.UUID(org_text), events) for org_text, events in orgs.items()]
+    # Only a parked org can have events listed here: the listed ones of the others are
+    # chained above first.
+    behind = [(org_id, events) for org_id, events in batch if mark.listed and org_id in parked]
+    if behind:
+        batch = [(org_id, events) for org_id, events in batch if org_id not in parked]
+
+    async def chain(some: Held) -> None:
+        for org_id, events in some:
+            head = await repository.lock_head(session, dialect, org_id)
+            await _append(session, org_id, head, events, sign, policy, now, force_checkpoint)
+
+    behind += await _seal_each(session, batch, chain, poisoned)
+    for org_id, events in behind:
+        await repository.list_unsealed(session, dialect, org_id, [row.event_id for row in events])
+    kept = sum(len(events) for _, events in behind)
+    return Batch(len(rows) - kept, end[0] < int(mark.top or 0))
 
 
-async def anything_to_seal(session: AsyncSession) -> bool:
+async def _seal_each(
+    session: AsyncSession,
+    orgs: Held,
+    chain: Callable[[Held], Awaitable[None]],
+    poisoned: PoisonedRows,
+) -> Held:
+    """``chain`` the orgs' events, all in one savepoint; should that fail, each org's in
+    a savepoint of its own, and an org that fails alone is parked. The orgs left
+    unchained, with their events."""
+    if not orgs:
+        return []
+    with contextlib.suppress(Exception):  # undone: each org alone, so the others are chained
+        async with savepoint(session):
+            await chain(orgs)
+        return []
+    failed = []
+    for org in orgs:
+        try:
+            async with savepoint(session):
+                await chain([org])
+        except Exception as error:  # one org's bad event must not hold every other chain
+            poisoned.park(SEAL_JOB, org[0], held_back(org[0], error))
+            failed.append(org)
+    return failed
+
+
+async def anything_to_seal(session: AsyncSession, parked: Collection[uuid.UUID] = ()) -> bool:
     """SQLite: whether ``seal_in_commit_order`` has anything to do (an event past the
-    mark, one still listed, or a mark whose event is no longer at its rowid)."""
+    mark, one still listed of an org not ``parked``, or a mark whose event is no longer
+    at its rowid)."""
     mark = await repository.seal_mark(session)
-    return bool(mark.listed or not mark.held or int(mark.top or 0) > int(mark.position))
+    if not mark.held or int(mark.top or 0) > int(mark.position):
+        return True
+    return bool(mark.listed) and await repository.an_org_listed(session, parked) is not None
 
 
 async def _append(
@@ -173,7 +265,10 @@ async def _append(
     updates = []
     for row in rows:
         seq += 1
-        digest = event_hash(_canonical(row, seq, prev))
+        try:
+            digest = event_hash(_canonical(row, seq, prev))
+        except Exception as error:  # its data: no part of it goes to the log
+            raise Unsealable(org_id, row.id, type(error).__name__) from None
         updates.append({"event_id": row.event_id, "seq": seq, "prev_hash": prev, "hash": digest})
         prev = digest
     await repository.append_links(session, org_id, updates)
@@ -336,7 +431,10 @@ async def prune_for_purge(
     holes the purge makes lie before the chain's verified start. The seq pruned to, or
     None when those requests have no sealed event past the last pruning."""
     if dialect == "sqlite":
-        while (await seal_in_commit_order(session, dialect, None, policy, now)).more:
+        poisoned = PoisonedRows()
+        while (
+            await seal_in_commit_order(session, dialect, None, policy, now, poisoned=poisoned)
+        ).more:
             pass
     else:
         while (await seal_org(session, dialect, org_id, None, policy, now)).events == SEAL_BATCH:

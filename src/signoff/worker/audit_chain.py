@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from signoff.audit.sealing import seal_once
+from signoff.audit.sealing import held_back_orgs, seal_once
 from signoff.context import AppContext
 
 logger = logging.getLogger(__name__)
@@ -18,10 +18,11 @@ async def run_audit_sealer(ctx: AppContext, stop: asyncio.Event) -> None:
     interval = ctx.settings.audit_seal_interval_seconds
     loop = asyncio.get_running_loop()
     verify_at = loop.time()
+    poisoned = held_back_orgs()  # tried again a while after, not every round
     while not stop.is_set():
         try:
             verify = loop.time() >= verify_at
-            await seal_once(ctx, verify=verify)
+            await seal_once(ctx, verify=verify, poisoned=poisoned)
             if verify:
                 verify_at = loop.time() + ctx.settings.audit_verify_interval_seconds
         except Exception:

@@ -17,7 +17,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect, text
+from sqlalchemy import Index, inspect, text
 from sqlalchemy.engine import Connection
 
 from signoff.migrations import (
@@ -102,6 +102,14 @@ def test_models_match_the_migrated_schema(empty_database: str) -> None:
     assert differences == [], "models and migrations disagree; add a migration:\n" + "\n".join(
         map(str, differences)
     )
+
+
+def test_the_comparison_leaves_out_what_a_model_makes_on_another_dialect_alone() -> None:
+    """It reads the dialect from the object's ``info`` (``models.base.only_on``), the
+    public place, not from ``ddl_if``'s private state."""
+    index = Index("ix_made_on_postgresql_alone", "a", info={"dialect": "postgresql"})
+    assert not described_by_models("sqlite")(index, index.name, "index", False, None)
+    assert described_by_models("postgresql")(index, index.name, "index", False, None)
 
 
 def test_full_text_search_objects_survive_every_migration(empty_database: str) -> None:

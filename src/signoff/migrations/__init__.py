@@ -13,6 +13,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.schema import SchemaItem
 
 MIGRATIONS_DIR = Path(__file__).parent
 T = TypeVar("T")
@@ -31,12 +32,12 @@ HAND_MANAGED_PREFIXES = (
 
 def described_by_models(dialect: str) -> Callable[..., bool]:
     """Alembic's ``include_object`` on ``dialect``: compare only what the models describe,
-    leaving out a model object made on another dialect only (``ddl_if``), which alembic
-    does not read."""
+    leaving out a model object made on another dialect only (``models.base.only_on``: its
+    ``info["dialect"]``; alembic does not read ``ddl_if``)."""
 
     def include(obj: object, name: str | None, type_: str, reflected: bool, *_: object) -> bool:
-        only = getattr(obj, "_ddl_if", None)
-        if not reflected and only is not None and only.dialect not in (None, dialect):
+        info = obj.info if isinstance(obj, SchemaItem) else {}
+        if not reflected and info.get("dialect", dialect) != dialect:
             return False
         return not (name or "").startswith(HAND_MANAGED_PREFIXES)
 

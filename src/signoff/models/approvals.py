@@ -23,7 +23,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from signoff.common.ids import new_id
 from signoff.common.time import utcnow
-from signoff.models.base import Base, JSONType
+from signoff.models.base import Base, JSONType, only_on
 
 # The hash of no arguments: SHA-256 of ``{}`` (RFC 8785), base64url without padding.
 EMPTY_ARGUMENTS_HASH = "sha-256:RBNvo1WzZ4oRRq0W9-hknpT7T8If536DEMBg9hyq_4o"
@@ -42,10 +42,16 @@ class ApprovalRequest(Base):
         # One request per idempotency key in an org (NULLs distinct: a create without a
         # key never conflicts). On PostgreSQL the index leads with the key, so the key's
         # lookup at create can use no index that leads with org_id (migration 0056).
-        UniqueConstraint("org_id", "idempotency_key").ddl_if(dialect="sqlite"),
-        Index(
-            "uq_approval_requests_idempotency_key_org_id", "idempotency_key", "org_id", unique=True
-        ).ddl_if(dialect="postgresql"),
+        only_on("sqlite", UniqueConstraint("org_id", "idempotency_key")),
+        only_on(
+            "postgresql",
+            Index(
+                "uq_approval_requests_idempotency_key_org_id",
+                "idempotency_key",
+                "org_id",
+                unique=True,
+            ),
+        ),
         # A request's number in its org (``#1234``): how people name it, and how a search
         # for the number finds it (migration 0024).
         Index("uq_approval_requests_org_number", "org_id", "number", unique=True),

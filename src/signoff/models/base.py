@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import JSON, DateTime, MetaData
+from sqlalchemy import JSON, Constraint, DateTime, Index, MetaData
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase
@@ -80,6 +80,17 @@ def _sqlite_utc_datetime(value: str | None) -> datetime | None:
 
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+
+_OnOneDialect = TypeVar("_OnOneDialect", Index, Constraint)
+
+
+def only_on(dialect: str, item: _OnOneDialect) -> _OnOneDialect:
+    """``item`` (an index, a constraint) made on ``dialect`` alone (``ddl_if``), and said
+    so in its ``info``: alembic does not read ``ddl_if``, so the comparison of the schema
+    with the models (``migrations.described_by_models``) reads ``info["dialect"]``."""
+    item.info["dialect"] = dialect
+    return item.ddl_if(dialect=dialect)
 
 
 class Base(DeclarativeBase):

@@ -59,3 +59,19 @@ def test_nulls_pass_and_naive_datetimes_are_refused() -> None:
     assert RESULT(None) is None
     with pytest.raises(ValueError, match="naive"):
         BIND(datetime(2026, 11, 23, 15, 4, 5))
+
+
+def test_a_timestamp_bound_again_is_not_formatted_again() -> None:
+    """A write binds its ``now`` in several columns and statements: the same object is
+    formatted once, and any other value, equal or not, as itself."""
+    assert BIND is not None
+    now = datetime(2026, 11, 29, 13, 40, 1, 250000, tzinfo=UTC)
+    first = BIND(now)
+    assert BIND(now) is first
+    equal = datetime(2026, 11, 29, 15, 40, 1, 250000, tzinfo=timezone(timedelta(hours=2)))
+    assert BIND(equal) == first
+    later = now + timedelta(microseconds=1)
+    assert BIND(later) == "2026-11-29 13:40:01.250001"
+    assert BIND(now) == first
+    with pytest.raises(ValueError):
+        BIND(datetime(2026, 11, 29))  # naive: refused, even right after an aware one

@@ -10,9 +10,11 @@ not on the event loop's thread.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -187,3 +189,39 @@ async def test_the_catch_up_reads_the_queue_first_whatever_statistics_say(
     later = await _create(wiring, org, "Unrelated change")
     assert _found(path, "unrelated") == {later}
     assert len(_found(path, "copy")) == 2000
+
+
+def _log_frames(path: str) -> int:
+    """The pages a WAL file holds (its header, then a header and a page per frame)."""
+    size = os.path.getsize(f"{path}-wal") if os.path.exists(f"{path}-wal") else 0
+    return max(0, size - 32) // (24 + 4096)
+
+
+async def test_a_commit_that_queued_no_request_writes_no_page_of_the_queue(
+    ctx: AppContext, wiring: Wiring, org: Org, database_url: str, tmp_path: Path
+) -> None:
+    """Every transaction that writes runs the catch-up before its commit, most of them
+    (decisions, votes, the audit sealer) with nothing queued: emptying the empty queue
+    must not rewrite its page, one more page to the log and the checkpoint each commit."""
+    await _create(wiring, org, "Rotate keys")
+    copy = str(tmp_path / "copy.db")
+    with sqlite3.connect(_path(database_url)) as source, sqlite3.connect(copy) as target:
+        source.backup(target)
+
+    def frames_of_a_commit(catch_up: bool) -> int:
+        db = sqlite3.connect(copy, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA wal_autocheckpoint=0")
+            before = _log_frames(copy)
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("UPDATE organizations SET name = name || '.'")
+            for statement in SQLITE_CATCH_UP if catch_up else ():
+                db.execute(statement)
+            db.execute("COMMIT")
+            return _log_frames(copy) - before
+        finally:
+            db.close()
+
+    frames_of_a_commit(catch_up=False)  # the first commit after the copy writes its header too
+    assert frames_of_a_commit(catch_up=True) == frames_of_a_commit(catch_up=False)

@@ -62,14 +62,28 @@ class UTCDateTime(TypeDecorator[datetime]):
         return _sqlite_utc_datetime
 
 
+# The last timestamp formatted, and its text. Why: a write binds its one ``now`` in
+# several columns and statements (a decision: the request's ``updated_at`` and
+# ``decided_at`` and its condition's bound, the vote's and the event's ``created_at``), each
+# formatted anew. The same object (not an equal one: datetimes are immutable) gets the
+# same text; one tuple, replaced whole, so threads sharing it at worst format again.
+_last_formatted: list[tuple[datetime, str]] = [
+    (datetime(1, 1, 1, tzinfo=UTC), "0001-01-01 00:00:00.000000")
+]
+
+
 def _sqlite_utc_text(value: datetime | None) -> str | None:
     if value is None:
         return None
+    last = _last_formatted[0]
+    if last[0] is value:
+        return last[1]
     if value.tzinfo is None:
         raise ValueError("naive datetimes are not stored; use an aware UTC value")
-    if value.tzinfo is not UTC:
-        value = value.astimezone(UTC)
-    return value.replace(tzinfo=None).isoformat(" ", "microseconds")
+    utc = value if value.tzinfo is UTC else value.astimezone(UTC)
+    text = utc.replace(tzinfo=None).isoformat(" ", "microseconds")
+    _last_formatted[0] = (value, text)
+    return text
 
 
 def _sqlite_utc_datetime(value: str | None) -> datetime | None:

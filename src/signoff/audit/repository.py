@@ -9,14 +9,12 @@ from typing import Any, cast
 
 import orjson
 from sqlalchemy import (
-    Integer,
     Row,
     String,
     Table,
     Uuid,
     delete,
     insert,
-    literal_column,
     select,
     text,
     type_coerce,
@@ -24,7 +22,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.sql.elements import ColumnClause
 from sqlalchemy.types import TypeDecorator
 
 from signoff.audit.chain import GENESIS_HASH, chain_timestamp
@@ -263,8 +260,6 @@ async def take_unsealed(session: AsyncSession, org_id: uuid.UUID, event_ids: Seq
 # one row) holds the rowid of the last event chained and that event's id: when the id is
 # no longer at that rowid, the mark is found again below it (``last_chained_at_or_below``).
 # Every event at or below the mark is chained; every event above it is not.
-
-_ROWID: ColumnClause[int] = literal_column("audit_events.rowid", Integer)
 
 _READ_MARK = text(
     "SELECT m.event_rowid AS position, m.event_id AS event_id, "

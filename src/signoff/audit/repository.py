@@ -7,8 +7,8 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any, cast
 
+import orjson
 from sqlalchemy import (
-    Integer,
     Row,
     String,
     Table,
@@ -16,7 +16,6 @@ from sqlalchemy import (
     bindparam,
     delete,
     insert,
-    literal_column,
     select,
     text,
     type_coerce,
@@ -24,7 +23,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.sql.elements import ColumnClause
 from sqlalchemy.types import TypeDecorator
 
 from signoff.audit.chain import GENESIS_HASH, chain_timestamp
@@ -54,14 +52,19 @@ class _UuidText(TypeDecorator[str]):
     cache_ok = True
 
     def process_result_value(self, value: Any, dialect: Any) -> str | None:
-        if value is None:
-            return None
-        if type(value) is str and len(value) == 32:
-            value = value.lower()
-            return f"{value[:8]}-{value[8:12]}-{value[12:16]}-{value[16:20]}-{value[20:]}"
-        if isinstance(value, uuid.UUID):  # asyncpg's own, whose text is already the form
-            return str(value)
-        return str(uuid.UUID(str(value)))  # any other form, as ``uuid.UUID`` reads it
+        return uuid_text(value)
+
+
+def uuid_text(value: Any) -> str | None:
+    """A UUID as stored (``_UuidText``) as the chain's text."""
+    if value is None:
+        return None
+    if type(value) is str and len(value) == 32:
+        value = value.lower()
+        return f"{value[:8]}-{value[8:12]}-{value[12:16]}-{value[16:20]}-{value[20:]}"
+    if isinstance(value, uuid.UUID):  # asyncpg's own, whose text is already the form
+        return str(value)
+    return str(uuid.UUID(str(value)))  # any other form, as ``uuid.UUID`` reads it
 
 
 class _ChainTime(TypeDecorator[str]):
@@ -76,13 +79,18 @@ class _ChainTime(TypeDecorator[str]):
     cache_ok = True
 
     def process_result_value(self, value: Any, dialect: Any) -> str | None:
-        if value is None:
-            return None
-        if type(value) is str:
-            if len(value) == 26 and value[0] != "0" and value[10] == " " and value[19] == ".":
-                return f"{value[:10]}T{value[11:]}Z"
-            value = datetime.fromisoformat(value)  # naive: UTC, as chain_timestamp takes it
-        return chain_timestamp(value)
+        return chain_time_text(value)
+
+
+def chain_time_text(value: Any) -> str | None:
+    """``created_at`` as stored (``_ChainTime``) as the chain's text."""
+    if value is None:
+        return None
+    if type(value) is str:
+        if len(value) == 26 and value[0] != "0" and value[10] == " " and value[19] == ".":
+            return f"{value[:10]}T{value[11:]}Z"
+        value = datetime.fromisoformat(value)  # naive: UTC, as chain_timestamp takes it
+    return chain_timestamp(value)
 
 
 class _StoredKey(TypeDecorator[Any]):
@@ -188,18 +196,50 @@ async def events_by_id(session: AsyncSession, ids: Sequence[Any]) -> Sequence[Ro
     return (await session.execute(statement)).all()
 
 
-# The sealer's links: ``event_id`` bound as the events were read (``_StoredKey``).
-_APPEND_LINK = insert(_CHAIN).values(event_id=bindparam("event_id", type_=_StoredKey()))
+# Where a sealed row's own id and rowid sit in a row the sealer reads (``events_after``,
+# ``unsealed_events``, ``events_by_id``): after the hashed columns.
+EVENT_ID = 7
+POSITION = 8
+
+# A batch's links in one statement, not one a link: PostgreSQL takes them as arrays; SQLite
+# as a VALUES list of rows, in pieces of a power of two (at most ``_PIECES`` statements
+# a batch, and as many statement texts for SQLite to keep compiled, whatever the size).
+_POSTGRES_LINKS = (
+    "INSERT INTO audit_chain (org_id, seq, event_id, prev_hash, hash) SELECT $1::uuid, * "
+    "FROM unnest($2::bigint[], $3::uuid[], $4::text[], $5::text[])"
+)
+_PIECES = 9
+_SQLITE_ROW = "(?, ?, ?, ?, ?)"
+_SQLITE_LINKS = [
+    "INSERT INTO audit_chain (org_id, seq, event_id, prev_hash, hash) VALUES "  # noqa: S608
+    + ", ".join([_SQLITE_ROW] * (1 << power))
+    for power in range(_PIECES)
+]
 
 
 async def append_links(
-    session: AsyncSession, org_id: uuid.UUID, links: Sequence[dict[str, Any]]
+    session: AsyncSession, dialect: str, org_id: uuid.UUID, links: Sequence[tuple[Any, ...]]
 ) -> None:
-    """Append the org's chain (each link's ``seq``, ``event_id`` as ``events_by_id`` read
-    it, ``prev_hash``, ``hash``):
-    one executemany, no event rewritten (``take_unsealed`` clears the waiting list)."""
-    if links:
-        await session.execute(_APPEND_LINK, [{"org_id": org_id, **link} for link in links])
+    """Append the org's chain: each link ``(seq, event_id, prev_hash, hash)``, its event's
+    id as the sealer read it (``EVENT_ID``). No event is rewritten (``take_unsealed``
+    clears the waiting list)."""
+    if not links:
+        return
+    connection = await session.connection()
+    if dialect != "sqlite":
+        columns = list(zip(*links, strict=True))
+        await connection.exec_driver_sql(_POSTGRES_LINKS, (org_id, *map(list, columns)))
+        return
+    org = org_id.hex
+    start = 0
+    for power in reversed(range(_PIECES)):
+        size = 1 << power
+        while len(links) - start >= size:
+            piece = links[start : start + size]
+            await connection.exec_driver_sql(
+                _SQLITE_LINKS[power], tuple(v for link in piece for v in (org, *link))
+            )
+            start += size
 
 
 async def list_unsealed(
@@ -239,8 +279,6 @@ async def take_unsealed(session: AsyncSession, org_id: uuid.UUID, event_ids: Seq
 # no longer at that rowid, the mark is found again below it (``last_chained_at_or_below``).
 # Every event at or below the mark is chained or listed (kept back: an org whose event
 # could not be sealed, ``service.seal_in_commit_order``); every event above it is neither.
-
-_ROWID: ColumnClause[int] = literal_column("audit_events.rowid", Integer)
 
 _READ_MARK = text(
     "SELECT m.event_rowid AS position, m.event_id AS event_id, "
@@ -292,16 +330,38 @@ async def last_chained_at_or_below(session: AsyncSession, position: int) -> tupl
     return (int(row.position), row.event_id) if row is not None else (0, None)
 
 
-async def events_after(session: AsyncSession, position: int, limit: int) -> Sequence[Row[Any]]:
+# The columns an event's hash covers, in ``service._canonical``'s order, then its id and
+# rowid, read without SQLAlchemy's statement or result layers: the sealer turns each
+# value into the chain's form itself (``uuid_text``, ``chain_time_text``, as ``_hashed``
+# does), where building a result row and running five type processors an event cost it
+# more than hashing the event does.
+_EVENTS_AFTER = (
+    "SELECT id, org_id, request_id, actor_id, type, data, created_at, rowid "
+    "FROM audit_events WHERE rowid > ? ORDER BY rowid LIMIT ?"
+)
+
+
+async def events_after(session: AsyncSession, position: int, limit: int) -> list[tuple[Any, ...]]:
     """SQLite: the events past rowid ``position``, in rowid order (commit order): the hashed
-    columns, the id as stored (``event_id``) and the rowid (``position``). A range read of
-    the table's own b-tree: no index."""
-    columns = [*_hashed(event_id=True), _ROWID.label("position")]
-    return (
-        await session.execute(
-            select(*columns).where(position < _ROWID).order_by(_ROWID).limit(limit)
+    columns as ``_hashed`` reads them, the id as stored and the rowid (``EVENT_ID``,
+    ``POSITION``). A range read of the table's own b-tree: no index."""
+    connection = await session.connection()
+    result = await connection.exec_driver_sql(_EVENTS_AFTER, (position, limit))
+    rows = cast("list[tuple[Any, ...]]", result.all())
+    return [
+        (
+            uuid_text(id_),
+            uuid_text(org_id),
+            uuid_text(request_id),
+            uuid_text(actor_id),
+            type_,
+            None if data is None else orjson.loads(data),
+            chain_time_text(created_at),
+            id_,
+            rowid,
         )
-    ).all()
+        for id_, org_id, request_id, actor_id, type_, data, created_at, rowid in rows
+    ]
 
 
 async def move_mark(session: AsyncSession, read: tuple[int, Any], to: tuple[int, Any]) -> bool:

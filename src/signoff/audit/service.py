@@ -117,7 +117,7 @@ async def seal_org(
         raise StaleBatch(org_id)
     if waiting is not None:
         rows = await _in_order(session, ids)
-    return await _append(session, org_id, head, rows, sign, policy, now, force_checkpoint)
+    return await _append(session, dialect, org_id, head, rows, sign, policy, now, force_checkpoint)
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ class Batch:
 
 
 # Orgs and their events of a batch (those of one org in order).
-Held = list[tuple[uuid.UUID, list[Row[Any]]]]
+Held = list[tuple[uuid.UUID, list[tuple[Any, ...]]]]
 
 
 def batch_size(waiting: int) -> int:
@@ -187,13 +187,14 @@ async def seal_in_commit_order(
     start = stored if mark.held else await repository.last_chained_at_or_below(session, stored[0])
     limit = batch_size(int(mark.top or 0) - start[0])
     rows = await repository.events_after(session, start[0], limit)
-    end = (int(rows[-1].position), rows[-1].event_id) if rows else start
+    last = rows[-1] if rows else None
+    end = (int(last[repository.POSITION]), last[repository.EVENT_ID]) if last else start
     origin = stored if read is None else read
     if end != origin and not await repository.move_mark(session, origin, end):
         raise StaleBatch(None)
-    orgs: dict[str, list[Row[Any]]] = {}
+    orgs: dict[str, list[tuple[Any, ...]]] = {}
     for row in rows:
-        orgs.setdefault(row.org_id, []).append(row)
+        orgs.setdefault(row[1], []).append(row)
     batch = [(uuid.UUID(org_text), events) for org_text, events in orgs.items()]
     # Only a parked org can have events listed here: the listed ones of the others are
     # chained above first.
@@ -204,11 +205,14 @@ async def seal_in_commit_order(
     async def chain(some: Held) -> None:
         for org_id, events in some:
             head = await repository.lock_head(session, dialect, org_id)
-            await _append(session, org_id, head, events, sign, policy, now, force_checkpoint)
+            await _append(
+                session, dialect, org_id, head, events, sign, policy, now, force_checkpoint
+            )
 
     behind += await _seal_each(session, batch, chain, poisoned)
     for org_id, events in behind:
-        await repository.list_unsealed(session, dialect, org_id, [row.event_id for row in events])
+        ids = [row[repository.EVENT_ID] for row in events]
+        await repository.list_unsealed(session, dialect, org_id, ids)
     kept = sum(len(events) for _, events in behind)
     return Batch(len(rows) - kept, end[0] < int(mark.top or 0))
 
@@ -251,9 +255,10 @@ async def anything_to_seal(session: AsyncSession, parked: Collection[uuid.UUID] 
 
 async def _append(
     session: AsyncSession,
+    dialect: str,
     org_id: uuid.UUID,
     head: Row[Any],
-    rows: Sequence[Row[Any]],
+    rows: Sequence[Sequence[Any]],
     sign: Signer | None,
     policy: CheckpointPolicy,
     now: datetime,
@@ -262,16 +267,16 @@ async def _append(
     """Chain ``rows`` (the org's next events, in order) after its locked ``head``, then
     sign the head if the policy says it is time (or ``force_checkpoint``)."""
     seq, prev = int(head.seq), str(head.hash)
-    updates = []
+    links = []
     for row in rows:
         seq += 1
         try:
             digest = event_hash(_canonical(row, seq, prev))
         except Exception as error:  # its data: no part of it goes to the log
-            raise Unsealable(org_id, row.id, type(error).__name__) from None
-        updates.append({"event_id": row.event_id, "seq": seq, "prev_hash": prev, "hash": digest})
+            raise Unsealable(org_id, row[0], type(error).__name__) from None
+        links.append((seq, row[repository.EVENT_ID], prev, digest))
         prev = digest
-    await repository.append_links(session, org_id, updates)
+    await repository.append_links(session, dialect, org_id, links)
     values: dict[str, Any] = {"seq": seq, "hash": prev}
     due = seq > head.checkpoint_seq and (
         force_checkpoint
@@ -282,9 +287,9 @@ async def _append(
     if due and sign is not None:
         await _add_checkpoint(session, org_id, "head", seq, prev, sign, now)
         values |= {"checkpoint_seq": seq, "checkpoint_at": now}
-    if updates or "checkpoint_seq" in values:
+    if links or "checkpoint_seq" in values:
         await repository.update_head(session, org_id, **values)
-    return Sealed(org_id, len(updates), seq, "checkpoint_seq" in values)
+    return Sealed(org_id, len(links), seq, "checkpoint_seq" in values)
 
 
 async def _in_order(session: AsyncSession, ids: list[Any]) -> list[Row[Any]]:
@@ -319,7 +324,7 @@ async def _add_checkpoint(
     )
 
 
-def _canonical(row: Row[Any], seq: int, prev: str) -> dict[str, Any]:
+def _canonical(row: Sequence[Any], seq: int, prev: str) -> dict[str, Any]:
     """``chain.canonical_event`` of a row that starts with ``repository._hashed``'s
     columns (UUIDs and the time already the chain's text), built from the tuple itself:
     the sealer, the re-check and the export make one an event."""

@@ -41,8 +41,16 @@ class ApprovalRequest(Base):
     __table_args__ = (
         # One request per idempotency key in an org (NULLs distinct: a create without a
         # key never conflicts). On PostgreSQL the index leads with the key, so the key's
-        # lookup at create can use no index that leads with org_id (migration 0056).
-        UniqueConstraint("org_id", "idempotency_key").ddl_if(dialect="sqlite"),
+        # lookup at create can use no index that leads with org_id (migration 0056). On
+        # SQLite it holds keyed requests only, so a create without a key, the usual one,
+        # writes no entry; the create's ``ON CONFLICT`` names its condition (0057).
+        Index(
+            "uq_approval_requests_org_id_idempotency_key",
+            "org_id",
+            "idempotency_key",
+            unique=True,
+            sqlite_where=text("idempotency_key IS NOT NULL"),
+        ).ddl_if(dialect="sqlite"),
         Index(
             "uq_approval_requests_idempotency_key_org_id", "idempotency_key", "org_id", unique=True
         ).ddl_if(dialect="postgresql"),

@@ -4,14 +4,17 @@ On SQLite the decided index holds decided requests only and the inbox's index pe
 requests only (migration 0054): a create writes no decided entry, a decision removes its
 inbox entry rather than moving it. The queries that read those indexes name them in
 ``INDEXED BY`` hints, which SQLite refuses when a partial index cannot serve the query:
-``test_list_plans.py`` and the inbox tests run them.
+``test_list_plans.py`` and the inbox tests run them. The idempotency keys' unique index
+holds keyed requests only (migration 0057): a create without a key writes no entry in it.
 """
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import uuid
 from contextlib import closing
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -40,6 +43,30 @@ def _entries(database_url: str) -> dict[str, int]:
             (_DECIDED, _INBOX),
         )
         return {name: int(cells) for name, cells in rows}
+
+
+def _entries_per_index(database_url: str) -> dict[str, int]:
+    """The entries of every index of the requests table, by index (``dbstat``)."""
+    with closing(sqlite3.connect(str(make_url(database_url).database))) as connection:
+        rows = connection.execute(
+            "SELECT s.name, sum(s.ncell) FROM dbstat AS s JOIN sqlite_master AS m "
+            "ON m.name = s.name WHERE m.type = 'index' AND m.tbl_name = 'approval_requests' "
+            "AND s.pagetype = 'leaf' GROUP BY s.name"
+        )
+        return {name: int(cells) for name, cells in rows}
+
+
+async def test_only_a_keyed_create_writes_an_idempotency_key_entry(
+    client: httpx.AsyncClient, org: Org, database_url: str
+) -> None:
+    deadline = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    counts = [sum(_entries_per_index(database_url).values())]
+    for key in (None, "k-1"):
+        await create_approval(client, org.member, expires_at=deadline, idempotency_key=key)
+        counts.append(sum(_entries_per_index(database_url).values()))
+    # The primary key, the number, the created, four filters', inbox and expiry indexes;
+    # no decided entry, and a key's entry only for a keyed create.
+    assert [after - before for before, after in itertools.pairwise(counts)] == [9, 10]
 
 
 async def test_a_create_writes_no_decided_entry_and_a_decision_no_inbox_entry(

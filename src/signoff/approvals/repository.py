@@ -108,11 +108,18 @@ _REQUEST_BY_KEY = PreparedQuery(
 )
 
 
+def _unless_key_taken(dialect: str) -> Insert:
+    """A request's insert that writes nothing if its idempotency key is taken in the org.
+    SQLite's unique index holds keyed requests only (migration 0057), so the conflict
+    target names its condition; PostgreSQL's index holds every request."""
+    table: Table = ApprovalRequest.__table__  # type: ignore[assignment]
+    keyed = table.c.idempotency_key.is_not(None) if dialect == "sqlite" else None
+    return insert_ignoring_conflicts(dialect, table, ("org_id", "idempotency_key"), keyed)
+
+
 def _insert_request(dialect: str) -> PreparedQuery:
     """A new request's insert: every column (``typed_rows.new_row`` gives each a value)."""
-    table: Table = ApprovalRequest.__table__  # type: ignore[assignment]
-    insert = insert_ignoring_conflicts(dialect, table, ("org_id", "idempotency_key"))
-    return PreparedQuery(insert, column_keys=COLUMNS)
+    return PreparedQuery(_unless_key_taken(dialect), column_keys=COLUMNS)
 
 
 _INSERT_REQUEST = {dialect: _insert_request(dialect) for dialect in ("sqlite", "postgresql")}
@@ -163,8 +170,7 @@ def _insert_numbered_sqlite() -> PreparedQuery:
     values = {
         c: next_number if c == "number" else bindparam(c, type_=table.c[c].type) for c in COLUMNS
     }
-    insert = insert_ignoring_conflicts("sqlite", table, ("org_id", "idempotency_key"))
-    return PreparedQuery(insert.values(values).returning(table.c.number))
+    return PreparedQuery(_unless_key_taken("sqlite").values(values).returning(table.c.number))
 
 
 _INSERT_NUMBERED_SQLITE = _insert_numbered_sqlite()

@@ -41,8 +41,19 @@ class ApprovalRequest(Base):
     __table_args__ = (
         # One request per idempotency key in an org (NULLs distinct: a create without a
         # key never conflicts). On PostgreSQL the index leads with the key, so the key's
-        # lookup at create can use no index that leads with org_id (migration 0056).
-        only_on("sqlite", UniqueConstraint("org_id", "idempotency_key")),
+        # lookup at create can use no index that leads with org_id (migration 0056). On
+        # SQLite it holds keyed requests only, so a create without a key, the usual one,
+        # writes no entry; the create's ``ON CONFLICT`` names its condition (0057).
+        only_on(
+            "sqlite",
+            Index(
+                "uq_approval_requests_org_id_idempotency_key",
+                "org_id",
+                "idempotency_key",
+                unique=True,
+                sqlite_where=text("idempotency_key IS NOT NULL"),
+            ),
+        ),
         only_on(
             "postgresql",
             Index(
@@ -170,25 +181,31 @@ class Vote(Base):
     __table_args__ = (
         # A user counts once per count-based request: the database enforces it, so two
         # concurrent approvals by one user cannot both land.
-        Index(
-            "uq_votes_request_user_count_based",
-            "request_id",
-            "user_id",
-            unique=True,
-            postgresql_where=text("step_id IS NULL"),
-        ).ddl_if(dialect="postgresql"),
+        only_on(
+            "postgresql",
+            Index(
+                "uq_votes_request_user_count_based",
+                "request_id",
+                "user_id",
+                unique=True,
+                postgresql_where=text("step_id IS NULL"),
+            ),
+        ),
         # SQLite: the same rule, and the request's votes found by it, in one index of
         # every vote (a step vote's third column is its step, unique by ``uq_votes_step_user``
         # anyway): each vote writes one entry fewer than with the partial index above and
         # ``ix_votes_request_created`` (migration 0058). It leads with ``request_id``, as the
         # reads of a request's votes and the deletes cascaded from a request need.
-        Index(
-            "uq_votes_request_user_step",
-            "request_id",
-            "user_id",
-            func.coalesce(text("step_id"), text("''")),
-            unique=True,
-        ).ddl_if(dialect="sqlite"),
+        only_on(
+            "sqlite",
+            Index(
+                "uq_votes_request_user_step",
+                "request_id",
+                "user_id",
+                func.coalesce(text("step_id"), text("''")),
+                unique=True,
+            ),
+        ),
         # A step is voted once by each person: a person's step has one voter, a group's
         # step one vote per member (migration 0042).
         Index(
@@ -209,7 +226,7 @@ class Vote(Base):
             sqlite_where=text("step_id IS NOT NULL"),
             postgresql_where=text("step_id IS NOT NULL"),
         ),
-        Index("ix_votes_request_created", "request_id", "created_at").ddl_if(dialect="postgresql"),
+        only_on("postgresql", Index("ix_votes_request_created", "request_id", "created_at")),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)

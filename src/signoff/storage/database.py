@@ -285,16 +285,20 @@ def _began_anything(session: AsyncSession) -> bool:
 
 
 def insert_ignoring_conflicts(
-    dialect: str, table: Table, conflict_columns: Sequence[str]
+    dialect: str, table: Table, conflict_columns: Sequence[str], where: Any = None
 ) -> Insert:
-    """``INSERT ... ON CONFLICT (cols) DO NOTHING``: the race-free half of get-or-create.
+    """``INSERT ... ON CONFLICT (cols) [WHERE where] DO NOTHING``: the race-free half of
+    get-or-create.
 
     The loser of a race inserts nothing (PostgreSQL waits for the winner to commit first),
     then reads the winner's row. The values come with each execution, so one statement,
-    built once and compiled once, serves every call.
+    built once and compiled once, serves every call. ``where``: the unique index is
+    partial, and the conflict target must imply its condition to name it.
     """
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    return insert(table).on_conflict_do_nothing(index_elements=list(conflict_columns))
+    return insert(table).on_conflict_do_nothing(
+        index_elements=list(conflict_columns), index_where=where
+    )
 
 
 def not_among(column: Any, ids: Collection[Any]) -> list[Any]:

@@ -1,7 +1,7 @@
 """SQLite: one index of votes by request, unique per user and step
 
 Revision ID: 0058
-Revises: 0056
+Revises: 0057
 Create Date: 2026-11-29
 
 Every vote wrote an entry of ``ix_votes_request_created`` (request_id, created_at), and a
@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0058"
-down_revision = "0056"
+down_revision = "0057"
 branch_labels = None
 depends_on = None
 

@@ -1,7 +1,8 @@
-"""What a SQLite chain costs its writer, in statements: a configuration answers the
-chain it wrote without reading it; a step vote reads the request and its chain once
-each, under the lock, reads whom the voter stands in for (out of office) only when the
-step is not their own, and answers the voted step as written, not read again."""
+"""What a SQLite chain costs its writer, in statements: a configuration writes its
+steps in one statement and answers the chain it wrote without reading it; a step vote
+reads the request and its chain in one statement, under the lock, reads whom the voter
+stands in for (out of office) only when the step is not their own, and answers the voted
+step as written, not read again."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ pytestmark = [
 
 
 def _reads(statements: list[str]) -> dict[str, int]:
-    """How many times the writer read the chain, and the org's users (the delegation
-    read: the away people the voter stands in for, with their names)."""
+    """How many times the writer read the request (with its chain, for a vote), the
+    chain alone, and the org's users (the delegation read: the away people the voter
+    stands in for, with their names)."""
     return {
+        "requests": sum(s.startswith("SELECT approval_requests.") for s in statements),
         "steps": sum(s.startswith("SELECT approval_steps.") for s in statements),
         "users": sum(s.startswith("SELECT users.") for s in statements),
     }
@@ -41,7 +44,10 @@ async def test_a_configuration_answers_its_chain_without_reading_it(
     request = await create_approval(client, org.admin, is_sequential=True)
     statements.clear()
     steps = await set_chain(client, org.admin, request["id"], org.members[:3])
-    assert _reads(statements) == {"steps": 0, "users": 1}  # the approvers checked
+    # The request read, the approvers checked.
+    assert _reads(statements) == {"requests": 1, "steps": 0, "users": 1}
+    # Its three steps, in one statement.
+    assert sum(s.startswith("INSERT INTO approval_steps") for s in statements) == 1
     listed = await client.get(f"/api/v1/approvals/{request['id']}/steps", headers=org.admin.headers)
     assert [
         {key: step[key] for key in ("id", "step_order", "approver_id", "status")}
@@ -63,7 +69,7 @@ async def test_a_vote_on_ones_own_step_reads_no_delegation_and_the_chain_once(
     statements.clear()
     answer = await vote(client, first, request_id, steps[0], comment="fine")
     assert answer.status_code == 200, answer.text
-    assert _reads(statements) == {"steps": 1, "users": 0}
+    assert _reads(statements) == {"requests": 1, "steps": 0, "users": 0}
     listed = await client.get(f"/api/v1/approvals/{request_id}/steps", headers=org.admin.headers)
     stored = listed.json()["data"][0]
     assert {key: answer.json()[key] for key in stored} == stored  # answered as written
@@ -75,7 +81,7 @@ async def test_a_vote_on_ones_own_step_reads_no_delegation_and_the_chain_once(
     statements.clear()
     last = await vote(client, second, request_id, steps[1])
     assert last.json()["request_status"] == "approved", last.text
-    assert _reads(statements) == {"steps": 1, "users": 0}
+    assert _reads(statements) == {"requests": 1, "steps": 0, "users": 0}
 
 
 async def test_a_vote_on_someone_elses_step_still_reads_whom_the_voter_stands_in_for(
@@ -87,7 +93,7 @@ async def test_a_vote_on_someone_elses_step_still_reads_whom_the_voter_stands_in
     statements.clear()
     answer = await vote(client, bob, request_id, steps[0])
     assert answer.status_code == 200, answer.text
-    assert _reads(statements) == {"steps": 1, "users": 1}
+    assert _reads(statements) == {"requests": 1, "steps": 0, "users": 1}
     assert answer.json()["request_status"] == "approved"
     events = await client.get(f"/api/v1/approvals/{request_id}/events", headers=org.admin.headers)
     voted = [e for e in events.json()["data"] if e["type"] == "request.approved"]

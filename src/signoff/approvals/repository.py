@@ -122,15 +122,24 @@ _INSERT_EVENT = PreparedQuery(insert(_AUDIT_EVENTS), column_keys=_EVENT_COLUMNS)
 
 
 @functools.cache
-def _insert_events(count: int) -> PreparedQuery:
-    """SQLite: ``count`` events in one statement (one ``VALUES`` row each, parameters
-    named ``<column>_<index>``): a create a policy or a standing approval decides writes
-    its own event and its decision's together."""
+def _insert_rows(table: Table, columns: tuple[str, ...], count: int) -> PreparedQuery:
+    """SQLite: ``count`` rows of ``table`` in one statement (one ``VALUES`` row each,
+    parameters named ``<column>_<index>``, as ``_rows_params`` names them)."""
     rows = [
-        {c: bindparam(f"{c}_{i}", type_=_AUDIT_EVENTS.c[c].type) for c in _EVENT_COLUMNS}
-        for i in range(count)
+        {c: bindparam(f"{c}_{i}", type_=table.c[c].type) for c in columns} for i in range(count)
     ]
-    return PreparedQuery(insert(_AUDIT_EVENTS).values(rows))
+    return PreparedQuery(insert(table).values(rows))
+
+
+def _rows_params(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The parameters of ``_insert_rows`` for ``rows``, each row's values by column."""
+    return {f"{column}_{i}": value for i, row in enumerate(rows) for column, value in row.items()}
+
+
+def _insert_events(count: int) -> PreparedQuery:
+    """SQLite: ``count`` events in one statement: a create a policy or a standing
+    approval decides writes its own event and its decision's together."""
+    return _insert_rows(_AUDIT_EVENTS, _EVENT_COLUMNS, count)
 
 
 def _next_number(org_id: Any) -> Any:
@@ -389,6 +398,26 @@ _REQUEST_AND_CHAIN_VERSIONED = {
     )
     for guarded in (False, True)
 }
+# The same under the lock (a vote's one read where it decides locked: SQLite, or a race
+# lost on PostgreSQL, where only the request's row is locked: its steps may be none).
+_REQUEST_AND_CHAIN_FOR_UPDATE = {
+    guarded: PreparedQuery(
+        select(
+            *request_columns(),
+            *([principal_guard().label("principal_live")] if guarded else []),
+            *(getattr(ApprovalStep, name).label(f"step_{name}") for name in _STEP_FIELDS),
+        )
+        .select_from(ApprovalRequest)
+        .outerjoin(ApprovalStep, ApprovalStep.request_id == ApprovalRequest.id)
+        .where(
+            ApprovalRequest.id == bindparam("request_id"),
+            ApprovalRequest.org_id == bindparam("org_id"),
+        )
+        .order_by(ApprovalStep.step_order)
+        .with_for_update(of=ApprovalRequest)
+    )
+    for guarded in (False, True)
+}
 # A get's one statement when its principal came from memory (see the guarded lock above).
 _REQUEST_BY_ID_GUARDED = PreparedQuery(
     select(*request_columns(), principal_guard().label("principal_live")).where(
@@ -644,6 +673,22 @@ def _confirmed(row: Any, check: PrincipalCheck) -> RequestRecord | None:
     return RequestRecord._make(row[:-1])
 
 
+def _request_and_chain(
+    rows: Sequence[Any], check: PrincipalCheck | None, with_chain: bool
+) -> tuple[RequestRecord, list[StepRecord]]:
+    """A request and its chain from the rows of a read that joins them (one a step, the
+    step's columns last; one with no step when there is none), confirming ``check``'s
+    principal from the first."""
+    first = rows[0]
+    if check is not None:
+        check.confirm(first.principal_live)
+    record = RequestRecord(*first[: len(RequestRecord._fields)])
+    if not with_chain:
+        return record, []
+    width = len(_STEP_FIELDS)
+    return record, [StepRecord(*row[-width:]) for row in rows if row.step_id is not None]
+
+
 class ApprovalRepository:
     def __init__(
         self,
@@ -727,16 +772,8 @@ class ApprovalRepository:
         rows = await self.queries.all(queries[guarded], params)
         if not rows:
             return None
-        first = rows[0]
-        if guarded:
-            assert check is not None
-            check.confirm(first.principal_live)
-        record = RequestRecord(*first[: len(RequestRecord._fields)])
-        if not with_chain:
-            return record, first.version, None
-        width = len(_STEP_FIELDS)
-        chain = [StepRecord(*row[-width:]) for row in rows if row.step_id is not None]
-        return record, first.version, chain
+        record, chain = _request_and_chain(rows, check if guarded else None, with_chain)
+        return record, rows[0].version, chain if with_chain else None
 
     @contextlib.asynccontextmanager
     async def unless_changed(self, request_id: uuid.UUID, version: str) -> AsyncIterator[None]:
@@ -859,12 +896,12 @@ class ApprovalRepository:
 
     async def _add_events_at_once(self, events: Sequence[NewEvent]) -> None:
         """SQLite: the events in one statement (``_insert_events``), in order."""
-        params: dict[str, Any] = {}
-        for index, item in enumerate(events):
+        rows = []
+        for item in events:
             values = _new_row_values(item, _INSERT_EVENT)
             values["data"] = item.data if item.data is not None else {}
-            params |= {f"{column}_{index}": value for column, value in values.items()}
-        await count_in(self.session, _insert_events(len(events)), params)
+            rows.append(values)
+        await count_in(self.session, _insert_events(len(events)), _rows_params(rows))
 
     async def find_by_idempotency_key(self, org_id: uuid.UUID, key: str) -> RequestRecord | None:
         rows = await execute_in(self.session, _REQUEST_BY_KEY, {"org_id": org_id, "key": key})
@@ -894,6 +931,20 @@ class ApprovalRepository:
         params |= principal_guard_params(check)
         rows = await execute_in(self.session, _REQUEST_FOR_UPDATE_GUARDED, params)
         return _confirmed(rows[0] if rows else None, check)
+
+    async def get_locked_with_chain(
+        self, org_id: uuid.UUID, request_id: uuid.UUID, check: PrincipalCheck | None = None
+    ) -> tuple[RequestRecord, list[StepRecord]] | None:
+        """``get_locked``, with the request's chain in step order, in the same statement."""
+        params = {"request_id": request_id, "org_id": org_id}
+        guarded = check is not None and not check.confirmed
+        if guarded:
+            assert check is not None
+            params |= principal_guard_params(check)
+        rows = await execute_in(self.session, _REQUEST_AND_CHAIN_FOR_UPDATE[guarded], params)
+        if not rows:
+            return None
+        return _request_and_chain(rows, check if guarded else None, True)
 
     @property
     def can_decide_unread(self) -> bool:
@@ -1078,11 +1129,18 @@ class ApprovalRepository:
 
         The inserts are queued (``queue_write``): a chain's first steps go out with the
         rest of its configuration, in one statement. The delete is not: queued writes
-        see one snapshot, and the new rows may reuse the old ones' step_order values."""
+        see one snapshot, and the new rows may reuse the old ones' step_order values.
+        SQLite, where a queued write is made at once, inserts the chain in one statement.
+        """
         if replacing:
             await count_in(self.session, _DELETE_STEPS, {"request_id": request_id})
-        for step in steps:
-            await queue_write(self.session, _INSERT_STEP, _new_row_values(step, _INSERT_STEP))
+        rows = [_new_row_values(step, _INSERT_STEP) for step in steps]
+        if self.writes_at_once and len(rows) > 1:
+            keys = tuple(_INSERT_STEP.column_keys or ())
+            await count_in(self.session, _insert_rows(_STEPS, keys, len(rows)), _rows_params(rows))
+        else:
+            for values in rows:
+                await queue_write(self.session, _INSERT_STEP, values)
         self._chains_written[request_id] = sorted(steps, key=lambda step: step.step_order)
 
     def chain_written(self, request_id: uuid.UUID) -> list[StepRecord]:

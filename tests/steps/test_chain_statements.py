@@ -2,15 +2,19 @@
 steps in one statement and answers the chain it wrote without reading it; a step vote
 reads the request and its chain in one statement, under the lock, reads whom the voter
 stands in for (out of office) only when the step is not their own, and answers the voted
-step as written, not read again."""
+step as written, not read again. A chain of people writes no entry of the group steps'
+index."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
+from sqlalchemy import text
 
+from signoff.context import AppContext
 from tests.conftest import Member, Org, create_approval
 from tests.people.test_delegation import away
+from tests.steps.test_group_steps import make_group, one_group_step
 from tests.steps.test_steps import set_chain, vote
 
 pytestmark = [
@@ -98,3 +102,32 @@ async def test_a_vote_on_someone_elses_step_still_reads_whom_the_voter_stands_in
     events = await client.get(f"/api/v1/approvals/{request_id}/events", headers=org.admin.headers)
     voted = [e for e in events.json()["data"] if e["type"] == "request.approved"]
     assert voted[0]["data"]["on_behalf_of"] == ann.user_id
+
+
+async def _entries(ctx: AppContext, index: str) -> int:
+    """The entries ``index`` holds (SQLite's ``dbstat``: the cells of its leaf pages)."""
+    query = "SELECT coalesce(sum(ncell), 0) FROM dbstat WHERE name = :index AND pagetype = 'leaf'"
+    async with ctx.reading() as uow:
+        return int((await uow.session.execute(text(query), {"index": index})).scalar_one())
+
+
+async def test_the_group_steps_index_holds_group_steps_only(
+    ctx: AppContext, client: httpx.AsyncClient, org: Org
+) -> None:
+    request_id, steps = await _chain(client, org, org.members[:3])
+    for who, step in zip(org.members[:3], steps, strict=True):
+        assert (await vote(client, who, request_id, step)).status_code == 200
+    assert await _entries(ctx, "ix_approval_steps_group_status") == 0
+    assert await _entries(ctx, "ix_approval_steps_approver_status") == 3
+    group_id = await make_group(client, org, "Finance", org.members[:2])
+    await one_group_step(client, org, group_id)
+    assert await _entries(ctx, "ix_approval_steps_group_status") == 1
+    # Its one reader, the foreign key's when a group goes, finds the steps by it.
+    async with ctx.reading() as uow:
+        plan = await uow.session.execute(
+            text(
+                "EXPLAIN QUERY PLAN UPDATE approval_steps SET group_id = NULL WHERE group_id = :g"
+            ),
+            {"g": group_id},
+        )
+        assert "INDEX ix_approval_steps_group_status (group_id=?)" in " ".join(r[3] for r in plan)

@@ -380,11 +380,17 @@ _REQUEST_VERSIONED = {
 # when there is none), the step's columns last, named ``step_<field>``. A step vote reads
 # its request and chain in one statement, one snapshot (``read_versioned``).
 _STEP_FIELDS = StepRecord._fields
-_REQUEST_AND_CHAIN_VERSIONED = {
-    guarded: PreparedQuery(
+
+
+def _request_and_chain(guarded: bool, *, locked: bool) -> PreparedQuery:
+    """The request and its chain, one row a step: read without a lock with the row's
+    version, or ``locked`` (a vote's one read where it decides under the lock: SQLite,
+    or a race lost on PostgreSQL, where only the request's row is locked: its steps may
+    be none)."""
+    query = (
         select(
             *request_columns(),
-            _ROW_VERSION.label("version"),
+            *([] if locked else [_ROW_VERSION.label("version")]),
             *([principal_guard().label("principal_live")] if guarded else []),
             *(getattr(ApprovalStep, name).label(f"step_{name}") for name in _STEP_FIELDS),
         )
@@ -396,28 +402,11 @@ _REQUEST_AND_CHAIN_VERSIONED = {
         )
         .order_by(ApprovalStep.step_order)
     )
-    for guarded in (False, True)
-}
-# The same under the lock (a vote's one read where it decides locked: SQLite, or a race
-# lost on PostgreSQL, where only the request's row is locked: its steps may be none).
-_REQUEST_AND_CHAIN_FOR_UPDATE = {
-    guarded: PreparedQuery(
-        select(
-            *request_columns(),
-            *([principal_guard().label("principal_live")] if guarded else []),
-            *(getattr(ApprovalStep, name).label(f"step_{name}") for name in _STEP_FIELDS),
-        )
-        .select_from(ApprovalRequest)
-        .outerjoin(ApprovalStep, ApprovalStep.request_id == ApprovalRequest.id)
-        .where(
-            ApprovalRequest.id == bindparam("request_id"),
-            ApprovalRequest.org_id == bindparam("org_id"),
-        )
-        .order_by(ApprovalStep.step_order)
-        .with_for_update(of=ApprovalRequest)
-    )
-    for guarded in (False, True)
-}
+    return PreparedQuery(query.with_for_update(of=ApprovalRequest) if locked else query)
+
+
+_REQUEST_AND_CHAIN_VERSIONED = {g: _request_and_chain(g, locked=False) for g in (False, True)}
+_REQUEST_AND_CHAIN_FOR_UPDATE = {g: _request_and_chain(g, locked=True) for g in (False, True)}
 # A get's one statement when its principal came from memory (see the guarded lock above).
 _REQUEST_BY_ID_GUARDED = PreparedQuery(
     select(*request_columns(), principal_guard().label("principal_live")).where(
@@ -673,7 +662,7 @@ def _confirmed(row: Any, check: PrincipalCheck) -> RequestRecord | None:
     return RequestRecord._make(row[:-1])
 
 
-def _request_and_chain(
+def _request_and_chain_of(
     rows: Sequence[Any], check: PrincipalCheck | None, with_chain: bool
 ) -> tuple[RequestRecord, list[StepRecord]]:
     """A request and its chain from the rows of a read that joins them (one a step, the
@@ -772,7 +761,7 @@ class ApprovalRepository:
         rows = await self.queries.all(queries[guarded], params)
         if not rows:
             return None
-        record, chain = _request_and_chain(rows, check if guarded else None, with_chain)
+        record, chain = _request_and_chain_of(rows, check if guarded else None, with_chain)
         return record, rows[0].version, chain if with_chain else None
 
     @contextlib.asynccontextmanager
@@ -944,7 +933,7 @@ class ApprovalRepository:
         rows = await execute_in(self.session, _REQUEST_AND_CHAIN_FOR_UPDATE[guarded], params)
         if not rows:
             return None
-        return _request_and_chain(rows, check if guarded else None, True)
+        return _request_and_chain_of(rows, check if guarded else None, True)
 
     @property
     def can_decide_unread(self) -> bool:

@@ -380,17 +380,11 @@ _REQUEST_VERSIONED = {
 # when there is none), the step's columns last, named ``step_<field>``. A step vote reads
 # its request and chain in one statement, one snapshot (``read_versioned``).
 _STEP_FIELDS = StepRecord._fields
-
-
-def _request_and_chain(guarded: bool, *, locked: bool) -> PreparedQuery:
-    """The request and its chain, one row a step: read without a lock with the row's
-    version, or ``locked`` (a vote's one read where it decides under the lock: SQLite,
-    or a race lost on PostgreSQL, where only the request's row is locked: its steps may
-    be none)."""
-    query = (
+_REQUEST_AND_CHAIN_VERSIONED = {
+    guarded: PreparedQuery(
         select(
             *request_columns(),
-            *([] if locked else [_ROW_VERSION.label("version")]),
+            _ROW_VERSION.label("version"),
             *([principal_guard().label("principal_live")] if guarded else []),
             *(getattr(ApprovalStep, name).label(f"step_{name}") for name in _STEP_FIELDS),
         )
@@ -402,11 +396,8 @@ def _request_and_chain(guarded: bool, *, locked: bool) -> PreparedQuery:
         )
         .order_by(ApprovalStep.step_order)
     )
-    return PreparedQuery(query.with_for_update(of=ApprovalRequest) if locked else query)
-
-
-_REQUEST_AND_CHAIN_VERSIONED = {g: _request_and_chain(g, locked=False) for g in (False, True)}
-_REQUEST_AND_CHAIN_FOR_UPDATE = {g: _request_and_chain(g, locked=True) for g in (False, True)}
+    for guarded in (False, True)
+}
 # A get's one statement when its principal came from memory (see the guarded lock above).
 _REQUEST_BY_ID_GUARDED = PreparedQuery(
     select(*request_columns(), principal_guard().label("principal_live")).where(
@@ -662,22 +653,6 @@ def _confirmed(row: Any, check: PrincipalCheck) -> RequestRecord | None:
     return RequestRecord._make(row[:-1])
 
 
-def _request_and_chain_of(
-    rows: Sequence[Any], check: PrincipalCheck | None, with_chain: bool
-) -> tuple[RequestRecord, list[StepRecord]]:
-    """A request and its chain from the rows of a read that joins them (one a step, the
-    step's columns last; one with no step when there is none), confirming ``check``'s
-    principal from the first."""
-    first = rows[0]
-    if check is not None:
-        check.confirm(first.principal_live)
-    record = RequestRecord(*first[: len(RequestRecord._fields)])
-    if not with_chain:
-        return record, []
-    width = len(_STEP_FIELDS)
-    return record, [StepRecord(*row[-width:]) for row in rows if row.step_id is not None]
-
-
 class ApprovalRepository:
     def __init__(
         self,
@@ -761,8 +736,16 @@ class ApprovalRepository:
         rows = await self.queries.all(queries[guarded], params)
         if not rows:
             return None
-        record, chain = _request_and_chain_of(rows, check if guarded else None, with_chain)
-        return record, rows[0].version, chain if with_chain else None
+        first = rows[0]
+        if guarded:
+            assert check is not None
+            check.confirm(first.principal_live)
+        record = RequestRecord(*first[: len(RequestRecord._fields)])
+        if not with_chain:
+            return record, first.version, None
+        width = len(_STEP_FIELDS)
+        chain = [StepRecord(*row[-width:]) for row in rows if row.step_id is not None]
+        return record, first.version, chain
 
     @contextlib.asynccontextmanager
     async def unless_changed(self, request_id: uuid.UUID, version: str) -> AsyncIterator[None]:
@@ -920,20 +903,6 @@ class ApprovalRepository:
         params |= principal_guard_params(check)
         rows = await execute_in(self.session, _REQUEST_FOR_UPDATE_GUARDED, params)
         return _confirmed(rows[0] if rows else None, check)
-
-    async def get_locked_with_chain(
-        self, org_id: uuid.UUID, request_id: uuid.UUID, check: PrincipalCheck | None = None
-    ) -> tuple[RequestRecord, list[StepRecord]] | None:
-        """``get_locked``, with the request's chain in step order, in the same statement."""
-        params = {"request_id": request_id, "org_id": org_id}
-        guarded = check is not None and not check.confirmed
-        if guarded:
-            assert check is not None
-            params |= principal_guard_params(check)
-        rows = await execute_in(self.session, _REQUEST_AND_CHAIN_FOR_UPDATE[guarded], params)
-        if not rows:
-            return None
-        return _request_and_chain_of(rows, check if guarded else None, True)
 
     @property
     def can_decide_unread(self) -> bool:

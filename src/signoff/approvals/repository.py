@@ -129,15 +129,24 @@ _INSERT_EVENT = PreparedQuery(insert(_AUDIT_EVENTS), column_keys=_EVENT_COLUMNS)
 
 
 @functools.cache
-def _insert_events(count: int) -> PreparedQuery:
-    """SQLite: ``count`` events in one statement (one ``VALUES`` row each, parameters
-    named ``<column>_<index>``): a create a policy or a standing approval decides writes
-    its own event and its decision's together."""
+def _insert_rows(table: Table, columns: tuple[str, ...], count: int) -> PreparedQuery:
+    """SQLite: ``count`` rows of ``table`` in one statement (one ``VALUES`` row each,
+    parameters named ``<column>_<index>``, as ``_rows_params`` names them)."""
     rows = [
-        {c: bindparam(f"{c}_{i}", type_=_AUDIT_EVENTS.c[c].type) for c in _EVENT_COLUMNS}
-        for i in range(count)
+        {c: bindparam(f"{c}_{i}", type_=table.c[c].type) for c in columns} for i in range(count)
     ]
-    return PreparedQuery(insert(_AUDIT_EVENTS).values(rows))
+    return PreparedQuery(insert(table).values(rows))
+
+
+def _rows_params(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The parameters of ``_insert_rows`` for ``rows``, each row's values by column."""
+    return {f"{column}_{i}": value for i, row in enumerate(rows) for column, value in row.items()}
+
+
+def _insert_events(count: int) -> PreparedQuery:
+    """SQLite: ``count`` events in one statement: a create a policy or a standing
+    approval decides writes its own event and its decision's together."""
+    return _insert_rows(_AUDIT_EVENTS, _EVENT_COLUMNS, count)
 
 
 def _next_number(org_id: Any) -> Any:
@@ -865,12 +874,12 @@ class ApprovalRepository:
 
     async def _add_events_at_once(self, events: Sequence[NewEvent]) -> None:
         """SQLite: the events in one statement (``_insert_events``), in order."""
-        params: dict[str, Any] = {}
-        for index, item in enumerate(events):
+        rows = []
+        for item in events:
             values = _new_row_values(item, _INSERT_EVENT)
             values["data"] = item.data if item.data is not None else {}
-            params |= {f"{column}_{index}": value for column, value in values.items()}
-        await count_in(self.session, _insert_events(len(events)), params)
+            rows.append(values)
+        await count_in(self.session, _insert_events(len(events)), _rows_params(rows))
 
     async def find_by_idempotency_key(self, org_id: uuid.UUID, key: str) -> RequestRecord | None:
         rows = await execute_in(self.session, _REQUEST_BY_KEY, {"org_id": org_id, "key": key})
@@ -1084,11 +1093,18 @@ class ApprovalRepository:
 
         The inserts are queued (``queue_write``): a chain's first steps go out with the
         rest of its configuration, in one statement. The delete is not: queued writes
-        see one snapshot, and the new rows may reuse the old ones' step_order values."""
+        see one snapshot, and the new rows may reuse the old ones' step_order values.
+        SQLite, where a queued write is made at once, inserts the chain in one statement.
+        """
         if replacing:
             await count_in(self.session, _DELETE_STEPS, {"request_id": request_id})
-        for step in steps:
-            await queue_write(self.session, _INSERT_STEP, _new_row_values(step, _INSERT_STEP))
+        rows = [_new_row_values(step, _INSERT_STEP) for step in steps]
+        if self.writes_at_once and len(rows) > 1:
+            keys = tuple(_INSERT_STEP.column_keys or ())
+            await count_in(self.session, _insert_rows(_STEPS, keys, len(rows)), _rows_params(rows))
+        else:
+            for values in rows:
+                await queue_write(self.session, _INSERT_STEP, values)
         self._chains_written[request_id] = sorted(steps, key=lambda step: step.step_order)
 
     def chain_written(self, request_id: uuid.UUID) -> list[StepRecord]:

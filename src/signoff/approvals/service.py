@@ -667,11 +667,16 @@ async def _decided_unread(
 UNLOCKED_ATTEMPTS = 3
 
 
+# A step vote's action, made once its chain is read (``_vote_step``): whom the voter
+# stands in for is read only when the step is not their own.
+ActionOn = Callable[[state.RequestView], Awaitable[tuple[state.VoteStep, effects.Author | None]]]
+
+
 async def _without_lock(
     uow: ApprovalsWork,
     principal: OrgMember,
     request_id: uuid.UUID,
-    action: state.Action,
+    action: state.Action | ActionOn,
     now: datetime,
     check: PrincipalCheck | None = None,
     before_writes: Callable[[ApprovalReads], Awaitable[None]] | None = None,
@@ -688,6 +693,9 @@ async def _without_lock(
     writes are made: every transaction that changes a chain changes its request's row
     too (its approvals, ``has_steps``), and with it the version.
 
+    ``action``: the transition asked for, or (a step vote) what makes it, with its
+    author, from the view read.
+
     ``before_writes``: checks made once the state machine has answered (its refusals
     come first), before anything is written; they may raise.
 
@@ -701,7 +709,7 @@ async def _without_lock(
     reads = ApprovalReads(repo.queries)  # type: ignore[arg-type]
     changes = len(uow.changes)
     # A step vote reads the chain with its request, in the same statement.
-    with_chain = isinstance(action, state.VoteStep)
+    with_chain = callable(action) or isinstance(action, state.VoteStep)
     for _ in range(UNLOCKED_ATTEMPTS):
         found = await repo.read_versioned(
             principal.org_id, request_id, check, with_chain=with_chain
@@ -717,8 +725,10 @@ async def _without_lock(
             and not _reads_voters(row, chain)
             and not any(step.group_id for step in chain)  # its members and votes read after
         )
+        view = await _view_with(reads, row, chain)
+        asked, author = (await action(view)) if callable(action) else (action, author)
         try:
-            transition = state.apply(await _view_with(reads, row, chain), action, now)
+            transition = state.apply(view, asked, now)
         except AppError:
             if one_snapshot:
                 raise
@@ -1079,16 +1089,28 @@ async def _vote_step(
     the voter may vote too, with their names (None: read here, and only when the step
     is not the voter's own).
 
-    Under the lock (SQLite, or a lost race), the chain read for the state machine is the
-    one written: the voted step is answered as the transition writes it, not read again."""
+    Without a lock (PostgreSQL), whom the voter stands in for is read, when it must be,
+    once the chain is read. Under the lock (SQLite, or a lost race), the chain read for
+    the state machine is the one written: the voted step is answered as the transition
+    writes it, not read again."""
     repo = uow.approvals
     if repo.can_decide_without_lock:
-        if stands_in_for is None:
-            stands_in_for = await repo.stood_in_for(principal.org_id, principal.user_id, now)
-        action, author = _step_vote(principal, step_id, payload, stands_in_for)
-        done = await _without_lock(uow, principal, request_id, action, now, check, author=author)
+        author: effects.Author | None = None
+
+        async def vote_on(view: state.RequestView) -> tuple[state.VoteStep, effects.Author | None]:
+            # Asked again of each version read: a group's members may change in between.
+            nonlocal author
+            away = stands_in_for
+            if away is None:
+                away = await _stands_in_for_on(repo, principal, view, step_id, now)
+            action, author = _step_vote(principal, step_id, payload, away)
+            return action, author
+
+        done = await _without_lock(uow, principal, request_id, vote_on, now, check)
         if done is not None:
             return _step_voted(done[0], done[1], step_id, author, now)
+    # Two reads, not one joined read: the join's rows repeat the request's columns, and
+    # converting them once a step costs SQLite's writer more than the statement it saves.
     row = await _get_locked(repo, principal, request_id, check)
     steps = await repo.list_steps(row.id) if row.has_steps else ()
     view = await _view_with(repo, row, steps)

@@ -252,8 +252,14 @@ class ApprovalStep(Base):
         UniqueConstraint("request_id", "step_order"),
         # The approver's inbox: their pending steps.
         Index("ix_approval_steps_approver_status", "approver_id", "status"),
-        # A group member's inbox: the pending steps of their groups.
-        Index("ix_approval_steps_group_status", "group_id", "status"),
+        # A group member's inbox: the pending steps of their groups. On SQLite it holds
+        # group steps only: a person's step writes no entry (migration 0059).
+        Index(
+            "ix_approval_steps_group_status",
+            "group_id",
+            "status",
+            sqlite_where=text("group_id IS NOT NULL"),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)

@@ -21,6 +21,8 @@ import pytest
 from bench.receiver import Receiver, Reply
 from sqlalchemy import func, select, text, update
 
+from signoff.audit import repository
+from signoff.audit.sealing import seal_org_now
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.models import (
@@ -185,6 +187,59 @@ async def test_purge_deletes_old_finished_requests_with_everything_about_them(
     assert everywhere.requests == 1
     assert (await _rows(ctx, [seeded.other_org_old]))["ApprovalRequest"] == 0
     assert (await service.purge(ctx.transaction, cutoff)).requests == 0
+
+
+async def _until_a_statement_waits_on_a_lock(ctx: AppContext) -> None:
+    """Returns once a session of the test's database waits on a row or transaction lock
+    (PostgreSQL's ``pg_stat_activity``)."""
+    waiting = text(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    for _ in range(2000):
+        async with ctx.db.read_session() as session:
+            if await session.scalar(waiting):
+                return
+        await asyncio.sleep(0.01)
+    raise AssertionError("no statement waited on a lock")
+
+
+@pytest.mark.usefixtures("postgres_only")
+@pytest.mark.parametrize("signed", [False, True], ids=["unsigned", "signed"])
+async def test_a_purge_and_a_sealer_of_its_org_do_not_deadlock(
+    api_only: httpx.AsyncClient, ctx: AppContext, monkeypatch: pytest.MonkeyPatch, signed: bool
+) -> None:
+    """The interleaving that deadlocked, driven by hand: a sealer has taken an old
+    request's events off the waiting list, and not linked them yet, when a purge of the
+    request starts. The purge waits for the org's chain head until the sealer is done;
+    were it to delete the events first, its delete would wait on the sealer's
+    waiting-list rows while the sealer's links wait on the deleted events."""
+    org = await create_org(ctx, "Initech", members=1)
+    old = await create_approval(api_only, org.admin, title="Old")
+    gone = await api_only.delete(f"/api/v1/approvals/{old['id']}", headers=org.admin.headers)
+    assert gone.status_code == 200, gone.text
+    await _age(ctx, old["id"], days=100)
+    taken, linking = asyncio.Event(), asyncio.Event()
+    append_links = repository.append_links
+
+    async def links_held_back(*args: Any) -> None:
+        taken.set()
+        await linking.wait()
+        await append_links(*args)
+
+    monkeypatch.setattr(repository, "append_links", links_held_back)
+    org_id = uuid.UUID(org.id)
+    sealer = asyncio.create_task(seal_org_now(ctx, org_id, checkpoint=False))
+    await taken.wait()
+    sign = service.chain_signer(ctx) if signed else None
+    cutoff = utcnow() - timedelta(days=30)
+    purge = asyncio.create_task(service.purge(ctx.transaction, cutoff, org_id=org_id, sign=sign))
+    await _until_a_statement_waits_on_a_lock(ctx)  # the purge, on what the sealer holds
+    linking.set()
+    sealed, report = await asyncio.gather(sealer, purge)
+    assert sealed > 0
+    assert (report.requests, report.rows["events"]) == (1, 2)  # created, cancelled
+    assert (await _rows(ctx, [old["id"]]))["AuditEvent"] == 0
 
 
 async def test_signoff_purge_command(

@@ -421,6 +421,17 @@ def cloudevent(record: dict[str, Any], source: str) -> dict[str, Any]:
 # ---- retention ----
 
 
+async def hold_for_purge(session: AsyncSession, dialect: str, org_id: uuid.UUID) -> None:
+    """Before a purge that signs no checkpoint deletes some of the org's events (in this
+    transaction): lock the org's head, as a sealer does before it takes events off the
+    waiting list (``prune_for_purge`` locks it by sealing). Without it, a sealer chaining
+    one of those events would deadlock with the purge: the purge's delete waits on the
+    event's waiting-list row the sealer took, the sealer's link on the deleted event.
+    SQLite's write transaction is that lock already."""
+    if dialect != "sqlite":
+        await repository.lock_head(session, dialect, org_id)
+
+
 async def prune_for_purge(
     session: AsyncSession,
     dialect: str,

@@ -18,7 +18,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from signoff.audit.service import CheckpointPolicy, Signer, prune_for_purge
+from signoff.audit.service import CheckpointPolicy, Signer, hold_for_purge, prune_for_purge
 from signoff.common.time import utcnow
 from signoff.context import AppContext
 from signoff.policies import service as policies
@@ -92,10 +92,14 @@ async def _batches(
         async with transaction() as uow:
             repo = _repo(uow)
             ids = await repo.purgeable_ids(org_id, before, batch_size)
+            # The org's chain head is locked before its events are deleted, as every
+            # sealer locks it before it takes events: one lock order, no deadlock.
             if ids and sign is not None:
                 await prune_for_purge(
                     uow.session, uow.dialect, org_id, list(ids), sign, _NO_CHECKPOINT, utcnow()
                 )
+            elif ids:
+                await hold_for_purge(uow.session, uow.dialect, org_id)
             deleted = await repo.delete_requests(ids) if ids else None
         if deleted is None:
             return

@@ -495,9 +495,13 @@ async def check_stored(
     if pruned is not None and pruned.seq > seq:
         seq, prev = int(pruned.seq), str(pruned.hash)
     failed = None
-    for row in await repository.events_page(session, org_id, seq, limit):
+    for row in await repository.links_after(session, org_id, seq, limit):
         digest = event_hash(_canonical(row, seq + 1, prev))
-        if row.seq != seq + 1 or row.prev_hash != prev or row.hash != digest:
+        if (
+            row[repository.LINK_SEQ] != seq + 1
+            or row[repository.LINK_PREV] != prev
+            or row[repository.LINK_HASH] != digest
+        ):
             failed = seq + 1
             break
         seq, prev = seq + 1, digest

@@ -136,6 +136,10 @@ async def test_the_re_check_stores_its_mark_once_for_a_burst(
     # Hashed a page a read (the event loop given back between them), not all at once.
     pages = [s for s in seen if s.startswith("SELECT") and "JOIN audit_events" in s]
     assert len(pages) == -(-(BURST + 1) // service.EXPORT_PAGE)
+    # Before each page, and once more to find nothing left: the head and the last pruned
+    # checkpoint in one read; and the orgs behind once.
+    reads = [s for s in seen if s.startswith("SELECT")]
+    assert len(reads) == 1 + (len(pages) + 1) + len(pages), reads
     async with ctx.db.read_session() as session:
         head = (await session.execute(select(HEADS).where(HEADS.c.org_id == org_id))).one()
     assert (head.verified_seq, head.verify_failed_seq) == (BURST + 1, None)

@@ -18,6 +18,7 @@ from sqlalchemy import (
     insert,
     select,
     text,
+    true,
     type_coerce,
     update,
 )
@@ -413,6 +414,32 @@ async def set_verified(
 
 async def head(session: AsyncSession, org_id: uuid.UUID) -> Row[Any] | None:
     return (await session.execute(select(_HEADS).where(_HEADS.c.org_id == org_id))).first()
+
+
+async def head_and_last_pruned(session: AsyncSession, org_id: uuid.UUID) -> Row[Any] | None:
+    """The org's head (``seq``, ``verified_seq``, ``verified_hash``, ``verify_failed_seq``)
+    and its last ``pruned`` checkpoint's ``pruned_seq`` and ``pruned_hash`` (None when
+    none), in one statement: the re-check reads both before each page."""
+    pruned = (
+        select(_CHECKPOINTS.c.seq.label("pruned_seq"), _CHECKPOINTS.c.hash.label("pruned_hash"))
+        .where(_CHECKPOINTS.c.org_id == org_id, _CHECKPOINTS.c.kind == "pruned")
+        .order_by(_CHECKPOINTS.c.seq.desc())
+        .limit(1)
+        .subquery()
+    )
+    statement = (
+        select(
+            _HEADS.c.seq,
+            _HEADS.c.verified_seq,
+            _HEADS.c.verified_hash,
+            _HEADS.c.verify_failed_seq,
+            pruned.c.pruned_seq,
+            pruned.c.pruned_hash,
+        )
+        .select_from(_HEADS.outerjoin(pruned, true()))
+        .where(_HEADS.c.org_id == org_id)
+    )
+    return cast("Row[Any] | None", (await session.execute(statement)).first())
 
 
 async def events_page(

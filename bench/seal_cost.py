@@ -9,7 +9,8 @@ each step (the repository's queries, the canonical form, the hash), measured by 
 those functions, so the parts add up to a little more than the whole. Also the CPU of the
 events' inserts themselves with migration 0044's ``audit_events`` insert trigger (which
 0055 dropped on SQLite) and without it (plain ``sqlite3``, one event a statement, as a
-create writes them).
+create writes them). Then the worker's re-check of the sealed chain
+(``sealing.verify_once``): its CPU per re-checked event, statements, and steps likewise.
 """
 
 from __future__ import annotations
@@ -155,15 +156,36 @@ async def _seal_round(path: Path, count: int, breakdown: bool) -> dict[str, Any]
             cpu = time.process_time() - began
         gc.unfreeze()
         assert sealed == count, (sealed, count)
-        async with wiring.ctx.db.read_session() as session:
-            page = await service.check_stored(session, org_id, after=None)
-        assert page is not None and page.failed_seq is None
         kinds = Counter(statement.split(None, 1)[0].upper() for statement in seen)
         # Batches sealed: one head update each.
         batches = sum(statement.startswith("UPDATE audit_chain_heads") for statement in seen)
-        return {"cpu": cpu, "statements": dict(kinds), "steps": dict(spent), "batches": batches}
+        recheck = await _recheck(wiring.ctx, count, breakdown)
+        return {
+            "cpu": cpu,
+            "statements": dict(kinds),
+            "steps": dict(spent),
+            "batches": batches,
+            "recheck": recheck,
+        }
     finally:
         await wiring.close()
+
+
+async def _recheck(ctx: AppContext, count: int, breakdown: bool) -> dict[str, Any]:
+    """The worker's re-check of the ``count`` events just sealed, timed as the sealing is."""
+    spent: Counter[str] = Counter()
+    gc.collect()
+    gc.freeze()
+    try:
+        with executions(ctx) as seen, _steps(spent) if breakdown else _nothing():
+            began = time.process_time()
+            checked = await sealing.verify_once(ctx)
+            cpu = time.process_time() - began
+    finally:
+        gc.unfreeze()
+    assert checked == count, (checked, count)
+    kinds = Counter(statement.split(None, 1)[0].upper() for statement in seen)
+    return {"cpu": cpu, "statements": dict(kinds), "steps": dict(spent)}
 
 
 @contextmanager
@@ -252,6 +274,17 @@ def main() -> None:
             for name, value in sorted(timed["steps"].items(), key=lambda kv: -kv[1])
         },
         "insert_us_per_event": trigger,
+        "recheck_cpu_us_per_event": [
+            round(r["recheck"]["cpu"] / args.events * 1e6, 2) for r in plain
+        ],
+        "recheck_best_cpu_us_per_event": round(
+            min(r["recheck"]["cpu"] for r in plain) / args.events * 1e6, 2
+        ),
+        "recheck_statements": timed["recheck"]["statements"],
+        "recheck_steps_us_per_event": {
+            name: round(value / args.events * 1e6, 2)
+            for name, value in sorted(timed["recheck"]["steps"].items(), key=lambda kv: -kv[1])
+        },
         "chain_module": chain.__name__,
     }
     print(json.dumps(result, indent=2))

@@ -6,6 +6,8 @@ the re-check hashes a page a read and stores its mark once for the burst."""
 from __future__ import annotations
 
 import uuid
+from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -134,10 +136,42 @@ async def test_the_re_check_stores_its_mark_once_for_a_burst(
     # Hashed a page a read (the event loop given back between them), not all at once.
     pages = [s for s in seen if s.startswith("SELECT") and "JOIN audit_events" in s]
     assert len(pages) == -(-(BURST + 1) // service.EXPORT_PAGE)
+    # Before each page, and once more to find nothing left: the head and the last pruned
+    # checkpoint in one read; and the orgs behind once.
+    reads = [s for s in seen if s.startswith("SELECT")]
+    assert len(reads) == 1 + (len(pages) + 1) + len(pages), reads
     async with ctx.db.read_session() as session:
         head = (await session.execute(select(HEADS).where(HEADS.c.org_id == org_id))).one()
     assert (head.verified_seq, head.verify_failed_seq) == (BURST + 1, None)
     assert head.verified_hash == head.hash != chain.GENESIS_HASH
+
+
+async def test_the_re_check_converts_each_stored_value_once_and_builds_no_result_rows(
+    api_only: httpx.AsyncClient, ctx: AppContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The re-check reads its pages as the sealer reads its batches (the driver's own
+    statement, ``repository.chain_forms``): each event's four UUIDs and its time turned
+    into the chain's text once, by no result processor, and the chain still holds."""
+    await _burst(ctx, api_only)
+    await seal_once(ctx, verify=False)
+    calls: Counter[str] = Counter()
+
+    def counting(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any) -> Any:
+            calls[name] += 1
+            return function(*args)
+
+        return counted
+
+    for name in ("uuid_text", "chain_time_text"):
+        monkeypatch.setattr(repository, name, counting(name, getattr(repository, name)))
+    for decorator in (repository._UuidText, repository._ChainTime):
+        processor = counting("processor", decorator.process_result_value)
+        monkeypatch.setattr(decorator, "process_result_value", processor)
+    assert await verify_once(ctx) == BURST + 1
+    monkeypatch.undo()
+    events = BURST + 1
+    assert dict(calls) == {"uuid_text": 4 * events, "chain_time_text": events}
 
 
 async def test_a_batch_read_before_another_sealer_took_it_is_not_chained_twice(

@@ -18,6 +18,7 @@ from sqlalchemy import (
     insert,
     select,
     text,
+    true,
     type_coerce,
     update,
 )
@@ -330,15 +331,34 @@ async def last_chained_at_or_below(session: AsyncSession, position: int) -> tupl
     return (int(row.position), row.event_id) if row is not None else (0, None)
 
 
-# The columns an event's hash covers, in ``service._canonical``'s order, then its id and
-# rowid, read without SQLAlchemy's statement or result layers: the sealer turns each
-# value into the chain's form itself (``uuid_text``, ``chain_time_text``, as ``_hashed``
-# does), where building a result row and running five type processors an event cost it
-# more than hashing the event does.
+# The columns an event's hash covers, in ``service._canonical``'s order, then its id as
+# stored and its rowid, read without SQLAlchemy's statement or result layers
+# (``chain_forms``).
 _EVENTS_AFTER = (
-    "SELECT id, org_id, request_id, actor_id, type, data, created_at, rowid "
+    "SELECT id, org_id, request_id, actor_id, type, data, created_at, id, rowid "
     "FROM audit_events WHERE rowid > ? ORDER BY rowid LIMIT ?"
 )
+
+
+def chain_forms(rows: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
+    """Driver rows that start with the hashed columns as stored (``_hashed``'s order) as
+    ``_hashed`` reads them: UUIDs and the time as the chain's text (``uuid_text``,
+    ``chain_time_text``), ``data`` decoded; the columns after those passed on as read.
+    The sealer and the re-check read their events so, where building a result row and
+    running five type processors an event cost each more than hashing the event does."""
+    return [
+        (
+            uuid_text(row[0]),
+            uuid_text(row[1]),
+            uuid_text(row[2]),
+            uuid_text(row[3]),
+            row[4],
+            None if row[5] is None else orjson.loads(row[5]),
+            chain_time_text(row[6]),
+            *row[7:],
+        )
+        for row in rows
+    ]
 
 
 async def events_after(session: AsyncSession, position: int, limit: int) -> list[tuple[Any, ...]]:
@@ -347,21 +367,7 @@ async def events_after(session: AsyncSession, position: int, limit: int) -> list
     ``POSITION``). A range read of the table's own b-tree: no index."""
     connection = await session.connection()
     result = await connection.exec_driver_sql(_EVENTS_AFTER, (position, limit))
-    rows = cast("list[tuple[Any, ...]]", result.all())
-    return [
-        (
-            uuid_text(id_),
-            uuid_text(org_id),
-            uuid_text(request_id),
-            uuid_text(actor_id),
-            type_,
-            None if data is None else orjson.loads(data),
-            chain_time_text(created_at),
-            id_,
-            rowid,
-        )
-        for id_, org_id, request_id, actor_id, type_, data, created_at, rowid in rows
-    ]
+    return chain_forms(cast("list[tuple[Any, ...]]", result.all()))
 
 
 async def move_mark(session: AsyncSession, read: tuple[int, Any], to: tuple[int, Any]) -> bool:
@@ -410,6 +416,32 @@ async def head(session: AsyncSession, org_id: uuid.UUID) -> Row[Any] | None:
     return (await session.execute(select(_HEADS).where(_HEADS.c.org_id == org_id))).first()
 
 
+async def head_and_last_pruned(session: AsyncSession, org_id: uuid.UUID) -> Row[Any] | None:
+    """The org's head (``seq``, ``verified_seq``, ``verified_hash``, ``verify_failed_seq``)
+    and its last ``pruned`` checkpoint's ``pruned_seq`` and ``pruned_hash`` (None when
+    none), in one statement: the re-check reads both before each page."""
+    pruned = (
+        select(_CHECKPOINTS.c.seq.label("pruned_seq"), _CHECKPOINTS.c.hash.label("pruned_hash"))
+        .where(_CHECKPOINTS.c.org_id == org_id, _CHECKPOINTS.c.kind == "pruned")
+        .order_by(_CHECKPOINTS.c.seq.desc())
+        .limit(1)
+        .subquery()
+    )
+    statement = (
+        select(
+            _HEADS.c.seq,
+            _HEADS.c.verified_seq,
+            _HEADS.c.verified_hash,
+            _HEADS.c.verify_failed_seq,
+            pruned.c.pruned_seq,
+            pruned.c.pruned_hash,
+        )
+        .select_from(_HEADS.outerjoin(pruned, true()))
+        .where(_HEADS.c.org_id == org_id)
+    )
+    return cast("Row[Any] | None", (await session.execute(statement)).first())
+
+
 async def events_page(
     session: AsyncSession, org_id: uuid.UUID, after_seq: int, limit: int
 ) -> Sequence[Row[Any]]:
@@ -425,6 +457,35 @@ async def events_page(
             .limit(limit)
         )
     ).all()
+
+
+# A sealed event's hashed columns, then its link's seq, prev_hash and hash (``LINK_SEQ``,
+# ``LINK_PREV``, ``LINK_HASH``), by seq: ``events_page``'s read through the driver.
+# PostgreSQL's ``data`` read as its text: a connection's codec may decode JSON already
+# (``storage.asyncpg_connections``), and ``chain_forms`` decodes it once, either way.
+_CHAINED_AFTER = (
+    "SELECT e.id, e.org_id, e.request_id, e.actor_id, e.type, e.data{}, e.created_at, "
+    "c.seq, c.prev_hash, c.hash FROM audit_chain AS c JOIN audit_events AS e "
+    "ON e.id = c.event_id WHERE c.org_id = {} AND c.seq > {} ORDER BY c.seq LIMIT {}"
+)
+_CHAINED_AFTER_SQLITE = _CHAINED_AFTER.format("", "?", "?", "?")
+_CHAINED_AFTER_POSTGRES = _CHAINED_AFTER.format("::text", "$1", "$2", "$3")
+LINK_SEQ = 7
+LINK_PREV = 8
+LINK_HASH = 9
+
+
+async def links_after(
+    session: AsyncSession, org_id: uuid.UUID, after_seq: int, limit: int
+) -> list[tuple[Any, ...]]:
+    """The re-check's page: what ``events_page`` reads, as tuples (``chain_forms``)."""
+    connection = await session.connection()
+    org: str | uuid.UUID = org_id
+    statement = _CHAINED_AFTER_POSTGRES
+    if connection.dialect.name == "sqlite":
+        statement, org = _CHAINED_AFTER_SQLITE, org_id.hex  # as ``Uuid`` stores it
+    result = await connection.exec_driver_sql(statement, (org, after_seq, limit))
+    return chain_forms(cast("list[tuple[Any, ...]]", result.all()))
 
 
 async def checkpoints_between(

@@ -492,7 +492,7 @@ async def check_stored(
     (or after ``after``, a page checked but not stored yet, whose ``from_seq`` is kept),
     from its hash, in a read: the writers are not held while it hashes. None when there
     is nothing to check (no chain yet, nothing new, or a failure already recorded)."""
-    head = await repository.head(session, org_id)
+    head = await repository.head_and_last_pruned(session, org_id)
     if head is None or head.verify_failed_seq is not None:
         return None
     if after is None:
@@ -502,13 +502,16 @@ async def check_stored(
         start, seq, prev = after.from_seq, after.seq, after.hash
     if seq >= head.seq:
         return None
-    pruned = await repository.last_pruned(session, org_id)
-    if pruned is not None and pruned.seq > seq:
-        seq, prev = int(pruned.seq), str(pruned.hash)
+    if head.pruned_seq is not None and head.pruned_seq > seq:
+        seq, prev = int(head.pruned_seq), str(head.pruned_hash)
     failed = None
-    for row in await repository.events_page(session, org_id, seq, limit):
+    for row in await repository.links_after(session, org_id, seq, limit):
         digest = event_hash(_canonical(row, seq + 1, prev))
-        if row.seq != seq + 1 or row.prev_hash != prev or row.hash != digest:
+        if (
+            row[repository.LINK_SEQ] != seq + 1
+            or row[repository.LINK_PREV] != prev
+            or row[repository.LINK_HASH] != digest
+        ):
             failed = seq + 1
             break
         seq, prev = seq + 1, digest
